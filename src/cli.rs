@@ -1,0 +1,72 @@
+//! The command line: clap structures and dispatch. Each subcommand lives in its own file under
+//! `commands/`, where its flags are turned into validated settings before anything runs.
+
+use crate::commands;
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+
+/// Measure and explain how CPU placement, scheduling and system settings change an
+/// application's speed, on bare metal and inside virtual machines.
+#[derive(Debug, Parser)]
+#[command(name = "cpulab", version, about, long_about = None)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: Global,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Options every subcommand understands.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Global {
+    /// No progress or status lines on stderr.
+    #[arg(long, short, global = true)]
+    pub quiet: bool,
+    /// Read /sys and /proc below this directory instead of `/` (for fixture trees; measuring
+    /// commands always run on the live machine).
+    #[arg(long, global = true, hide = true, value_name = "DIR", default_value = "/")]
+    pub root: PathBuf,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Fingerprint the machine: topology, placement classes, virtualisation, idle, frequency,
+    /// mitigations, scheduler and cgroup limits, counters.
+    Probe(commands::probe::Args),
+    /// Round-trip cost between two endpoints for every placement class, with the counters
+    /// that explain it.
+    Pingpong(commands::pingpong::Args),
+    /// Run a real server and client (PostgreSQL + pgbench, a web server + load generator, any
+    /// pair) under each placement.
+    Pair(commands::pair::Args),
+    /// Noisy neighbours: a CPU-bound workload's share of the CPU beside busy burners, against
+    /// the fair-share model.
+    Share(commands::share::Args),
+    /// Parallel scaling by placement policy (os, compact, scatter, explicit).
+    Scale(commands::scale::Args),
+    /// Cost of OS primitives (syscall, context switch, fork, page fault, ...) and the
+    /// effective-frequency ramp.
+    Oscost(commands::oscost::Args),
+    /// The whole investigation in one command: findings with evidence and remedies.
+    Doctor(commands::doctor::Args),
+    /// Render a saved result again (`--html`).
+    Report(commands::report::Args),
+    /// Compare two saved results figure by figure, with a significance test.
+    Compare(commands::compare::Args),
+}
+
+pub fn run(cli: Cli) -> Result<()> {
+    let g = cli.global;
+    match cli.command {
+        Command::Probe(a) => commands::probe::run(a, &g),
+        Command::Pingpong(a) => commands::pingpong::run(a, &g),
+        Command::Pair(a) => commands::pair::run(a, &g),
+        Command::Share(a) => commands::share::run(a, &g),
+        Command::Scale(a) => commands::scale::run(a, &g),
+        Command::Oscost(a) => commands::oscost::run(a, &g),
+        Command::Doctor(a) => commands::doctor::run(a, &g),
+        Command::Report(a) => commands::report::run(a, &g),
+        Command::Compare(a) => commands::compare::run(a, &g),
+    }
+}

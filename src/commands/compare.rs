@@ -1,0 +1,15 @@
+//! `cpulab compare` (not yet built).
+
+use crate::cli::Global;
+use anyhow::Result;
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// One JSON document on stdout.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(_args: Args, _g: &Global) -> Result<()> {
+    anyhow::bail!("`cpulab compare` is not built yet")
+}

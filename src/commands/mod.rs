@@ -1,0 +1,11 @@
+//! One file per subcommand: its clap flags, their validation into settings, and `run`.
+
+pub mod compare;
+pub mod doctor;
+pub mod oscost;
+pub mod pair;
+pub mod pingpong;
+pub mod probe;
+pub mod report;
+pub mod scale;
+pub mod share;

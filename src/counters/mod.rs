@@ -1,0 +1,463 @@
+//! Counters sampled around every run: snapshot before, snapshot after, divide by the interval
+//! actually measured.
+//!
+//! A latency figure says *how much*; the counters say *why*. A cross-vCPU round trip that costs
+//! one idle entry and one rescheduling or function-call IPI per side is paying for a halt exit and
+//! an interrupt through the hypervisor; one that costs none is paying for cache distance. Each
+//! reader degrades on its own: a file that cannot be read leaves its part empty and says why in
+//! `unavailable`, and the rest is still reported. Deltas saturate at zero, so a counter reset or
+//! a CPU going offline mid-run can never produce a negative count.
+
+pub mod parse;
+pub mod perf;
+
+pub use parse::{CpuTimes, IdleStateCount};
+
+use crate::cpulist::CpuSet;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// Counters of the whole machine at one instant.
+#[derive(Clone, Debug)]
+pub struct SystemSnapshot {
+    pub at: Instant,
+    pub cpu_times: Option<BTreeMap<u32, CpuTimes>>,
+    pub interrupts: Option<BTreeMap<String, BTreeMap<u32, u64>>>,
+    /// cpuidle state counters per CPU.
+    pub idle: Option<BTreeMap<u32, Vec<IdleStateCount>>>,
+    pub unavailable: Vec<String>,
+}
+
+fn read(path: &Path) -> Result<String, String> {
+    std::fs::read_to_string(path).map_err(|e| format!("{}: {}", path.display(), e))
+}
+
+/// Reads cpuidle state counters for every CPU under `root`.
+pub fn read_idle_counts(root: &Path) -> Result<BTreeMap<u32, Vec<IdleStateCount>>, String> {
+    let cpu_dir = root.join("sys/devices/system/cpu");
+    let entries = std::fs::read_dir(&cpu_dir).map_err(|e| format!("{}: {e}", cpu_dir.display()))?;
+    let mut out = BTreeMap::new();
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().to_string();
+        let Some(id) = name.strip_prefix("cpu").and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(states) = std::fs::read_dir(e.path().join("cpuidle")) else {
+            continue;
+        };
+        let mut dirs: Vec<_> = states
+            .flatten()
+            .map(|s| s.path())
+            .filter(|p| {
+                p.file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with("state"))
+            })
+            .collect();
+        dirs.sort();
+        let v = dirs
+            .iter()
+            .map(|d| IdleStateCount {
+                name: read(&d.join("name"))
+                    .map(|s| s.trim().to_string())
+                    .unwrap_or_default(),
+                usage: read(&d.join("usage"))
+                    .ok()
+                    .and_then(|s| s.trim().parse().ok())
+                    .unwrap_or(0),
+                time_us: read(&d.join("time"))
+                    .ok()
+                    .and_then(|s| s.trim().parse().ok())
+                    .unwrap_or(0),
+            })
+            .collect();
+        out.insert(id, v);
+    }
+    if out.is_empty() {
+        Err(format!(
+            "no cpuidle states under {} (no cpuidle driver, or idle=poll)",
+            cpu_dir.display()
+        ))
+    } else {
+        Ok(out)
+    }
+}
+
+impl SystemSnapshot {
+    pub fn take(root: &Path) -> Self {
+        let mut unavailable = Vec::new();
+        let cpu_times = match read(&root.join("proc/stat")) {
+            Ok(t) => Some(parse::parse_proc_stat(&t)),
+            Err(e) => {
+                unavailable.push(e);
+                None
+            }
+        };
+        let interrupts = match read(&root.join("proc/interrupts")) {
+            Ok(t) => Some(parse::parse_interrupts(&t)),
+            Err(e) => {
+                unavailable.push(e);
+                None
+            }
+        };
+        let idle = match read_idle_counts(root) {
+            Ok(v) => Some(v),
+            Err(e) => {
+                unavailable.push(e);
+                None
+            }
+        };
+        Self {
+            at: Instant::now(),
+            cpu_times,
+            interrupts,
+            idle,
+            unavailable,
+        }
+    }
+
+    /// What changed between `self` (before) and `after`, for the CPUs in `cpus`.
+    pub fn delta(&self, after: &SystemSnapshot, cpus: &CpuSet) -> SystemDelta {
+        let interval_s = after.at.duration_since(self.at).as_secs_f64();
+        let mut cpu_time = BTreeMap::new();
+        if let (Some(b), Some(a)) = (&self.cpu_times, &after.cpu_times) {
+            for cpu in cpus.iter() {
+                if let (Some(b), Some(a)) = (b.get(&cpu), a.get(&cpu)) {
+                    cpu_time.insert(cpu, CpuTimeShares::between(b, a));
+                }
+            }
+        }
+        let mut interrupts: BTreeMap<String, BTreeMap<u32, u64>> = BTreeMap::new();
+        if let (Some(b), Some(a)) = (&self.interrupts, &after.interrupts) {
+            for (name, row) in a {
+                let before = b.get(name);
+                let d: BTreeMap<u32, u64> = cpus
+                    .iter()
+                    .filter_map(|c| {
+                        let n = row.get(&c)?;
+                        let p = before.and_then(|r| r.get(&c)).copied().unwrap_or(0);
+                        Some((c, n.saturating_sub(p)))
+                    })
+                    .collect();
+                interrupts.insert(name.clone(), d);
+            }
+        }
+        let mut idle_entries = BTreeMap::new();
+        let mut idle_states: BTreeMap<u32, Vec<IdleStateCount>> = BTreeMap::new();
+        if let (Some(b), Some(a)) = (&self.idle, &after.idle) {
+            for cpu in cpus.iter() {
+                if let (Some(sb), Some(sa)) = (b.get(&cpu), a.get(&cpu)) {
+                    let states: Vec<IdleStateCount> = sa
+                        .iter()
+                        .zip(sb)
+                        .map(|(x, y)| IdleStateCount {
+                            name: x.name.clone(),
+                            usage: x.usage.saturating_sub(y.usage),
+                            time_us: x.time_us.saturating_sub(y.time_us),
+                        })
+                        .collect();
+                    // State 0 is POLL on x86: a busy loop, not a halt. Count real idle entries.
+                    let entries = states
+                        .iter()
+                        .filter(|s| s.name != "POLL")
+                        .map(|s| s.usage)
+                        .sum();
+                    idle_entries.insert(cpu, entries);
+                    idle_states.insert(cpu, states);
+                }
+            }
+        }
+        let mut unavailable = self.unavailable.clone();
+        for u in &after.unavailable {
+            if !unavailable.contains(u) {
+                unavailable.push(u.clone());
+            }
+        }
+        SystemDelta {
+            interval_s,
+            cpus: cpus.clone(),
+            cpu_time,
+            interrupts,
+            idle_entries,
+            idle_states,
+            unavailable,
+        }
+    }
+}
+
+/// Where each CPU's time went during the interval, in percent of that CPU's ticks.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct CpuTimeShares {
+    pub user_pct: f64,
+    pub system_pct: f64,
+    pub irq_pct: f64,
+    pub softirq_pct: f64,
+    pub steal_pct: f64,
+    pub iowait_pct: f64,
+    pub idle_pct: f64,
+    /// Clock ticks the interval covered on this CPU (the denominator).
+    pub ticks: u64,
+}
+
+impl CpuTimeShares {
+    pub fn between(b: &CpuTimes, a: &CpuTimes) -> Self {
+        let d = |x: u64, y: u64| x.saturating_sub(y) as f64;
+        let total = a.total().saturating_sub(b.total());
+        let pct = |v: f64| {
+            if total == 0 {
+                0.0
+            } else {
+                100.0 * v / total as f64
+            }
+        };
+        Self {
+            user_pct: pct(d(a.user, b.user) + d(a.nice, b.nice)),
+            system_pct: pct(d(a.system, b.system)),
+            irq_pct: pct(d(a.irq, b.irq)),
+            softirq_pct: pct(d(a.softirq, b.softirq)),
+            steal_pct: pct(d(a.steal, b.steal)),
+            iowait_pct: pct(d(a.iowait, b.iowait)),
+            idle_pct: pct(d(a.idle, b.idle)),
+            ticks: total,
+        }
+    }
+
+    pub fn busy_pct(&self) -> f64 {
+        self.user_pct + self.system_pct + self.irq_pct + self.softirq_pct
+    }
+}
+
+/// System counters over a measured interval, restricted to the CPUs of interest.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SystemDelta {
+    /// The interval actually measured, in seconds.
+    pub interval_s: f64,
+    pub cpus: CpuSet,
+    pub cpu_time: BTreeMap<u32, CpuTimeShares>,
+    /// Interrupt counts by type (`RES`, `CAL`, `TLB`, `LOC`, `device`, ...) and CPU.
+    pub interrupts: BTreeMap<String, BTreeMap<u32, u64>>,
+    /// Entries into real idle states (halts), per CPU; POLL excluded.
+    pub idle_entries: BTreeMap<u32, u64>,
+    pub idle_states: BTreeMap<u32, Vec<IdleStateCount>>,
+    /// Counter sources that could not be read, with the reason.
+    pub unavailable: Vec<String>,
+}
+
+/// Interrupt types that reveal the wakeup mechanism, reported per operation.
+pub const KEY_INTERRUPTS: &[&str] = &["RES", "CAL", "TLB", "LOC", "IWI", "HYP", "PIW"];
+
+impl SystemDelta {
+    pub fn interrupt_total(&self, name: &str) -> u64 {
+        self.interrupts
+            .get(name)
+            .map(|r| r.values().sum())
+            .unwrap_or(0)
+    }
+
+    pub fn idle_entries_total(&self) -> u64 {
+        self.idle_entries.values().sum()
+    }
+
+    /// Mean steal over the CPUs of interest, in percent.
+    pub fn steal_pct(&self) -> f64 {
+        if self.cpu_time.is_empty() {
+            return 0.0;
+        }
+        self.cpu_time.values().map(|c| c.steal_pct).sum::<f64>() / self.cpu_time.len() as f64
+    }
+
+    /// Counts per operation (`ops` round trips, transactions, ...): idle entries and each key
+    /// interrupt type, summed over the CPUs of interest. Empty when `ops` is zero.
+    pub fn per_op(&self, ops: u64) -> BTreeMap<String, f64> {
+        let mut m = BTreeMap::new();
+        if ops == 0 {
+            return m;
+        }
+        if !self.idle_entries.is_empty() {
+            m.insert(
+                "idle_entries".to_string(),
+                self.idle_entries_total() as f64 / ops as f64,
+            );
+        }
+        for k in KEY_INTERRUPTS {
+            if self.interrupts.contains_key(*k) {
+                m.insert(
+                    format!("irq_{k}"),
+                    self.interrupt_total(k) as f64 / ops as f64,
+                );
+            }
+        }
+        m
+    }
+}
+
+/// Per-task counters (a thread or a process).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TaskSnapshot {
+    pub voluntary: u64,
+    pub involuntary: u64,
+    pub migrations: Option<u64>,
+    pub utime_ticks: u64,
+    pub stime_ticks: u64,
+    pub last_cpu: u32,
+}
+
+impl TaskSnapshot {
+    /// Reads `/proc/<pid>` (or `/proc/<pid>/task/<tid>` when `tid` is given).
+    pub fn take(root: &Path, pid: i32, tid: Option<i32>) -> Result<Self, String> {
+        let dir = match tid {
+            Some(t) => root.join(format!("proc/{pid}/task/{t}")),
+            None => root.join(format!("proc/{pid}")),
+        };
+        let status = read(&dir.join("status"))?;
+        let (voluntary, involuntary) = parse::parse_status_ctxt(&status)
+            .ok_or_else(|| format!("{}: no context-switch counts", dir.display()))?;
+        let stat = read(&dir.join("stat"))?;
+        let st = parse::parse_proc_pid_stat(&stat)
+            .ok_or_else(|| format!("{}: unparsable stat", dir.display()))?;
+        let migrations = read(&dir.join("sched"))
+            .ok()
+            .and_then(|s| parse::parse_sched_migrations(&s));
+        Ok(Self {
+            voluntary,
+            involuntary,
+            migrations,
+            utime_ticks: st.utime_ticks,
+            stime_ticks: st.stime_ticks,
+            last_cpu: st.processor,
+        })
+    }
+
+    pub fn delta(&self, after: &TaskSnapshot) -> TaskDelta {
+        let hz = clock_ticks_per_sec();
+        TaskDelta {
+            voluntary_switches: after.voluntary.saturating_sub(self.voluntary),
+            involuntary_switches: after.involuntary.saturating_sub(self.involuntary),
+            migrations: match (self.migrations, after.migrations) {
+                (Some(b), Some(a)) => Some(a.saturating_sub(b)),
+                _ => None,
+            },
+            user_s: after.utime_ticks.saturating_sub(self.utime_ticks) as f64 / hz,
+            system_s: after.stime_ticks.saturating_sub(self.stime_ticks) as f64 / hz,
+        }
+    }
+}
+
+/// What one task did during the interval.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct TaskDelta {
+    pub voluntary_switches: u64,
+    pub involuntary_switches: u64,
+    /// CPU migrations; `None` when the kernel has no `/proc/<pid>/sched`.
+    pub migrations: Option<u64>,
+    pub user_s: f64,
+    pub system_s: f64,
+}
+
+impl TaskDelta {
+    pub fn add(&mut self, o: &TaskDelta) {
+        self.voluntary_switches += o.voluntary_switches;
+        self.involuntary_switches += o.involuntary_switches;
+        self.migrations = match (self.migrations, o.migrations) {
+            (Some(a), Some(b)) => Some(a + b),
+            (a, b) => a.or(b),
+        };
+        self.user_s += o.user_s;
+        self.system_s += o.system_s;
+    }
+}
+
+pub fn clock_ticks_per_sec() -> f64 {
+    // SAFETY: sysconf has no preconditions.
+    let v = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if v > 0 { v as f64 } else { 100.0 }
+}
+
+/// Other load seen on the CPUs about to be used, measured while cpulab itself sleeps.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LoadCheck {
+    pub window_s: f64,
+    /// Busy percent per CPU during the window (user + system + irq + softirq).
+    pub busy_pct: BTreeMap<u32, f64>,
+    pub steal_pct: f64,
+    /// True when some CPU in use was busier than the threshold: results may be spoiled.
+    pub noisy: bool,
+    /// Why, in words, when noisy.
+    pub reason: Option<String>,
+}
+
+/// Busy share above which another program is taken to be competing for a CPU.
+pub const NOISY_BUSY_PCT: f64 = 10.0;
+
+/// Samples `/proc/stat` across a short sleep to see whether anything else is running on `cpus`.
+pub fn check_background_load(root: &Path, cpus: &CpuSet, window: Duration) -> LoadCheck {
+    let before = SystemSnapshot::take(root);
+    std::thread::sleep(window);
+    let after = SystemSnapshot::take(root);
+    let d = before.delta(&after, cpus);
+    let busy_pct: BTreeMap<u32, f64> = d
+        .cpu_time
+        .iter()
+        .map(|(c, s)| (*c, s.busy_pct()))
+        .collect();
+    let busy: Vec<String> = busy_pct
+        .iter()
+        .filter(|(_, b)| **b > NOISY_BUSY_PCT)
+        .map(|(c, b)| format!("cpu{c} {b:.0}% busy"))
+        .collect();
+    let steal = d.steal_pct();
+    let mut reasons = busy;
+    if steal > NOISY_BUSY_PCT {
+        reasons.push(format!("{steal:.0}% steal"));
+    }
+    LoadCheck {
+        window_s: d.interval_s,
+        busy_pct,
+        steal_pct: steal,
+        noisy: !reasons.is_empty(),
+        reason: (!reasons.is_empty())
+            .then(|| format!("other load before the run: {}", reasons.join(", "))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn deltas_never_go_negative() {
+        let b = CpuTimes {
+            user: 100,
+            idle: 100,
+            ..Default::default()
+        };
+        let a = CpuTimes {
+            user: 90, // counter went backwards (CPU hot-unplugged and back)
+            idle: 200,
+            ..Default::default()
+        };
+        let s = CpuTimeShares::between(&b, &a);
+        assert!(s.user_pct >= 0.0 && s.idle_pct >= 0.0);
+        let t = TaskSnapshot {
+            voluntary: 10,
+            ..Default::default()
+        }
+        .delta(&TaskSnapshot::default());
+        assert_eq!(t.voluntary_switches, 0);
+    }
+
+    #[test]
+    fn live_snapshot_delta_is_well_formed() {
+        let root = Path::new("/");
+        let b = SystemSnapshot::take(root);
+        std::thread::sleep(Duration::from_millis(20));
+        let a = SystemSnapshot::take(root);
+        let cpus = crate::topology::Topology::read(root).unwrap().online;
+        let d = b.delta(&a, &cpus);
+        assert!(d.interval_s > 0.0);
+        for s in d.cpu_time.values() {
+            assert!(s.busy_pct() >= 0.0 && s.busy_pct() <= 100.0 + 1e-9);
+        }
+    }
+}

@@ -1,0 +1,18 @@
+//! cpulab: measure and explain how CPU placement, scheduling and system settings change an
+//! application's speed.
+//!
+//! The library holds everything; the binary only parses the command line and maps errors to
+//! exit codes. Layers, bottom up: `cpulist` and `topology` (what the machine is), `counters`
+//! and `stats` (how we observe and summarise), the experiments (`pingpong`, `pair`, `share`,
+//! `scale`, `oscost`), and the `doctor` that runs them and names causes.
+
+pub mod affinity;
+pub mod cli;
+pub mod commands;
+pub mod counters;
+pub mod cpulist;
+pub mod error;
+pub mod output;
+pub mod probe;
+pub mod stats;
+pub mod topology;

@@ -1,0 +1,94 @@
+//! Writing results: one JSON document on stdout with `--json`, human text otherwise, colour
+//! only on a terminal and never with `NO_COLOR`.
+
+use anyhow::Result;
+use serde::Serialize;
+use std::io::{IsTerminal, Write};
+
+/// Whether to colour stdout: a terminal, and `NO_COLOR` unset (https://no-color.org).
+pub fn color_enabled() -> bool {
+    std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()) && std::io::stdout().is_terminal()
+}
+
+/// Whether stderr is a terminal (progress bars and live status go there).
+pub fn stderr_is_terminal() -> bool {
+    std::io::stderr().is_terminal()
+}
+
+/// Writes `value` as pretty JSON on stdout, with a final newline.
+pub fn print_json<T: Serialize>(value: &T) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    serde_json::to_writer_pretty(&mut out, value)?;
+    out.write_all(b"\n")?;
+    out.flush()?;
+    Ok(())
+}
+
+/// Writes text on stdout. A closed pipe comes back as an error that `main` treats as success.
+pub fn print_text(text: &str) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes())?;
+    out.flush()?;
+    Ok(())
+}
+
+/// A status line on stderr (progress, warnings) unless quiet.
+pub fn status(quiet: bool, msg: &str) {
+    if !quiet {
+        eprintln!("{msg}");
+    }
+}
+
+/// Bold/colour helpers that do nothing when colour is off.
+pub struct Style {
+    pub on: bool,
+}
+
+impl Style {
+    pub fn new() -> Self {
+        Self {
+            on: color_enabled(),
+        }
+    }
+    fn wrap(&self, code: &str, s: &str) -> String {
+        if self.on {
+            format!("\x1b[{code}m{s}\x1b[0m")
+        } else {
+            s.to_string()
+        }
+    }
+    pub fn bold(&self, s: &str) -> String {
+        self.wrap("1", s)
+    }
+    pub fn red(&self, s: &str) -> String {
+        self.wrap("31", s)
+    }
+    pub fn yellow(&self, s: &str) -> String {
+        self.wrap("33", s)
+    }
+    pub fn green(&self, s: &str) -> String {
+        self.wrap("32", s)
+    }
+    pub fn dim(&self, s: &str) -> String {
+        self.wrap("2", s)
+    }
+}
+
+impl Default for Style {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Formats nanoseconds for people: `812 ns`, `5.03 us`, `1.20 ms`.
+pub fn fmt_ns(ns: f64) -> String {
+    if ns < 1_000.0 {
+        format!("{ns:.0} ns")
+    } else if ns < 1_000_000.0 {
+        format!("{:.2} us", ns / 1e3)
+    } else if ns < 1e9 {
+        format!("{:.2} ms", ns / 1e6)
+    } else {
+        format!("{:.2} s", ns / 1e9)
+    }
+}

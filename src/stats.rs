@@ -1,0 +1,220 @@
+//! Statistics over measured samples: means with confidence intervals, percentiles, and the
+//! significance test used to compare two results.
+//!
+//! Round trips are timed individually for the latency histogram, but consecutive round trips are
+//! correlated (a cache warmed, a CPU halted), so the confidence interval is computed over *batch
+//! means*: each batch is long enough that neighbouring batches are nearly independent. This is the
+//! method of batch means (Law & Kelton, *Simulation Modeling and Analysis*, ch. 9).
+
+use serde::{Deserialize, Serialize};
+use statrs::distribution::{ContinuousCDF, StudentsT};
+
+/// Samples that are known to be usable: at least two, all finite.
+#[derive(Clone, Debug)]
+pub struct Samples<'a>(&'a [f64]);
+
+impl<'a> Samples<'a> {
+    /// `None` when there are fewer than two samples or any is NaN or infinite.
+    pub fn new(values: &'a [f64]) -> Option<Self> {
+        (values.len() >= 2 && values.iter().all(|v| v.is_finite())).then_some(Self(values))
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub fn mean(&self) -> f64 {
+        self.0.iter().sum::<f64>() / self.0.len() as f64
+    }
+
+    /// Sample standard deviation (n - 1 in the denominator).
+    pub fn stddev(&self) -> f64 {
+        let m = self.mean();
+        let ss: f64 = self.0.iter().map(|v| (v - m) * (v - m)).sum();
+        (ss / (self.0.len() - 1) as f64).sqrt()
+    }
+
+    /// Half-width of the two-sided 95% confidence interval of the mean (Student's t).
+    pub fn ci95_half_width(&self) -> f64 {
+        let n = self.0.len() as f64;
+        t_975(n - 1.0) * self.stddev() / n.sqrt()
+    }
+
+    pub fn mean_ci(&self) -> MeanCi {
+        let mean = self.mean();
+        let half = self.ci95_half_width();
+        MeanCi {
+            mean,
+            ci95_low: mean - half,
+            ci95_high: mean + half,
+            ci95_half_width: half,
+            stddev: self.stddev(),
+            n: self.0.len(),
+        }
+    }
+}
+
+/// The 0.975 quantile of Student's t with `df` degrees of freedom.
+pub fn t_975(df: f64) -> f64 {
+    StudentsT::new(0.0, 1.0, df.max(1.0))
+        .map(|t| t.inverse_cdf(0.975))
+        .unwrap_or(1.96)
+}
+
+/// A mean with its 95% confidence interval.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MeanCi {
+    pub mean: f64,
+    pub ci95_low: f64,
+    pub ci95_high: f64,
+    pub ci95_half_width: f64,
+    pub stddev: f64,
+    /// Number of samples the interval was computed from.
+    pub n: usize,
+}
+
+impl MeanCi {
+    /// Relative half-width of the interval (0.02 = ±2%).
+    pub fn rel_half_width(&self) -> f64 {
+        if self.mean == 0.0 {
+            f64::INFINITY
+        } else {
+            self.ci95_half_width / self.mean.abs()
+        }
+    }
+
+    /// For a single sample, an interval of zero width flagged by n = 1.
+    pub fn single(v: f64) -> Self {
+        Self {
+            mean: v,
+            ci95_low: v,
+            ci95_high: v,
+            ci95_half_width: 0.0,
+            stddev: 0.0,
+            n: 1,
+        }
+    }
+
+    /// Mean and interval of `values`; a single value gives a zero-width interval with n = 1,
+    /// and none gives `None`.
+    pub fn of(values: &[f64]) -> Option<Self> {
+        match Samples::new(values) {
+            Some(s) => Some(s.mean_ci()),
+            None if values.len() == 1 && values[0].is_finite() => Some(Self::single(values[0])),
+            None => None,
+        }
+    }
+}
+
+/// Latency percentiles in nanoseconds.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Percentiles {
+    pub min_ns: u64,
+    pub p50_ns: u64,
+    pub p90_ns: u64,
+    pub p99_ns: u64,
+    pub p999_ns: u64,
+    pub max_ns: u64,
+    /// Number of recorded values.
+    pub count: u64,
+}
+
+impl Percentiles {
+    pub fn from_histogram(h: &hdrhistogram::Histogram<u64>) -> Self {
+        Self {
+            min_ns: h.min(),
+            p50_ns: h.value_at_quantile(0.50),
+            p90_ns: h.value_at_quantile(0.90),
+            p99_ns: h.value_at_quantile(0.99),
+            p999_ns: h.value_at_quantile(0.999),
+            max_ns: h.max(),
+            count: h.len(),
+        }
+    }
+}
+
+/// Nearest-rank percentile of unsorted values (`q` in 0..=1). `None` for no values.
+pub fn percentile(values: &[f64], q: f64) -> Option<f64> {
+    let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(|a, b| a.total_cmp(b));
+    let rank = ((q.clamp(0.0, 1.0) * v.len() as f64).ceil() as usize).clamp(1, v.len());
+    Some(v[rank - 1])
+}
+
+/// Result of Welch's unequal-variances t-test.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WelchTest {
+    pub t: f64,
+    pub df: f64,
+    /// Two-sided p-value.
+    pub p_value: f64,
+}
+
+/// Welch's t-test of the means of `a` and `b` (Welch 1947; df by Welch–Satterthwaite).
+/// `None` unless both have at least two finite samples.
+pub fn welch_t_test(a: &[f64], b: &[f64]) -> Option<WelchTest> {
+    let (sa, sb) = (Samples::new(a)?, Samples::new(b)?);
+    let (na, nb) = (sa.len() as f64, sb.len() as f64);
+    let (va, vb) = (sa.stddev().powi(2) / na, sb.stddev().powi(2) / nb);
+    let se2 = va + vb;
+    if se2 == 0.0 {
+        let p = if sa.mean() == sb.mean() { 1.0 } else { 0.0 };
+        return Some(WelchTest {
+            t: if p == 1.0 { 0.0 } else { f64::INFINITY },
+            df: na + nb - 2.0,
+            p_value: p,
+        });
+    }
+    let t = (sa.mean() - sb.mean()) / se2.sqrt();
+    let df = se2 * se2 / (va * va / (na - 1.0) + vb * vb / (nb - 1.0));
+    let dist = StudentsT::new(0.0, 1.0, df).ok()?;
+    let p_value = (2.0 * (1.0 - dist.cdf(t.abs()))).clamp(0.0, 1.0);
+    Some(WelchTest { t, df, p_value })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn needs_two_finite_samples() {
+        assert!(Samples::new(&[1.0]).is_none());
+        assert!(Samples::new(&[1.0, f64::NAN]).is_none());
+        assert!(Samples::new(&[1.0, 2.0]).is_some());
+    }
+
+    #[test]
+    fn mean_and_interval() {
+        let s = [9.0, 10.0, 11.0, 10.0];
+        let m = Samples::new(&s).unwrap().mean_ci();
+        assert!((m.mean - 10.0).abs() < 1e-12);
+        // sd = sqrt(2/3), t(3) = 3.182
+        let expect = 3.182_446 * (2.0f64 / 3.0).sqrt() / 2.0;
+        assert!((m.ci95_half_width - expect).abs() < 1e-3);
+        assert!(m.ci95_low < m.mean && m.mean < m.ci95_high);
+    }
+
+    #[test]
+    fn percentiles_are_ordered() {
+        let v: Vec<f64> = (1..=100).map(f64::from).collect();
+        assert_eq!(percentile(&v, 0.5), Some(50.0));
+        assert_eq!(percentile(&v, 0.99), Some(99.0));
+        assert_eq!(percentile(&v, 1.0), Some(100.0));
+        assert_eq!(percentile(&[], 0.5), None);
+    }
+
+    #[test]
+    fn welch_separates_different_means() {
+        let a = [10.0, 10.1, 9.9, 10.05, 9.95];
+        let b = [12.0, 12.1, 11.9, 12.05, 11.95];
+        assert!(welch_t_test(&a, &b).unwrap().p_value < 0.001);
+        assert!(welch_t_test(&a, &a).unwrap().p_value > 0.99);
+    }
+}
