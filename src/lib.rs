@@ -12,6 +12,7 @@ pub mod commands;
 pub mod counters;
 pub mod cpulist;
 pub mod error;
+pub mod machine;
 pub mod output;
 pub mod probe;
 pub mod stats;

@@ -1,0 +1,107 @@
+//! The machine an experiment runs on, and the conditions a result was taken under.
+//!
+//! Every result carries its [`Conditions`] so a figure can be judged later: what kernel, which
+//! CPUs were allowed, whether other load was running when it was taken.
+
+use crate::affinity;
+use crate::counters::LoadCheck;
+use crate::cpulist::CpuSet;
+use crate::topology::Topology;
+use anyhow::Result;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// What every experiment needs to know about the live machine.
+#[derive(Clone, Debug)]
+pub struct Machine {
+    /// Root for /sys and /proc (`/` when live).
+    pub root: PathBuf,
+    pub topology: Topology,
+    /// CPUs this process may use: affinity mask (which includes the cpuset) ∩ online.
+    pub allowed: CpuSet,
+}
+
+impl Machine {
+    /// Reads the live machine. The allowed set comes from this process's own affinity, so a
+    /// fixture root changes the topology but never what may actually be used.
+    pub fn detect(root: &Path) -> Result<Self> {
+        let topology = Topology::read(root)?;
+        let allowed = if root == Path::new("/") {
+            affinity::allowed(&topology)?
+        } else {
+            topology.online.clone()
+        };
+        Ok(Self {
+            root: root.to_path_buf(),
+            topology,
+            allowed,
+        })
+    }
+
+    /// Parses and validates a user CPU list against this machine (exit 2 on failure).
+    pub fn cpus(&self, text: &str) -> Result<CpuSet> {
+        affinity::parse_and_validate(text, &self.topology, &self.allowed)
+    }
+}
+
+/// The conditions a result was taken under.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Conditions {
+    pub cpulab_version: String,
+    /// `uname -r`.
+    pub kernel: String,
+    pub hostname: String,
+    /// Seconds since the Unix epoch when the run started.
+    pub started_unix_s: u64,
+    pub online_cpus: CpuSet,
+    pub allowed_cpus: CpuSet,
+    /// Other load seen on the CPUs in use just before measuring.
+    pub load_before: Option<LoadCheck>,
+    /// True when the result may have been spoiled by other load (see `notes`).
+    pub noisy: bool,
+    /// Anything that qualifies the figures: restricted CPUs, noise, unavailable counters.
+    pub notes: Vec<String>,
+}
+
+impl Conditions {
+    pub fn now(machine: &Machine) -> Self {
+        let uts = nix::sys::utsname::uname().ok();
+        let s = |f: Option<&std::ffi::OsStr>| {
+            f.map(|x| x.to_string_lossy().to_string())
+                .unwrap_or_default()
+        };
+        let mut notes = Vec::new();
+        if machine.allowed.len() < machine.topology.online.len() {
+            notes.push(format!(
+                "restricted CPU set: this process may use CPUs {} of online {}",
+                machine.allowed, machine.topology.online
+            ));
+        }
+        Self {
+            cpulab_version: env!("CARGO_PKG_VERSION").to_string(),
+            kernel: s(uts.as_ref().map(|u| u.release())),
+            hostname: s(uts.as_ref().map(|u| u.nodename())),
+            started_unix_s: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs())
+                .unwrap_or(0),
+            online_cpus: machine.topology.online.clone(),
+            allowed_cpus: machine.allowed.clone(),
+            load_before: None,
+            noisy: false,
+            notes,
+        }
+    }
+
+    /// Records a load check; a noisy one marks the whole result noisy.
+    pub fn record_load(&mut self, check: LoadCheck) {
+        if check.noisy {
+            self.noisy = true;
+            if let Some(r) = &check.reason {
+                self.notes
+                    .push(format!("{r}: figures may be spoiled by background load"));
+            }
+        }
+        self.load_before = Some(check);
+    }
+}
