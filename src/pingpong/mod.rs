@@ -1,0 +1,151 @@
+//! The placement-aware wakeup engine behind `cpulab pingpong`.
+//!
+//! Two endpoints (threads, or processes) pass a token back and forth over one transport while
+//! pinned to two CPUs, for every placement class the machine has. The round-trip time is the
+//! price of a wakeup at that distance: on bare metal a few microseconds more across cores than
+//! on one core; in a VM whose idle vCPUs halt, several times more, because every cross-vCPU
+//! wakeup pays a halt exit and an inter-processor interrupt through the hypervisor. The counters
+//! read around each run (context switches per endpoint, idle entries and IPIs per CPU, per round
+//! trip) name that mechanism instead of leaving it to guesswork.
+//!
+//! Layout: `settings` (validated input), `plan` (which runs), `transport` (one file per method
+//! behind two small traits), `runner` (pin, barrier, time; threads or a forked child),
+//! `measure` (the timed loop and adaptive stopping), `observe` (counters around the window),
+//! `report` (the result, which is the JSON schema) and `render` (the terminal view).
+
+mod measure;
+mod observe;
+mod plan;
+pub mod render;
+mod report;
+mod runner;
+mod settings;
+mod transport;
+
+pub use measure::EndedBy;
+pub use observe::{EndpointCounters, RunCounters};
+pub use report::{PingpongReport, PingpongRun, SkippedRun, WhereRan};
+pub use settings::{
+    Endpoints, Method, PairSpec, PingpongSettings, Placement, parse_pairs, parse_seconds,
+};
+
+use crate::counters::check_background_load;
+use crate::cpulist::CpuSet;
+use crate::machine::{Conditions, Machine};
+use anyhow::{Result, bail};
+use measure::LoopLimits;
+use std::time::Duration;
+
+/// Runs every method at every placement the settings name, and reports them with their
+/// counters and conditions. `progress` receives one line per step; lines that start with
+/// `warning:` should be shown even when progress is not.
+pub fn run(
+    machine: &Machine,
+    settings: &PingpongSettings,
+    progress: &dyn Fn(&str),
+) -> Result<PingpongReport> {
+    let cpus = settings
+        .cpus
+        .clone()
+        .unwrap_or_else(|| machine.allowed.clone());
+    if cpus.is_empty() {
+        bail!("no CPUs to run on");
+    }
+    let mut conditions = Conditions::now(machine);
+    if cpus.len() == 1 {
+        let note = format!(
+            "only one CPU ({cpus}) is available: only the same-cpu and unpinned placements can \
+             be measured, and unpinned ends share that CPU"
+        );
+        progress(&format!("note: {note}"));
+        conditions.notes.push(note);
+    }
+    let (planned, mut skipped) =
+        plan::plan(&machine.topology, &cpus, &settings.methods, &settings.pairs);
+    let in_use: CpuSet = planned
+        .iter()
+        .flat_map(|p| plan::cpus_in_use(p.placement, &cpus).to_vec())
+        .collect();
+    if settings.load_check_s > 0.0 && !in_use.is_empty() {
+        progress(&format!("checking CPUs {in_use} for other load..."));
+        let window = Duration::from_secs_f64(settings.load_check_s);
+        let check = check_background_load(&machine.root, &in_use, window);
+        if let (true, Some(r)) = (check.noisy, &check.reason) {
+            progress(&format!("warning: {r}; results are marked noisy"));
+        }
+        conditions.record_load(check);
+    }
+    let limits = LoopLimits {
+        warmup: Duration::from_secs_f64(settings.warmup_s),
+        max_time: Duration::from_secs_f64(settings.max_time_s),
+        target_ci_rel: settings.target_ci_rel,
+        min_batches: settings.min_batches,
+        batch: Duration::from_secs_f64(settings.batch_s),
+    };
+    let mut runs = Vec::new();
+    let mut failures = Vec::new();
+    for (i, p) in planned.iter().enumerate() {
+        let (a, b) = plan::cpus_of(p.placement);
+        let where_ = a.zip(b).map_or("any".into(), |(a, b)| format!("{a}:{b}"));
+        progress(&format!(
+            "[{}/{}] {} {} ({where_})",
+            i + 1,
+            planned.len(),
+            p.method,
+            p.class
+        ));
+        let spec = runner::RunSpec {
+            root: &machine.root,
+            planned: *p,
+            endpoints: settings.endpoints,
+            cpus: &cpus,
+            limits,
+        };
+        match runner::run_one(&spec) {
+            Ok(r) => runs.push(r),
+            Err(e) => {
+                progress(&format!("warning: {} {} failed: {e:#}", p.method, p.class));
+                failures.push(format!("{e:#}"));
+                skipped.push(SkippedRun {
+                    method: p.method,
+                    placement: p.class,
+                    cpu_a: a,
+                    cpu_b: b,
+                    reason: format!("failed: {e:#}"),
+                });
+            }
+        }
+    }
+    if runs.is_empty()
+        && let Some(f) = failures.first()
+    {
+        bail!("every run failed; the first: {f}");
+    }
+    report::fill_ratios(&mut runs);
+    note_unavailable(&mut conditions, &runs);
+    Ok(PingpongReport {
+        conditions,
+        settings: settings.clone(),
+        cpus,
+        runs,
+        skipped,
+    })
+}
+
+/// Counters that could not be read, said once in the conditions rather than per run.
+fn note_unavailable(conditions: &mut Conditions, runs: &[PingpongRun]) {
+    let Some(r) = runs.first() else { return };
+    for u in &r.counters.system.unavailable {
+        conditions.notes.push(format!("counter unavailable: {u}"));
+    }
+    for (event, why) in &r.counters.initiator.perf_unavailable {
+        conditions
+            .notes
+            .push(format!("perf event {event} unavailable: {why}"));
+    }
+    if let Some(why) = &r.counters.initiator.task_unavailable {
+        conditions
+            .notes
+            .push(format!("per-thread counters unavailable: {why}"));
+    }
+}
