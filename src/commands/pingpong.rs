@@ -39,6 +39,11 @@ pub struct Args {
     /// run for --max-time).
     #[arg(long, default_value = "2", value_name = "PERCENT")]
     pub target_ci: String,
+    /// Also count with perf events on both endpoints (task clock; cycles and instructions where
+    /// the CPU exposes them). They add cost to every context switch, so blocking round trips
+    /// measured with them are slower.
+    #[arg(long)]
+    pub perf: bool,
     /// Skip the check for other load before measuring.
     #[arg(long)]
     pub no_load_check: bool,
@@ -107,6 +112,7 @@ pub fn settings(args: &Args, machine: &Machine) -> Result<PingpongSettings> {
         max_time_s,
         target_ci_rel,
         load_check_s: if args.no_load_check { 0.0 } else { 0.2 },
+        perf_counters: args.perf,
         ..PingpongSettings::default()
     })
 }

@@ -36,6 +36,11 @@ use anyhow::{Result, bail};
 use measure::LoopLimits;
 use std::time::Duration;
 
+/// Why perf counters are off unless asked for.
+pub const PERF_OFF: &str = "perf counters were not opened (ask with --perf): a perf event on a \
+     task adds work to each of its context switches, which inflates blocking round trips; \
+     context switches and migrations come from /proc, which costs nothing";
+
 /// Runs every method at every placement the settings name, and reports them with their
 /// counters and conditions. `progress` receives one line per step; lines that start with
 /// `warning:` should be shown even when progress is not.
@@ -100,6 +105,7 @@ pub fn run(
             endpoints: settings.endpoints,
             cpus: &cpus,
             limits,
+            perf_counters: settings.perf_counters,
         };
         match runner::run_one(&spec) {
             Ok(r) => runs.push(r),
@@ -123,6 +129,9 @@ pub fn run(
     }
     report::fill_ratios(&mut runs);
     note_unavailable(&mut conditions, &runs);
+    if !settings.perf_counters {
+        conditions.notes.push(PERF_OFF.to_string());
+    }
     Ok(PingpongReport {
         conditions,
         settings: settings.clone(),

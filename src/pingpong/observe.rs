@@ -40,7 +40,8 @@ pub struct EndpointCounters {
     pub voluntary_switches_per_rt: Option<f64>,
     /// Involuntary context switches (preemptions) per round trip.
     pub involuntary_switches_per_rt: Option<f64>,
-    /// perf counters by `perf stat` name (software, and hardware where available).
+    /// perf counters by `perf stat` name (software, and hardware where available); empty
+    /// unless perf counters were asked for (`--perf`).
     pub perf: BTreeMap<String, u64>,
     /// The same perf counts per round trip.
     pub perf_per_rt: BTreeMap<String, f64>,
@@ -84,7 +85,7 @@ pub struct Observer {
     root: PathBuf,
     cpus: CpuSet,
     tasks: [TaskRef; 2],
-    perf: [PerfCounters; 2],
+    perf: [Option<PerfCounters>; 2],
 }
 
 /// Snapshots taken at the start of the window.
@@ -95,15 +96,20 @@ pub struct Window {
 }
 
 impl Observer {
-    /// `tasks` are the initiator and the responder; `cpus` the CPUs whose counters matter.
-    pub fn open(root: &Path, cpus: CpuSet, tasks: [TaskRef; 2]) -> Self {
-        let perf = tasks.map(|t| PerfCounters::open(t.id(), false));
+    /// `tasks` are the initiator and the responder; `cpus` the CPUs whose counters matter;
+    /// `perf` opens perf events on both tasks (they add work to every context switch).
+    pub fn open(root: &Path, cpus: CpuSet, tasks: [TaskRef; 2], perf: bool) -> Self {
+        let perf = tasks.map(|t| perf.then(|| PerfCounters::open(t.id(), false)));
         Self {
             root: root.to_path_buf(),
             cpus,
             tasks,
             perf,
         }
+    }
+
+    fn perf_reads(&self) -> [BTreeMap<String, u64>; 2] {
+        [0, 1].map(|i| self.perf[i].as_ref().map(|p| p.read()).unwrap_or_default())
     }
 
     fn task_snapshots(&self) -> [Result<TaskSnapshot, String>; 2] {
@@ -115,7 +121,7 @@ impl Observer {
     pub fn begin(&self) -> Window {
         let system = SystemSnapshot::take(&self.root);
         let tasks = self.task_snapshots();
-        let perf = [self.perf[0].read(), self.perf[1].read()];
+        let perf = self.perf_reads();
         Window {
             system,
             tasks,
@@ -125,7 +131,7 @@ impl Observer {
 
     /// Snapshots at the end (tasks first, the machine last) and the deltas.
     pub fn end(&self, w: Window, round_trips: u64) -> RunCounters {
-        let perf_after = [self.perf[0].read(), self.perf[1].read()];
+        let perf_after = self.perf_reads();
         let tasks_after = self.task_snapshots();
         let system = w
             .system
@@ -137,7 +143,7 @@ impl Observer {
                 &tasks_after[i],
                 &w.perf[i],
                 &perf_after[i],
-                &self.perf[i],
+                self.perf[i].as_ref(),
                 round_trips,
             )
         });
@@ -171,7 +177,7 @@ fn endpoint(
     after: &Result<TaskSnapshot, String>,
     perf_before: &BTreeMap<String, u64>,
     perf_after: &BTreeMap<String, u64>,
-    perf: &PerfCounters,
+    perf: Option<&PerfCounters>,
     round_trips: u64,
 ) -> EndpointCounters {
     let per_rt = |v: u64| (round_trips > 0).then(|| v as f64 / round_trips as f64);
@@ -197,6 +203,6 @@ fn endpoint(
             .filter_map(|(k, v)| Some((k.clone(), per_rt(*v)?)))
             .collect(),
         perf: perf_delta,
-        perf_unavailable: perf.unavailable.clone(),
+        perf_unavailable: perf.map(|p| p.unavailable.clone()).unwrap_or_default(),
     }
 }

@@ -39,6 +39,8 @@ pub struct RunSpec<'a> {
     /// The CPUs the experiment may use (unpinned ends may run on any of them).
     pub cpus: &'a CpuSet,
     pub limits: LoopLimits,
+    /// Open perf events on both endpoints for the window.
+    pub perf_counters: bool,
 }
 
 impl RunSpec<'_> {
@@ -326,6 +328,7 @@ fn timed(
         spec.root,
         cpus_in_use(spec.planned.placement, spec.cpus),
         [me, peer()],
+        spec.perf_counters,
     );
     let mut sampler = spec.unpinned().then(WhereRan::default);
     let responder_cpu = control.u32_at(RESPONDER_CPU);

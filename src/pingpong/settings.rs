@@ -133,6 +133,10 @@ pub struct PingpongSettings {
     pub batch_s: f64,
     /// How long to watch for other load before measuring, in seconds (0 = do not check).
     pub load_check_s: f64,
+    /// Open perf events (software, and hardware where available) on both endpoints. Off by
+    /// default: each open event adds work to every context switch of its task, which inflates
+    /// blocking round trips; the /proc counters cost nothing.
+    pub perf_counters: bool,
 }
 
 impl Default for PingpongSettings {
@@ -148,6 +152,7 @@ impl Default for PingpongSettings {
             min_batches: 10,
             batch_s: 0.005,
             load_check_s: 0.2,
+            perf_counters: false,
         }
     }
 }
