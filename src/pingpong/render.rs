@@ -6,9 +6,13 @@ use super::measure::EndedBy;
 use super::report::{PingpongReport, PingpongRun};
 use super::settings::{Method, PairSpec};
 use crate::output::{Style, fmt_ns};
-use comfy_table::{Cell, CellAlignment, Table, presets};
+use comfy_table::{Cell, CellAlignment, LineStyle, Table, TableStyle};
 use std::collections::BTreeMap;
 use std::fmt::Write;
+
+/// Columns without rules, one line under the header: dense rows read best.
+const STYLE: TableStyle =
+    TableStyle::new().header_separator(LineStyle::none().fill('─').junction(' '));
 
 /// The whole report as text.
 pub fn render(report: &PingpongReport, style: &Style) -> String {
@@ -88,7 +92,7 @@ fn per_rt(v: Option<f64>) -> String {
 
 fn table(runs: &[PingpongRun]) -> Table {
     let mut t = Table::new();
-    t.load_style(presets::UTF8_HORIZONTAL_ONLY);
+    t.load_style(STYLE);
     t.set_header([
         "method",
         "placement",
@@ -176,7 +180,7 @@ fn matrix(report: &PingpongReport, method: Method) -> String {
     }
     let cpus = report.cpus.to_vec();
     let mut t = Table::new();
-    t.load_style(presets::UTF8_HORIZONTAL_ONLY);
+    t.load_style(STYLE);
     t.set_header(std::iter::once("a \\ b".to_string()).chain(cpus.iter().map(|c| c.to_string())));
     for &a in &cpus {
         t.add_row(std::iter::once(Cell::new(a)).chain(cpus.iter().map(|&b| {

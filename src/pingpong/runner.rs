@@ -182,7 +182,8 @@ fn run_processes(spec: &RunSpec, conn: Connection, control: &SharedPage) -> Resu
                         Ok(_) => anyhow!(msg),
                     })
                 }
-                (r, Err(e)) => r.and(Err(e)),
+                (Ok(_), Err(e)) => Err(e),
+                (Err(r), Err(e)) => Err(r.context(format!("{e:#}"))),
             }
         }
     }
