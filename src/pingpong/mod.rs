@@ -13,6 +13,7 @@
 //! `measure` (the timed loop and adaptive stopping), `observe` (counters around the window),
 //! `report` (the result, which is the JSON schema) and `render` (the terminal view).
 
+mod clock;
 mod measure;
 mod observe;
 mod plan;
@@ -22,6 +23,7 @@ mod runner;
 mod settings;
 mod transport;
 
+pub use clock::Timer;
 pub use measure::EndedBy;
 pub use observe::{EndpointCounters, RunCounters};
 pub use report::{PingpongReport, PingpongRun, SkippedRun, WhereRan};
@@ -87,6 +89,7 @@ pub fn run(
         min_batches: settings.min_batches,
         batch: Duration::from_secs_f64(settings.batch_s),
     };
+    let timer = Timer::detect(&machine.root);
     let mut runs = Vec::new();
     let mut failures = Vec::new();
     for (i, p) in planned.iter().enumerate() {
@@ -106,6 +109,7 @@ pub fn run(
             cpus: &cpus,
             limits,
             perf_counters: settings.perf_counters,
+            timer,
         };
         match runner::run_one(&spec) {
             Ok(r) => runs.push(r),
@@ -136,6 +140,7 @@ pub fn run(
         conditions,
         settings: settings.clone(),
         cpus,
+        timer,
         runs,
         skipped,
     })

@@ -4,6 +4,7 @@
 //! differ, its histogram percentiles, the counters that explain it, and where its ends ran when
 //! the scheduler placed them.
 
+use super::clock::Timer;
 use super::measure::EndedBy;
 use super::observe::RunCounters;
 use super::settings::{Endpoints, Method, PingpongSettings};
@@ -23,6 +24,9 @@ pub struct PingpongReport {
     pub settings: PingpongSettings,
     /// CPUs the experiment used (the `--cpus` set, or every CPU this process may use).
     pub cpus: CpuSet,
+    /// The counter read once per round trip (`tsc` ticks are converted to nanoseconds with the
+    /// ratio measured against CLOCK_MONOTONIC over each run).
+    pub timer: Timer,
     /// One entry per method and placement measured, in the order they ran.
     pub runs: Vec<PingpongRun>,
     /// Method and placement combinations not measured, each with the reason.

@@ -11,6 +11,7 @@
 //! makes forking a threaded process safe. A reaper thread waits for it; if the child dies
 //! early, the reaper unblocks the initiator instead of letting it wait forever.
 
+use super::clock::Timer;
 use super::measure::{self, LoopLimits, Measured};
 use super::observe::{Observer, RunCounters, TaskRef};
 use super::plan::{Planned, cpus_in_use, cpus_of};
@@ -19,7 +20,7 @@ use super::settings::{Endpoints, Placement};
 use super::transport::{self, Abort, Connection, Initiator, Responder, SharedPage};
 use crate::affinity;
 use crate::cpulist::CpuSet;
-use crate::stats::{MeanCi, Percentiles};
+use crate::stats::MeanCi;
 use anyhow::{Context, Result, anyhow, bail};
 use std::path::Path;
 use std::sync::Arc;
@@ -41,6 +42,8 @@ pub struct RunSpec<'a> {
     pub limits: LoopLimits,
     /// Open perf events on both endpoints for the window.
     pub perf_counters: bool,
+    /// What the loop reads once per round trip.
+    pub timer: Timer,
 }
 
 impl RunSpec<'_> {
@@ -339,7 +342,7 @@ fn timed(
         }
     };
     let window = observer.begin();
-    let measured = measure::measure(ini, &spec.limits, batch, &mut sample)?;
+    let measured = measure::measure(ini, &spec.limits, batch, spec.timer, &mut sample)?;
     let counters = observer.end(window, measured.round_trips);
     let where_ran = sampler.map(|mut w| {
         let migrations = |e: &super::observe::EndpointCounters| {
@@ -377,15 +380,14 @@ fn sample_where(w: &mut WhereRan, responder_cpu: &AtomicU32) {
 fn build_run(spec: &RunSpec, out: Outcome) -> PingpongRun {
     let m = out.measured;
     let (cpu_a, cpu_b) = cpus_of(spec.planned.placement);
-    let mean_rtt_ns =
-        MeanCi::of(&m.batch_means_ns).unwrap_or_else(|| MeanCi::single(m.histogram.mean()));
+    let mean_rtt_ns = MeanCi::of(&m.batch_means_ns).unwrap_or_else(|| MeanCi::single(m.mean_ns));
     PingpongRun {
         method: spec.planned.method,
         endpoints: spec.endpoints,
         placement: spec.planned.class,
         cpu_a,
         cpu_b,
-        rtt: Percentiles::from_histogram(&m.histogram),
+        rtt: m.rtt,
         mean_rtt_ns,
         round_trips_per_s: if m.measured_s > 0.0 {
             m.round_trips as f64 / m.measured_s
