@@ -13,6 +13,7 @@
 //! `measure` (the timed loop and adaptive stopping), `observe` (counters around the window),
 //! `report` (the result, which is the JSON schema) and `render` (the terminal view).
 
+mod child;
 mod clock;
 mod measure;
 mod observe;
