@@ -31,19 +31,14 @@ pub fn render(report: &PingpongReport, style: &Style) -> String {
     if !report.runs.is_empty() {
         let _ = writeln!(out, "{}", table(&report.runs));
     }
-    let unconverged: Vec<String> = report
-        .runs
-        .iter()
-        .filter(|r| r.ended_by == EndedBy::MaxTime)
-        .map(|r| format!("{} {} ({})", r.method, r.placement, r.cpus_label()))
-        .collect();
-    if !unconverged.is_empty() {
+    if report.runs.iter().any(|r| r.ended_by == EndedBy::MaxTime) {
         let _ = writeln!(
             out,
             "{}",
             style.dim(&format!(
-                "reached --max-time before the CI target: {}",
-                unconverged.join(", ")
+                "* reached --max-time ({} s) before the CI was within ±{}% of the mean",
+                s.max_time_s,
+                100.0 * s.target_ci_rel
             ))
         );
     }
@@ -119,9 +114,14 @@ fn table(runs: &[PingpongRun]) -> Table {
             r.cpus_label(),
             fmt_ns(r.rtt.p50_ns as f64),
             format!(
-                "{} ± {:.1}%",
+                "{} ± {:.1}%{}",
                 fmt_ns(r.mean_rtt_ns.mean),
-                100.0 * r.mean_rtt_ns.rel_half_width()
+                100.0 * r.mean_rtt_ns.rel_half_width(),
+                if r.ended_by == EndedBy::MaxTime {
+                    "*"
+                } else {
+                    " "
+                }
             ),
             fmt_ns(r.rtt.p99_ns as f64),
             format!("{:.0}", r.round_trips_per_s),
@@ -193,6 +193,6 @@ fn matrix(report: &PingpongReport, method: Method) -> String {
         })));
     }
     format!(
-        "{method}: p50 round trip in us, initiator CPU (rows) to responder CPU (columns)\n{t}\n"
+        "\n{method}: p50 round trip in us, initiator CPU (rows) to responder CPU (columns)\n{t}\n"
     )
 }
