@@ -34,6 +34,7 @@ pub use settings::{
 
 use crate::counters::check_background_load;
 use crate::cpulist::CpuSet;
+use crate::error::bad_input;
 use crate::machine::{Conditions, Machine};
 use anyhow::{Result, bail};
 use measure::LoopLimits;
@@ -59,6 +60,13 @@ pub fn run(
     if cpus.is_empty() {
         bail!("no CPUs to run on");
     }
+    let limits = LoopLimits {
+        warmup: seconds("warmup_s", settings.warmup_s)?,
+        max_time: seconds("max_time_s", settings.max_time_s)?,
+        target_ci_rel: settings.target_ci_rel,
+        min_batches: settings.min_batches,
+        batch: seconds("batch_s", settings.batch_s)?,
+    };
     let mut conditions = Conditions::now(machine);
     if cpus.len() == 1 {
         let note = format!(
@@ -76,20 +84,13 @@ pub fn run(
         .collect();
     if settings.load_check_s > 0.0 && !in_use.is_empty() {
         progress(&format!("checking CPUs {in_use} for other load..."));
-        let window = Duration::from_secs_f64(settings.load_check_s);
+        let window = seconds("load_check_s", settings.load_check_s)?;
         let check = check_background_load(&machine.root, &in_use, window);
         if let (true, Some(r)) = (check.noisy, &check.reason) {
             progress(&format!("warning: {r}; results are marked noisy"));
         }
         conditions.record_load(check);
     }
-    let limits = LoopLimits {
-        warmup: Duration::from_secs_f64(settings.warmup_s),
-        max_time: Duration::from_secs_f64(settings.max_time_s),
-        target_ci_rel: settings.target_ci_rel,
-        min_batches: settings.min_batches,
-        batch: Duration::from_secs_f64(settings.batch_s),
-    };
     let timer = Timer::detect(&machine.root);
     let mut runs = Vec::new();
     let mut failures = Vec::new();
@@ -147,6 +148,12 @@ pub fn run(
     })
 }
 
+/// A settings field as a duration; negative or non-finite values are bad input, not a panic.
+fn seconds(field: &str, s: f64) -> Result<Duration> {
+    Duration::try_from_secs_f64(s)
+        .map_err(|_| bad_input(format!("pingpong setting {field} = {s} is not a duration")))
+}
+
 /// Counters that could not be read, said once in the conditions rather than per run.
 fn note_unavailable(conditions: &mut Conditions, runs: &[PingpongRun]) {
     let Some(r) = runs.first() else { return };
@@ -162,5 +169,47 @@ fn note_unavailable(conditions: &mut Conditions, runs: &[PingpongRun]) {
         conditions
             .notes
             .push(format!("per-thread counters unavailable: {why}"));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    /// The doctor's path: settings built in code, no command line.
+    #[test]
+    fn runs_from_settings_built_in_code() {
+        let machine = Machine::detect(Path::new("/")).unwrap();
+        let cpu = machine.allowed.first().unwrap();
+        let mut s = PingpongSettings::quick(
+            &[Method::Eventfd],
+            PairSpec::List(vec![Placement::Pinned { a: cpu, b: cpu }]),
+            0.05,
+        );
+        s.warmup_s = 0.01;
+        s.load_check_s = 0.0;
+        let lines = std::cell::RefCell::new(Vec::new());
+        let r = run(&machine, &s, &|l: &str| {
+            lines.borrow_mut().push(l.to_string())
+        })
+        .unwrap();
+        assert_eq!(r.runs.len(), 1);
+        assert_eq!(
+            r.runs[0].placement,
+            crate::topology::PlacementClass::SameCpu
+        );
+        assert!(lines.borrow().iter().any(|l| l.contains("eventfd")));
+    }
+
+    #[test]
+    fn nonsense_durations_are_bad_input_not_panics() {
+        let machine = Machine::detect(Path::new("/")).unwrap();
+        let s = PingpongSettings {
+            warmup_s: -1.0,
+            ..PingpongSettings::default()
+        };
+        let e = run(&machine, &s, &|_| {}).unwrap_err();
+        assert_eq!(crate::error::exit_code(&e), 2);
     }
 }
