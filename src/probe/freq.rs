@@ -69,12 +69,20 @@ impl Freq {
     pub fn read(root: &Path, is_vm: bool) -> Self {
         let cpu = root.join("sys/devices/system/cpu");
         let dir = cpu.join("cpufreq");
-        let policies = read_dir_names(&dir).and_then(|names| {
-            let v: Vec<Policy> = names
+        // An absent cpufreq directory and an empty one mean the same: nothing to control.
+        let names = match read_dir_names(&dir) {
+            Reading::Unavailable { unavailable: u } if u.reason == Reason::Absent => {
+                Reading::Value(Vec::new())
+            }
+            r => r,
+        };
+        let policies = names.and_then(|names| {
+            let mut v: Vec<Policy> = names
                 .iter()
                 .filter(|n| n.starts_with("policy"))
                 .map(|n| read_policy(&dir.join(n), n))
                 .collect();
+            v.sort_by_key(|p| p.name[6..].parse::<u32>().unwrap_or(u32::MAX));
             if v.is_empty() {
                 let why = if is_vm {
                     "no cpufreq policies: the hypervisor does not expose frequency control"

@@ -7,6 +7,7 @@
 use super::Probe;
 use super::mitigations::VulnState;
 use super::reading::Reading;
+use crate::cpulist::CpuSet;
 use crate::output::Style;
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -142,10 +143,12 @@ fn topology(s: &mut String, st: &Style, p: &Probe) {
         s,
         "cores / threads",
         &format!(
-            "{} cores, {} per core (SMT control {})",
+            "{} cores, {} thread(s) per core{}",
             t.cores,
             t.threads_per_core,
-            t.smt_control.show(|c| c.clone())
+            t.smt_control
+                .value()
+                .map_or(String::new(), |c| format!(" (SMT control {c})"))
         ),
     );
     for c in &t.caches {
@@ -313,26 +316,38 @@ fn freq(s: &mut String, st: &Style, p: &Probe) {
     head(s, st, "Frequency");
     match &f.policies {
         Reading::Value(ps) => {
+            // Identical policies (one per CPU under intel_pstate) are shown once.
+            let mut groups: Vec<(String, CpuSet, Vec<u64>)> = Vec::new();
             for x in ps {
                 let mhz = |k: Option<u64>| k.map_or("?".into(), |k| format!("{}", k / 1000));
-                row(
-                    s,
-                    &x.name,
-                    &format!(
-                        "CPUs {} {} / {}: {}-{} MHz (hw {}-{}), now {} MHz{}",
-                        x.cpus.as_ref().map_or("?".into(), |c| c.to_string()),
-                        x.driver.as_deref().unwrap_or("?"),
-                        x.governor.as_deref().unwrap_or("?"),
-                        mhz(x.min_khz),
-                        mhz(x.max_khz),
-                        mhz(x.cpuinfo_min_khz),
-                        mhz(x.cpuinfo_max_khz),
-                        mhz(x.cur_khz),
-                        x.energy_performance_preference
-                            .as_ref()
-                            .map_or(String::new(), |e| format!(", EPP {e}"))
-                    ),
+                let key = format!(
+                    "{} / {}: {}-{} MHz (hw {}-{}){}",
+                    x.driver.as_deref().unwrap_or("?"),
+                    x.governor.as_deref().unwrap_or("?"),
+                    mhz(x.min_khz),
+                    mhz(x.max_khz),
+                    mhz(x.cpuinfo_min_khz),
+                    mhz(x.cpuinfo_max_khz),
+                    x.energy_performance_preference
+                        .as_ref()
+                        .map_or(String::new(), |e| format!(", EPP {e}"))
                 );
+                let cpus = x.cpus.clone().unwrap_or_default();
+                match groups.iter_mut().find(|g| g.0 == key) {
+                    Some(g) => {
+                        g.1 = g.1.iter().chain(cpus.iter()).collect();
+                        g.2.extend(x.cur_khz);
+                    }
+                    None => groups.push((key, cpus, x.cur_khz.into_iter().collect())),
+                }
+            }
+            for (key, cpus, cur) in groups {
+                let now = match (cur.iter().min(), cur.iter().max()) {
+                    (Some(a), Some(b)) if a == b => format!(", now {} MHz", a / 1000),
+                    (Some(a), Some(b)) => format!(", now {}-{} MHz", a / 1000, b / 1000),
+                    _ => String::new(),
+                };
+                row(s, &format!("CPUs {cpus}"), &format!("{key}{now}"));
             }
         }
         r => row(s, "cpufreq", &st.yellow(&r.show(|_| String::new()))),

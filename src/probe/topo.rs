@@ -236,6 +236,12 @@ pub fn describe_sharing(topo: &Topology, group: &CpuSet) -> String {
         };
         return format!("per {unit} ({cores} cores)");
     }
+    let whole_node = first
+        .node
+        .is_some_and(|n| topo.nodes.get(&n).is_some_and(|cpus| cpus == group));
+    if whole_node {
+        return format!("per NUMA node ({cores} cores)");
+    }
     if cores == 2 {
         return "per module (2 cores)".to_string();
     }
