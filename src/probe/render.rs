@@ -43,7 +43,7 @@ fn show_map(r: &Reading<BTreeMap<String, String>>) -> String {
 }
 
 fn kib(k: u64) -> String {
-    if k >= 1024 && k % 1024 == 0 {
+    if k >= 1024 && k.is_multiple_of(1024) {
         format!("{} MiB", k / 1024)
     } else if k >= 1024 {
         format!("{:.2} MiB", k as f64 / 1024.0)
