@@ -137,3 +137,18 @@ impl Probe {
             .map_or(self.conditions.kernel.as_str(), |s| s.as_str())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_model_is_the_first_model_name() {
+        let text = "processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel\t\t: 1\nmodel name\t: AMD Opteron(tm) Processor 6376\n\nprocessor\t: 1\nmodel name\t: other\n";
+        assert_eq!(
+            parse_cpu_model(text).as_deref(),
+            Some("AMD Opteron(tm) Processor 6376")
+        );
+        assert_eq!(parse_cpu_model("processor : 0\n"), None);
+    }
+}

@@ -24,10 +24,21 @@ fn virt_and_idle(p: &Probe, out: &mut Vec<String>) {
     let guest = p.virt.hypervisor.as_ref().map(|h| format!("{h} guest"));
     let idle = &p.idle;
     match (guest.as_deref(), idle.is_haltpoll(), idle.halt_poll_ns()) {
-        (Some(g), true, Some(0)) => out.push(format!(
-            "{g}, haltpoll idle with guest_halt_poll_ns=0: every idle vCPU halts at once, so a \
-             wakeup sent to another vCPU pays a halt exit and an IPI through the hypervisor"
-        )),
+        (Some(g), true, Some(0)) => {
+            out.push(format!(
+                "{g}, haltpoll idle with guest_halt_poll_ns=0: every idle vCPU halts at once, so \
+                 a wakeup sent to another vCPU pays a halt exit and an IPI through the hypervisor"
+            ));
+            // arch/x86/kernel/kvm.c: enabling guest halt polling writes MSR_KVM_POLL_CONTROL=0.
+            if p.virt.kvm_feature("poll_control") == Some(true) {
+                out.push(
+                    "with KVM poll control, the haltpoll driver has also turned off the host's \
+                     halt polling for this guest: nobody polls, a halted vCPU sleeps in the host \
+                     until the IPI arrives"
+                        .to_string(),
+                );
+            }
+        }
         (Some(g), true, Some(ns)) => out.push(format!(
             "{g}, haltpoll idle polling up to {} before halting: wakeups within that window \
              avoid a halt exit",
