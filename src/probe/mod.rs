@@ -92,6 +92,12 @@ pub fn probe(machine: &Machine) -> Probe {
             root.display()
         ));
     }
+    if topology.allowed.len() < machine.allowed.len() {
+        conditions.notes.push(format!(
+            "restricted CPU set: the cgroup cpuset allows CPUs {} of online {}",
+            topology.allowed, topology.online
+        ));
+    }
     conditions.allowed_cpus = topology.allowed.clone();
     let cpu_model = reading::read_parsed(&root.join("proc/cpuinfo"), parse_cpu_model);
     let mut p = Probe {
