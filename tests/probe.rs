@@ -259,16 +259,22 @@ fn one_allowed_cpu_under_taskset() {
     {
         return;
     }
+    // The first CPU this test may use (cpu0 may be outside a container's cpuset).
+    let live = probe_json(None);
+    let first = live["topology"]["matrix"]["cpus"][0]
+        .as_u64()
+        .unwrap()
+        .to_string();
     let bin = assert_cmd::cargo::cargo_bin("cpulab");
     let out = std::process::Command::new("taskset")
-        .args(["-c", "0"])
+        .args(["-c", &first])
         .arg(bin)
         .args(["probe", "--json"])
         .output()
         .unwrap();
     assert!(out.status.success());
     let p: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(p["topology"]["allowed"], "0");
+    assert_eq!(p["topology"]["allowed"], first.as_str());
     let classes = p["topology"]["classes"].as_array().unwrap();
     assert_eq!(classes.len(), 1);
     assert_eq!(classes[0]["class"], "same-cpu");
