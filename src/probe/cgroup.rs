@@ -17,9 +17,11 @@ use std::path::{Path, PathBuf};
 /// One line of `/proc/self/cgroup`: `id:controllers:path`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Membership {
+    /// Hierarchy ID (0 is the v2 unified hierarchy).
     pub hierarchy: u32,
     /// Controllers of a v1 hierarchy; empty for the v2 unified one.
     pub controllers: Vec<String>,
+    /// This process's group path within the hierarchy.
     pub path: String,
 }
 
@@ -27,7 +29,9 @@ pub struct Membership {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Mount {
     pub v2: bool,
+    /// Where it is mounted.
     pub point: String,
+    /// Mount options; for v1 these name the controllers (`cpu`, `cpuset`).
     pub options: Vec<String>,
 }
 
@@ -94,8 +98,11 @@ pub fn parse_flat_keyed(text: &str) -> BTreeMap<String, u64> {
 /// Where this process's cgroups are, as read under a root.
 #[derive(Clone, Debug)]
 pub struct Layout {
+    /// The root directory read under.
     pub root: PathBuf,
+    /// `/proc/self/cgroup`, parsed.
     pub membership: Reading<Vec<Membership>>,
+    /// The cgroup and cgroup2 lines of `/proc/self/mounts`.
     pub mounts: Vec<Mount>,
 }
 
@@ -178,6 +185,7 @@ impl Layout {
 /// This process's group directory for one controller.
 #[derive(Clone, Debug, Default)]
 pub struct GroupDir {
+    /// This process's group directory.
     pub dir: PathBuf,
     /// The hierarchy's mount point: walks up the tree stop here.
     pub mount: PathBuf,
@@ -240,6 +248,7 @@ pub struct CpuLimits {
     pub dir: String,
     /// CFS quota per period in microseconds; `None` when unlimited.
     pub quota_us: Option<u64>,
+    /// CFS period in microseconds.
     pub period_us: Option<u64>,
     /// Quota as a number of CPUs (quota / period); `None` when unlimited.
     pub quota_cpus: Option<f64>,

@@ -16,14 +16,19 @@ use std::path::Path;
 pub struct Policy {
     /// `policyN`.
     pub name: String,
+    /// CPUs in the policy (`affected_cpus`).
     pub cpus: Option<CpuSet>,
+    /// `scaling_driver` (intel_pstate, acpi-cpufreq, amd-pstate).
     pub driver: Option<String>,
+    /// `scaling_governor` (performance, powersave, schedutil).
     pub governor: Option<String>,
     /// Limits set by the governor or administrator, kHz.
     pub min_khz: Option<u64>,
+    /// Upper limit, kHz.
     pub max_khz: Option<u64>,
     /// Hardware limits, kHz.
     pub cpuinfo_min_khz: Option<u64>,
+    /// Highest hardware frequency, kHz.
     pub cpuinfo_max_khz: Option<u64>,
     /// The frequency at the moment of the probe, kHz (a snapshot, not a measurement).
     pub cur_khz: Option<u64>,

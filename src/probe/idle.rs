@@ -20,7 +20,9 @@ use std::path::Path;
 pub struct IdleState {
     /// `stateN` directory index: 0 is the shallowest.
     pub index: u32,
+    /// State name (`POLL`, `C1`, `haltpoll idle`).
     pub name: String,
+    /// The driver's description.
     pub desc: String,
     /// Exit latency in microseconds.
     pub latency_us: Option<u64>,
@@ -40,6 +42,7 @@ pub struct Idle {
     pub governor: Reading<String>,
     /// The CPU whose states are listed (the first allowed one).
     pub states_cpu: u32,
+    /// Every idle state of `states_cpu`, shallowest first.
     pub states: Reading<Vec<IdleState>>,
     /// States that other allowed CPUs have disabled differently from `states_cpu`.
     pub per_cpu_differences: Vec<String>,

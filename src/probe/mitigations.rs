@@ -30,6 +30,7 @@ pub enum VulnState {
 /// One entry of the vulnerabilities directory.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Vulnerability {
+    /// Classified from the first word of `text`.
     pub state: VulnState,
     /// The kernel's text, verbatim.
     pub text: String,

@@ -48,12 +48,19 @@ pub struct Probe {
     pub cpu_model: Reading<String>,
     /// The kernel command line, verbatim.
     pub cmdline: Reading<String>,
+    /// CPUs, caches, nodes and the placement class of every pair.
     pub topology: topo::TopologyView,
+    /// Hypervisor, paravirtual features, container evidence.
     pub virt: virt::Virt,
+    /// cpuidle driver, states and halt polling.
     pub idle: idle::Idle,
+    /// cpufreq policies, boost, pstate drivers.
     pub freq: freq::Freq,
+    /// CPU vulnerability mitigations and related boot options.
     pub mitigations: mitigations::Mitigations,
+    /// Kernel, scheduler tunables, tuned, cgroup CPU limits.
     pub sched: sched::Sched,
+    /// Which perf counters can be opened.
     pub counters: counters::Counters,
 }
 

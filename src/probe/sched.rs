@@ -38,6 +38,7 @@ pub struct Sched {
     pub debug_tunables: Reading<BTreeMap<String, String>>,
     /// `/etc/tuned/active_profile`, when tuned is installed.
     pub tuned_profile: Reading<String>,
+    /// This process's cgroup CPU limits.
     pub cgroup: CgroupLimits,
 }
 

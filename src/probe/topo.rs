@@ -17,6 +17,7 @@ use std::collections::BTreeMap;
 /// One cache level and kind, and how it is shared.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CacheLevel {
+    /// Cache level (1, 2, 3).
     pub level: u32,
     /// `Data`, `Instruction` or `Unified`.
     pub kind: String,
@@ -31,6 +32,7 @@ pub struct CacheLevel {
 /// How many pairs of allowed CPUs fall in one placement class, and one to try.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClassSummary {
+    /// The placement class.
     pub class: PlacementClass,
     /// Unordered pairs of distinct allowed CPUs in this class (0 for same-cpu).
     pub pairs: usize,
@@ -50,6 +52,7 @@ pub struct PlacementMatrix {
 /// The topology section of the probe.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TopologyView {
+    /// Online CPUs.
     pub online: CpuSet,
     /// This process's affinity mask (live machine only).
     pub affinity: Reading<CpuSet>,
@@ -61,13 +64,17 @@ pub struct TopologyView {
     pub isolated: Reading<CpuSet>,
     /// `/sys/devices/system/cpu/smt/control`: on, off, forceoff, notsupported.
     pub smt_control: Reading<String>,
+    /// Physical packages (sockets).
     pub packages: usize,
     /// Dies across all packages.
     pub dies: usize,
     /// NUMA nodes and their CPUs; empty when the kernel exposes none.
     pub nodes: BTreeMap<u32, CpuSet>,
+    /// Cores, counting the two cores of an AMD module separately.
     pub cores: usize,
+    /// Hardware threads per core (1 without SMT).
     pub threads_per_core: usize,
+    /// Each cache level and kind, and what shares one instance.
     pub caches: Vec<CacheLevel>,
     /// L2 caches shared by more than one core (AMD modules, Intel E-core clusters).
     pub modules: Vec<CpuSet>,
@@ -75,6 +82,7 @@ pub struct TopologyView {
     pub llc_domains: Vec<CpuSet>,
     /// One line per placement class present among the allowed CPUs, nearest first.
     pub classes: Vec<ClassSummary>,
+    /// The class of every ordered pair of allowed CPUs.
     pub matrix: PlacementMatrix,
     /// Every online CPU as sysfs describes it.
     pub cpus: Vec<crate::topology::Cpu>,

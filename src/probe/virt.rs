@@ -32,6 +32,7 @@ pub struct Virt {
     pub hypervisor: Option<String>,
     /// Which witness the conclusion rests on.
     pub evidence: Vec<String>,
+    /// Evidence that this process runs in a container.
     pub container: Container,
 }
 
