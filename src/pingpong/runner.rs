@@ -2,10 +2,9 @@
 //!
 //! Pin, then barrier, then time (core-to-core-latency's order): each end pins itself first,
 //! and the warm-up's first round trip is the barrier, since the responder only answers once it
-//! is pinned and in its loop. The initiator runs on its own thread so the caller's affinity is
-//! never touched.
-//!
-//! With `--processes` the responder is a forked child instead of a thread (see `child`).
+//! is pinned and in its loop. With two threads, both ends are threads of their own, so the
+//! caller's affinity is never touched; with `--processes` the responder is a forked process
+//! and the initiator is the calling thread (see `child` for why).
 
 use super::clock::Timer;
 use super::measure::{self, LoopLimits, Measured};
