@@ -88,12 +88,8 @@ pub fn measure(
     let mut prev = timer.ticks();
     let ended_by = loop {
         let batch_start = prev;
-        for slot in buffer.iter_mut() {
-            ini.round_trip().context("round trip")?;
-            let now = timer.ticks();
-            *slot = now.wrapping_sub(prev);
-            prev = now;
-        }
+        ini.timed_laps(&mut buffer, timer, &mut prev)
+            .context("round trip")?;
         let batch_ticks = prev.wrapping_sub(batch_start);
         measured_ticks += batch_ticks;
         batch_means.push(batch_ticks as f64 / batch_round_trips as f64);

@@ -22,6 +22,7 @@ mod stream;
 mod tcp;
 mod unix;
 
+use super::clock::Timer;
 use super::settings::{Endpoints, Method};
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -34,6 +35,21 @@ pub trait Initiator: Send {
     fn round_trip(&mut self) -> io::Result<()>;
     /// Tells the responder to leave its loop (best effort: it may already be gone).
     fn stop(&mut self) -> io::Result<()>;
+
+    /// The timed loop: `laps.len()` round trips, each one's duration stored in ticks of
+    /// `timer`; `prev` holds the tick count at which the first began and is left at the end of
+    /// the last (the end of one round trip is the start of the next: one clock read each).
+    /// Provided, so it is compiled for each transport and calls `round_trip` directly: no
+    /// dynamic dispatch inside the loop.
+    fn timed_laps(&mut self, laps: &mut [u64], timer: Timer, prev: &mut u64) -> io::Result<()> {
+        for lap in laps.iter_mut() {
+            self.round_trip()?;
+            let now = timer.ticks();
+            *lap = now.wrapping_sub(*prev);
+            *prev = now;
+        }
+        Ok(())
+    }
 }
 
 /// The side that echoes.
