@@ -9,11 +9,13 @@
 pub mod affinity;
 pub mod cli;
 pub mod commands;
+pub mod compare;
 pub mod counters;
 pub mod cpulist;
 pub mod error;
 pub mod machine;
 pub mod output;
 pub mod probe;
+pub mod report;
 pub mod stats;
 pub mod topology;
