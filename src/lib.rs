@@ -12,6 +12,7 @@ pub mod commands;
 pub mod compare;
 pub mod counters;
 pub mod cpulist;
+pub mod doctor;
 pub mod error;
 pub mod machine;
 pub mod output;

@@ -110,6 +110,31 @@ pub const METHOD: &str = "Welch's unequal-variances t-test on the raw samples (t
 a difference is beyond noise when p < 0.05 and the two 95% confidence intervals do not overlap. \
 Figures without raw samples are judged by their stated intervals alone; plain numbers are not judged.";
 
+/// Two sets of samples set against each other with the comparison's criterion.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Separation {
+    pub a: MeanCi,
+    pub b: MeanCi,
+    /// Two-sided p-value of Welch's t-test.
+    pub p_value: f64,
+    /// p < [`ALPHA`] and the two 95% intervals do not overlap.
+    pub beyond_noise: bool,
+}
+
+/// Sets `a` against `b`; `None` unless both have at least two finite samples.
+pub fn separation(a: &[f64], b: &[f64]) -> Option<Separation> {
+    let w = welch_t_test(a, b)?;
+    let (ma, mb) = (MeanCi::of(a)?, MeanCi::of(b)?);
+    let beyond_noise =
+        w.p_value < ALPHA && !overlap((ma.ci95_low, ma.ci95_high), (mb.ci95_low, mb.ci95_high));
+    Some(Separation {
+        a: ma,
+        b: mb,
+        p_value: w.p_value,
+        beyond_noise,
+    })
+}
+
 fn interval(f: &Figure) -> Option<(f64, f64)> {
     f.samples
         .as_deref()
