@@ -2,3 +2,4 @@
 //! self-contained HTML page (`--html`).
 
 pub mod envelope;
+pub mod html;

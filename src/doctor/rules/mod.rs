@@ -22,6 +22,8 @@ mod tradeoff;
 mod unpinned;
 mod wakeup;
 
+pub use wakeup::ipis as wakeup_ipis;
+
 use super::findings::{self, Finding};
 use super::measurements::{Facts, Measurements};
 use crate::compare::{Separation, separation};
