@@ -92,14 +92,6 @@ impl Rule for CrossCpuWakeup {
         };
         let vm = i.facts.hypervisor.is_some();
         let cpu_word = if vm { "vCPU" } else { "CPU" };
-        let src = |w: &WakeupRun| {
-            format!(
-                "measured: pingpong {} {} {}",
-                w.method,
-                w.class,
-                w.cpus.as_deref().unwrap_or("unpinned")
-            )
-        };
         let mut ev = vec![
             Evidence::new(
                 format!("{} round trip, same {cpu_word}", base.method),
@@ -112,92 +104,10 @@ impl Rule for CrossCpuWakeup {
                 src(worst),
             ),
         ];
-        let mut agree = 0;
-        // Halts and IPIs per round trip: the signature of a wakeup that crosses the hypervisor.
-        let halts = per_rt(worst, "idle_entries");
-        let halts_base = per_rt(base, "idle_entries");
-        let halting = worst.per_round_trip.contains_key("idle_entries")
-            && halts >= PER_RT_THRESHOLD
-            && halts > halts_base + 0.3;
-        if worst.per_round_trip.contains_key("idle_entries") {
-            ev.push(Evidence::new(
-                "idle entries (halts) per round trip",
-                format!("{halts:.2} across {cpu_word}s vs {halts_base:.2} on one"),
-                src(worst),
-            ));
-        }
-        agree += usize::from(halting);
-        let ipi = ipis(worst);
-        if let Some(n) = ipi {
-            ev.push(Evidence::new(
-                "IPIs (RES+CAL) per round trip",
-                format!("{n:.2}"),
-                src(worst),
-            ));
-            agree += usize::from(halting && n >= PER_RT_THRESHOLD);
-        }
-        // A spinning round trip on the same pair shows how far the cache line travels.
-        let spin_same =
-            i.m.wakeup
-                .iter()
-                .find(|w| !w.blocking && w.cpus == worst.cpus);
-        let spin_cheap =
-            spin_same.is_some_and(|s| s.rtt_ns.mean < 0.25 * (eff.worse.mean - eff.better.mean));
-        if let Some(s) = spin_same {
-            ev.push(Evidence::new(
-                "spinning round trip on the same pair (cache-line transfer only)",
-                ns_ci(&s.rtt_ns),
-                src(s),
-            ));
-            agree += usize::from(spin_cheap && halting);
-        }
-        let cache = cache_distance(&i);
-        if let Some((near, far)) = &cache {
-            ev.push(Evidence::new(
-                "spinning round trip grows with distance",
-                format!(
-                    "{} ({}) to {} ({})",
-                    fmt_ns(near.rtt_ns.mean),
-                    near.class,
-                    fmt_ns(far.rtt_ns.mean),
-                    far.class
-                ),
-                "measured: pingpong spin",
-            ));
-        }
-        if let Some(h) = &i.facts.hypervisor {
-            ev.push(Evidence::new("hypervisor", h.clone(), "probe: CPUID / DMI"));
-        }
-        if let Some(p) = i.facts.guest_halt_poll_ns {
-            ev.push(Evidence::new(
-                "guest halt polling",
-                if p == 0 {
-                    "off (guest_halt_poll_ns = 0)".to_string()
-                } else {
-                    format!("guest_halt_poll_ns = {p}")
-                },
-                "probe: /sys/module/haltpoll/parameters/guest_halt_poll_ns",
-            ));
-        }
-        if let Some(d) = &i.facts.cpuidle_driver {
-            ev.push(Evidence::new(
-                "cpuidle driver",
-                d.clone(),
-                "probe: /sys/devices/system/cpu/cpuidle",
-            ));
-        }
-        let mech = if halting && vm {
-            Mechanism::HaltIpiHypervisor
-        } else if halting {
-            Mechanism::IdleExitBareMetal
-        } else if cache.is_some() {
-            agree += 1;
-            Mechanism::CacheDistance
-        } else if worst.class == PlacementClass::SmtSibling {
-            Mechanism::SmtSharing
-        } else {
-            Mechanism::Unclear
-        };
+        let d = diagnose(&i, base, worst, &eff, cpu_word);
+        ev.extend(d.evidence);
+        ev.extend(fact_evidence(&i));
+        let (mech, agree, halts, ipi) = (d.mechanism, d.agree, d.halts, d.ipi);
         let (mechanism, extra) = explain(&mech, &i, halts, ipi);
         let cpu = base
             .cpus
@@ -234,6 +144,137 @@ impl Rule for CrossCpuWakeup {
             confidence: Confidence::from_agreeing(agree),
         }]
     }
+}
+
+/// What the counters say about the mechanism.
+struct Diagnosis {
+    evidence: Vec<Evidence>,
+    /// Independent measured pieces of evidence that agree with `mechanism`.
+    agree: usize,
+    mechanism: Mechanism,
+    halts: f64,
+    ipi: Option<f64>,
+}
+
+fn src(w: &WakeupRun) -> String {
+    format!(
+        "measured: pingpong {} {} {}",
+        w.method,
+        w.class,
+        w.cpus.as_deref().unwrap_or("unpinned")
+    )
+}
+
+/// Halts and IPIs per round trip, the spinning round trip on the same pair, and the spinning
+/// gradient across classes, weighed into a mechanism.
+fn diagnose(
+    i: &Inputs<'_>,
+    base: &WakeupRun,
+    worst: &WakeupRun,
+    eff: &Effect,
+    cpu_word: &str,
+) -> Diagnosis {
+    let vm = i.facts.hypervisor.is_some();
+    let mut ev = Vec::new();
+    let mut agree = 0;
+    // Halts and IPIs per round trip: the signature of a wakeup that crosses the hypervisor.
+    let halts = per_rt(worst, "idle_entries");
+    let halts_base = per_rt(base, "idle_entries");
+    let halting = worst.per_round_trip.contains_key("idle_entries")
+        && halts >= PER_RT_THRESHOLD
+        && halts > halts_base + 0.3;
+    if worst.per_round_trip.contains_key("idle_entries") {
+        ev.push(Evidence::new(
+            "idle entries (halts) per round trip",
+            format!("{halts:.2} across {cpu_word}s vs {halts_base:.2} on one"),
+            src(worst),
+        ));
+    }
+    agree += usize::from(halting);
+    let ipi = ipis(worst);
+    if let Some(n) = ipi {
+        ev.push(Evidence::new(
+            "IPIs (RES+CAL) per round trip",
+            format!("{n:.2}"),
+            src(worst),
+        ));
+        agree += usize::from(halting && n >= PER_RT_THRESHOLD);
+    }
+    // A spinning round trip on the same pair shows how far the cache line travels.
+    let spin_same =
+        i.m.wakeup
+            .iter()
+            .find(|w| !w.blocking && w.cpus == worst.cpus);
+    let spin_cheap =
+        spin_same.is_some_and(|s| s.rtt_ns.mean < 0.25 * (eff.worse.mean - eff.better.mean));
+    if let Some(s) = spin_same {
+        ev.push(Evidence::new(
+            "spinning round trip on the same pair (cache-line transfer only)",
+            ns_ci(&s.rtt_ns),
+            src(s),
+        ));
+        agree += usize::from(spin_cheap && halting);
+    }
+    let cache = cache_distance(i);
+    if let Some((near, far)) = &cache {
+        ev.push(Evidence::new(
+            "spinning round trip grows with distance",
+            format!(
+                "{} ({}) to {} ({})",
+                fmt_ns(near.rtt_ns.mean),
+                near.class,
+                fmt_ns(far.rtt_ns.mean),
+                far.class
+            ),
+            "measured: pingpong spin",
+        ));
+    }
+    let mechanism = if halting && vm {
+        Mechanism::HaltIpiHypervisor
+    } else if halting {
+        Mechanism::IdleExitBareMetal
+    } else if cache.is_some() {
+        agree += 1;
+        Mechanism::CacheDistance
+    } else if worst.class == PlacementClass::SmtSibling {
+        Mechanism::SmtSharing
+    } else {
+        Mechanism::Unclear
+    };
+    Diagnosis {
+        evidence: ev,
+        agree,
+        mechanism,
+        halts,
+        ipi,
+    }
+}
+
+/// Probe facts that bear on the mechanism (context, not evidence of the effect).
+fn fact_evidence(i: &Inputs<'_>) -> Vec<Evidence> {
+    let mut ev = Vec::new();
+    if let Some(h) = &i.facts.hypervisor {
+        ev.push(Evidence::new("hypervisor", h.clone(), "probe: CPUID / DMI"));
+    }
+    if let Some(p) = i.facts.guest_halt_poll_ns {
+        ev.push(Evidence::new(
+            "guest halt polling",
+            if p == 0 {
+                "off (guest_halt_poll_ns = 0)".to_string()
+            } else {
+                format!("guest_halt_poll_ns = {p}")
+            },
+            "probe: /sys/module/haltpoll/parameters/guest_halt_poll_ns",
+        ));
+    }
+    if let Some(d) = &i.facts.cpuidle_driver {
+        ev.push(Evidence::new(
+            "cpuidle driver",
+            d.clone(),
+            "probe: /sys/devices/system/cpu/cpuidle",
+        ));
+    }
+    ev
 }
 
 /// The nearest and farthest pinned spinning runs, when the far one is beyond noise slower.
