@@ -23,6 +23,7 @@ pub fn facts(p: &Probe) -> Facts {
         }),
         cpuidle_driver: p.idle.driver.value().cloned(),
         guest_halt_poll_ns: p.halt_poll_ns(),
+        kvm_poll_control: p.virt.kvm_feature("poll_control") == Some(true),
         cpufreq_governor: first_policy.and_then(|x| x.governor.clone()),
         energy_perf_preference: first_policy.and_then(|x| x.energy_performance_preference.clone()),
         mitigations: p.mitigations.active(),

@@ -25,6 +25,9 @@ pub struct Facts {
     pub cpuidle_driver: Option<String>,
     /// `/sys/module/haltpoll/parameters/guest_halt_poll_ns`, when the module is loaded.
     pub guest_halt_poll_ns: Option<u64>,
+    /// KVM poll control is offered: with the haltpoll driver the guest then turns the host's
+    /// halt polling off for itself.
+    pub kvm_poll_control: bool,
     /// cpufreq governor, `None` when the VM does not expose cpufreq.
     pub cpufreq_governor: Option<String>,
     /// Energy-performance preference, when exposed.
