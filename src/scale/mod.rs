@@ -1,0 +1,1 @@
+//! Parallel scaling (in progress).

@@ -1,0 +1,152 @@
+//! The two kinds of thread `share` runs: workers that count deterministic work units, and
+//! burners that only take CPU time.
+//!
+//! The work unit is sysbench cpu's event: check every number from 3 to `max_prime` for
+//! primality by trial division. It touches no memory beyond registers, so its rate depends only
+//! on how much CPU time the thread gets and how fast the core runs; that is what makes "rate
+//! relative to alone" a measure of CPU share. Each worker times its own interval, from the start
+//! barrier to the end of its last event, and divides by that, never by the requested duration.
+//!
+//! A burner at duty `d` spins until it has used `d * period` of *its own CPU time*, then sleeps
+//! `(1 - d) * period`. Counting CPU time rather than wall time makes its demand `d` CPUs
+//! whatever it competes with, which is what the fair-share model assumes.
+
+use std::hint::black_box;
+use std::sync::Barrier;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// One sysbench-cpu event: the number of primes in 3..=max_prime, by trial division.
+pub fn prime_event(max_prime: u64) -> u64 {
+    let mut n = 0;
+    for c in 3..=max_prime {
+        let t = (c as f64).sqrt() as u64;
+        let mut l = 2;
+        while l <= t {
+            if c % l == 0 {
+                break;
+            }
+            l += 1;
+        }
+        if l > t {
+            n += 1;
+        }
+    }
+    n
+}
+
+/// CPU time used so far by the calling thread, in seconds.
+pub fn thread_cpu_s() -> f64 {
+    cpu_clock_s(libc::CLOCK_THREAD_CPUTIME_ID)
+}
+
+/// Reads a CPU-time clock (the calling thread's, or another thread's from
+/// `pthread_getcpuclockid`). Zero if the clock cannot be read.
+pub fn cpu_clock_s(clock: libc::clockid_t) -> f64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: ts is a valid, writable timespec.
+    if unsafe { libc::clock_gettime(clock, &mut ts) } != 0 {
+        return 0.0;
+    }
+    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
+}
+
+/// The CPU-time clock of another thread, if the system provides one.
+pub fn thread_clock(thread: libc::pthread_t) -> Option<libc::clockid_t> {
+    let mut id: libc::clockid_t = 0;
+    // SAFETY: `thread` is a live thread (the caller holds its join handle); `id` is writable.
+    (unsafe { libc::pthread_getcpuclockid(thread, &mut id) } == 0).then_some(id)
+}
+
+/// What one worker did during its interval.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct WorkerOutcome {
+    /// Complete events.
+    pub events: u64,
+    /// From the start barrier to the end of the last event, as this thread measured it.
+    pub interval_s: f64,
+    /// CPU time the thread used in that interval.
+    pub cpu_s: f64,
+}
+
+/// Runs prime events from the barrier until `stop` is set.
+pub fn run_worker(start: &Barrier, stop: &AtomicBool, max_prime: u64) -> WorkerOutcome {
+    start.wait();
+    let t0 = Instant::now();
+    let c0 = thread_cpu_s();
+    let mut events = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        black_box(prime_event(black_box(max_prime)));
+        events += 1;
+    }
+    WorkerOutcome {
+        events,
+        interval_s: t0.elapsed().as_secs_f64(),
+        cpu_s: thread_cpu_s() - c0,
+    }
+}
+
+/// A burner's duty cycle.
+#[derive(Clone, Copy, Debug)]
+pub struct Duty {
+    /// Fraction of the period spent busy, 0 < fraction <= 1.
+    pub fraction: f64,
+    pub period: Duration,
+}
+
+/// Spins (and sleeps, below 100% duty) until `stop` is set. Pins itself first when asked.
+pub fn run_burner(stop: &AtomicBool, duty: Duty, cpu: Option<u32>) {
+    if let Some(c) = cpu {
+        // Validated against the allowed set before any thread started; if the kernel still
+        // refuses, the burner runs unpinned rather than not at all.
+        let _ = crate::affinity::pin_self(c);
+    }
+    let busy_s = duty.fraction * duty.period.as_secs_f64();
+    let sleep = duty.period.mul_f64((1.0 - duty.fraction).max(0.0));
+    let mut x = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        if duty.fraction >= 1.0 {
+            for _ in 0..4096 {
+                x = black_box(x.wrapping_add(1));
+            }
+            continue;
+        }
+        let until = thread_cpu_s() + busy_s;
+        while thread_cpu_s() < until && !stop.load(Ordering::Relaxed) {
+            for _ in 0..4096 {
+                x = black_box(x.wrapping_add(1));
+            }
+        }
+        std::thread::sleep(sleep);
+    }
+    black_box(x);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prime_event_counts_primes() {
+        // Primes in 3..=100: 24 (25 below 100, minus 2).
+        assert_eq!(prime_event(100), 24);
+        assert_eq!(prime_event(10), 3);
+    }
+
+    #[test]
+    fn worker_counts_and_measures_its_own_interval() {
+        let b = Barrier::new(1);
+        let stop = AtomicBool::new(false);
+        let out = std::thread::scope(|s| {
+            let h = s.spawn(|| run_worker(&b, &stop, 1000));
+            std::thread::sleep(Duration::from_millis(30));
+            stop.store(true, Ordering::Relaxed);
+            h.join().unwrap()
+        });
+        assert!(out.events > 0);
+        assert!(out.interval_s > 0.0 && out.cpu_s >= 0.0);
+    }
+}
