@@ -73,6 +73,9 @@ pub fn calibrate_fib(target: Duration) -> u32 {
     (25.0 + steps.ceil()).clamp(20.0, 50.0) as u32
 }
 
+/// One worker's chunk of each of the three arrays.
+type ChunkTriple<'a> = (&'a mut [f64], &'a mut [f64], &'a mut [f64]);
+
 /// Three arrays for the triad, split into one chunk per worker.
 pub struct TriadArrays {
     a: Vec<f64>,
@@ -92,7 +95,7 @@ impl TriadArrays {
             c: vec![0.0; len],
             chunk: len.div_ceil(n).max(1),
         };
-        let parts: Vec<Mutex<(&mut [f64], &mut [f64], &mut [f64])>> =
+        let parts: Vec<Mutex<ChunkTriple>> =
             t.a.chunks_mut(t.chunk)
                 .zip(t.b.chunks_mut(t.chunk))
                 .zip(t.c.chunks_mut(t.chunk))

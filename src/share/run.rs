@@ -90,7 +90,7 @@ pub fn run(
         }
         let alone_rates: Vec<f64> = runs[0]
             .iter()
-            .flat_map(|r| r.workers.iter().map(|w| rate(w)))
+            .flat_map(|r| r.workers.iter().map(rate))
             .collect();
         let alone_mean = alone_rates.iter().sum::<f64>() / alone_rates.len().max(1) as f64;
         for (i, &b) in with_alone.iter().enumerate() {
