@@ -3,7 +3,7 @@
 use crate::cli::Global;
 use crate::error::bad_input;
 use crate::machine::Machine;
-use crate::oscost::{self, OscostReport, OscostSettings, freq::FreqSettings};
+use crate::oscost::{self, OscostReport, OscostSettings};
 use crate::output::{self, fmt_ns};
 use anyhow::Result;
 use comfy_table::{CellAlignment, Table, presets};
@@ -186,12 +186,4 @@ pub fn render(r: &OscostReport) -> String {
         out.push_str(&format!("{} {n}\n", st.yellow("note:")));
     }
     out
-}
-
-/// Settings for tests and the doctor: the quick preset without the frequency probe.
-pub fn quick_without_freq() -> OscostSettings {
-    OscostSettings {
-        frequency: None::<FreqSettings>,
-        ..OscostSettings::quick()
-    }
 }
