@@ -175,6 +175,7 @@ pub fn render(r: &ScaleReport) -> String {
             "efficiency".into(),
             "doubled up (planned)".into(),
             "both busy (observed)".into(),
+            "other load".into(),
         ]);
         for x in &p.points {
             t.add_row(vec![
@@ -197,6 +198,9 @@ pub fn render(r: &ScaleReport) -> String {
                     .unwrap_or_else(|| "-".into()),
                 contended(&x.planned),
                 contended(&x.observed),
+                x.other_load_cpus
+                    .map(|o| format!("{o:.2} CPU"))
+                    .unwrap_or_else(|| "n/a".into()),
             ]);
         }
         out.push_str(&t.to_string());
@@ -211,7 +215,8 @@ pub fn render(r: &ScaleReport) -> String {
             "speedup = single-thread time / time, same policy (95% CI from the runs); \
              efficiency = speedup / threads; doubled up = SMT cores or shared-L2 modules with \
              two threads pinned to them; both busy = the same counted from per-CPU \
-             utilisation (>= 50% busy) during the runs."
+             utilisation (>= 50% busy) during the runs; other load = CPU time other processes took \
+             on the allowed CPUs meanwhile."
         )
     ));
     for n in &r.conditions.notes {

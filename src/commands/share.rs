@@ -143,6 +143,7 @@ pub fn render(r: &ShareReport) -> String {
         "per worker",
         "worker CPU",
         "burner CPU",
+        "other load",
         "steal",
         "throttled",
     ]);
@@ -161,6 +162,10 @@ pub fn render(r: &ShareReport) -> String {
             },
             pct_ci(&c.worker_cpu_share),
             pct_ci(&c.burner_cpu_share),
+            c.other_load_cpus
+                .as_ref()
+                .map(|o| format!("{:.2} CPU", o.mean))
+                .unwrap_or_else(|| "n/a".into()),
             c.steal_pct
                 .as_ref()
                 .map(|s| format!("{:.1}%", s.mean))
@@ -177,7 +182,8 @@ pub fn render(r: &ShareReport) -> String {
             "measured = each worker's work units/s relative to the same workers alone (mean of \
              runs, 95% CI in points); model = max-min fair share, min(1, usable CPUs / (workers \
              + burners x duty)), relative to alone; per worker = lowest and highest single \
-             worker; worker/burner CPU = thread CPU time / interval; steal = time the \
+             worker; worker/burner CPU = thread CPU time / interval; other load = CPU time other \
+             processes took on the allowed CPUs during the runs; steal = time the \
              hypervisor gave this VM's CPUs to someone else; throttled = CFS periods throttled \
              / periods."
         )

@@ -182,4 +182,7 @@ pub struct ScalePoint {
     pub busy_pct: BTreeMap<u32, f64>,
     /// Mean steal on the allowed CPUs during the runs, in percent.
     pub steal_pct: Option<f64>,
+    /// CPUs' worth of time other processes used on the allowed CPUs during the runs (busy
+    /// time minus this process's CPU time): competition that bends the curve.
+    pub other_load_cpus: Option<f64>,
 }

@@ -8,6 +8,7 @@ use super::{PolicyResult, ScalePoint, ScaleReport, ScaleSettings, Workload};
 use crate::counters::{SystemSnapshot, check_background_load};
 use crate::cpulist::CpuSet;
 use crate::machine::{Conditions, Machine};
+use crate::share::load;
 use crate::stats::MeanCi;
 use anyhow::Result;
 use std::collections::BTreeMap;
@@ -66,6 +67,17 @@ pub fn run(
         });
     }
     note_coinciding_policies(&mut conditions, &policies);
+    let max_other = policies
+        .iter()
+        .flat_map(|p| p.points.iter().filter_map(|x| x.other_load_cpus))
+        .fold(0.0, f64::max);
+    if max_other >= crate::share::OTHER_LOAD_NOISY_CPUS {
+        conditions.noisy = true;
+        conditions.notes.push(format!(
+            "other processes used up to {max_other:.2} CPUs during the runs: speedups are \
+             bent by competition, not only by placement"
+        ));
+    }
     let (fib_n, fib_cutoff, triad_len, triad_passes) = match job {
         Job::Fib { n, cutoff } => (Some(n), Some(cutoff), None, None),
         Job::Triad { len, passes } => (None, None, Some(len), Some(passes)),
@@ -170,8 +182,10 @@ fn measure_point(
     let mut times = Vec::new();
     let mut busy_sum: BTreeMap<u32, f64> = BTreeMap::new();
     let mut steal = Vec::new();
+    let mut other = Vec::new();
     for _ in 0..s.repeats {
         let before = SystemSnapshot::take(&machine.root);
+        let own_before = load::process_cpu_s();
         let t0 = Instant::now();
         match (job, triad.as_mut()) {
             (Job::Fib { n: f, cutoff }, _) => {
@@ -186,6 +200,10 @@ fn measure_point(
         }
         times.push(t0.elapsed().as_secs_f64());
         let d = before.delta(&SystemSnapshot::take(&machine.root), &machine.allowed);
+        other.extend(load::other_load_cpus(
+            &d,
+            load::process_cpu_s() - own_before,
+        ));
         for (c, share) in &d.cpu_time {
             *busy_sum.entry(*c).or_default() += share.busy_pct() / s.repeats as f64;
         }
@@ -227,6 +245,7 @@ fn measure_point(
         observed,
         busy_pct: busy_sum,
         steal_pct: MeanCi::of(&steal).map(|m| m.mean),
+        other_load_cpus: MeanCi::of(&other).map(|m| m.mean),
     };
     Ok((point, failures))
 }

@@ -54,6 +54,22 @@ pub fn cpu_clock_s(clock: libc::clockid_t) -> f64 {
     ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
 }
 
+/// CPU time used so far by the whole process (every thread), in seconds.
+pub fn process_cpu_s() -> f64 {
+    cpu_clock_s(libc::CLOCK_PROCESS_CPUTIME_ID)
+}
+
+/// CPUs' worth of time that something other than this process used on the CPUs of `delta`
+/// during its interval: their busy time minus `own_cpu_s`, the process's CPU time over the
+/// same interval. `None` without per-CPU times. Tick-granular (1/USER_HZ per CPU).
+pub fn other_load_cpus(delta: &crate::counters::SystemDelta, own_cpu_s: f64) -> Option<f64> {
+    if delta.cpu_time.is_empty() || delta.interval_s <= 0.0 {
+        return None;
+    }
+    let busy: f64 = delta.cpu_time.values().map(|c| c.busy_pct() / 100.0).sum();
+    Some((busy - own_cpu_s / delta.interval_s).max(0.0))
+}
+
 /// The CPU-time clock of another thread, if the system provides one.
 pub fn thread_clock(thread: libc::pthread_t) -> Option<libc::clockid_t> {
     let mut id: libc::clockid_t = 0;

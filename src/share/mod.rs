@@ -18,7 +18,7 @@ pub mod load;
 pub mod model;
 mod run;
 
-pub use run::run;
+pub use run::{OTHER_LOAD_NOISY_CPUS, run};
 
 use crate::cpulist::CpuSet;
 use crate::error::bad_input;
@@ -166,6 +166,10 @@ pub struct ShareConfig {
     pub burner_cpu_share: Option<MeanCi>,
     /// Steal time on the allowed CPUs during the runs, in percent.
     pub steal_pct: Option<MeanCi>,
+    /// CPUs' worth of time other processes took on the allowed CPUs during the runs (busy
+    /// time from /proc/stat minus this process's CPU time): local competition the model
+    /// does not include.
+    pub other_load_cpus: Option<MeanCi>,
     /// Cgroup throttling summed over the runs; `None` when the cgroup is unreadable.
     pub throttle: Option<cgroup::ThrottleDelta>,
     /// Raw per-run figures.
@@ -189,6 +193,8 @@ pub struct ShareRun {
     pub burner_cpu_share: Vec<f64>,
     /// Mean steal on the allowed CPUs, in percent; `None` when /proc/stat is unreadable.
     pub steal_pct: Option<f64>,
+    /// CPUs' worth of time other processes used on the allowed CPUs during this run.
+    pub other_load_cpus: Option<f64>,
     /// Cgroup throttling during this run.
     pub throttle: Option<cgroup::ThrottleDelta>,
 }

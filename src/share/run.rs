@@ -25,6 +25,9 @@ impl Drop for StopOnDrop<'_> {
     }
 }
 
+/// CPUs' worth of other load during a run above which the result is marked noisy.
+pub const OTHER_LOAD_NOISY_CPUS: f64 = 0.1;
+
 /// Measures every configuration of `settings` on `machine`. Progress lines go to `progress`.
 pub fn run(
     machine: &Machine,
@@ -126,6 +129,7 @@ struct RawRun {
     workers: Vec<WorkerOutcome>,
     burner_cpu_share: Vec<f64>,
     steal_pct: Option<f64>,
+    other_load_cpus: Option<f64>,
     throttle: Option<ThrottleDelta>,
 }
 
@@ -192,6 +196,7 @@ fn measure(
         let cg_before = cgroup.and_then(|c| c.read_stat());
         let sys_before = SystemSnapshot::take(&machine.root);
         let cpu_before: Vec<f64> = clocks.iter().map(|c| clock_s(*c)).collect();
+        let own_before = load::process_cpu_s();
         barrier.wait();
         let t0 = Instant::now();
         std::thread::sleep(s.duration);
@@ -203,6 +208,7 @@ fn measure(
         let interval_s = t0.elapsed().as_secs_f64();
         let cpu_after: Vec<f64> = clocks.iter().map(|c| clock_s(*c)).collect();
         let sys_after = SystemSnapshot::take(&machine.root);
+        let own_cpu_s = load::process_cpu_s() - own_before;
         let cg_after = cgroup.and_then(|c| c.read_stat());
         stop_burners.store(true, Ordering::Relaxed);
         for h in burner_handles {
@@ -219,6 +225,7 @@ fn measure(
             workers,
             burner_cpu_share,
             steal_pct: (!delta.cpu_time.is_empty()).then(|| delta.steal_pct()),
+            other_load_cpus: load::other_load_cpus(&delta, own_cpu_s),
             throttle: match (cg_before, cg_after) {
                 (Some(a), Some(z)) => Some(a.delta(&z)),
                 _ => None,
@@ -268,6 +275,7 @@ fn summarise(
                     .collect(),
                 burner_cpu_share: r.burner_cpu_share.clone(),
                 steal_pct: r.steal_pct,
+                other_load_cpus: r.other_load_cpus,
                 throttle: r.throttle,
             }
         })
@@ -280,6 +288,7 @@ fn summarise(
     let model_relative = model::relative_share(usable, t, b, duty);
     let all_rel = runs.iter().flat_map(|r| r.worker_relative.iter().copied());
     let steal: Vec<f64> = runs.iter().filter_map(|r| r.steal_pct).collect();
+    let other: Vec<f64> = runs.iter().filter_map(|r| r.other_load_cpus).collect();
     let throttle = runs
         .iter()
         .map(|r| r.throttle)
@@ -306,6 +315,7 @@ fn summarise(
             per_run(&|r| &r.burner_cpu_share)
         },
         steal_pct: MeanCi::of(&steal),
+        other_load_cpus: MeanCi::of(&other),
         relative,
         throttle,
         runs,
@@ -323,6 +333,18 @@ fn note_steal_and_throttling(conditions: &mut Conditions, configs: &[ShareConfig
         conditions.notes.push(format!(
             "steal up to {max_steal:.1}% during the runs: a neighbour outside this VM took \
              physical CPU time; shares below the model may be the hypervisor's, not ours"
+        ));
+    }
+    let max_other = configs
+        .iter()
+        .filter_map(|c| c.other_load_cpus.as_ref().map(|s| s.mean))
+        .fold(0.0, f64::max);
+    if max_other >= OTHER_LOAD_NOISY_CPUS {
+        conditions.noisy = true;
+        conditions.notes.push(format!(
+            "other processes used up to {max_other:.2} CPUs during the runs: they competed \
+             with the workers and burners, so measured shares are below what the model \
+             describes"
         ));
     }
     let throttled: u64 = configs
