@@ -19,7 +19,11 @@ fn share_json(args: &[&str]) -> Value {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    serde_json::from_slice(&out.stdout).expect("exactly one JSON document")
+    let v: Value = serde_json::from_slice(&out.stdout).expect("exactly one JSON document");
+    // The document reads back into the library's result type (what `compare` and the doctor do).
+    serde_json::from_value::<cpulab::share::ShareReport>(v.clone())
+        .expect("JSON matches the result type");
+    v
 }
 
 #[test]

@@ -30,6 +30,7 @@ const ROLLING: usize = 5;
 /// How to run the frequency probe.
 #[derive(Clone, Debug, PartialEq)]
 pub struct FreqSettings {
+    /// Cold-to-warm trials (each starts with the idle sleep).
     pub trials: usize,
     /// Sleep before each trial, so the CPU can drop its clock.
     pub idle: Duration,
@@ -71,8 +72,11 @@ pub struct FreqReport {
     /// True when the loop is the hand-written one-add-per-cycle chain (x86_64); false for the
     /// portable fallback, whose figures are not ~GHz.
     pub one_add_per_cycle_loop: bool,
+    /// Length of one timed slice, in microseconds.
     pub slice_us: f64,
+    /// Sleep before each trial, in seconds.
     pub idle_s: f64,
+    /// Sustained load before the warm window, in seconds.
     pub load_s: f64,
     /// Rate of the first slice after idle, in loop iterations per ns.
     pub cold_per_ns: Option<MeanCi>,
@@ -83,13 +87,16 @@ pub struct FreqReport {
     /// Time from the start of the load until the rolling median reached 95% of warm, in us;
     /// over the trials that reached it.
     pub ramp_up_us: Option<MeanCi>,
+    /// Every trial, raw.
     pub trials: Vec<FreqTrial>,
 }
 
 /// One cold-to-warm trial.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct FreqTrial {
+    /// Rate of the first slice after idle, in loop iterations per ns.
     pub cold_per_ns: f64,
+    /// Median rate of the slices in the warm window, in loop iterations per ns.
     pub warm_per_ns: f64,
     /// `None` when the rate never reached 95% of warm before the warm window.
     pub ramp_up_us: Option<f64>,

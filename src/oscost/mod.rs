@@ -91,6 +91,7 @@ impl OscostSettings {
 /// The result of `cpulab oscost`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct OscostReport {
+    /// Kernel, CPUs, load before the run, and notes that qualify the figures.
     pub conditions: Conditions,
     /// Mitigations, clocksource, THP: what a comparison must hold equal or explain.
     pub platform: platform::OsPlatform,
@@ -133,7 +134,9 @@ pub struct OpCost {
 /// A verification counter, per operation.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Counted {
+    /// Which counter (`minor_faults`, `context_switches`, ...), from getrusage(RUSAGE_THREAD).
     pub counter: String,
+    /// Its change over all timed batches divided by the operations in them.
     pub per_op: f64,
     /// What a sane value is.
     pub expected: String,

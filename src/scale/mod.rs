@@ -44,7 +44,9 @@ pub enum Workload {
 /// What to measure; see [`ScaleSettings::quick`]. [`ScaleSettings::check`] validates it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ScaleSettings {
+    /// Which workload runs.
     pub workload: Workload,
+    /// Policies to measure, in order.
     pub policies: Vec<Policy>,
     /// Thread counts (1 is always added: it is the baseline).
     pub threads: Vec<usize>,
@@ -126,7 +128,9 @@ impl ScaleSettings {
 /// The result of `cpulab scale`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ScaleReport {
+    /// Kernel, CPUs, load before the run, and notes that qualify the figures.
     pub conditions: Conditions,
+    /// `fib` or `triad`.
     pub workload: Workload,
     /// What one run does, in words.
     pub work: String,
@@ -142,7 +146,9 @@ pub struct ScaleReport {
     pub llc_total_kib: Option<u64>,
     /// Unit of `throughput`: `runs/s` (fib) or `GB/s` (triad, 1 GB = 1e9 bytes).
     pub throughput_unit: String,
+    /// Runs per point.
     pub repeats: usize,
+    /// One entry per policy, in the order asked.
     pub policies: Vec<PolicyResult>,
 }
 
@@ -153,6 +159,7 @@ pub struct PolicyResult {
     pub policy: String,
     /// The CPU list of an explicit policy.
     pub explicit_cpus: Option<Vec<u32>>,
+    /// One entry per thread count, 1 first.
     pub points: Vec<ScalePoint>,
     /// Worker threads that could not be pinned, with the reason.
     pub pin_failures: Vec<String>,
@@ -161,6 +168,7 @@ pub struct PolicyResult {
 /// One thread count under one policy.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ScalePoint {
+    /// Worker threads in the pool.
     pub threads: usize,
     /// CPU of each worker thread in order; `None` when the OS placed them.
     pub cpus: Option<Vec<u32>>,

@@ -47,7 +47,9 @@ pub struct CpuStat {
 /// Throttling during a measured interval.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct ThrottleDelta {
+    /// Enforcement periods that elapsed with runnable tasks.
     pub nr_periods: u64,
+    /// Periods in which the quota ran out and the cgroup was throttled.
     pub nr_throttled: u64,
     /// Time spent throttled during the interval, in microseconds (summed over the cgroup's CPUs).
     pub throttled_us: u64,
@@ -86,9 +88,11 @@ pub fn parse_proc_cgroup(text: &str) -> Option<(u8, String)> {
 /// A cgroup mount from `/proc/<pid>/mountinfo`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CgroupMount {
+    /// 1 or 2.
     pub version: u8,
     /// The path inside the hierarchy that is mounted (`/` unless in a namespace or bind mount).
     pub root: String,
+    /// Where it is mounted (`/sys/fs/cgroup/cpu`, ...).
     pub mount_point: String,
 }
 

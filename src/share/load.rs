@@ -110,6 +110,7 @@ pub fn run_worker(start: &Barrier, stop: &AtomicBool, max_prime: u64) -> WorkerO
 pub struct Duty {
     /// Fraction of the period spent busy, 0 < fraction <= 1.
     pub fraction: f64,
+    /// One busy + sleep cycle.
     pub period: Duration,
 }
 

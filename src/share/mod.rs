@@ -121,6 +121,7 @@ impl ShareSettings {
 /// The result of `cpulab share`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ShareReport {
+    /// Kernel, CPUs, load before the run, and notes that qualify the figures.
     pub conditions: Conditions,
     /// The work unit: one sysbench-cpu-style event, primality of 3..=max_prime by trial division.
     pub max_prime: u64,
@@ -136,6 +137,7 @@ pub struct ShareReport {
     pub burner_cpus: Option<CpuSet>,
     /// Requested length of each run, in seconds (rates divide by the measured interval).
     pub requested_duration_s: f64,
+    /// Runs per configuration.
     pub repeats: usize,
     /// One entry per (workers, burners) configuration; burners = 0 is the alone baseline.
     pub configs: Vec<ShareConfig>,
@@ -144,7 +146,9 @@ pub struct ShareReport {
 /// One (workers, burners) configuration.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ShareConfig {
+    /// Worker threads.
     pub threads: usize,
+    /// Burner threads beside them (0 = the alone baseline).
     pub burners: usize,
     /// Model: fraction of one CPU each worker gets (max-min fair share).
     pub model_cpu_share: f64,
@@ -157,6 +161,7 @@ pub struct ShareConfig {
     pub deviation_pp: Option<f64>,
     /// Lowest and highest single-worker relative share over all runs (fairness between workers).
     pub worker_relative_min: Option<f64>,
+    /// See `worker_relative_min`.
     pub worker_relative_max: Option<f64>,
     /// Work units per second per worker (mean of repeats of the per-run worker mean).
     pub worker_rate_per_s: Option<MeanCi>,
