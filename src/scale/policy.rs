@@ -219,6 +219,14 @@ mod tests {
     }
 
     #[test]
+    fn scatter_spreads_over_llcs_within_a_node() {
+        let t = two_ccx();
+        assert_eq!(pick(&t, 2, Policy::Scatter), vec![0, 4]);
+        assert_eq!(pick(&t, 4, Policy::Scatter), vec![0, 4, 1, 5]);
+        assert_eq!(pick(&t, 2, Policy::Compact), vec![0, 1]);
+    }
+
+    #[test]
     fn restricted_cpusets_are_respected() {
         let t = two_socket_smt();
         let allowed = CpuSet::from_iter_u32([2, 3, 10, 11]);

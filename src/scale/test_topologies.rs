@@ -97,3 +97,22 @@ pub fn two_vcpu_guest() -> Topology {
         .collect();
     assemble(cpus)
 }
+
+/// One package, one node, two LLCs (EPYC CCXs) of 4 cores each, no SMT, private L2.
+pub fn two_ccx() -> Topology {
+    let cpus = (0..8u32)
+        .map(|i| {
+            let ccx = i / 4;
+            Cpu {
+                id: i,
+                package: 0,
+                die: 0,
+                core_id: i,
+                node: Some(0),
+                smt_siblings: CpuSet::from_iter_u32([i]),
+                caches: vec![cache(1, [i]), cache(2, [i]), cache(3, ccx * 4..ccx * 4 + 4)],
+            }
+        })
+        .collect();
+    assemble(cpus)
+}
