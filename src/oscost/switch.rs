@@ -13,9 +13,10 @@
 use super::batch::{BatchOutcome, Primitive};
 use super::primitives::thread_rusage;
 use crate::affinity;
+use crate::share::load::Gate;
 use anyhow::{Context, Result, bail};
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::sync::Barrier;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -143,14 +144,15 @@ impl Primitive for YieldSwitch {
     }
     fn batch(&mut self, ops: u64) -> Result<BatchOutcome> {
         let each = ops.div_ceil(2).max(1);
-        let barrier = Barrier::new(2);
+        let gate = Gate::new();
+        let ready = AtomicUsize::new(0);
         let cpu = self.cpu;
         let results: Vec<Result<(Duration, Option<u64>)>> = std::thread::scope(|s| {
             let run = || -> Result<(Duration, Option<u64>)> {
-                // Pin before the barrier but fail after it, so a refusal cannot leave the
-                // other thread waiting forever.
+                // Pin before the gate but fail after it: both start together or not at all.
                 let pinned = affinity::pin_self(cpu);
-                barrier.wait();
+                ready.fetch_add(1, Ordering::SeqCst);
+                gate.wait();
                 pinned?;
                 let before = switches();
                 let t0 = Instant::now();
@@ -164,10 +166,22 @@ impl Primitive for YieldSwitch {
                     before.zip(switches()).map(|(b, a)| a.saturating_sub(b)),
                 ))
             };
-            let handles: Vec<_> = (0..2).map(|_| s.spawn(run)).collect();
-            handles
+            let spawned: Vec<_> = (0..2)
+                .map(|_| std::thread::Builder::new().spawn_scoped(s, run))
+                .collect();
+            // Start both together once both are pinned; open even when a spawn failed, so the
+            // thread that did start is not left waiting.
+            let started = spawned.iter().filter(|h| h.is_ok()).count();
+            while ready.load(Ordering::SeqCst) < started {
+                std::thread::yield_now();
+            }
+            gate.open();
+            spawned
                 .into_iter()
-                .map(|h| h.join().unwrap_or_else(|_| bail!("yield thread panicked")))
+                .map(|h| match h {
+                    Ok(h) => h.join().unwrap_or_else(|_| bail!("yield thread panicked")),
+                    Err(e) => Err(anyhow::Error::new(e).context("cannot start a yield thread")),
+                })
                 .collect()
         });
         let mut elapsed = Duration::ZERO;

@@ -5,15 +5,15 @@
 //! primality by trial division. It touches no memory beyond registers, so its rate depends only
 //! on how much CPU time the thread gets and how fast the core runs; that is what makes "rate
 //! relative to alone" a measure of CPU share. Each worker times its own interval, from the start
-//! barrier to the end of its last event, and divides by that, never by the requested duration.
+//! gate to the end of its last event, and divides by that, never by the requested duration.
 //!
 //! A burner at duty `d` spins until it has used `d * period` of *its own CPU time*, then sleeps
 //! `(1 - d) * period`. Counting CPU time rather than wall time makes its demand `d` CPUs
 //! whatever it competes with, which is what the fair-share model assumes.
 
 use std::hint::black_box;
-use std::sync::Barrier;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 /// One sysbench-cpu event: the number of primes in 3..=max_prime, by trial division.
@@ -77,19 +77,47 @@ pub fn thread_clock(thread: libc::pthread_t) -> Option<libc::clockid_t> {
     (unsafe { libc::pthread_getcpuclockid(thread, &mut id) } == 0).then_some(id)
 }
 
+/// A start line that threads wait at until it opens. Unlike a barrier it can always be opened,
+/// also on an error path with fewer threads than planned, so no thread is left waiting for a
+/// sibling that never started.
+#[derive(Debug, Default)]
+pub struct Gate {
+    open: Mutex<bool>,
+    cv: Condvar,
+}
+
+impl Gate {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Blocks until [`Gate::open`] has been called (returns at once after that).
+    pub fn wait(&self) {
+        let mut g = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        while !*g {
+            g = self.cv.wait(g).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    pub fn open(&self) {
+        *self.open.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        self.cv.notify_all();
+    }
+}
+
 /// What one worker did during its interval.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct WorkerOutcome {
     /// Complete events.
     pub events: u64,
-    /// From the start barrier to the end of the last event, as this thread measured it.
+    /// From the start gate to the end of the last event, as this thread measured it.
     pub interval_s: f64,
     /// CPU time the thread used in that interval.
     pub cpu_s: f64,
 }
 
-/// Runs prime events from the barrier until `stop` is set.
-pub fn run_worker(start: &Barrier, stop: &AtomicBool, max_prime: u64) -> WorkerOutcome {
+/// Runs prime events from the gate's opening until `stop` is set.
+pub fn run_worker(start: &Gate, stop: &AtomicBool, max_prime: u64) -> WorkerOutcome {
     start.wait();
     let t0 = Instant::now();
     let c0 = thread_cpu_s();
@@ -155,10 +183,11 @@ mod tests {
 
     #[test]
     fn worker_counts_and_measures_its_own_interval() {
-        let b = Barrier::new(1);
+        let b = Gate::new();
         let stop = AtomicBool::new(false);
         let out = std::thread::scope(|s| {
             let h = s.spawn(|| run_worker(&b, &stop, 1000));
+            b.open();
             std::thread::sleep(Duration::from_millis(30));
             stop.store(true, Ordering::Relaxed);
             h.join().unwrap()

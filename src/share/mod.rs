@@ -184,7 +184,7 @@ pub struct ShareConfig {
 /// One measured run.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ShareRun {
-    /// From the start barrier to the last worker stopping, as measured, in seconds.
+    /// From opening the start gate to the last worker stopping, as measured, in seconds.
     pub interval_s: f64,
     /// Complete work units per worker.
     pub worker_events: Vec<u64>,

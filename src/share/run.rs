@@ -1,8 +1,8 @@
-//! Running the share experiment: burners first, then workers behind a barrier, counters around
+//! Running the share experiment: burners first, then workers behind a start gate, counters around
 //! the measured interval, and the alone runs interleaved with the loaded ones.
 
 use super::cgroup::{CgroupCpu, ThrottleDelta};
-use super::load::{self, Duty, WorkerOutcome};
+use super::load::{self, Duty, Gate, WorkerOutcome};
 use super::model;
 use super::{ShareConfig, ShareReport, ShareRun, ShareSettings};
 use crate::counters::{SystemSnapshot, check_background_load};
@@ -10,18 +10,19 @@ use crate::machine::{Conditions, Machine};
 use crate::stats::MeanCi;
 use anyhow::{Context, Result};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Barrier, mpsc};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-/// Sets every flag when dropped, so a panic or an early return can never leave a burner
-/// spinning while the scope waits to join it.
-struct StopOnDrop<'a>(&'a [&'a AtomicBool]);
+/// Sets every flag and opens the gate when dropped, so a panic or an early return can never
+/// leave a burner spinning or a worker waiting while the scope waits to join them.
+struct StopOnDrop<'a>(&'a [&'a AtomicBool], &'a Gate);
 
 impl Drop for StopOnDrop<'_> {
     fn drop(&mut self) {
         for f in self.0 {
             f.store(true, Ordering::Relaxed);
         }
+        self.1.open();
     }
 }
 
@@ -151,7 +152,7 @@ fn measure(
 ) -> Result<RawRun> {
     let stop_workers = AtomicBool::new(false);
     let stop_burners = AtomicBool::new(false);
-    let barrier = Barrier::new(t + 1);
+    let gate = Gate::new();
     let duty = Duty {
         fraction: s.duty_pct / 100.0,
         period: s.duty_period,
@@ -161,7 +162,7 @@ fn measure(
         .collect();
     std::thread::scope(|sc| -> Result<RawRun> {
         let flags = [&stop_workers, &stop_burners];
-        let _guard = StopOnDrop(&flags);
+        let _guard = StopOnDrop(&flags, &gate);
         let (tx, rx) = mpsc::channel();
         let mut burner_handles = Vec::new();
         for (i, pin) in pins.iter().enumerate() {
@@ -186,7 +187,7 @@ fn measure(
         }
         let mut worker_handles = Vec::new();
         for i in 0..t {
-            let (bar, stop) = (&barrier, &stop_workers);
+            let (bar, stop) = (&gate, &stop_workers);
             let h = std::thread::Builder::new()
                 .name(format!("worker-{i}"))
                 .spawn_scoped(sc, move || load::run_worker(bar, stop, s.max_prime))
@@ -197,7 +198,7 @@ fn measure(
         let sys_before = SystemSnapshot::take(&machine.root);
         let cpu_before: Vec<f64> = clocks.iter().map(|c| clock_s(*c)).collect();
         let own_before = load::process_cpu_s();
-        barrier.wait();
+        gate.open();
         let t0 = Instant::now();
         std::thread::sleep(s.duration);
         stop_workers.store(true, Ordering::Relaxed);
