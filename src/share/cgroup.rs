@@ -183,7 +183,11 @@ impl CgroupCpu {
             .unwrap_or(&path)
             .trim_start_matches('/');
         let mount_dir = root.join(mount.mount_point.trim_start_matches('/'));
-        let mut dir = mount_dir.join(rel);
+        let mut dir = if rel.is_empty() {
+            mount_dir.clone()
+        } else {
+            mount_dir.join(rel)
+        };
         if !dir.is_dir() {
             // A namespaced view that shows a path the mount does not contain: the mount itself
             // is this process's cgroup.
