@@ -3,8 +3,8 @@
 //! A parallel program's speedup is not a property of the program alone: field notes E's
 //! work-stealing Fibonacci scaled near-ideally with one thread per module and lost up to 38%
 //! when the same 16 threads doubled up modules on one socket. This experiment runs a fork-join
-//! workload (or a memory-bound triad) at 1..N threads under each placement policy, repeats each
-//! point for an interval, and reports speedup and efficiency against the same policy's single
+//! workload (or a memory-bound triad) at 1..N threads under each placement policy, repeats the
+//! whole sweep (so outside load spreads over every point instead of bending one), and reports speedup and efficiency against the same policy's single
 //! thread, next to how many SMT cores and L2 modules the placement doubled up, both planned
 //! (from the pinned CPUs) and observed (from per-CPU utilisation during the run).
 //!

@@ -1,5 +1,6 @@
-//! Running the scaling experiment: a pool per (policy, thread count), warm-up, timed repeats
-//! with per-CPU utilisation around each, then speedups against the policy's own single thread.
+//! Running the scaling experiment: for each repeat, every (policy, thread count) in turn gets a
+//! fresh pinned pool, a warm-up and one timed run with per-CPU utilisation around it; then
+//! speedups against the policy's own single thread.
 
 use super::contention::{self, Contention};
 use super::policy::{self, Policy};
@@ -45,16 +46,34 @@ pub fn run(
     progress("scale: sizing the workload");
     let job = prepare(settings, llc_total_kib, &mut conditions)?;
 
-    let mut policies = Vec::new();
-    for p in &settings.policies {
-        let mut points = Vec::new();
-        let mut pin_failures = Vec::new();
-        for &n in &counts {
-            progress(&format!("scale: {p}, {n} thread(s)"));
-            let (point, fails) = measure_point(machine, settings, p, n, job)?;
-            points.push(point);
-            pin_failures.extend(fails);
+    // Repeats outermost, so a burst of outside load spreads over every point (and widens
+    // every interval) instead of bending one point of the curve.
+    let np = settings.policies.len();
+    let mut samples: Vec<Vec<Vec<RunSample>>> = vec![vec![Vec::new(); counts.len()]; np];
+    let mut pin_failures: Vec<Vec<String>> = vec![Vec::new(); np];
+    for rep in 0..settings.repeats {
+        for (pi, p) in settings.policies.iter().enumerate() {
+            for (ci, &n) in counts.iter().enumerate() {
+                progress(&format!(
+                    "scale: {p}, {n} thread(s), run {}/{}",
+                    rep + 1,
+                    settings.repeats
+                ));
+                let (sample, fails) = run_once(machine, p, n, job)?;
+                samples[pi][ci].push(sample);
+                if rep == 0 {
+                    pin_failures[pi].extend(fails);
+                }
+            }
         }
+    }
+    let mut policies = Vec::new();
+    for (pi, p) in settings.policies.iter().enumerate() {
+        let mut points: Vec<ScalePoint> = counts
+            .iter()
+            .zip(&samples[pi])
+            .map(|(&n, runs)| summarise_point(machine, p, n, job, runs))
+            .collect();
         add_speedups(&mut points);
         policies.push(PolicyResult {
             policy: p.name().to_string(),
@@ -63,7 +82,7 @@ pub fn run(
                 _ => None,
             },
             points,
-            pin_failures,
+            pin_failures: std::mem::take(&mut pin_failures[pi]),
         });
     }
     note_coinciding_policies(&mut conditions, &policies);
@@ -162,16 +181,21 @@ fn prepare(s: &ScaleSettings, llc_kib: Option<u64>, cond: &mut Conditions) -> Re
     }
 }
 
-/// One (policy, n): build the pool, warm it up, time `repeats` runs with counters around each.
-fn measure_point(
-    machine: &Machine,
-    s: &ScaleSettings,
-    p: &Policy,
-    n: usize,
-    job: Job,
-) -> Result<(ScalePoint, Vec<String>)> {
+/// What one timed run saw.
+#[derive(Clone, Debug)]
+struct RunSample {
+    time_s: f64,
+    /// Busy percent per allowed CPU during the run.
+    busy_pct: BTreeMap<u32, f64>,
+    steal_pct: Option<f64>,
+    other_load_cpus: Option<f64>,
+}
+
+/// One run of (policy, n): build and pin the pool, prepare and warm up, then time the job with
+/// counters around it.
+fn run_once(machine: &Machine, p: &Policy, n: usize, job: Job) -> Result<(RunSample, Vec<String>)> {
     let cpus = policy::select(&machine.topology, &machine.allowed, n, p);
-    let (pool, failures) = workload::build_pool(n, cpus.clone())?;
+    let (pool, failures) = workload::build_pool(n, cpus)?;
     let mut triad = match job {
         Job::Triad { len, .. } => Some(TriadArrays::new(&pool, len)),
         Job::Fib { n: f, cutoff } => {
@@ -179,41 +203,47 @@ fn measure_point(
             None
         }
     };
-    let mut times = Vec::new();
-    let mut busy_sum: BTreeMap<u32, f64> = BTreeMap::new();
-    let mut steal = Vec::new();
-    let mut other = Vec::new();
-    for _ in 0..s.repeats {
-        let before = SystemSnapshot::take(&machine.root);
-        let own_before = load::process_cpu_s();
-        let t0 = Instant::now();
-        match (job, triad.as_mut()) {
-            (Job::Fib { n: f, cutoff }, _) => {
-                black_box(pool.install(|| workload::fib_par(black_box(f), cutoff)));
+    let before = SystemSnapshot::take(&machine.root);
+    let own_before = load::process_cpu_s();
+    let t0 = Instant::now();
+    match (job, triad.as_mut()) {
+        (Job::Fib { n: f, cutoff }, _) => {
+            black_box(pool.install(|| workload::fib_par(black_box(f), cutoff)));
+        }
+        (Job::Triad { passes, .. }, Some(arrays)) => {
+            for _ in 0..passes {
+                arrays.pass(&pool, 3.0);
             }
-            (Job::Triad { passes, .. }, Some(arrays)) => {
-                for _ in 0..passes {
-                    arrays.pass(&pool, 3.0);
-                }
-            }
-            (Job::Triad { .. }, None) => {}
         }
-        times.push(t0.elapsed().as_secs_f64());
-        let d = before.delta(&SystemSnapshot::take(&machine.root), &machine.allowed);
-        other.extend(load::other_load_cpus(
-            &d,
-            load::process_cpu_s() - own_before,
-        ));
-        for (c, share) in &d.cpu_time {
-            *busy_sum.entry(*c).or_default() += share.busy_pct() / s.repeats as f64;
-        }
-        if !d.cpu_time.is_empty() {
-            steal.push(d.steal_pct());
-        }
+        (Job::Triad { .. }, None) => {}
     }
+    let time_s = t0.elapsed().as_secs_f64();
+    let d = before.delta(&SystemSnapshot::take(&machine.root), &machine.allowed);
+    let other_load_cpus = load::other_load_cpus(&d, load::process_cpu_s() - own_before);
     if let Some(t) = &triad {
         black_box(t.checksum());
     }
+    let failures = failures.lock().map(|v| v.clone()).unwrap_or_default();
+    Ok((
+        RunSample {
+            time_s,
+            busy_pct: d.cpu_time.iter().map(|(c, s)| (*c, s.busy_pct())).collect(),
+            steal_pct: (!d.cpu_time.is_empty()).then(|| d.steal_pct()),
+            other_load_cpus,
+        },
+        failures,
+    ))
+}
+
+/// Turns the runs of one (policy, n) into a point (speedups are added per policy later).
+fn summarise_point(
+    machine: &Machine,
+    p: &Policy,
+    n: usize,
+    job: Job,
+    runs: &[RunSample],
+) -> ScalePoint {
+    let times: Vec<f64> = runs.iter().map(|r| r.time_s).collect();
     let throughput: Vec<f64> = times
         .iter()
         .map(|t| match job {
@@ -221,6 +251,13 @@ fn measure_point(
             Job::Triad { len, passes } => (3 * 8 * len) as f64 * passes as f64 / t.max(1e-12) / 1e9,
         })
         .collect();
+    let mut busy_pct: BTreeMap<u32, f64> = BTreeMap::new();
+    for r in runs {
+        for (c, b) in &r.busy_pct {
+            *busy_pct.entry(*c).or_default() += b / runs.len() as f64;
+        }
+    }
+    let cpus = policy::select(&machine.topology, &machine.allowed, n, p);
     let planned = cpus.as_ref().map(|c| {
         contention::count(
             &machine.topology,
@@ -228,12 +265,12 @@ fn measure_point(
             &CpuSet::from_iter_u32(c.iter().copied()),
         )
     });
-    let observed: Option<Contention> = (!busy_sum.is_empty()).then(|| {
-        let busy = contention::busy_from_utilisation(&busy_sum);
+    let observed: Option<Contention> = (!busy_pct.is_empty()).then(|| {
+        let busy = contention::busy_from_utilisation(&busy_pct);
         contention::count(&machine.topology, &machine.allowed, &busy)
     });
-    let failures = failures.lock().map(|v| v.clone()).unwrap_or_default();
-    let point = ScalePoint {
+    let mean_of = |v: Vec<f64>| MeanCi::of(&v).map(|m| m.mean);
+    ScalePoint {
         threads: n,
         cpus,
         time_s: MeanCi::of(&times).unwrap_or_else(|| MeanCi::single(0.0)),
@@ -243,11 +280,10 @@ fn measure_point(
         efficiency: None,
         planned,
         observed,
-        busy_pct: busy_sum,
-        steal_pct: MeanCi::of(&steal).map(|m| m.mean),
-        other_load_cpus: MeanCi::of(&other).map(|m| m.mean),
-    };
-    Ok((point, failures))
+        busy_pct,
+        steal_pct: mean_of(runs.iter().filter_map(|r| r.steal_pct).collect()),
+        other_load_cpus: mean_of(runs.iter().filter_map(|r| r.other_load_cpus).collect()),
+    }
 }
 
 /// Speedup and efficiency of every point against the single-thread point of the same policy.
