@@ -25,7 +25,13 @@ pub struct Global {
     pub quiet: bool,
     /// Read /sys and /proc below this directory instead of `/` (for fixture trees; measuring
     /// commands always run on the live machine).
-    #[arg(long, global = true, hide = true, value_name = "DIR", default_value = "/")]
+    #[arg(
+        long,
+        global = true,
+        hide = true,
+        value_name = "DIR",
+        default_value = "/"
+    )]
     pub root: PathBuf,
 }
 

@@ -237,10 +237,7 @@ mod tests {
     #[test]
     fn parses_status_masks() {
         assert_eq!(CpuSet::parse_mask("3\n").unwrap().to_vec(), vec![0, 1]);
-        assert_eq!(
-            CpuSet::parse_mask("1,00000000").unwrap().to_vec(),
-            vec![32]
-        );
+        assert_eq!(CpuSet::parse_mask("1,00000000").unwrap().to_vec(), vec![32]);
     }
 
     #[test]

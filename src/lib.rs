@@ -14,6 +14,7 @@ pub mod cpulist;
 pub mod error;
 pub mod machine;
 pub mod output;
+pub mod pair;
 pub mod probe;
 pub mod stats;
 pub mod topology;

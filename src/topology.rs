@@ -160,7 +160,9 @@ impl Topology {
         if let Ok(entries) = std::fs::read_dir(&node_dir) {
             for e in entries.flatten() {
                 let name = e.file_name().to_string_lossy().to_string();
-                if let Some(n) = name.strip_prefix("node").and_then(|n| n.parse::<u32>().ok())
+                if let Some(n) = name
+                    .strip_prefix("node")
+                    .and_then(|n| n.parse::<u32>().ok())
                     && let Ok(list) = std::fs::read_to_string(e.path().join("cpulist"))
                     && let Ok(set) = CpuSet::parse_list(&list, true)
                 {

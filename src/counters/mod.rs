@@ -396,11 +396,7 @@ pub fn check_background_load(root: &Path, cpus: &CpuSet, window: Duration) -> Lo
     std::thread::sleep(window);
     let after = SystemSnapshot::take(root);
     let d = before.delta(&after, cpus);
-    let busy_pct: BTreeMap<u32, f64> = d
-        .cpu_time
-        .iter()
-        .map(|(c, s)| (*c, s.busy_pct()))
-        .collect();
+    let busy_pct: BTreeMap<u32, f64> = d.cpu_time.iter().map(|(c, s)| (*c, s.busy_pct())).collect();
     let busy: Vec<String> = busy_pct
         .iter()
         .filter(|(_, b)| **b > NOISY_BUSY_PCT)

@@ -35,7 +35,11 @@ pub const EVENTS: &[(&str, u32, u64)] = &[
     ),
     ("task-clock", PERF_TYPE_SOFTWARE, PERF_COUNT_SW_TASK_CLOCK),
     ("cycles", PERF_TYPE_HARDWARE, PERF_COUNT_HW_CPU_CYCLES),
-    ("instructions", PERF_TYPE_HARDWARE, PERF_COUNT_HW_INSTRUCTIONS),
+    (
+        "instructions",
+        PERF_TYPE_HARDWARE,
+        PERF_COUNT_HW_INSTRUCTIONS,
+    ),
 ];
 
 fn open_event(kind: u32, config: u64, tid: i32, inherit: bool) -> Result<OwnedFd, String> {
@@ -116,7 +120,9 @@ impl PerfCounters {
     pub fn read(&self) -> BTreeMap<String, u64> {
         self.open
             .iter()
-            .filter_map(|(n, fd, start)| Some((n.to_string(), read_counter(fd)?.saturating_sub(*start))))
+            .filter_map(|(n, fd, start)| {
+                Some((n.to_string(), read_counter(fd)?.saturating_sub(*start)))
+            })
             .collect()
     }
 }

@@ -1,0 +1,466 @@
+//! Starting, pinning and ending the programs a pair experiment runs.
+//!
+//! A server's placement only means something if *every* process and thread it will ever have runs
+//! where we put it. PostgreSQL forks a backend per connection, Apache starts worker threads, nginx
+//! forks workers: pinning the first process after it has started would miss what it forks later,
+//! so the affinity is set in the child between `fork` and `exec` (`pre_exec`), and everything it
+//! creates inherits it.
+//!
+//! The same hook makes the child impossible to leave behind:
+//! - `setsid()` puts it in its own session and process group, so a Ctrl-C at the terminal reaches
+//!   cpulab alone (which then tears down in order) and the whole group can be signalled at once;
+//! - `PR_SET_PDEATHSIG` asks the kernel to signal it when cpulab dies, even by SIGKILL. The kernel
+//!   clears that setting when credentials change, so it is set *after* dropping to an unprivileged
+//!   user, and it fires when the spawning *thread* exits: spawn from a thread that lives for the
+//!   whole run (the caller of `pair::run`).
+//!
+//! Stopping a process collects its descendants first (after the leader dies they are re-parented
+//! and can no longer be found from it), sends the program's own graceful signal to its group
+//! (PostgreSQL's fast shutdown is SIGINT, and removes its shared memory), waits, then SIGKILLs the
+//! group and every collected descendant, and finally removes any System V shared memory segment the
+//! killed processes left. [`Proc`] does this on drop, so every exit path is covered.
+
+use crate::cpulist::CpuSet;
+use crate::pair::cleanup;
+use anyhow::{Context, Result};
+use std::fs::File;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// An unprivileged account to run a server as when cpulab runs as root.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RunAs {
+    pub name: String,
+    pub uid: u32,
+    pub gid: u32,
+}
+
+impl RunAs {
+    /// The first of `names` that exists on this machine.
+    pub fn lookup(names: &[&str]) -> Option<Self> {
+        names.iter().find_map(|n| {
+            let u = nix::unistd::User::from_name(n).ok()??;
+            Some(Self {
+                name: u.name,
+                uid: u.uid.as_raw(),
+                gid: u.gid.as_raw(),
+            })
+        })
+    }
+}
+
+/// True when cpulab runs as root (servers that refuse root then run as an unprivileged user).
+pub fn is_root() -> bool {
+    nix::unistd::geteuid().is_root()
+}
+
+/// How to start one program.
+#[derive(Clone, Debug)]
+pub struct Launch {
+    /// Short name for messages (`postgres`, `pgbench`, `apache2`).
+    pub label: String,
+    /// Program and arguments; never passed through a shell (a `--shell` command is `sh -c CMD`).
+    pub argv: Vec<String>,
+    /// CPUs for the process and everything it creates; `None` leaves it where cpulab may run.
+    pub cpus: Option<CpuSet>,
+    pub user: Option<RunAs>,
+    pub cwd: Option<PathBuf>,
+    pub env: Vec<(String, String)>,
+    /// Signal the kernel sends when cpulab dies (SIGKILL unless the program has a graceful one
+    /// that also cleans up, like PostgreSQL's SIGINT).
+    pub death_signal: i32,
+    /// First signal of an orderly stop, sent to the process group.
+    pub stop_signal: i32,
+    /// Where its standard output and error go (files, so nothing can block on a full pipe).
+    pub stdout: PathBuf,
+    pub stderr: PathBuf,
+}
+
+impl Launch {
+    /// A launch with SIGKILL on cpulab's death, SIGTERM to stop, output into `logs/label.*`.
+    pub fn new(label: &str, argv: Vec<String>, logs: &Path) -> Self {
+        Self {
+            label: label.to_string(),
+            argv,
+            cpus: None,
+            user: None,
+            cwd: None,
+            env: Vec::new(),
+            death_signal: libc::SIGKILL,
+            stop_signal: libc::SIGTERM,
+            stdout: logs.join(format!("{label}.stdout")),
+            stderr: logs.join(format!("{label}.stderr")),
+        }
+    }
+}
+
+/// What a finished process left: exit status and resource usage of it and its reaped children.
+#[derive(Clone, Copy, Debug)]
+pub struct Exit {
+    /// Raw wait status.
+    pub status: i32,
+    pub rusage: libc::rusage,
+}
+
+impl Exit {
+    pub fn success(&self) -> bool {
+        libc::WIFEXITED(self.status) && libc::WEXITSTATUS(self.status) == 0
+    }
+
+    pub fn describe(&self) -> String {
+        if libc::WIFEXITED(self.status) {
+            format!("exited with status {}", libc::WEXITSTATUS(self.status))
+        } else if libc::WIFSIGNALED(self.status) {
+            format!("was killed by signal {}", libc::WTERMSIG(self.status))
+        } else {
+            format!("ended with wait status {}", self.status)
+        }
+    }
+}
+
+/// A running (or finished) child process that is stopped, with its whole tree, when dropped.
+#[derive(Debug)]
+pub struct Proc {
+    pub label: String,
+    pub pid: i32,
+    pub stdout: PathBuf,
+    pub stderr: PathBuf,
+    stop_signal: i32,
+    exit: Option<Exit>,
+}
+
+fn cpu_set(cpus: &CpuSet) -> Result<libc::cpu_set_t> {
+    // SAFETY: cpu_set_t is plain data; all-zero is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    for c in cpus.iter() {
+        anyhow::ensure!(
+            (c as usize) < libc::CPU_SETSIZE as usize,
+            "CPU {c} is beyond what sched_setaffinity supports"
+        );
+        // SAFETY: c is below CPU_SETSIZE, checked above.
+        unsafe { libc::CPU_SET(c as usize, &mut set) };
+    }
+    Ok(set)
+}
+
+impl Proc {
+    /// Starts `l`. A program that cannot be found is bad input (exit 2) naming it.
+    pub fn spawn(l: &Launch) -> Result<Proc> {
+        let (prog, args) = l
+            .argv
+            .split_first()
+            .context("empty command line: give a program to run")?;
+        let out = File::create(&l.stdout)
+            .with_context(|| format!("cannot create {}", l.stdout.display()))?;
+        let err = File::create(&l.stderr)
+            .with_context(|| format!("cannot create {}", l.stderr.display()))?;
+        let mut cmd = Command::new(prog);
+        cmd.args(args)
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .envs(l.env.iter().map(|(k, v)| (k, v)));
+        if let Some(d) = &l.cwd {
+            cmd.current_dir(d);
+        }
+        let set = l.cpus.as_ref().map(cpu_set).transpose()?;
+        let ids = l.user.as_ref().map(|u| (u.uid, u.gid));
+        let (death, parent) = (l.death_signal, std::process::id() as i32);
+        // SAFETY: the closure runs between fork and exec and only makes async-signal-safe system
+        // calls on values prepared before the fork; it allocates nothing.
+        unsafe {
+            cmd.pre_exec(move || child_setup(set.as_ref(), ids, death, parent));
+        }
+        let child = cmd.spawn().map_err(|e| {
+            if e.kind() == std::io::ErrorKind::NotFound {
+                crate::error::bad_input(format!(
+                    "cannot run `{prog}`: program not found; install it or give its full path"
+                ))
+            } else {
+                anyhow::Error::new(e).context(format!("cannot start `{prog}`"))
+            }
+        })?;
+        let pid = child.id() as i32;
+        // The std handle is not used again: we reap with wait4 to get resource usage.
+        drop(child);
+        cleanup::register_process(pid, l.stop_signal);
+        Ok(Proc {
+            label: l.label.clone(),
+            pid,
+            stdout: l.stdout.clone(),
+            stderr: l.stderr.clone(),
+            stop_signal: l.stop_signal,
+            exit: None,
+        })
+    }
+
+    /// The exit, if the process has ended (reaps it without blocking).
+    pub fn try_wait(&mut self) -> Option<Exit> {
+        if self.exit.is_none() {
+            self.exit = wait4(self.pid, libc::WNOHANG);
+        }
+        self.exit
+    }
+
+    /// Waits up to `timeout` for the process to end by itself.
+    pub fn wait_timeout(&mut self, timeout: Duration) -> Option<Exit> {
+        let until = Instant::now() + timeout;
+        loop {
+            if let Some(e) = self.try_wait() {
+                return Some(e);
+            }
+            if Instant::now() >= until {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// The last `lines` lines of the program's standard error (or output, if error is empty).
+    pub fn output_tail(&self, lines: usize) -> String {
+        let read = |p: &Path| std::fs::read_to_string(p).unwrap_or_default();
+        let mut text = read(&self.stderr);
+        if text.trim().is_empty() {
+            text = read(&self.stdout);
+        }
+        tail(&text, lines)
+    }
+
+    /// Stops the process and everything it started; see the module notes.
+    pub fn stop(&mut self, grace: Duration) {
+        let tree = descendants(Path::new("/"), self.pid);
+        if self.try_wait().is_none() {
+            signal_group(self.pid, self.stop_signal);
+            self.wait_timeout(grace);
+        }
+        if self.exit.is_none() {
+            signal_group(self.pid, libc::SIGKILL);
+            self.exit = wait4(self.pid, 0);
+        }
+        // Whatever the leader started and left behind, in or out of its group.
+        signal_group(self.pid, libc::SIGKILL);
+        let mut all = tree.clone();
+        all.push(self.pid);
+        for &p in &tree {
+            // SAFETY: kill has no memory-safety preconditions.
+            unsafe { libc::kill(p, libc::SIGKILL) };
+        }
+        wait_gone(&tree, Duration::from_secs(3));
+        remove_orphan_shm(&all);
+        cleanup::unregister_process(self.pid);
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.stop(Duration::from_secs(5));
+    }
+}
+
+/// Runs in the child between fork and exec: no allocation, only system calls.
+fn child_setup(
+    set: Option<&libc::cpu_set_t>,
+    ids: Option<(u32, u32)>,
+    death_signal: i32,
+    parent: i32,
+) -> std::io::Result<()> {
+    let check = |r: libc::c_int| {
+        if r < 0 {
+            Err(std::io::Error::last_os_error())
+        } else {
+            Ok(())
+        }
+    };
+    // SAFETY: plain system calls on values owned by this (forked) process.
+    unsafe {
+        check(libc::setsid())?;
+        if let Some(s) = set {
+            check(libc::sched_setaffinity(
+                0,
+                std::mem::size_of::<libc::cpu_set_t>(),
+                s,
+            ))?;
+        }
+        if let Some((uid, gid)) = ids {
+            check(libc::setgroups(1, &gid))?;
+            check(libc::setgid(gid))?;
+            check(libc::setuid(uid))?;
+        }
+        // After the credential change, which would clear it.
+        check(libc::prctl(
+            libc::PR_SET_PDEATHSIG,
+            death_signal as libc::c_ulong,
+        ))?;
+        // cpulab may have died between fork and prctl: then nobody will ever signal us.
+        if libc::getppid() != parent {
+            libc::_exit(1);
+        }
+    }
+    Ok(())
+}
+
+fn wait4(pid: i32, flags: i32) -> Option<Exit> {
+    let mut status = 0;
+    // SAFETY: rusage is plain data; wait4 writes both out-parameters.
+    let mut rusage: libc::rusage = unsafe { std::mem::zeroed() };
+    loop {
+        // SAFETY: valid pointers to local variables.
+        let r = unsafe { libc::wait4(pid, &mut status, flags, &mut rusage) };
+        if r == pid {
+            return Some(Exit { status, rusage });
+        }
+        if r < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+            continue;
+        }
+        return None;
+    }
+}
+
+fn signal_group(pgid: i32, sig: i32) {
+    // SAFETY: kill has no memory-safety preconditions; a negative pid names a process group.
+    unsafe { libc::kill(-pgid, sig) };
+}
+
+fn alive(pid: i32) -> bool {
+    // SAFETY: signal 0 only checks for existence.
+    let exists = unsafe { libc::kill(pid, 0) } == 0;
+    exists
+        && std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .map(|s| {
+                !s.rsplit(')')
+                    .next()
+                    .unwrap_or("")
+                    .trim_start()
+                    .starts_with('Z')
+            })
+            .unwrap_or(false)
+}
+
+/// Waits until none of `pids` exists (zombies count as gone), at most `timeout`.
+pub fn wait_gone(pids: &[i32], timeout: Duration) {
+    let until = Instant::now() + timeout;
+    while pids.iter().any(|&p| alive(p)) && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The last `n` lines of `text`, indented for an error message.
+pub fn tail(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    let start = lines.len().saturating_sub(n);
+    if lines.is_empty() {
+        return "  (no output)".to_string();
+    }
+    lines[start..]
+        .iter()
+        .map(|l| format!("  {l}"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// `(pid, ppid)` of every process under `root`/proc.
+pub fn process_table(root: &Path) -> Vec<(i32, i32)> {
+    let Ok(dir) = std::fs::read_dir(root.join("proc")) else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter_map(|pid| {
+            let s = std::fs::read_to_string(root.join(format!("proc/{pid}/stat"))).ok()?;
+            Some((pid, parse_ppid(&s)?))
+        })
+        .collect()
+}
+
+/// The parent pid from a `/proc/<pid>/stat` line (the name may contain `)`).
+pub fn parse_ppid(stat: &str) -> Option<i32> {
+    stat[stat.rfind(')')? + 1..]
+        .split_ascii_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+/// Every process descending from `pid` (not `pid` itself), found through parent links.
+pub fn descendants(root: &Path, pid: i32) -> Vec<i32> {
+    descendants_in(&process_table(root), pid)
+}
+
+/// Pure part of [`descendants`]: walk the parent links of a process table.
+pub fn descendants_in(table: &[(i32, i32)], pid: i32) -> Vec<i32> {
+    let mut out = Vec::new();
+    let mut frontier = vec![pid];
+    while let Some(p) = frontier.pop() {
+        for &(c, pp) in table {
+            if pp == p && c != pid && !out.contains(&c) {
+                out.push(c);
+                frontier.push(c);
+            }
+        }
+    }
+    out
+}
+
+/// Removes System V shared memory segments created by `pids` that nobody is attached to any
+/// more (what a SIGKILLed PostgreSQL leaves behind).
+pub fn remove_orphan_shm(pids: &[i32]) {
+    let Ok(text) = std::fs::read_to_string("/proc/sysvipc/shm") else {
+        return;
+    };
+    for (shmid, cpid, nattch) in parse_sysvipc_shm(&text) {
+        if nattch == 0 && pids.contains(&cpid) {
+            // SAFETY: IPC_RMID takes no buffer.
+            unsafe { libc::shmctl(shmid, libc::IPC_RMID, std::ptr::null_mut()) };
+        }
+    }
+}
+
+/// `(shmid, cpid, nattch)` rows of `/proc/sysvipc/shm`.
+pub fn parse_sysvipc_shm(text: &str) -> Vec<(i32, i32, u64)> {
+    text.lines()
+        .skip(1)
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_ascii_whitespace().collect();
+            Some((
+                f.get(1)?.parse().ok()?,
+                f.get(4)?.parse().ok()?,
+                f.get(6)?.parse().ok()?,
+            ))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn descendants_follow_parent_links() {
+        let t = [(1, 0), (10, 1), (11, 10), (12, 10), (13, 11), (20, 1)];
+        let mut d = descendants_in(&t, 10);
+        d.sort();
+        assert_eq!(d, vec![11, 12, 13]);
+        assert!(descendants_in(&t, 13).is_empty());
+    }
+
+    #[test]
+    fn ppid_with_odd_names() {
+        assert_eq!(parse_ppid("42 (a) b) S 7 42 42 0"), Some(7));
+        assert_eq!(parse_ppid("garbage"), None);
+    }
+
+    #[test]
+    fn sysvipc_rows() {
+        let t = "       key      shmid perms                  size  cpid  lpid nattch   uid\n\
+                 \x20  5432001         3  600                    56  1234  1240      0   101\n";
+        assert_eq!(parse_sysvipc_shm(t), vec![(3, 1234, 0)]);
+    }
+
+    #[test]
+    fn tail_keeps_last_lines() {
+        assert_eq!(tail("a\nb\n\nc\n", 2), "  b\n  c");
+        assert_eq!(tail("", 3), "  (no output)");
+    }
+}
