@@ -177,7 +177,11 @@ impl TreeWatch {
             let base = if first && !self.from_birth {
                 snap
             } else {
-                TaskSnapshot::default()
+                // Born during the run: the kernel started every counter at zero.
+                TaskSnapshot {
+                    migrations: snap.migrations.map(|_| 0),
+                    ..TaskSnapshot::default()
+                }
             };
             self.tasks
                 .entry((tid, start))

@@ -464,3 +464,41 @@ mod tests {
         assert_eq!(tail("", 3), "  (no output)");
     }
 }
+
+#[cfg(test)]
+mod lifecycle_tests {
+    use super::*;
+
+    fn sleeper(dir: &Path, cpus: Option<CpuSet>) -> Launch {
+        let mut l = Launch::new("sleeper", vec!["sleep".into(), "600".into()], dir);
+        l.cpus = cpus;
+        l
+    }
+
+    #[test]
+    fn a_panic_stops_the_process_on_unwinding() {
+        let dir = tempfile::tempdir().unwrap();
+        let l = sleeper(dir.path(), None);
+        let pid = std::sync::Mutex::new(0);
+        let r = std::panic::catch_unwind(|| {
+            let p = Proc::spawn(&l).unwrap();
+            *pid.lock().unwrap() = p.pid;
+            panic!("simulated failure mid-run");
+        });
+        assert!(r.is_err());
+        let pid = *pid.lock().unwrap();
+        assert!(pid > 0 && !alive(pid), "process {pid} ended with the panic");
+    }
+
+    #[test]
+    fn child_is_pinned_and_in_its_own_group() {
+        let dir = tempfile::tempdir().unwrap();
+        let cpu = crate::affinity::get(0).unwrap().first().unwrap();
+        let mut p = Proc::spawn(&sleeper(dir.path(), Some(CpuSet::from_iter_u32([cpu])))).unwrap();
+        assert_eq!(crate::affinity::get(p.pid).unwrap(), CpuSet::from_iter_u32([cpu]));
+        // SAFETY: getpgid has no memory-safety preconditions.
+        assert_eq!(unsafe { libc::getpgid(p.pid) }, p.pid, "own process group");
+        p.stop(Duration::from_secs(2));
+        assert!(p.try_wait().is_some() && !alive(p.pid));
+    }
+}

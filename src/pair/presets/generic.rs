@@ -36,18 +36,36 @@ impl Server for Generic {
     }
 }
 
+/// A short name for messages and log files: the program's file name (`sh` under --shell).
 fn label(argv: &[String]) -> String {
-    argv.iter()
-        .find(|a| !matches!(a.as_str(), "/bin/sh" | "sh" | "-c"))
-        .or(argv.first())
-        .map(|a| {
-            let first = a.split_whitespace().next().unwrap_or(a);
-            first.rsplit('/').next().unwrap_or(first).to_string()
-        })
-        .unwrap_or_else(|| "program".to_string())
+    let first = argv.first().map(String::as_str).unwrap_or("program");
+    let base = first.rsplit('/').next().unwrap_or(first);
+    let clean: String = base
         .chars()
         .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
-        .collect()
+        .collect();
+    if clean.is_empty() {
+        "program".to_string()
+    } else {
+        clean
+    }
+}
+
+/// Bad input (exit 2) when a command's program cannot be found, before anything starts.
+fn check_program(what: &str, argv: &[String]) -> Result<()> {
+    let prog = argv.first().map(String::as_str).unwrap_or("");
+    let found = if prog.contains('/') {
+        std::path::Path::new(prog).is_file()
+    } else {
+        super::find_program(prog).is_some()
+    };
+    if found {
+        Ok(())
+    } else {
+        Err(crate::error::bad_input(format!(
+            "{what} program `{prog}` not found: install it or give its full path"
+        )))
+    }
 }
 
 pub fn setup(
@@ -57,15 +75,13 @@ pub fn setup(
     metric: &Metric,
     env: &mut Env,
 ) -> Result<Setup> {
-    let mut launch = Launch::new(
-        &format!("server-{}", label(server)),
-        server.to_vec(),
-        &env.logs,
-    );
+    check_program("--server", server)?;
+    check_program("--client", client)?;
+    let mut launch = Launch::new(&label(server), server.to_vec(), &env.logs);
     launch.stop_signal = libc::SIGTERM;
     let server = Generic(ProcessServer::new(launch, ready.clone()));
     let client_argv = client.to_vec();
-    let client_label = format!("client-{}", label(client));
+    let client_label = label(client);
     Ok(Setup {
         server: Box::new(server),
         client: Box::new(move |_| ClientKind::Process {
@@ -91,7 +107,7 @@ mod tests {
         );
         assert_eq!(
             label(&s(&["/bin/sh", "-c", "python3 -m http.server"])),
-            "python3"
+            "sh"
         );
         assert_eq!(label(&[]), "program");
     }
