@@ -123,18 +123,15 @@ fn check_report(r: &Value) {
                 }
             }
         }
-        // Where both ends are pinned, the server tree ran only where it was put.
-        if let (Some(cpus), Some(seen)) = (
-            p["placement"]["server_cpus"].as_str(),
-            p["server_cpus_seen"].as_str(),
-        ) {
-            if !seen.is_empty() && !p["placement"]["client_cpus"].is_null() {
-                assert_eq!(
-                    cpus, seen,
-                    "server tree pinned: {}",
-                    p["placement"]["label"]
-                );
-            }
+        // A server pinned to one CPU ran there and nowhere else, with every process it forked.
+        let pinned = p["placement"]["server_cpus"].as_str();
+        if let Some(cpu) = pinned.filter(|c| c.parse::<u32>().is_ok()) {
+            assert_eq!(
+                p["server_cpus_seen"].as_str(),
+                Some(cpu),
+                "{}",
+                p["placement"]["label"]
+            );
         }
     }
 }
@@ -153,7 +150,8 @@ fn pgbench_select1_under_every_placement() {
         return;
     }
     let _g = serial();
-    let r = run_json(&["--preset", "pgbench", "--workload", "select1"]);
+    // --perf: exact counts of the backend, which ends with the client.
+    let r = run_json(&["--preset", "pgbench", "--workload", "select1", "--perf"]);
     check_report(&r);
     assert_eq!(r["experiment"]["metric_unit"], "tps");
     let n = r["placements"].as_array().unwrap().len();
@@ -190,12 +188,16 @@ fn pgbench_readonly_loads_and_runs() {
         "0:0",
     ]);
     check_report(&r);
+    let workload = r["experiment"]["workload"].as_str().unwrap();
+    assert!(workload.contains("readonly"));
+    // Without perf the backend is found by sampling /proc.
+    let run = &r["placements"][0]["runs"][0];
+    assert!(run["server"]["perf"].is_null());
     assert!(
-        r["experiment"]["workload"]
-            .as_str()
-            .unwrap()
-            .contains("readonly")
+        run["server"]["processes"].as_u64().unwrap() >= 2,
+        "postmaster and its backend"
     );
+    assert!(run["server"]["voluntary_switches"].as_u64().unwrap() > 0);
 }
 
 #[test]

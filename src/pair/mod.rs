@@ -154,16 +154,21 @@ pub fn run(
             settings.repeat
         ));
     }
-    if results.iter().any(|r| {
-        r.runs
-            .iter()
-            .any(|x| x.server.as_ref().is_some_and(|s| s.perf.is_none()))
-    }) {
+    if settings.use_perf {
         notes.push(
-            "perf events unavailable for the server tree: its counts come from /proc samples and \
-             miss what short-lived processes did after the last sample"
+            "counted with perf events (--perf): exact, but they slow every context switch, so \
+             these figures are lower than an unobserved run's"
                 .to_string(),
         );
+        let missing = results
+            .iter()
+            .flat_map(|r| &r.runs)
+            .find_map(|x| x.server.as_ref().and_then(|s| s.perf_unavailable.clone()));
+        if let Some(why) = missing {
+            notes.push(format!(
+                "perf events unavailable ({why}): counts come from /proc samples"
+            ));
+        }
     }
     let experiment = report::ExperimentInfo {
         preset: settings.preset_name().map(str::to_string),

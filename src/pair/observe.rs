@@ -21,6 +21,7 @@ use crate::pair::procs;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 /// What to watch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -110,7 +111,18 @@ pub struct TreeWatch {
     cpus: BTreeSet<u32>,
     perf: Vec<PerfCounters>,
     perf_unavailable: Option<String>,
+    /// Tasks found by the last full scan, re-read at every sample.
+    known: Vec<(i32, i32)>,
+    next_scan: Instant,
 }
+
+/// How often the whole process table is scanned for new members of the tree. Between scans only
+/// the known tasks are re-read (a few files each), which keeps sampling cheap; a process born
+/// between scans loses nothing, since it is counted from zero when found.
+const RESCAN: Duration = Duration::from_secs(1);
+/// The first rescan comes sooner: the process serving the client (a PostgreSQL backend) is
+/// forked when the client connects, just after the start.
+const FIRST_RESCAN: Duration = Duration::from_millis(250);
 
 impl TreeWatch {
     /// Takes the first sample and opens perf counters. With `from_birth` every task starts from
@@ -125,6 +137,8 @@ impl TreeWatch {
             cpus: BTreeSet::new(),
             perf: Vec::new(),
             perf_unavailable: None,
+            known: Vec::new(),
+            next_scan: Instant::now() + FIRST_RESCAN,
         };
         let tasks = w.list_tasks();
         if !use_perf {
@@ -143,7 +157,7 @@ impl TreeWatch {
                 w.perf.push(c);
             }
         }
-        w.sample_tasks(&tasks, true);
+        w.known = w.sample_tasks(&tasks, true);
         w
     }
 
@@ -167,11 +181,14 @@ impl TreeWatch {
         }
     }
 
-    fn sample_tasks(&mut self, tasks: &[(i32, i32)], first: bool) {
+    /// Reads `tasks`; returns those still alive.
+    fn sample_tasks(&mut self, tasks: &[(i32, i32)], first: bool) -> Vec<(i32, i32)> {
+        let mut alive = Vec::with_capacity(tasks.len());
         for &(pid, tid) in tasks {
             let Some((snap, start)) = read_task(&self.root, pid, tid) else {
                 continue; // exited since it was listed
             };
+            alive.push((pid, tid));
             self.pids.insert(pid);
             self.cpus.insert(snap.last_cpu);
             let base = if first && !self.from_birth {
@@ -191,17 +208,28 @@ impl TreeWatch {
                     last: snap,
                 });
         }
+        alive
     }
 
-    /// Takes one more sample (call it regularly while the run goes on, and once at the end).
+    /// Takes one more sample (call it regularly while the run goes on, and once at the end):
+    /// re-reads the known tasks, and scans for new ones once a second.
     pub fn sample(&mut self) {
-        let tasks = self.list_tasks();
-        self.sample_tasks(&tasks, false);
+        self.sample_scan(false);
+    }
+
+    fn sample_scan(&mut self, full: bool) {
+        if full || Instant::now() >= self.next_scan {
+            self.known = self.list_tasks();
+            self.next_scan = Instant::now() + RESCAN;
+        }
+        let known = std::mem::take(&mut self.known);
+        let alive = self.sample_tasks(&known, false);
+        self.known = alive;
     }
 
     /// The totals over the run.
     pub fn finish(mut self) -> TreeCounters {
-        self.sample();
+        self.sample_scan(true);
         let mut c = TreeCounters {
             processes: self.pids.len(),
             threads: self.tasks.len(),

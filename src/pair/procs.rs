@@ -495,7 +495,10 @@ mod lifecycle_tests {
         let dir = tempfile::tempdir().unwrap();
         let cpu = crate::affinity::get(0).unwrap().first().unwrap();
         let mut p = Proc::spawn(&sleeper(dir.path(), Some(CpuSet::from_iter_u32([cpu])))).unwrap();
-        assert_eq!(crate::affinity::get(p.pid).unwrap(), CpuSet::from_iter_u32([cpu]));
+        assert_eq!(
+            crate::affinity::get(p.pid).unwrap(),
+            CpuSet::from_iter_u32([cpu])
+        );
         // SAFETY: getpgid has no memory-safety preconditions.
         assert_eq!(unsafe { libc::getpgid(p.pid) }, p.pid, "own process group");
         p.stop(Duration::from_secs(2));

@@ -26,6 +26,19 @@ use std::time::{Duration, Instant};
 
 /// How often the wait loop samples /proc while the client runs.
 const TICK: Duration = Duration::from_millis(200);
+/// Near the client's expected end the loop samples this often: a process that exits with the
+/// client (PostgreSQL's backend) loses at most this much of its counts.
+const FINE_TICK: Duration = Duration::from_millis(20);
+/// How long before the expected end the fine sampling starts.
+const FINE_WINDOW: Duration = Duration::from_millis(400);
+
+/// The sampling period at this moment of a run expected to end at `end`.
+fn period(end: Option<Instant>) -> Duration {
+    match end {
+        Some(e) if Instant::now() + FINE_WINDOW >= e => FINE_TICK,
+        _ => TICK,
+    }
+}
 
 /// One client run under one placement.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -95,6 +108,9 @@ pub fn run_once(
         use_perf: settings.use_perf,
         limit,
         metric: &setup.metric,
+        expected: setup
+            .timed_by_us
+            .then(|| Duration::from_secs(u64::from(secs))),
     };
     let out = match kind {
         ClientKind::Process { label, argv, user } => {
@@ -161,6 +177,8 @@ struct ClientCtx<'a> {
     use_perf: bool,
     limit: Duration,
     metric: &'a Metric,
+    /// How long the client should run, when cpulab chose it.
+    expected: Option<Duration>,
 }
 
 /// Blocks until `pid` exits or `timeout` passes (pidfd + poll; a plain sleep without pidfds).
@@ -199,12 +217,13 @@ fn run_process(
     }
     let mut watch = TreeWatch::start(ctx.root, Target::Tree(p.pid), true, ctx.use_perf);
     let pidfd = pidfd_open(p.pid);
+    let end = ctx.expected.map(|d| start + d);
     let mut last_tick = Instant::now();
     let exit = loop {
         if let Some(e) = p.try_wait() {
             break e;
         }
-        if last_tick.elapsed() >= TICK {
+        if last_tick.elapsed() >= period(end) {
             tick()?;
             watch.sample();
             last_tick = Instant::now();
@@ -217,7 +236,10 @@ fn run_process(
                 p.output_tail(15)
             );
         }
-        wait_exit(pidfd.as_ref(), TICK.saturating_sub(last_tick.elapsed()));
+        wait_exit(
+            pidfd.as_ref(),
+            period(end).saturating_sub(last_tick.elapsed()),
+        );
     };
     let elapsed = start.elapsed();
     let counters = observe::with_rusage(watch.finish(), &exit.rusage);
@@ -266,9 +288,10 @@ fn run_builtin(
     let pid = std::process::id() as i32;
     // A new thread's counters start from zero: everything it did belongs to the run.
     let mut watch = TreeWatch::start(ctx.root, Target::Task { pid, tid }, true, ctx.use_perf);
+    let end = ctx.expected.map(|d| Instant::now() + d);
     let mut last_tick = Instant::now();
     while !handle.is_finished() {
-        if last_tick.elapsed() >= TICK {
+        if last_tick.elapsed() >= period(end) {
             if let Err(e) = tick() {
                 stop.store(true, std::sync::atomic::Ordering::Relaxed);
                 let _ = handle.join();
