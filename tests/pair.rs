@@ -1,15 +1,14 @@
 //! `cpulab pair` end to end: the real binary against real PostgreSQL, Apache, nginx and the
 //! built-in HTTP pair, briefly (one second per run, one run per placement through a hidden flag).
-//! Assertions are on structure and physics, never on how fast anything is; and on what is left
-//! behind after every way a run can end: success, a failing server or client, Ctrl-C, SIGTERM
-//! and SIGKILL. Presets whose programs are missing are skipped with the reason printed.
+//! Assertions are on structure and physics, never on how fast anything is. Presets whose programs
+//! are missing are skipped with the reason printed. What is left behind when a run fails or is
+//! interrupted is tested in `pair_cleanup.rs`.
 
 use assert_cmd::Command;
 use cpulab::pair::{Preset, preset_available};
 use serde_json::Value;
-use std::path::PathBuf;
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The machine has two vCPUs: servers and clients of parallel tests would only slow each other
 /// into timeouts. Tests that run a pair take this lock.
@@ -17,6 +16,11 @@ static SERIAL: Mutex<()> = Mutex::new(());
 
 fn serial() -> std::sync::MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Command-line words from one string (for arguments without spaces).
+fn w(s: &str) -> Vec<&str> {
+    s.split_whitespace().collect()
 }
 
 fn cpulab() -> Command {
@@ -151,7 +155,7 @@ fn pgbench_select1_under_every_placement() {
     }
     let _g = serial();
     // --perf: exact counts of the backend, which ends with the client.
-    let r = run_json(&["--preset", "pgbench", "--workload", "select1", "--perf"]);
+    let r = run_json(&w("--preset pgbench --workload select1 --perf"));
     check_report(&r);
     assert_eq!(r["experiment"]["metric_unit"], "tps");
     let n = r["placements"].as_array().unwrap().len();
@@ -177,16 +181,9 @@ fn pgbench_readonly_loads_and_runs() {
         return;
     }
     let _g = serial();
-    let r = run_json(&[
-        "--preset",
-        "pgbench",
-        "--workload",
-        "readonly",
-        "--scale",
-        "1",
-        "--pairs",
-        "0:0",
-    ]);
+    let r = run_json(&w(
+        "--preset pgbench --workload readonly --scale 1 --pairs 0:0",
+    ));
     check_report(&r);
     let workload = r["experiment"]["workload"].as_str().unwrap();
     assert!(workload.contains("readonly"));
@@ -206,14 +203,7 @@ fn http_apache_with_ab() {
         return;
     }
     let _g = serial();
-    let r = run_json(&[
-        "--preset",
-        "http",
-        "--http-server",
-        "apache",
-        "--http-client",
-        "ab",
-    ]);
+    let r = run_json(&w("--preset http --http-server apache --http-client ab"));
     check_report(&r);
     assert!(
         r["experiment"]["server"]
@@ -230,16 +220,9 @@ fn http_nginx_with_wrk() {
         return;
     }
     let _g = serial();
-    let r = run_json(&[
-        "--preset",
-        "http",
-        "--http-server",
-        "nginx",
-        "--http-client",
-        "wrk",
-        "--pairs",
-        "0:0,any:any",
-    ]);
+    let r = run_json(&w(
+        "--preset http --http-server nginx --http-client wrk --pairs 0:0,any:any",
+    ));
     check_report(&r);
     assert_eq!(r["experiment"]["metric_parser"], "wrk");
 }
@@ -247,16 +230,9 @@ fn http_nginx_with_wrk() {
 #[test]
 fn http_builtin_server_and_client_need_nothing_installed() {
     let _g = serial();
-    let r = run_json(&[
-        "--preset",
-        "http",
-        "--http-server",
-        "builtin",
-        "--http-client",
-        "builtin",
-        "--pairs",
-        "0:0,any:any",
-    ]);
+    let r = run_json(&w(
+        "--preset http --http-server builtin --http-client builtin --pairs 0:0,any:any",
+    ));
     check_report(&r);
     let run = &r["placements"][0]["runs"][0];
     assert_eq!(
@@ -293,366 +269,56 @@ fn generic_pair_with_custom_metric() {
     );
 }
 
-// ---- nothing left behind ----
-
-/// Temporary directories of the cpulab run with this pid.
-fn dirs_of(pid: u32) -> Vec<PathBuf> {
-    let prefix = format!("cpulab-pair.{pid}.");
-    std::fs::read_dir(std::env::temp_dir())
-        .unwrap()
-        .flatten()
-        .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
-        .map(|e| e.path())
-        .collect()
-}
-
-/// Processes started by the cpulab run with this pid: their command line or working directory
-/// names its temporary directory (PostgreSQL backends rename themselves but keep the cwd).
-fn procs_of(pid: u32) -> Vec<String> {
-    let needle = format!("cpulab-pair.{pid}.");
-    let mut found = Vec::new();
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(p) = e.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let cmd = std::fs::read(format!("/proc/{p}/cmdline"))
-            .map(|b| String::from_utf8_lossy(&b).replace('\0', " "))
-            .unwrap_or_default();
-        let cwd = std::fs::read_link(format!("/proc/{p}/cwd"))
-            .map(|c| c.display().to_string())
-            .unwrap_or_default();
-        let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).unwrap_or_default();
-        let zombie = stat
-            .rsplit(')')
-            .next()
-            .is_some_and(|s| s.trim_start().starts_with('Z'));
-        if !zombie && (cmd.contains(&needle) || cwd.contains(&needle)) {
-            found.push(format!("{p}: {cmd} (cwd {cwd})"));
-        }
+fn exit_2(args: &[&str], env_path: Option<&str>) -> String {
+    let mut cmd = cpulab();
+    cmd.args(args);
+    if let Some(p) = env_path {
+        cmd.env("CPULAB_PATH", p);
     }
-    found
-}
-
-/// Waits until nothing of the run is left, at most `secs`; returns what remains.
-fn leftovers_after(pid: u32, secs: u64) -> (Vec<PathBuf>, Vec<String>) {
-    let until = Instant::now() + Duration::from_secs(secs);
-    loop {
-        let (d, p) = (dirs_of(pid), procs_of(pid));
-        if (d.is_empty() && p.is_empty()) || Instant::now() > until {
-            return (d, p);
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
-struct Running {
-    child: std::process::Child,
-    stderr: PathBuf,
-    _dir: tempfile::TempDir,
-}
-
-/// Starts cpulab in the background and waits until `marker` appears on its stderr.
-fn start_until(args: &[&str], marker: &str) -> Running {
-    let dir = tempfile::tempdir().unwrap();
-    let stderr = dir.path().join("stderr");
-    let child = std::process::Command::new(env!("CARGO_BIN_EXE_cpulab"))
-        .args(args)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::fs::File::create(&stderr).unwrap())
-        .spawn()
-        .unwrap();
-    let mut r = Running {
-        child,
-        stderr,
-        _dir: dir,
-    };
-    let until = Instant::now() + Duration::from_secs(120);
-    loop {
-        let text = std::fs::read_to_string(&r.stderr).unwrap_or_default();
-        if text.contains(marker) {
-            return r;
-        }
-        if let Ok(Some(s)) = r.child.try_wait() {
-            panic!("cpulab ended ({s}) before `{marker}`: {text}");
-        }
-        assert!(Instant::now() < until, "no `{marker}` within 120 s: {text}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-fn kill(pid: u32, sig: i32) {
-    // SAFETY: kill has no memory-safety preconditions.
-    unsafe { libc::kill(pid as i32, sig) };
-}
-
-fn interrupt_mid_run(preset: &[&str], sig: i32, expect_code: Option<i32>) {
-    let _g = serial();
-    let mut args = vec!["pair", "--duration", "30", "--no-load-check"];
-    args.extend_from_slice(preset);
-    // The server is up and the first measured client is running.
-    let mut r = start_until(&args, "starting the server");
-    std::thread::sleep(Duration::from_millis(2500));
-    let pid = r.child.id();
-    assert!(
-        !dirs_of(pid).is_empty(),
-        "the run has its temporary directory"
-    );
-    assert!(!procs_of(pid).is_empty(), "the run has started its server");
-    kill(pid, sig);
-    let status = r.child.wait().unwrap();
-    let stderr = std::fs::read_to_string(&r.stderr).unwrap_or_default();
-    if let Some(code) = expect_code {
-        assert_eq!(
-            status.code(),
-            Some(code),
-            "exit status after signal {sig}: {stderr}"
-        );
-        assert!(stderr.contains("interrupted"), "{stderr}");
-        // An orderly teardown finishes before cpulab exits.
-        assert_eq!(
-            (dirs_of(pid), procs_of(pid)),
-            (vec![], vec![]),
-            "left behind at exit"
-        );
-    }
-    let (d, p) = leftovers_after(pid, 20);
-    assert!(
-        d.is_empty() && p.is_empty(),
-        "left behind after signal {sig}: {d:?} {p:?}"
-    );
-}
-
-#[test]
-fn ctrl_c_mid_run_stops_postgres_and_removes_everything() {
-    if skip(Preset::Pgbench) {
-        return;
-    }
-    interrupt_mid_run(&["--preset", "pgbench"], libc::SIGINT, Some(130));
-}
-
-#[test]
-fn sigterm_mid_run_stops_apache_and_removes_everything() {
-    if !(have("apache2") && have("ab")) {
-        return;
-    }
-    interrupt_mid_run(
-        &["--preset", "http", "--http-server", "apache"],
-        libc::SIGTERM,
-        Some(143),
-    );
-}
-
-#[test]
-fn sigkill_mid_run_leaves_no_postgres_and_no_directory() {
-    if skip(Preset::Pgbench) {
-        return;
-    }
-    interrupt_mid_run(&["--preset", "pgbench"], libc::SIGKILL, None);
-}
-
-#[test]
-fn sigkill_mid_run_leaves_no_apache() {
-    if !(have("apache2") && have("ab")) {
-        return;
-    }
-    interrupt_mid_run(
-        &["--preset", "http", "--http-server", "apache"],
-        libc::SIGKILL,
-        None,
-    );
-}
-
-// ---- failures ----
-
-fn failing(args: &[&str]) -> (i32, String, u32) {
-    let _g = serial();
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_cpulab"))
-        .args(args)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let pid = child.id();
-    let mut err = String::new();
-    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
-    let code = child.wait().unwrap().code().unwrap_or(-1);
-    (code, err, pid)
-}
-
-#[test]
-fn server_that_never_becomes_ready_fails_with_its_stderr() {
-    let (code, err, pid) = failing(&[
-        "pair",
-        "--shell",
-        "--server",
-        "echo 'still starting, please wait' >&2; exec sleep 600",
-        "--ready-port",
-        "1",
-        "--ready-timeout",
-        "1",
-        "--client",
-        "true",
-        "--metric",
-        "ab",
-        "--no-load-check",
-    ]);
-    assert_eq!(code, 1, "{err}");
-    assert!(err.contains("did not become ready"), "{err}");
-    assert!(
-        err.contains("still starting, please wait"),
-        "stderr tail shown: {err}"
-    );
-    assert_eq!((dirs_of(pid), procs_of(pid)), (vec![], vec![]));
-}
-
-#[test]
-fn server_that_exits_at_start_fails_with_its_stderr() {
-    let (code, err, _) = failing(&[
-        "pair",
-        "--shell",
-        "--server",
-        "echo 'bad config line 3' >&2; exit 1",
-        "--ready-port",
-        "1",
-        "--client",
-        "true",
-        "--metric",
-        "ab",
-        "--no-load-check",
-    ]);
-    assert_eq!(code, 1, "{err}");
-    assert!(
-        err.contains("bad config line 3") && err.contains("status 1"),
-        "{err}"
-    );
-}
-
-#[test]
-fn failing_client_fails_with_its_stderr_and_stops_the_server() {
-    let (code, err, pid) = failing(&[
-        "pair",
-        "--server",
-        "sleep 600",
-        "--ready-cmd",
-        "true",
-        "--shell",
-        "--client",
-        "echo 'connection refused' >&2; exit 3",
-        "--metric",
-        "pgbench",
-        "--no-load-check",
-    ]);
-    assert_eq!(code, 1, "{err}");
-    assert!(
-        err.contains("connection refused") && err.contains("status 3"),
-        "{err}"
-    );
-    assert_eq!((dirs_of(pid), procs_of(pid)), (vec![], vec![]));
-}
-
-#[test]
-fn client_without_metric_fails_with_its_output() {
-    let (code, err, _) = failing(&[
-        "pair",
-        "--server",
-        "sleep 600",
-        "--ready-cmd",
-        "true",
-        "--client",
-        "echo hello",
-        "--metric",
-        "wrk",
-        "--no-load-check",
-    ]);
-    assert_eq!(code, 1, "{err}");
-    assert!(
-        err.contains("printed no figure") && err.contains("hello"),
-        "{err}"
-    );
+    let out = cmd.output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+    assert!(!err.contains("panicked"), "{err}");
+    err
 }
 
 #[test]
 fn missing_programs_are_bad_input_naming_the_package() {
-    let out = cpulab()
-        .args(["pair", "--preset", "pgbench", "--no-load-check"])
-        .env("CPULAB_PATH", "/nonexistent")
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = exit_2(
+        &w("pair --preset pgbench --no-load-check"),
+        Some("/nonexistent"),
+    );
     assert!(
         err.contains("postgresql") && err.lines().count() == 1,
         "{err}"
     );
-
-    let out = cpulab()
-        .args([
-            "pair",
-            "--preset",
-            "http",
-            "--http-client",
-            "ab",
-            "--no-load-check",
-        ])
-        .env("CPULAB_PATH", "/nonexistent")
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("apache2-utils"));
-
-    let out = cpulab()
-        .args([
-            "pair",
-            "--server",
-            "no-such-server-xyz",
-            "--ready-port",
-            "1",
-            "--client",
-            "ab",
-        ])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("no-such-server-xyz"));
+    let err = exit_2(
+        &w("pair --preset http --http-client ab"),
+        Some("/nonexistent"),
+    );
+    assert!(err.contains("apache2-utils"), "{err}");
+    let err = exit_2(
+        &w("pair --server no-such-server-xyz --ready-port 1 --client ab"),
+        None,
+    );
+    assert!(err.contains("no-such-server-xyz"), "{err}");
 }
 
 #[test]
 fn bad_usage_is_exit_2() {
     for args in [
-        vec!["pair", "--preset", "pgbench", "--repeat", "2"],
-        vec!["pair", "--preset", "pgbench", "--pairs", "0:99"],
-        vec!["pair", "--preset", "pgbench", "--pairs", "0"],
-        vec!["pair", "--preset", "http", "--workload", "select1"],
-        vec!["pair", "--server", "x", "--client", "ab"],
-        vec![
-            "pair",
-            "--server",
-            "x",
-            "--client",
-            "ab",
-            "--ready-port",
-            "1",
-            "--metric",
-            "no group",
-        ],
-        vec![
-            "pair",
-            "--server",
-            "'unbalanced",
-            "--client",
-            "ab",
-            "--ready-port",
-            "1",
-        ],
-        vec!["pair"],
+        "pair --preset pgbench --repeat 2",
+        "pair --preset pgbench --pairs 0:99",
+        "pair --preset pgbench --pairs 0",
+        "pair --preset http --workload select1",
+        "pair --server x --client ab",
+        "pair --server 'unbalanced --client ab --ready-port 1",
+        "pair",
     ] {
-        let out = cpulab().args(&args).output().unwrap();
-        assert_eq!(
-            out.status.code(),
-            Some(2),
-            "{args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        assert!(!String::from_utf8_lossy(&out.stderr).contains("panicked"));
+        exit_2(&w(args), None);
     }
+    exit_2(
+        &w("pair --server x --client ab --ready-port 1 --metric nogroup"),
+        None,
+    );
 }

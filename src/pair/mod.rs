@@ -28,6 +28,7 @@ pub mod observe;
 pub mod placement;
 pub mod presets;
 pub mod procs;
+pub mod proctable;
 pub mod report;
 pub mod runner;
 pub mod settings;

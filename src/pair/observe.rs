@@ -17,7 +17,7 @@
 
 use crate::counters::{TaskSnapshot, parse, perf::PerfCounters};
 use crate::cpulist::CpuSet;
-use crate::pair::procs;
+use crate::pair::proctable;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -166,7 +166,7 @@ impl TreeWatch {
             Target::Task { pid, tid } => vec![(pid, tid)],
             Target::Tree(pid) => {
                 let mut pids = vec![pid];
-                pids.extend(procs::descendants(&self.root, pid));
+                pids.extend(proctable::descendants(&self.root, pid));
                 pids.iter()
                     .flat_map(|&p| {
                         let dir = self.root.join(format!("proc/{p}/task"));

@@ -22,6 +22,7 @@
 
 use crate::cpulist::CpuSet;
 use crate::pair::cleanup;
+use crate::pair::proctable::{descendants, remove_orphan_shm, wait_gone};
 use anyhow::{Context, Result};
 use std::fs::File;
 use std::os::unix::process::CommandExt;
@@ -322,31 +323,6 @@ fn signal_group(pgid: i32, sig: i32) {
     // SAFETY: kill has no memory-safety preconditions; a negative pid names a process group.
     unsafe { libc::kill(-pgid, sig) };
 }
-
-fn alive(pid: i32) -> bool {
-    // SAFETY: signal 0 only checks for existence.
-    let exists = unsafe { libc::kill(pid, 0) } == 0;
-    exists
-        && std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .map(|s| {
-                !s.rsplit(')')
-                    .next()
-                    .unwrap_or("")
-                    .trim_start()
-                    .starts_with('Z')
-            })
-            .unwrap_or(false)
-}
-
-/// Waits until none of `pids` exists (zombies count as gone), at most `timeout`.
-pub fn wait_gone(pids: &[i32], timeout: Duration) {
-    let until = Instant::now() + timeout;
-    while pids.iter().any(|&p| alive(p)) && Instant::now() < until {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// The last `n` lines of `text`, indented for an error message.
 pub fn tail(text: &str, n: usize) -> String {
     let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
     let start = lines.len().saturating_sub(n);
@@ -361,113 +337,16 @@ pub fn tail(text: &str, n: usize) -> String {
 }
 
 /// `(pid, ppid)` of every process under `root`/proc.
-pub fn process_table(root: &Path) -> Vec<(i32, i32)> {
-    let Ok(dir) = std::fs::read_dir(root.join("proc")) else {
-        return Vec::new();
-    };
-    dir.flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
-        .filter_map(|pid| {
-            let s = std::fs::read_to_string(root.join(format!("proc/{pid}/stat"))).ok()?;
-            Some((pid, parse_ppid(&s)?))
-        })
-        .collect()
-}
-
-/// The parent pid from a `/proc/<pid>/stat` line (the name may contain `)`).
-pub fn parse_ppid(stat: &str) -> Option<i32> {
-    stat[stat.rfind(')')? + 1..]
-        .split_ascii_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()
-}
-
-/// Every process descending from `pid` (not `pid` itself), found through parent links.
-pub fn descendants(root: &Path, pid: i32) -> Vec<i32> {
-    descendants_in(&process_table(root), pid)
-}
-
-/// Pure part of [`descendants`]: walk the parent links of a process table.
-pub fn descendants_in(table: &[(i32, i32)], pid: i32) -> Vec<i32> {
-    let mut out = Vec::new();
-    let mut frontier = vec![pid];
-    while let Some(p) = frontier.pop() {
-        for &(c, pp) in table {
-            if pp == p && c != pid && !out.contains(&c) {
-                out.push(c);
-                frontier.push(c);
-            }
-        }
-    }
-    out
-}
-
-/// Removes System V shared memory segments created by `pids` that nobody is attached to any
-/// more (what a SIGKILLed PostgreSQL leaves behind).
-pub fn remove_orphan_shm(pids: &[i32]) {
-    let Ok(text) = std::fs::read_to_string("/proc/sysvipc/shm") else {
-        return;
-    };
-    for (shmid, cpid, nattch) in parse_sysvipc_shm(&text) {
-        if nattch == 0 && pids.contains(&cpid) {
-            // SAFETY: IPC_RMID takes no buffer.
-            unsafe { libc::shmctl(shmid, libc::IPC_RMID, std::ptr::null_mut()) };
-        }
-    }
-}
-
-/// `(shmid, cpid, nattch)` rows of `/proc/sysvipc/shm`.
-pub fn parse_sysvipc_shm(text: &str) -> Vec<(i32, i32, u64)> {
-    text.lines()
-        .skip(1)
-        .filter_map(|l| {
-            let f: Vec<&str> = l.split_ascii_whitespace().collect();
-            Some((
-                f.get(1)?.parse().ok()?,
-                f.get(4)?.parse().ok()?,
-                f.get(6)?.parse().ok()?,
-            ))
-        })
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn descendants_follow_parent_links() {
-        let t = [(1, 0), (10, 1), (11, 10), (12, 10), (13, 11), (20, 1)];
-        let mut d = descendants_in(&t, 10);
-        d.sort();
-        assert_eq!(d, vec![11, 12, 13]);
-        assert!(descendants_in(&t, 13).is_empty());
-    }
-
-    #[test]
-    fn ppid_with_odd_names() {
-        assert_eq!(parse_ppid("42 (a) b) S 7 42 42 0"), Some(7));
-        assert_eq!(parse_ppid("garbage"), None);
-    }
-
-    #[test]
-    fn sysvipc_rows() {
-        let t = "       key      shmid perms                  size  cpid  lpid nattch   uid\n\
-                 \x20  5432001         3  600                    56  1234  1240      0   101\n";
-        assert_eq!(parse_sysvipc_shm(t), vec![(3, 1234, 0)]);
-    }
+    use crate::pair::proctable::alive;
 
     #[test]
     fn tail_keeps_last_lines() {
         assert_eq!(tail("a\nb\n\nc\n", 2), "  b\n  c");
         assert_eq!(tail("", 3), "  (no output)");
     }
-}
-
-#[cfg(test)]
-mod lifecycle_tests {
-    use super::*;
 
     fn sleeper(dir: &Path, cpus: Option<CpuSet>) -> Launch {
         let mut l = Launch::new("sleeper", vec!["sleep".into(), "600".into()], dir);

@@ -39,6 +39,15 @@ impl HttpServer {
             running: None,
         }
     }
+
+    /// Stops the thread: raise the flag, wake the blocking accept with a connection, join.
+    fn halt(&mut self) {
+        if let Some(r) = self.running.take() {
+            r.stop.store(true, Ordering::Relaxed);
+            let _ = TcpStream::connect(("127.0.0.1", self.port));
+            let _ = r.handle.join();
+        }
+    }
 }
 
 fn response(keep_alive: bool) -> Vec<u8> {
@@ -114,12 +123,7 @@ impl Server for HttpServer {
         Ok(())
     }
     fn stop(&mut self, _env: &mut Env) {
-        if let Some(r) = self.running.take() {
-            r.stop.store(true, Ordering::Relaxed);
-            // Wake the accept.
-            let _ = TcpStream::connect(("127.0.0.1", self.port));
-            let _ = r.handle.join();
-        }
+        self.halt();
     }
     fn target(&self) -> Option<Target> {
         self.running.as_ref().map(|r| Target::Task {
@@ -137,11 +141,7 @@ impl Server for HttpServer {
 
 impl Drop for HttpServer {
     fn drop(&mut self) {
-        if let Some(r) = self.running.take() {
-            r.stop.store(true, Ordering::Relaxed);
-            let _ = TcpStream::connect(("127.0.0.1", self.port));
-            let _ = r.handle.join();
-        }
+        self.halt();
     }
 }
 
