@@ -242,6 +242,22 @@ fn http_builtin_server_and_client_need_nothing_installed() {
 }
 
 #[test]
+fn redis_preset() {
+    if skip(Preset::Redis) {
+        return;
+    }
+    let _g = serial();
+    let r = run_json(&w("--preset redis --pairs 0:0,any:any"));
+    check_report(&r);
+    assert_eq!(r["experiment"]["metric_parser"], "redis-benchmark");
+    assert!(
+        r["placements"][0]["runs"][0]["transactions_reported"]
+            .as_bool()
+            .unwrap()
+    );
+}
+
+#[test]
 fn generic_pair_with_custom_metric() {
     let _g = serial();
     let r = run_json(&[

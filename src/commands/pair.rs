@@ -20,7 +20,7 @@ use std::time::Duration;
 #[command(
     after_help = "Examples:\n  cpulab pair --preset pgbench --workload select1\n  \
     cpulab pair --preset http --duration 5\n  \
-    cpulab pair --server 'redis-server --port 7777 --save \"\"' --ready-port 7777 \\\n      \
+    cpulab pair --server 'redis-server --bind 127.0.0.1 --port 7777 --save \"\"' --ready-port 7777 \\\n      \
     --client 'redis-benchmark -p 7777 -c 1 -n 200000 -t get -q' --metric redis-benchmark"
 )]
 pub struct Args {
