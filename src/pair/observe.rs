@@ -267,7 +267,7 @@ fn read_task(root: &Path, pid: i32, tid: i32) -> Option<(TaskSnapshot, u64)> {
     let dir = root.join(format!("proc/{pid}/task/{tid}"));
     let stat = std::fs::read_to_string(dir.join("stat")).ok()?;
     let st = parse::parse_proc_pid_stat(&stat)?;
-    let start = parse_starttime(&stat)?;
+    let start = proctable::parse_starttime(&stat)?;
     let status = std::fs::read_to_string(dir.join("status")).ok()?;
     let (voluntary, involuntary) = parse::parse_status_ctxt(&status)?;
     let migrations = std::fs::read_to_string(dir.join("sched"))
@@ -286,15 +286,6 @@ fn read_task(root: &Path, pid: i32, tid: i32) -> Option<(TaskSnapshot, u64)> {
     ))
 }
 
-/// Field 22 of `/proc/<pid>/stat`: start time in clock ticks after boot.
-pub fn parse_starttime(stat: &str) -> Option<u64> {
-    stat[stat.rfind(')')? + 1..]
-        .split_ascii_whitespace()
-        .nth(22 - 3)?
-        .parse()
-        .ok()
-}
-
 /// Counters of a client from its `wait4` resource usage (exact, all threads and reaped children),
 /// keeping what the samples found for the rest.
 pub fn with_rusage(mut c: TreeCounters, ru: &libc::rusage) -> TreeCounters {
@@ -310,13 +301,6 @@ pub fn with_rusage(mut c: TreeCounters, ru: &libc::rusage) -> TreeCounters {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn starttime_field() {
-        let s = "1234 (my (odd) prog) S 1 1234 1234 0 -1 4194560 100 0 0 0 25 7 0 0 20 0 1 0 98765 \
-                 1000000 100";
-        assert_eq!(parse_starttime(s), Some(98765));
-    }
 
     #[test]
     fn own_thread_counts_forward() {

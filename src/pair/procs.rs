@@ -22,7 +22,7 @@
 
 use crate::cpulist::CpuSet;
 use crate::pair::cleanup;
-use crate::pair::proctable::{descendants, remove_orphan_shm, wait_gone};
+use crate::pair::proctable::{descendants_with_start, remove_orphan_shm, start_time, wait_gone};
 use anyhow::{Context, Result};
 use std::fs::File;
 use std::os::unix::process::CommandExt;
@@ -197,10 +197,13 @@ impl Proc {
         })
     }
 
-    /// The exit, if the process has ended (reaps it without blocking).
+    /// The exit, if the process has ended. Before reaping it, SIGKILLs whatever is left in its
+    /// process group: while the leader is an unreaped zombie its pid (the group's id) cannot be
+    /// reused, so the signal cannot reach an unrelated process.
     pub fn try_wait(&mut self) -> Option<Exit> {
-        if self.exit.is_none() {
-            self.exit = wait4(self.pid, libc::WNOHANG);
+        if self.exit.is_none() && has_exited(self.pid, false) {
+            signal_group(self.pid, libc::SIGKILL);
+            self.exit = wait4(self.pid, 0);
         }
         self.exit
     }
@@ -229,27 +232,30 @@ impl Proc {
         tail(&text, lines)
     }
 
-    /// Stops the process and everything it started; see the module notes.
+    /// Stops the process and everything it started; see the module notes. Descendants that left
+    /// the process group are identified by pid *and* start time, so a pid reused by an unrelated
+    /// process in the meantime is never signalled.
     pub fn stop(&mut self, grace: Duration) {
-        let tree = descendants(Path::new("/"), self.pid);
+        let tree = descendants_with_start(Path::new("/"), self.pid);
         if self.try_wait().is_none() {
             signal_group(self.pid, self.stop_signal);
             self.wait_timeout(grace);
         }
         if self.exit.is_none() {
             signal_group(self.pid, libc::SIGKILL);
-            self.exit = wait4(self.pid, 0);
+            has_exited(self.pid, true);
+            self.try_wait();
         }
-        // Whatever the leader started and left behind, in or out of its group.
-        signal_group(self.pid, libc::SIGKILL);
-        let mut all = tree.clone();
-        all.push(self.pid);
-        for &p in &tree {
-            // SAFETY: kill has no memory-safety preconditions.
-            unsafe { libc::kill(p, libc::SIGKILL) };
+        for &(p, start) in &tree {
+            if start_time(p) == Some(start) {
+                // SAFETY: kill has no memory-safety preconditions.
+                unsafe { libc::kill(p, libc::SIGKILL) };
+            }
         }
         wait_gone(&tree, Duration::from_secs(3));
-        remove_orphan_shm(&all);
+        let mut pids: Vec<i32> = tree.iter().map(|t| t.0).collect();
+        pids.push(self.pid);
+        remove_orphan_shm(&pids);
         cleanup::unregister_process(self.pid);
     }
 }
@@ -302,6 +308,24 @@ fn child_setup(
     Ok(())
 }
 
+/// Whether `pid` (our child) has exited, without reaping it (`waitid` with `WNOWAIT`).
+fn has_exited(pid: i32, block: bool) -> bool {
+    // SAFETY: siginfo_t is plain data; waitid fills it in.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    let flags = libc::WEXITED | libc::WNOWAIT | if block { 0 } else { libc::WNOHANG };
+    loop {
+        // SAFETY: a valid pointer to a local siginfo_t.
+        let r = unsafe { libc::waitid(libc::P_PID, pid as libc::id_t, &mut info, flags) };
+        if r == 0 {
+            // SAFETY: after a successful waitid, si_pid is valid (0 when nothing has exited).
+            return unsafe { info.si_pid() } == pid;
+        }
+        if std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
+            return false;
+        }
+    }
+}
+
 fn wait4(pid: i32, flags: i32) -> Option<Exit> {
     let mut status = 0;
     // SAFETY: rusage is plain data; wait4 writes both out-parameters.
@@ -323,6 +347,8 @@ fn signal_group(pgid: i32, sig: i32) {
     // SAFETY: kill has no memory-safety preconditions; a negative pid names a process group.
     unsafe { libc::kill(-pgid, sig) };
 }
+
+/// The last `n` lines of `text`, indented for an error message.
 pub fn tail(text: &str, n: usize) -> String {
     let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
     let start = lines.len().saturating_sub(n);

@@ -12,29 +12,41 @@ use std::time::{Duration, Instant};
 
 /// True while `pid` exists and is not a zombie.
 pub fn alive(pid: i32) -> bool {
-    // SAFETY: signal 0 only checks for existence.
-    let exists = unsafe { libc::kill(pid, 0) } == 0;
-    exists
-        && std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .map(|s| {
-                !s.rsplit(')')
-                    .next()
-                    .unwrap_or("")
-                    .trim_start()
-                    .starts_with('Z')
-            })
-            .unwrap_or(false)
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| {
+            !s.rsplit(')')
+                .next()
+                .unwrap_or("")
+                .trim_start()
+                .starts_with('Z')
+        })
+        .unwrap_or(false)
 }
 
-/// Waits until none of `pids` exists (zombies count as gone), at most `timeout`.
-pub fn wait_gone(pids: &[i32], timeout: Duration) {
+/// Start time of `pid` in clock ticks after boot: with the pid, it names one process for good.
+pub fn start_time(pid: i32) -> Option<u64> {
+    parse_starttime(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
+/// Field 22 of `/proc/<pid>/stat`: start time in clock ticks after boot.
+pub fn parse_starttime(stat: &str) -> Option<u64> {
+    stat[stat.rfind(')')? + 1..]
+        .split_ascii_whitespace()
+        .nth(22 - 3)?
+        .parse()
+        .ok()
+}
+
+/// Waits until none of `procs` (pid, start time) is still running, at most `timeout`.
+pub fn wait_gone(procs: &[(i32, u64)], timeout: Duration) {
     let until = Instant::now() + timeout;
-    while pids.iter().any(|&p| alive(p)) && Instant::now() < until {
+    let running = |&(p, start): &(i32, u64)| start_time(p) == Some(start) && alive(p);
+    while procs.iter().any(running) && Instant::now() < until {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
 
-/// The last `n` lines of `text`, indented for an error message.
+/// `(pid, ppid)` of every process under `root`/proc.
 pub fn process_table(root: &Path) -> Vec<(i32, i32)> {
     let Ok(dir) = std::fs::read_dir(root.join("proc")) else {
         return Vec::new();
@@ -60,6 +72,14 @@ pub fn parse_ppid(stat: &str) -> Option<i32> {
 /// Every process descending from `pid` (not `pid` itself), found through parent links.
 pub fn descendants(root: &Path, pid: i32) -> Vec<i32> {
     descendants_in(&process_table(root), pid)
+}
+
+/// [`descendants`] with their start times, to recognise them later.
+pub fn descendants_with_start(root: &Path, pid: i32) -> Vec<(i32, u64)> {
+    descendants(root, pid)
+        .into_iter()
+        .filter_map(|p| Some((p, start_time(p)?)))
+        .collect()
 }
 
 /// Pure part of [`descendants`]: walk the parent links of a process table.
@@ -117,6 +137,15 @@ mod tests {
         d.sort();
         assert_eq!(d, vec![11, 12, 13]);
         assert!(descendants_in(&t, 13).is_empty());
+    }
+
+    #[test]
+    fn starttime_field() {
+        let s = "1234 (my (odd) prog) S 1 1234 1234 0 -1 4194560 100 0 0 0 25 7 0 0 20 0 1 0 98765 \
+                 1000000 100";
+        assert_eq!(parse_starttime(s), Some(98765));
+        let me = std::process::id() as i32;
+        assert!(start_time(me).is_some() && alive(me));
     }
 
     #[test]
