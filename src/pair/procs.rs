@@ -204,6 +204,7 @@ impl Proc {
         if self.exit.is_none() && has_exited(self.pid, false) {
             signal_group(self.pid, libc::SIGKILL);
             self.exit = wait4(self.pid, 0);
+            cleanup::unregister_process(self.pid);
         }
         self.exit
     }
