@@ -38,7 +38,9 @@ const PERF_MAX_TASKS: usize = 256;
 /// Perf counts summed over the tree, including tasks that exited during the run.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct PerfTreeCounts {
+    /// Context switches of every task of the tree (perf `context-switches`).
     pub context_switches: u64,
+    /// Moves between CPUs (perf `cpu-migrations`).
     pub cpu_migrations: u64,
     /// CPU time from the `task-clock` event, in seconds.
     pub task_clock_s: f64,
@@ -57,7 +59,9 @@ pub struct TreeCounters {
     pub involuntary_switches: u64,
     /// Moves between CPUs; `None` without `/proc/<pid>/sched`.
     pub migrations: Option<u64>,
+    /// CPU time in user mode, in seconds (clock-tick resolution).
     pub user_s: f64,
+    /// CPU time in the kernel, in seconds (clock-tick resolution).
     pub system_s: f64,
     /// CPUs the tree's tasks were seen on.
     pub cpus_seen: CpuSet,

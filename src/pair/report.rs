@@ -22,6 +22,7 @@ pub struct ExperimentInfo {
     pub workload: Option<String>,
     /// The server, as found (`PostgreSQL 15.10 (/usr/lib/postgresql/15/bin/postgres)`).
     pub server: String,
+    /// The server's command line (empty for a server built into cpulab).
     pub server_command: Vec<String>,
     /// The client command of the first measured run.
     pub client_command: Vec<String>,
@@ -29,6 +30,7 @@ pub struct ExperimentInfo {
     pub metric_parser: String,
     /// Unit of every `value` and `metric` (`tps`, `requests/s`).
     pub metric_unit: String,
+    /// True for throughput (more is better), false for a cost such as latency.
     pub higher_is_better: bool,
     /// Seconds per client run when cpulab chooses it (presets); `null` for a generic client.
     pub duration_s: Option<u32>,
@@ -46,6 +48,7 @@ pub struct ExperimentInfo {
 /// One placement's figures.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct PlacementResult {
+    /// Where server and client ran.
     pub placement: Placement,
     /// Mean of the runs' values with its 95% confidence interval.
     pub metric: MeanCi,
@@ -65,7 +68,10 @@ pub struct PlacementResult {
 /// The whole experiment.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct PairReport {
+    /// Machine, kernel, allowed CPUs, the background-load check and anything that qualifies
+    /// the figures.
     pub conditions: Conditions,
+    /// What ran, and how.
     pub experiment: ExperimentInfo,
     /// Placements in the order they were planned (nearest first, unpinned last).
     pub placements: Vec<PlacementResult>,

@@ -33,6 +33,7 @@ pub enum Workload {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PgbenchSettings {
+    /// What each transaction does.
     pub workload: Workload,
     /// pgbench `-c`.
     pub clients: u32,
@@ -109,14 +110,17 @@ pub enum Placements {
 /// Everything a pair experiment needs, validated.
 #[derive(Clone, Debug)]
 pub struct PairSettings {
+    /// What runs.
     pub experiment: Experiment,
     /// Seconds each client run lasts (presets; a generic client decides for itself).
     pub duration_s: u32,
     /// Runs per placement, interleaved round-robin across placements.
     pub repeat: usize,
+    /// Which placements to measure.
     pub placements: Placements,
     /// One discarded client run after every server start (warm caches, settled frequency).
     pub warmup: bool,
+    /// How long a server may take to become ready.
     pub ready_timeout: Duration,
     /// Look for other load before measuring (half a second of sampling).
     pub check_load: bool,
