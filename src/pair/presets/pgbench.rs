@@ -28,56 +28,60 @@ const DB_USER: &str = "cpulab";
 /// Port number: only names the socket file, in a directory nobody else uses.
 const PORT: u16 = 5432;
 
-/// Directories that may hold PostgreSQL's server programs, best first.
-fn candidate_bindirs() -> Vec<PathBuf> {
-    let mut v = Vec::new();
-    // Follow symlinks (/usr/local/bin/initdb -> /usr/lib/postgresql/15/bin/initdb) to the real
-    // directory, where pgbench and pg_isready live too.
-    if let Some(initdb) = super::find_program("initdb") {
-        let initdb = std::fs::canonicalize(&initdb).unwrap_or(initdb);
-        if let Some(d) = initdb.parent() {
-            v.push(d.to_path_buf());
-        }
-    }
-    if std::env::var_os("CPULAB_PATH").is_some() {
-        return v;
-    }
-    let bindir = super::find_program("pg_config")
-        .and_then(|pgc| {
-            std::process::Command::new(pgc)
-                .arg("--bindir")
-                .output()
-                .ok()
-        })
-        .filter(|o| o.status.success())
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .filter(|d| !d.is_empty());
-    v.extend(bindir.map(PathBuf::from));
-    let mut versioned: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
+/// The directory of `initdb` on the search path, symlinks followed (/usr/local/bin/initdb ->
+/// /usr/lib/postgresql/15/bin/initdb): pgbench and pg_isready live beside the real one.
+fn bindir_on_path() -> Option<PathBuf> {
+    let initdb = super::find_program("initdb")?;
+    let initdb = std::fs::canonicalize(&initdb).unwrap_or(initdb);
+    initdb.parent().map(Path::to_path_buf)
+}
+
+/// `pg_config --bindir`, if pg_config is installed.
+fn bindir_of_pg_config() -> Option<PathBuf> {
+    let out = std::process::Command::new(super::find_program("pg_config")?)
+        .arg("--bindir")
+        .output()
+        .ok()
+        .filter(|o| o.status.success())?;
+    let d = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    (!d.is_empty()).then(|| PathBuf::from(d))
+}
+
+/// Debian's `/usr/lib/postgresql/<major>/bin`, highest version first.
+fn versioned_bindirs() -> Vec<PathBuf> {
+    let mut v: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
         .into_iter()
         .flatten()
         .flatten()
         .filter_map(|e| {
-            let n = e
-                .file_name()
-                .to_string_lossy()
-                .split('.')
-                .next()?
-                .parse()
-                .ok()?;
-            Some((n, e.path().join("bin")))
+            let name = e.file_name().to_string_lossy().to_string();
+            let major = name.split('.').next()?.parse().ok()?;
+            Some((major, e.path().join("bin")))
         })
         .collect();
-    versioned.sort_by_key(|v| std::cmp::Reverse(v.0));
-    v.extend(versioned.into_iter().map(|(_, p)| p));
-    v
+    v.sort_by_key(|x| std::cmp::Reverse(x.0));
+    v.into_iter().map(|(_, p)| p).collect()
 }
 
-/// The directory holding `initdb` and `postgres`, or bad input naming the package.
+/// The directory holding `initdb` and `postgres`, or bad input naming the package. Looks on the
+/// search path, then asks `pg_config`, then takes Debian's highest version; each step runs only
+/// if the one before found nothing. With `CPULAB_PATH` set, only that path is searched.
 pub fn find_bindir() -> Result<PathBuf> {
-    candidate_bindirs()
-        .into_iter()
-        .find(|d| d.join("initdb").is_file() && d.join("postgres").is_file())
+    let usable = |d: &PathBuf| d.join("initdb").is_file() && d.join("postgres").is_file();
+    let restricted = std::env::var_os("CPULAB_PATH").is_some();
+    bindir_on_path()
+        .filter(usable)
+        .or_else(|| {
+            (!restricted)
+                .then(bindir_of_pg_config)
+                .flatten()
+                .filter(usable)
+        })
+        .or_else(|| {
+            (!restricted)
+                .then(|| versioned_bindirs().into_iter().find(usable))
+                .flatten()
+        })
         .ok_or_else(|| {
             crate::error::bad_input(
                 "PostgreSQL server programs (`initdb`, `postgres`) not found: install the Debian \
