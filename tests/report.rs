@@ -100,6 +100,7 @@ pub fn sample_report() -> DoctorReport {
             name: n.into(),
             cost_ns: m,
             samples_ns: s,
+            min_ns: None,
         }
     };
     let (cold, cs) = mci(1500.0, 5);
@@ -143,9 +144,9 @@ pub fn sample_report() -> DoctorReport {
         throughput,
         oscost: Some(OsCosts {
             primitives: vec![
-                prim("syscall", 150.0),
-                prim("context_switch", 2600.0),
-                prim("thread_create", 21000.0),
+                prim("syscall_getppid", 150.0),
+                prim("context_switch_yield", 2600.0),
+                prim("thread_create_join", 21000.0),
             ],
             frequency: Some(FrequencyRamp {
                 cold_mhz: cold,
@@ -153,6 +154,7 @@ pub fn sample_report() -> DoctorReport {
                 cold_samples_mhz: cs,
                 warm_samples_mhz: ws,
                 ramp_up_ms: Some(12.0),
+                clock_mhz: true,
             }),
         }),
         share: Some(ShareCheck {

@@ -202,7 +202,7 @@ pub fn run(
                 };
                 messaging::run(&machine.root, p, &ms, || {}).map(|t| m.throughput = t)
             }
-            Stage::OsCost => stages::oscost(machine, &b, progress).map(|o| m.oscost = Some(o)),
+            Stage::OsCost => stages::oscost(machine, s.mode, progress).map(|o| m.oscost = Some(o)),
             Stage::Share => stages::share(machine, &b, progress).map(|x| m.share = Some(x)),
             Stage::Scale => stages::scale(machine, &b, progress).map(|x| m.scaling = x),
             Stage::Preset(p) => {

@@ -98,10 +98,14 @@ pub struct ThroughputRun {
 /// The cost of one OS primitive (from `oscost`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct PrimitiveCost {
-    /// `syscall`, `clock_gettime`, `pipe_rtt`, `context_switch`, `thread_create`, `fork_exit`, ...
+    /// `syscall_getppid`, `clock_gettime`, `pipe_round_trip_same_cpu`, `context_switch_yield`,
+    /// `thread_create_join`, ... (the names `cpulab oscost` uses).
     pub name: String,
     pub cost_ns: MeanCi,
     pub samples_ns: Vec<f64>,
+    /// The fastest batch's cost: interference only adds time, so this is the cost with the
+    /// least of it.
+    pub min_ns: Option<f64>,
 }
 
 /// Effective frequency of a dependent loop timed cold (after idle) and warm (after load).
@@ -113,6 +117,9 @@ pub struct FrequencyRamp {
     pub warm_samples_mhz: Vec<f64>,
     /// Time until the loop reached 95% of its warm speed, when measured.
     pub ramp_up_ms: Option<f64>,
+    /// True when the loop retires one iteration per cycle, so the MHz figures are clock MHz
+    /// (false for the portable fallback loop: only the ratio is meaningful).
+    pub clock_mhz: bool,
 }
 
 /// OS primitive costs and the frequency ramp.

@@ -65,6 +65,7 @@ pub fn cost(name: &str, ns: f64) -> PrimitiveCost {
     PrimitiveCost {
         name: name.into(),
         cost_ns: mci(&s),
+        min_ns: Some(ns * 0.97),
         samples_ns: s,
     }
 }
@@ -77,6 +78,7 @@ pub fn ramp(cold: f64, warm: f64) -> FrequencyRamp {
         cold_samples_mhz: c,
         warm_samples_mhz: w,
         ramp_up_ms: None,
+        clock_mhz: true,
     }
 }
 
@@ -148,7 +150,10 @@ pub fn quiet_machine() -> (Facts, Measurements) {
             throughput("spread", "0-1", 101e3),
         ],
         oscost: Some(OsCosts {
-            primitives: vec![cost("syscall", 60.0), cost("context_switch", 1200.0)],
+            primitives: vec![
+                cost("syscall_getppid", 60.0),
+                cost("context_switch_yield", 1200.0),
+            ],
             frequency: Some(ramp(3000.0, 3010.0)),
         }),
         share: Some(share(0.99, 1.0, 0.0, 0.0)),
@@ -191,7 +196,10 @@ pub fn everything_wrong() -> (Facts, Measurements) {
             throughput("spread", "0-1", 90e3),
         ],
         oscost: Some(OsCosts {
-            primitives: vec![cost("syscall", 600.0), cost("context_switch", 6000.0)],
+            primitives: vec![
+                cost("syscall_getppid", 600.0),
+                cost("context_switch_yield", 6000.0),
+            ],
             frequency: Some(ramp(1500.0, 3000.0)),
         }),
         share: Some(share(0.55, 1.0, 40.0, 0.0)),

@@ -134,6 +134,14 @@ impl Rule for NoisyNeighbour {
         if !c.outside && shortfall.is_none() {
             return vec![];
         }
+        // A shortfall the model predicts with no other load (a quota, a narrow cpuset) is not
+        // a neighbour; the quota and cpuset rules speak to it.
+        if !c.outside
+            && c.local.is_empty()
+            && shortfall.is_some_and(|s| s.share.ci95_high >= s.model_share)
+        {
+            return vec![];
+        }
         let steal_mean = c.steal.as_ref().map_or(0.0, |s| s.mean);
         let who = match (c.outside, c.local.is_empty()) {
             (true, true) => format!("; {steal_mean:.0}% of the time was stolen by the host"),

@@ -28,7 +28,7 @@ pub fn colocate(cpu: u32, facts: &Facts) -> Vec<Remedy> {
             format!("systemctl edit <unit>  ->  [Service] CPUAffinity={cpu}  (both units)"),
             "The same pinning, kept across restarts for services started by systemd; the \
              whole process tree inherits it, PostgreSQL backends included.",
-            caveat,
+            "As above: both ends share one CPU.",
         ),
         Remedy::new(
             cpuset,

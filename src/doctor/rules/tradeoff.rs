@@ -8,7 +8,7 @@
 //! workloads; the finding says which workload wants which.
 
 use super::wakeup::primary_method;
-use super::{Inputs, Rule, cost_effect, ns_ci, rate_ci, rate_effect, remedies};
+use super::{Inputs, Rule, cost_effect, ns_ci, rate_ci, rate_effect};
 use crate::doctor::findings::{Confidence, Evidence, Finding, Magnitude, Remedy, Severity};
 use crate::output::fmt_ns;
 use crate::topology::PlacementClass;
@@ -39,8 +39,14 @@ impl Rule for LatencyThroughput {
         else {
             return vec![];
         };
-        let (Some(packed), Some(spread)) = (i.m.throughput("packed"), i.m.throughput("spread"))
-        else {
+        // Spreading is any placement that uses more than one CPU: pinned round-robin, or the
+        // scheduler's own; the better of the two stands for it.
+        let spread =
+            i.m.throughput
+                .iter()
+                .filter(|t| t.placement != "packed" && t.cpus.len() > 1)
+                .max_by(|a, b| a.messages_per_s.mean.total_cmp(&b.messages_per_s.mean));
+        let (Some(packed), Some(spread)) = (i.m.throughput("packed"), spread) else {
             return vec![];
         };
         let latency = cost_effect(&cross.batch_means_ns, &same.batch_means_ns, MIN_RATIO);
@@ -53,23 +59,31 @@ impl Rule for LatencyThroughput {
             .as_deref()
             .and_then(|c| c.split(':').next()?.parse().ok())
             .unwrap_or(0);
-        let mut remedies = vec![Remedy::new(
-            format!(
-                "latency-bound pairs (one connection, pgbench -c 1, ab -c 1): taskset -c {cpu} <server>; taskset -c {cpu} <client>"
+        let remedies = vec![
+            Remedy::new(
+                format!("taskset -c {cpu} <server>; taskset -c {cpu} <client>"),
+                format!(
+                    "For latency-bound pairs (one connection: pgbench -c 1, ab -c 1): co-located, \
+                     one round trip takes {} instead of {}.",
+                    fmt_ns(lat.better.mean),
+                    fmt_ns(lat.worse.mean)
+                ),
+                "Only while the pair takes turns; with more clients than that, measure again \
+                 with `cpulab pair`.",
             ),
-            format!(
-                "Co-located, one round trip takes {} instead of {}.",
-                fmt_ns(lat.better.mean),
-                fmt_ns(lat.worse.mean)
+            Remedy::new(
+                format!(
+                    "taskset -c {} <command>   (or no pinning at all)",
+                    spread.cpus
+                ),
+                format!(
+                    "For throughput-bound groups (many connections, parallel batch): spread over \
+                     CPUs {}, the messaging test moved {:.2}x the messages of one CPU.",
+                    spread.cpus, thr.ratio
+                ),
+                "Each message pays the cross-CPU wakeup; latency per request is higher.",
             ),
-            "Only while the pair takes turns; with more clients than that, measure again with `cpulab pair`.",
-        )];
-        remedies.push(Remedy::new(
-            format!("throughput-bound groups (many connections, parallel batch): leave them spread, e.g. taskset -c {} <command>", spread.cpus),
-            format!("Spread over {} the messaging test moved {:.2}x the messages of one CPU.", spread.cpus, thr.ratio),
-            "Each message pays the cross-CPU wakeup; latency per request is higher.",
-        ));
-        remedies.extend(remedies::colocate(cpu, i.facts).into_iter().skip(1));
+        ];
         vec![Finding {
             id: self.id().into(),
             title:
@@ -107,7 +121,10 @@ impl Rule for LatencyThroughput {
                     "measured: doctor messaging test",
                 ),
                 Evidence::new(
-                    format!("messaging throughput spread over CPUs {}", spread.cpus),
+                    format!(
+                        "messaging throughput spread over CPUs {} ({})",
+                        spread.cpus, spread.placement
+                    ),
                     rate_ci(&thr.better, "/s"),
                     "measured: doctor messaging test",
                 ),
