@@ -254,7 +254,7 @@ fn html_is_self_contained_and_has_every_chart() {
         "Messages per second",
         "speedup by thread count",
         "transactions per second",
-        "Cost per operation",
+        "Cost per operation: entering",
         "Share of a CPU",
     ] {
         assert!(page.contains(chart), "missing chart: {chart}");

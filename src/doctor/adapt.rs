@@ -35,12 +35,8 @@ pub fn facts(p: &Probe) -> Facts {
         mitigations: p.mitigations.active(),
         cpu_quota_cpus: p.cpu_quota_cpus(),
         cgroup_path: limits.map(|l| l.dir.clone()),
-        cgroup_version: p
-            .sched
-            .cgroup
-            .version
-            .as_deref()
-            .and_then(|v| v.trim_start_matches('v').parse().ok()),
+        // The version of the hierarchy holding the cpu controller (a hybrid system has both).
+        cgroup_version: limits.and_then(|l| l.version.trim_start_matches('v').parse().ok()),
         online_cpus: t.online.clone(),
         allowed_cpus: t.allowed.clone(),
         smt_active: t.threads_per_core > 1,

@@ -65,8 +65,8 @@ impl Mode {
     pub fn budget(self) -> Budget {
         let (wm, wb, ci, mr, mn, os, sr, sn, sc, pr) = match self {
             Mode::Quick => (0.6, 0.03, 0.03, 0.25, 3, 1.5, 0.25, 3, 0.3, 1.0),
-            Mode::Default => (2.0, 0.05, 0.02, 0.5, 5, 5.0, 0.5, 4, 0.5, 2.0),
-            Mode::Thorough => (6.0, 0.1, 0.01, 1.0, 8, 12.0, 1.0, 6, 1.0, 4.0),
+            Mode::Default => (2.0, 0.05, 0.02, 0.5, 5, 5.0, 0.5, 4, 0.5, 3.0),
+            Mode::Thorough => (6.0, 0.1, 0.01, 1.0, 8, 12.0, 1.0, 6, 1.0, 5.0),
         };
         Budget {
             wakeup_max_s: wm,
@@ -169,7 +169,10 @@ pub fn plan(machine: &Machine, s: &DoctorSettings) -> (Vec<(Stage, f64)>, Vec<Sk
         });
     }
     for p in &s.presets {
-        stages.push((Stage::Preset(p.clone()), 4.0 * b.preset_run_s * 3.0 + 3.0));
+        stages.push((
+            Stage::Preset(p.clone()),
+            4.0 * (b.preset_run_s + 0.5) * 4.0 + 3.0,
+        ));
     }
     (stages, skipped)
 }
@@ -206,7 +209,7 @@ pub fn run(
             Stage::Share => stages::share(machine, &b, progress).map(|x| m.share = Some(x)),
             Stage::Scale => stages::scale(machine, &b, progress).map(|x| m.scaling = x),
             Stage::Preset(p) => {
-                stages::preset(machine, p, &b, progress).map(|x| m.presets.extend(x))
+                stages::preset(machine, p, s.mode, progress).map(|x| m.presets.extend(x))
             }
         };
         let after = SystemSnapshot::take(&machine.root);

@@ -122,7 +122,8 @@ pub fn scale(machine: &Machine, b: &Budget, p: &Progress) -> Result<Vec<ScalePoi
 }
 
 /// A real application preset under the automatic placements.
-pub fn preset(machine: &Machine, name: &str, b: &Budget, p: &Progress) -> Result<Vec<PresetRun>> {
+pub fn preset(machine: &Machine, name: &str, mode: Mode, p: &Progress) -> Result<Vec<PresetRun>> {
+    let b = mode.budget();
     let preset = match name {
         "pgbench" => pair::settings::Preset::Pgbench,
         "http" => pair::settings::Preset::Http,

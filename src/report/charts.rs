@@ -177,17 +177,30 @@ pub fn oscost(m: &Measurements) -> String {
     let Some(o) = &m.oscost else {
         return String::new();
     };
-    let bars: Vec<Bar> = o
-        .primitives
-        .iter()
-        .map(|p| Bar {
-            label: p.name.replace('_', " "),
-            value: p.cost_ns.mean,
-            ci: Some((p.cost_ns.ci95_low, p.cost_ns.ci95_high)),
-            accent: false,
-        })
-        .collect();
-    let mut charts = svg::bars("Cost per operation", &bars, &ns);
+    // Microsecond primitives and millisecond ones on one axis would hide the former.
+    let bar = |p: &&crate::doctor::measurements::PrimitiveCost| Bar {
+        label: p.name.replace('_', " "),
+        value: p.cost_ns.mean,
+        ci: Some((p.cost_ns.ci95_low, p.cost_ns.ci95_high)),
+        accent: false,
+    };
+    let (fast, slow): (Vec<_>, Vec<_>) =
+        o.primitives.iter().partition(|p| p.cost_ns.mean < 10_000.0);
+    let mut charts = String::new();
+    for (title, group) in [
+        (
+            "Cost per operation: entering the kernel and switching",
+            fast,
+        ),
+        (
+            "Cost per operation: creating tasks and mapping memory",
+            slow,
+        ),
+    ] {
+        if !group.is_empty() {
+            charts += &svg::bars(title, &group.iter().map(bar).collect::<Vec<_>>(), &ns);
+        }
+    }
     if let Some(f) = &o.frequency {
         let b = |label: &str, c: &crate::stats::MeanCi| Bar {
             label: label.into(),

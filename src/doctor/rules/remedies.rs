@@ -74,12 +74,21 @@ pub fn halt_polling(facts: &Facts) -> Vec<Remedy> {
         .as_deref()
         .is_none_or(|h| h.contains("KVM"))
     {
+        let poll_control = if facts.kvm_poll_control && driver_ok {
+            " As things stand it does nothing here: this guest's haltpoll driver uses KVM poll \
+             control to tell the host not to poll for it, so it helps only a guest that does \
+             not use haltpoll."
+        } else {
+            ""
+        };
         r.push(Remedy::new(
             "on the KVM host: echo 200000 > /sys/module/kvm/parameters/halt_poll_ns",
             "The host polls briefly for a halted vCPU's next wakeup instead of descheduling \
              it, which shortens the wakeup for every guest on that host.",
-            "For host administrators only; costs host CPU for every guest, and the guest cannot \
-             set it.",
+            format!(
+                "For host administrators only; costs host CPU for every guest, and the guest \
+                 cannot set it.{poll_control}"
+            ),
         ));
     }
     r.push(Remedy::new(

@@ -64,6 +64,16 @@ fn per_rt(w: &WakeupRun, key: &str) -> f64 {
     w.per_round_trip.get(key).copied().unwrap_or(0.0)
 }
 
+/// Whether two runs used the same two CPUs, in either direction.
+fn same_pair(a: &WakeupRun, b: &WakeupRun) -> bool {
+    let key = |w: &WakeupRun| {
+        let (x, y) = w.cpus.as_deref()?.split_once(':')?;
+        let (x, y): (u32, u32) = (x.parse().ok()?, y.parse().ok()?);
+        Some((x.min(y), x.max(y)))
+    };
+    key(a).is_some() && key(a) == key(b)
+}
+
 /// Rescheduling plus function-call IPIs per round trip.
 pub fn ipis(w: &WakeupRun) -> Option<f64> {
     let keys = ["irq_RES", "irq_CAL"];
@@ -204,7 +214,7 @@ fn diagnose(
     let spin_same =
         i.m.wakeup
             .iter()
-            .find(|w| !w.blocking && w.cpus == worst.cpus);
+            .find(|w| !w.blocking && same_pair(w, worst));
     let spin_cheap =
         spin_same.is_some_and(|s| s.rtt_ns.mean < 0.25 * (eff.worse.mean - eff.better.mean));
     if let Some(s) = spin_same {
