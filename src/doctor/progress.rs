@@ -22,7 +22,7 @@ impl Progress {
             },
         );
         if let Ok(style) =
-            ProgressStyle::with_template("{spinner} doctor [{bar:30}] {elapsed:>3} {msg}")
+            ProgressStyle::with_template("{spinner} doctor [{bar:30}] {elapsed:>3} {wide_msg}")
         {
             bar.set_style(style.progress_chars("=> "));
         }

@@ -393,6 +393,26 @@ mod tests {
     }
 
     #[test]
+    fn host_polling_is_called_moot_under_poll_control() {
+        let (mut facts, m) = everything_wrong();
+        facts.kvm_poll_control = true;
+        let f = CrossCpuWakeup.check(Inputs {
+            facts: &facts,
+            m: &m,
+        });
+        let host = f[0]
+            .remedies
+            .iter()
+            .find(|r| r.command.contains("KVM host"))
+            .unwrap();
+        assert!(
+            host.cost_caveat.contains("poll control"),
+            "{}",
+            host.cost_caveat
+        );
+    }
+
+    #[test]
     fn spin_gradient_on_bare_metal_is_cache_distance() {
         let (mut facts, mut m) = quiet_machine();
         facts.hypervisor = None;
