@@ -80,7 +80,8 @@ fn evidence(s: Option<&ShareCheck>, c: &Culprits) -> Vec<Evidence> {
             "model: min(1, CPUs / (workers + other busy tasks))",
         ));
     }
-    if let Some(st) = &c.steal {
+    // Steal is evidence only when there was some (a 0.1% figure says nothing).
+    if let Some(st) = c.steal.as_ref().filter(|st| c.outside || st.mean >= 1.0) {
         ev.push(Evidence::new(
             "steal time during the run",
             format!("{} %", plain_ci(st, 1)),
