@@ -225,13 +225,19 @@ pub fn scale(r: &scale::ScaleReport) -> Vec<ScalePoint> {
 
 /// Each placement of a preset run.
 pub fn pair(r: &pair::PairReport, preset: &str) -> Vec<PresetRun> {
-    let workload = format!(
-        "{} {}",
-        preset,
-        r.experiment.workload.as_deref().unwrap_or("")
-    )
-    .trim()
-    .to_string();
+    // `select1 (SELECT 1; with -n), -c 1 -j 1` -> `pgbench select1`: the details stay in the
+    // pair report; the doctor needs a name.
+    let short = r
+        .experiment
+        .workload
+        .as_deref()
+        .unwrap_or("")
+        .split([',', '('])
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_string();
+    let workload = format!("{preset} {short}").trim().to_string();
     r.placements
         .iter()
         .map(|p| PresetRun {

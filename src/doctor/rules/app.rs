@@ -72,13 +72,13 @@ fn finding(id: &str, runs: &[&PresetRun], i: &Inputs<'_>) -> Option<Finding> {
     Some(Finding {
         id: id.into(),
         title: format!(
-            "{} runs {:.1}x faster {} than {}",
+            "{} runs {:.1}x faster at {} than at {}",
             worst.workload, eff.ratio, best.placement, worst.placement
         ),
         severity: Severity::of_ratio(eff.ratio),
         magnitude: Magnitude {
             text: format!(
-                "{}: {} transactions/s {} against {} {}",
+                "{}: {} transactions/s at {} against {} at {}",
                 worst.workload,
                 super::thousands(eff.better.mean),
                 best.placement,
