@@ -395,3 +395,46 @@ fn chromium_renders_the_charts() {
     assert!(png.starts_with(b"\x89PNG"), "a PNG was written");
     assert!(png.len() > 20_000, "the screenshot is not blank");
 }
+
+#[test]
+fn a_saved_pingpong_result_renders_its_charts() {
+    let out = Command::cargo_bin("cpulab")
+        .unwrap()
+        .args([
+            "pingpong",
+            "--json",
+            "--max-time",
+            "0.2",
+            "--method",
+            "pipe,spin",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    // Until every command writes the envelope itself, add it (a no-op once it does).
+    let o = doc.as_object_mut().unwrap();
+    o.entry("cpulab_schema").or_insert(1.into());
+    o.entry("kind").or_insert("pingpong".into());
+    let dir = tempfile::tempdir().unwrap();
+    let (json, html) = (dir.path().join("pp.json"), dir.path().join("pp.html"));
+    std::fs::write(&json, doc.to_string()).unwrap();
+    Command::cargo_bin("cpulab")
+        .unwrap()
+        .arg("report")
+        .arg(&json)
+        .arg("--html")
+        .arg(&html)
+        .assert()
+        .success();
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(
+        page.contains("round trip by placement"),
+        "wakeup charts drawn"
+    );
+    assert!(page.matches("<svg").count() >= 2);
+}

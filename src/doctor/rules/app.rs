@@ -56,8 +56,12 @@ fn finding(id: &str, runs: &[&PresetRun], i: &Inputs<'_>) -> Option<Finding> {
             )
         })
         .collect();
+    // Only the counters that differ between the two placements say something.
     for (k, v) in &worst.per_transaction {
         let b = best.per_transaction.get(k).copied().unwrap_or(0.0);
+        if (v - b).abs() < 0.2_f64.max(0.25 * v.abs().max(b.abs())) {
+            continue;
+        }
         evidence.push(Evidence::new(
             format!("{k} per transaction"),
             format!(
