@@ -48,6 +48,9 @@ pub const IDENTITY_FIELDS: &[&str] = &[
 /// Subtrees that are context, not measurement.
 pub const CONTEXT_KEYS: &[&str] = &["conditions", "probe", "facts"];
 
+/// Context leaves that differ between any two runs and say nothing (when, for how long).
+const CONTEXT_NOISE: &[&str] = &["started_unix_s", "window_s"];
+
 /// Keys that are bookkeeping, not figures.
 const SKIP_KEYS: &[&str] = &["cpulab_schema", "started_unix_s", "n", "count"];
 
@@ -144,6 +147,10 @@ fn walk(v: &Value, path: &str, flat: &mut Flat, context: bool) {
         Value::Object(o) => walk_object(o, path, flat),
         Value::Array(a) => walk_array(a, path, flat, context),
         leaf if context => {
+            let key = path.rsplit('.').next().unwrap_or(path);
+            if CONTEXT_NOISE.contains(&key) {
+                return;
+            }
             if let Some(t) = scalar_text(leaf) {
                 flat.context.insert(path.to_string(), t);
             }
