@@ -86,6 +86,8 @@ pub fn ipis(w: &WakeupRun) -> Option<f64> {
 enum Mechanism {
     HaltIpiHypervisor,
     IdleExitBareMetal,
+    /// IPIs without halts: the woken CPU was busy (other work) or polling.
+    IpiToBusyCpu,
     CacheDistance,
     SmtSharing,
     Unclear,
@@ -243,6 +245,9 @@ fn diagnose(
         Mechanism::HaltIpiHypervisor
     } else if halting {
         Mechanism::IdleExitBareMetal
+    } else if ipi.is_some_and(|n| n >= PER_RT_THRESHOLD) {
+        agree += 1;
+        Mechanism::IpiToBusyCpu
     } else if cache.is_some() {
         agree += 1;
         Mechanism::CacheDistance
@@ -354,11 +359,31 @@ fn explain(m: &Mechanism, i: &Inputs<'_>, halts: f64, ipi: Option<f64>) -> (Stri
                 "Wakeups then cross cores, which may cost more; measure both.",
             )],
         ),
+        Mechanism::IpiToBusyCpu => (
+            format!(
+                "Each round trip sends{ipi_text} to the other CPU but pays only {halts:.1} halts: \
+                 that CPU was awake (busy with other work, or polling), so the cost is delivering \
+                 the interrupt{} and waiting until the woken task gets the CPU from whatever runs \
+                 there. Other load during the run makes this worse; see the conditions.",
+                if i.facts.hypervisor.is_some() {
+                    ", which in a VM is an exit to the hypervisor unless interrupts are posted,"
+                } else {
+                    ""
+                }
+            ),
+            vec![Remedy::new(
+                "cpulab doctor   (again, with nothing else running on these CPUs)",
+                "Shows whether the penalty is the wakeup itself or the other work it waited for.",
+                "Measures only; changes nothing.",
+            )],
+        ),
         Mechanism::Unclear => (
-            "The counters do not single out a mechanism: no extra halts or IPIs per round trip \
-             and no cache-distance gradient were measured. Co-locating the pair still removes \
-             the cross-CPU wakeup."
-                .into(),
+            format!(
+                "The counters do not single out a mechanism: {halts:.1} halts{} per round trip and \
+                 no cache-distance gradient were measured. Co-locating the pair still removes the \
+                 cross-CPU wakeup.",
+                ipi.map(|n| format!(" and {n:.1} IPIs")).unwrap_or_default()
+            ),
             vec![],
         ),
     }
@@ -429,6 +454,24 @@ mod tests {
         assert_eq!(f.len(), 1);
         assert!(f[0].mechanism.contains("cache"), "{}", f[0].mechanism);
         assert!(f[0].title.contains("CPUs"));
+    }
+
+    #[test]
+    fn ipis_without_halts_point_to_a_busy_cpu() {
+        let (facts, mut m) = everything_wrong();
+        for w in m
+            .wakeup
+            .iter_mut()
+            .filter(|w| w.class == PlacementClass::SharedLlc)
+        {
+            w.per_round_trip.insert("idle_entries".into(), 0.0);
+        }
+        let f = CrossCpuWakeup.check(Inputs {
+            facts: &facts,
+            m: &m,
+        });
+        assert!(f[0].mechanism.contains("awake"), "{}", f[0].mechanism);
+        assert_eq!(f[0].confidence, Confidence::Medium);
     }
 
     #[test]
