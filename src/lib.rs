@@ -15,6 +15,8 @@ pub mod error;
 pub mod machine;
 pub mod oscost;
 pub mod output;
+pub mod pair;
+pub mod pingpong;
 pub mod probe;
 pub mod scale;
 pub mod share;

@@ -17,9 +17,12 @@ pub fn stderr_is_terminal() -> bool {
 
 /// Writes `value` as pretty JSON on stdout, with a final newline.
 pub fn print_json<T: Serialize>(value: &T) -> Result<()> {
+    // Serialise first, then write: a closed pipe then surfaces as an io::Error, which `main`
+    // recognises, rather than inside a serde_json::Error.
+    let mut text = serde_json::to_string_pretty(value)?;
+    text.push('\n');
     let mut out = std::io::stdout().lock();
-    serde_json::to_writer_pretty(&mut out, value)?;
-    out.write_all(b"\n")?;
+    out.write_all(text.as_bytes())?;
     out.flush()?;
     Ok(())
 }

@@ -147,6 +147,23 @@ pub fn parse_cache_size_kib(text: &str) -> Option<u64> {
     digits.parse::<u64>().ok().map(|v| v * mult)
 }
 
+/// The true hardware threads among the siblings sysfs lists. Linux reports the two cores of an
+/// AMD Bulldozer-family module (Opteron 6300, FX) as thread siblings, yet each has its own L1
+/// data cache and integer core; SMT threads always share the L1d. So when the L1d is known,
+/// siblings that do not share it are module partners (placement class `shared-l2`), not threads.
+pub fn hardware_threads(id: u32, siblings: CpuSet, caches: &[Cache]) -> CpuSet {
+    let Some(l1d) = caches
+        .iter()
+        .find(|c| c.level == 1 && c.kind == "Data")
+        .map(|c| &c.shared_cpus)
+    else {
+        return siblings;
+    };
+    let mut threads = siblings.intersection(l1d);
+    threads.insert(id);
+    threads
+}
+
 impl Topology {
     /// Reads the topology under `root` (`/` for the live machine).
     pub fn read(root: &Path) -> Result<Self> {
@@ -213,6 +230,7 @@ impl Topology {
                     });
                 }
             }
+            let smt_siblings = hardware_threads(id, smt_siblings, &caches);
             let node = nodes
                 .iter()
                 .find(|(_, set)| set.contains(id))
@@ -316,5 +334,43 @@ impl Topology {
 
     pub fn smt_active(&self) -> bool {
         self.cpus.iter().any(|c| c.smt_siblings.len() > 1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cache(level: u32, kind: &str, cpus: &str) -> Cache {
+        Cache {
+            level,
+            kind: kind.to_string(),
+            size_kib: None,
+            shared_cpus: CpuSet::parse_list(cpus, false).unwrap(),
+        }
+    }
+
+    #[test]
+    fn module_partners_with_separate_l1d_are_not_threads() {
+        let sib = CpuSet::parse_list("0-1", false).unwrap();
+        // Piledriver module: own L1d, shared L1i and L2.
+        let module = [
+            cache(1, "Data", "0"),
+            cache(1, "Instruction", "0-1"),
+            cache(2, "Unified", "0-1"),
+        ];
+        assert_eq!(hardware_threads(0, sib.clone(), &module).to_string(), "0");
+        // Hyper-threads share the L1d.
+        let smt = [cache(1, "Data", "0-1"), cache(2, "Unified", "0-1")];
+        assert_eq!(hardware_threads(0, sib.clone(), &smt).to_string(), "0-1");
+        // No cache information: trust sysfs.
+        assert_eq!(hardware_threads(0, sib, &[]).to_string(), "0-1");
+    }
+
+    #[test]
+    fn cache_sizes_parse_with_units() {
+        assert_eq!(parse_cache_size_kib("48K\n"), Some(48));
+        assert_eq!(parse_cache_size_kib("32M"), Some(32 * 1024));
+        assert_eq!(parse_cache_size_kib("x"), None);
     }
 }

@@ -1,15 +1,137 @@
-//! `cpulab pingpong` (not yet built).
+//! `cpulab pingpong`: flags, their validation into [`PingpongSettings`], and output.
+//!
+//! Every CPU number the user gives is checked here against the machine (exists, online,
+//! allowed, inside `--cpus`); below this file nothing re-validates.
 
+use crate::affinity;
 use crate::cli::Global;
+use crate::cpulist::CpuSet;
+use crate::error::bad_input;
+use crate::machine::Machine;
+use crate::output::{self, Style};
+use crate::pingpong::{self, Endpoints, Method, PairSpec, PingpongSettings, Placement};
 use anyhow::Result;
 
+/// Round-trip cost between two endpoints for every placement class, with the counters that
+/// explain it.
 #[derive(Debug, clap::Args)]
 pub struct Args {
+    /// Wakeup methods, comma-separated: pipe, unix, tcp, futex, eventfd, spin, or all.
+    #[arg(long, short, value_delimiter = ',', default_value = "pipe")]
+    pub method: Vec<String>,
+    /// Placements: `auto` (one pair per placement class, plus unpinned), `all` (every ordered
+    /// pair: a matrix), or initiator:responder pairs like `0:0,0:1,unpinned`.
+    #[arg(long, default_value = "auto")]
+    pub pairs: String,
+    /// Use only these CPUs (taskset syntax, e.g. `0-3,8`).
+    #[arg(long, value_name = "LIST")]
+    pub cpus: Option<String>,
+    /// Two processes (cpulab and a forked child) instead of two threads.
+    #[arg(long)]
+    pub processes: bool,
+    /// Untimed warm-up before each run, in seconds (`0.1`, `100ms`).
+    #[arg(long, default_value = "0.1", value_name = "SECONDS")]
+    pub warmup: String,
+    /// Longest measured time of one run, in seconds (`2`, `0.2`, `500ms`).
+    #[arg(long, default_value = "2", value_name = "SECONDS")]
+    pub max_time: String,
+    /// Stop a run once the 95% CI half-width is within this percentage of the mean (0 = always
+    /// run for --max-time).
+    #[arg(long, default_value = "2", value_name = "PERCENT")]
+    pub target_ci: String,
+    /// Also count with perf events on both endpoints (task clock; cycles and instructions where
+    /// the CPU exposes them). They add cost to every context switch, so blocking round trips
+    /// measured with them are slower.
+    #[arg(long)]
+    pub perf: bool,
+    /// Skip the check for other load before measuring.
+    #[arg(long)]
+    pub no_load_check: bool,
     /// One JSON document on stdout.
     #[arg(long)]
     pub json: bool,
 }
 
-pub fn run(_args: Args, _g: &Global) -> Result<()> {
-    anyhow::bail!("`cpulab pingpong` is not built yet")
+/// Turns flags into settings, rejecting bad input with one line (exit 2).
+pub fn settings(args: &Args, machine: &Machine) -> Result<PingpongSettings> {
+    let mut methods = Vec::new();
+    for m in &args.method {
+        if m.trim() == "all" {
+            methods.extend(Method::ALL);
+        } else {
+            methods.push(m.parse::<Method>().map_err(bad_input)?);
+        }
+    }
+    methods.dedup();
+    let cpus = match &args.cpus {
+        Some(text) => Some(machine.cpus(text)?),
+        None => None,
+    };
+    let usable = cpus.clone().unwrap_or_else(|| machine.allowed.clone());
+    let pairs = pingpong::parse_pairs(&args.pairs).map_err(bad_input)?;
+    if let PairSpec::List(list) = &pairs {
+        let named: CpuSet = list
+            .iter()
+            .flat_map(|p| match *p {
+                Placement::Pinned { a, b } => vec![a, b],
+                Placement::Unpinned => vec![],
+            })
+            .collect();
+        affinity::validate(&named, &machine.topology, &usable)?;
+    }
+    let seconds = |flag: &str, text: &str| {
+        pingpong::parse_seconds(text).map_err(|e| bad_input(format!("--{flag}: {e}")))
+    };
+    let warmup_s = seconds("warmup", &args.warmup)?;
+    let max_time_s = seconds("max-time", &args.max_time)?;
+    if max_time_s <= 0.0 {
+        return Err(bad_input(
+            "--max-time must be more than 0; give seconds like `2`",
+        ));
+    }
+    let target = args.target_ci.trim().trim_end_matches('%');
+    let target_ci_rel = match target.parse::<f64>() {
+        Ok(v) if v.is_finite() && (0.0..100.0).contains(&v) => v / 100.0,
+        _ => {
+            return Err(bad_input(format!(
+                "--target-ci `{}` is not a percentage; give one like `2` (for ±2%)",
+                args.target_ci
+            )));
+        }
+    };
+    Ok(PingpongSettings {
+        methods,
+        endpoints: if args.processes {
+            Endpoints::Processes
+        } else {
+            Endpoints::Threads
+        },
+        pairs,
+        cpus,
+        warmup_s,
+        max_time_s,
+        target_ci_rel,
+        load_check_s: if args.no_load_check { 0.0 } else { 0.2 },
+        perf_counters: args.perf,
+        ..PingpongSettings::default()
+    })
+}
+
+pub fn run(args: Args, g: &Global) -> Result<()> {
+    let machine = Machine::detect(&g.root)?;
+    let settings = settings(&args, &machine)?;
+    let show_progress = !g.quiet && output::stderr_is_terminal();
+    let progress = |msg: &str| {
+        if msg.starts_with("warning:") || msg.starts_with("note:") {
+            output::status(g.quiet, msg);
+        } else if show_progress {
+            eprintln!("{msg}");
+        }
+    };
+    let report = pingpong::run(&machine, &settings, &progress)?;
+    if args.json {
+        output::print_json(&report)
+    } else {
+        output::print_text(&pingpong::render::render(&report, &Style::new()))
+    }
 }

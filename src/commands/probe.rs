@@ -1,6 +1,13 @@
-//! `cpulab probe` (not yet built).
+//! `cpulab probe`: the machine fingerprint, as a page or one JSON document.
+//!
+//! The only input is the hidden `--root`, which must look like a machine's root (it has
+//! `sys/devices/system/cpu/online`); anything else is bad input, exit 2, before reading starts.
 
 use crate::cli::Global;
+use crate::error::bad_input;
+use crate::machine::Machine;
+use crate::output::{Style, print_json, print_text};
+use crate::probe;
 use anyhow::Result;
 
 #[derive(Debug, clap::Args)]
@@ -8,8 +15,38 @@ pub struct Args {
     /// One JSON document on stdout.
     #[arg(long)]
     pub json: bool,
+    /// Print this CPU's CPUID leaves in the fixture format (`cpuid.txt`) and exit.
+    #[arg(long, hide = true)]
+    pub cpuid_dump: bool,
 }
 
-pub fn run(_args: Args, _g: &Global) -> Result<()> {
-    anyhow::bail!("`cpulab probe` is not built yet")
+pub fn run(args: Args, g: &Global) -> Result<()> {
+    if args.cpuid_dump {
+        return match probe::cpuid::live_dump() {
+            probe::Reading::Value(text) => print_text(&text),
+            r => anyhow::bail!("{}", r.show(|_| String::new())),
+        };
+    }
+    let online = g.root.join("sys/devices/system/cpu/online");
+    if !g.root.is_dir() {
+        return Err(bad_input(format!(
+            "--root {}: no such directory; give a directory laid out like / (with sys/ and proc/)",
+            g.root.display()
+        )));
+    }
+    if !online.is_file() {
+        return Err(bad_input(format!(
+            "--root {}: not a machine root, {} is missing; give a directory laid out like / \
+             (see tests/fixtures/)",
+            g.root.display(),
+            online.display()
+        )));
+    }
+    let machine = Machine::detect(&g.root)?;
+    let p = probe::probe(&machine);
+    if args.json {
+        print_json(&p)
+    } else {
+        print_text(&probe::render(&p, &Style::new()))
+    }
 }

@@ -42,7 +42,13 @@ pub const EVENTS: &[(&str, u32, u64)] = &[
     ),
 ];
 
-fn open_event(kind: u32, config: u64, tid: i32, inherit: bool) -> Result<OwnedFd, String> {
+fn open_event(
+    kind: u32,
+    config: u64,
+    tid: i32,
+    inherit: bool,
+    user_only: bool,
+) -> Result<OwnedFd, String> {
     let mut attr = [0u8; ATTR_SIZE];
     attr[0..4].copy_from_slice(&kind.to_ne_bytes());
     attr[4..8].copy_from_slice(&(ATTR_SIZE as u32).to_ne_bytes());
@@ -51,6 +57,9 @@ fn open_event(kind: u32, config: u64, tid: i32, inherit: bool) -> Result<OwnedFd
     let mut flags: u64 = 1 << 6;
     if inherit {
         flags |= 1 << 1;
+    }
+    if user_only {
+        flags |= 1 << 5; // exclude_kernel
     }
     attr[40..48].copy_from_slice(&flags.to_ne_bytes());
     // SAFETY: attr is a valid, initialised perf_event_attr of the size it declares; the other
@@ -89,9 +98,31 @@ fn read_counter(fd: &OwnedFd) -> Option<u64> {
     (n == 8).then(|| u64::from_ne_bytes(buf))
 }
 
+/// Opens an event; a hardware event refused for permission (perf_event_paranoid >= 2 as
+/// non-root) is retried counting user space only, and then carries a `:u` suffix. Software
+/// events are not retried: context switches happen in the kernel, so a user-only count would
+/// read zero and look like a measurement.
+fn open_best(
+    name: &str,
+    kind: u32,
+    config: u64,
+    tid: i32,
+    inherit: bool,
+) -> Result<(String, OwnedFd), String> {
+    match open_event(kind, config, tid, inherit, false) {
+        Ok(fd) => Ok((name.to_string(), fd)),
+        Err(e) if kind == PERF_TYPE_HARDWARE && e.starts_with("permission") => {
+            open_event(kind, config, tid, inherit, true)
+                .map(|fd| (format!("{name}:u"), fd))
+                .map_err(|e2| if e2.starts_with("permission") { e } else { e2 })
+        }
+        Err(e) => Err(e),
+    }
+}
+
 /// A set of counters attached to one task (0 = the calling thread).
 pub struct PerfCounters {
-    open: Vec<(&'static str, OwnedFd, u64)>,
+    open: Vec<(String, OwnedFd, u64)>,
     /// Events that could not be opened, with the reason.
     pub unavailable: BTreeMap<String, String>,
 }
@@ -103,10 +134,10 @@ impl PerfCounters {
         let mut open = Vec::new();
         let mut unavailable = BTreeMap::new();
         for (name, kind, config) in EVENTS {
-            match open_event(*kind, *config, tid, inherit) {
-                Ok(fd) => {
+            match open_best(name, *kind, *config, tid, inherit) {
+                Ok((label, fd)) => {
                     let start = read_counter(&fd).unwrap_or(0);
-                    open.push((*name, fd, start));
+                    open.push((label, fd, start));
                 }
                 Err(e) => {
                     unavailable.insert(name.to_string(), e);
@@ -136,8 +167,22 @@ pub struct PerfAvailability {
 }
 
 pub fn availability() -> PerfAvailability {
-    let sw = open_event(PERF_TYPE_SOFTWARE, PERF_COUNT_SW_CONTEXT_SWITCHES, 0, false).map(|_| ());
-    let hw = open_event(PERF_TYPE_HARDWARE, PERF_COUNT_HW_INSTRUCTIONS, 0, false).map(|_| ());
+    let sw = open_event(
+        PERF_TYPE_SOFTWARE,
+        PERF_COUNT_SW_CONTEXT_SWITCHES,
+        0,
+        false,
+        false,
+    )
+    .map(|_| ());
+    let hw = open_best(
+        "instructions",
+        PERF_TYPE_HARDWARE,
+        PERF_COUNT_HW_INSTRUCTIONS,
+        0,
+        false,
+    )
+    .map(|_| ());
     let paranoid = std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
         .ok()
         .and_then(|s| s.trim().parse().ok());

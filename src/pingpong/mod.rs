@@ -1,0 +1,215 @@
+//! The placement-aware wakeup engine behind `cpulab pingpong`.
+//!
+//! Two endpoints (threads, or processes) pass a token back and forth over one transport while
+//! pinned to two CPUs, for every placement class the machine has. The round-trip time is the
+//! price of a wakeup at that distance: on bare metal a few microseconds more across cores than
+//! on one core; in a VM whose idle vCPUs halt, several times more, because every cross-vCPU
+//! wakeup pays a halt exit and an inter-processor interrupt through the hypervisor. The counters
+//! read around each run (context switches per endpoint, idle entries and IPIs per CPU, per round
+//! trip) name that mechanism instead of leaving it to guesswork.
+//!
+//! Layout: `settings` (validated input), `plan` (which runs), `transport` (one file per method
+//! behind two small traits), `runner` (pin, barrier, time; threads or a forked child),
+//! `measure` (the timed loop and adaptive stopping), `observe` (counters around the window),
+//! `report` (the result, which is the JSON schema) and `render` (the terminal view).
+
+mod child;
+mod clock;
+mod measure;
+mod observe;
+mod plan;
+pub mod render;
+mod report;
+mod runner;
+mod settings;
+mod transport;
+
+pub use clock::Timer;
+pub use measure::EndedBy;
+pub use observe::{EndpointCounters, RunCounters};
+pub use report::{PingpongReport, PingpongRun, SkippedRun, WhereRan};
+pub use settings::{
+    Endpoints, Method, PairSpec, PingpongSettings, Placement, parse_pairs, parse_seconds,
+};
+
+use crate::counters::check_background_load;
+use crate::cpulist::CpuSet;
+use crate::error::bad_input;
+use crate::machine::{Conditions, Machine};
+use anyhow::{Result, bail};
+use measure::LoopLimits;
+use std::time::Duration;
+
+/// Why perf counters are off unless asked for.
+pub const PERF_OFF: &str = "perf counters were not opened (ask with --perf): a perf event on a \
+     task adds work to each of its context switches, which inflates blocking round trips; \
+     context switches and migrations come from /proc, which costs nothing";
+
+/// Runs every method at every placement the settings name, and reports them with their
+/// counters and conditions. `progress` receives one line per step; lines that start with
+/// `warning:` should be shown even when progress is not.
+pub fn run(
+    machine: &Machine,
+    settings: &PingpongSettings,
+    progress: &dyn Fn(&str),
+) -> Result<PingpongReport> {
+    let cpus = settings
+        .cpus
+        .clone()
+        .unwrap_or_else(|| machine.allowed.clone());
+    if cpus.is_empty() {
+        bail!("no CPUs to run on");
+    }
+    let limits = LoopLimits {
+        warmup: seconds("warmup_s", settings.warmup_s)?,
+        max_time: seconds("max_time_s", settings.max_time_s)?,
+        target_ci_rel: settings.target_ci_rel,
+        min_batches: settings.min_batches,
+        batch: seconds("batch_s", settings.batch_s)?,
+    };
+    let mut conditions = Conditions::now(machine);
+    if cpus.len() == 1 {
+        let note = format!(
+            "only one CPU ({cpus}) is available: only the same-cpu and unpinned placements can \
+             be measured, and unpinned ends share that CPU"
+        );
+        progress(&format!("note: {note}"));
+        conditions.notes.push(note);
+    }
+    let (planned, mut skipped) =
+        plan::plan(&machine.topology, &cpus, &settings.methods, &settings.pairs);
+    let in_use: CpuSet = planned
+        .iter()
+        .flat_map(|p| plan::cpus_in_use(p.placement, &cpus).to_vec())
+        .collect();
+    if settings.load_check_s > 0.0 && !in_use.is_empty() {
+        progress(&format!("checking CPUs {in_use} for other load..."));
+        let window = seconds("load_check_s", settings.load_check_s)?;
+        let check = check_background_load(&machine.root, &in_use, window);
+        if let (true, Some(r)) = (check.noisy, &check.reason) {
+            progress(&format!("warning: {r}; results are marked noisy"));
+        }
+        conditions.record_load(check);
+    }
+    let timer = Timer::detect(&machine.root);
+    let mut runs = Vec::new();
+    let mut failures = Vec::new();
+    for (i, p) in planned.iter().enumerate() {
+        let (a, b) = plan::cpus_of(p.placement);
+        let where_ = a.zip(b).map_or("any".into(), |(a, b)| format!("{a}:{b}"));
+        progress(&format!(
+            "[{}/{}] {} {} ({where_})",
+            i + 1,
+            planned.len(),
+            p.method,
+            p.class
+        ));
+        let spec = runner::RunSpec {
+            root: &machine.root,
+            planned: *p,
+            endpoints: settings.endpoints,
+            cpus: &cpus,
+            limits,
+            perf_counters: settings.perf_counters,
+            timer,
+        };
+        match runner::run_one(&spec) {
+            Ok(r) => runs.push(r),
+            Err(e) => {
+                progress(&format!("warning: {} {} failed: {e:#}", p.method, p.class));
+                failures.push(format!("{e:#}"));
+                skipped.push(SkippedRun {
+                    method: p.method,
+                    placement: p.class,
+                    cpu_a: a,
+                    cpu_b: b,
+                    reason: format!("failed: {e:#}"),
+                });
+            }
+        }
+    }
+    if runs.is_empty()
+        && let Some(f) = failures.first()
+    {
+        bail!("every run failed; the first: {f}");
+    }
+    report::fill_ratios(&mut runs);
+    note_unavailable(&mut conditions, &runs);
+    if !settings.perf_counters {
+        conditions.notes.push(PERF_OFF.to_string());
+    }
+    Ok(PingpongReport {
+        conditions,
+        settings: settings.clone(),
+        cpus,
+        timer,
+        runs,
+        skipped,
+    })
+}
+
+/// A settings field as a duration; negative or non-finite values are bad input, not a panic.
+fn seconds(field: &str, s: f64) -> Result<Duration> {
+    Duration::try_from_secs_f64(s)
+        .map_err(|_| bad_input(format!("pingpong setting {field} = {s} is not a duration")))
+}
+
+/// Counters that could not be read, said once in the conditions rather than per run.
+fn note_unavailable(conditions: &mut Conditions, runs: &[PingpongRun]) {
+    let Some(r) = runs.first() else { return };
+    for u in &r.counters.system.unavailable {
+        conditions.notes.push(format!("counter unavailable: {u}"));
+    }
+    for (event, why) in &r.counters.initiator.perf_unavailable {
+        conditions
+            .notes
+            .push(format!("perf event {event} unavailable: {why}"));
+    }
+    if let Some(why) = &r.counters.initiator.task_unavailable {
+        conditions
+            .notes
+            .push(format!("per-thread counters unavailable: {why}"));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    /// The doctor's path: settings built in code, no command line.
+    #[test]
+    fn runs_from_settings_built_in_code() {
+        let machine = Machine::detect(Path::new("/")).unwrap();
+        let cpu = machine.allowed.first().unwrap();
+        let mut s = PingpongSettings::quick(
+            &[Method::Eventfd],
+            PairSpec::List(vec![Placement::Pinned { a: cpu, b: cpu }]),
+            0.05,
+        );
+        s.warmup_s = 0.01;
+        s.load_check_s = 0.0;
+        let lines = std::cell::RefCell::new(Vec::new());
+        let r = run(&machine, &s, &|l: &str| {
+            lines.borrow_mut().push(l.to_string())
+        })
+        .unwrap();
+        assert_eq!(r.runs.len(), 1);
+        assert_eq!(
+            r.runs[0].placement,
+            crate::topology::PlacementClass::SameCpu
+        );
+        assert!(lines.borrow().iter().any(|l| l.contains("eventfd")));
+    }
+
+    #[test]
+    fn nonsense_durations_are_bad_input_not_panics() {
+        let machine = Machine::detect(Path::new("/")).unwrap();
+        let s = PingpongSettings {
+            warmup_s: -1.0,
+            ..PingpongSettings::default()
+        };
+        let e = run(&machine, &s, &|_| {}).unwrap_err();
+        assert_eq!(crate::error::exit_code(&e), 2);
+    }
+}

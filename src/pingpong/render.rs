@@ -1,0 +1,198 @@
+//! The terminal view of a [`PingpongReport`]: one table row per run, a matrix for
+//! `--pairs all`, where unpinned runs ran, what was skipped, and the conditions. Returns text
+//! and does no I/O.
+
+use super::measure::EndedBy;
+use super::report::{PingpongReport, PingpongRun};
+use super::settings::{Method, PairSpec};
+use crate::output::{Style, fmt_ns};
+use comfy_table::{Cell, CellAlignment, LineStyle, Table, TableStyle};
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+/// Columns without rules, one line under the header: dense rows read best.
+const STYLE: TableStyle =
+    TableStyle::new().header_separator(LineStyle::none().fill('─').junction(' '));
+
+/// The whole report as text.
+pub fn render(report: &PingpongReport, style: &Style) -> String {
+    let mut out = String::new();
+    let s = &report.settings;
+    let _ = writeln!(
+        out,
+        "{} between {} on CPUs {}",
+        style.bold("Round trips"),
+        match s.endpoints {
+            super::Endpoints::Threads => "two threads",
+            super::Endpoints::Processes => "two processes",
+        },
+        report.cpus
+    );
+    if !report.runs.is_empty() {
+        let _ = writeln!(out, "{}", table(&report.runs));
+    }
+    if report.runs.iter().any(|r| r.ended_by == EndedBy::MaxTime) {
+        let _ = writeln!(
+            out,
+            "{}",
+            style.dim(&format!(
+                "* reached --max-time ({} s) before the CI was within ±{}% of the mean",
+                s.max_time_s,
+                100.0 * s.target_ci_rel
+            ))
+        );
+    }
+    for r in report.runs.iter().filter(|r| r.where_ran.is_some()) {
+        out.push_str(&where_ran(r));
+    }
+    if s.pairs == PairSpec::All {
+        for m in &s.methods {
+            out.push_str(&matrix(report, *m));
+        }
+    }
+    for k in &report.skipped {
+        let cpus = k
+            .cpu_a
+            .zip(k.cpu_b)
+            .map_or("any".into(), |(a, b)| format!("{a}:{b}"));
+        let _ = writeln!(
+            out,
+            "{} {} {} ({cpus}): {}",
+            style.yellow("skipped"),
+            k.method,
+            k.placement,
+            k.reason
+        );
+    }
+    if report.conditions.noisy {
+        let _ = writeln!(
+            out,
+            "{}",
+            style.red("noisy: other load was running; treat these figures with caution")
+        );
+    }
+    for n in &report.conditions.notes {
+        let _ = writeln!(out, "{}", style.dim(&format!("note: {n}")));
+    }
+    out.push_str(&style.dim(
+        "cs/rt: context switches per round trip (initiator/responder); idle/rt: idle entries \
+         (halts) per round trip; IPI/rt: RES+CAL interrupts per round trip, over the CPUs in use\n",
+    ));
+    out
+}
+
+fn per_rt(v: Option<f64>) -> String {
+    v.map_or("-".into(), |v| format!("{v:.2}"))
+}
+
+fn table(runs: &[PingpongRun]) -> Table {
+    let mut t = Table::new();
+    t.load_style(STYLE);
+    t.set_header([
+        "method",
+        "placement",
+        "cpus",
+        "p50",
+        "mean ± 95% CI",
+        "p99",
+        "rt/s",
+        "× fastest",
+        "cs/rt",
+        "idle/rt",
+        "IPI/rt",
+    ]);
+    for r in runs {
+        let c = &r.counters;
+        let cs = format!(
+            "{}/{}",
+            per_rt(c.initiator.switches_per_rt()),
+            per_rt(c.responder.switches_per_rt())
+        );
+        let row = [
+            r.method.to_string(),
+            r.placement.to_string(),
+            r.cpus_label(),
+            fmt_ns(r.rtt.p50_ns as f64),
+            format!(
+                "{} ± {:.1}%{}",
+                fmt_ns(r.mean_rtt_ns.mean),
+                100.0 * r.mean_rtt_ns.rel_half_width(),
+                if r.ended_by == EndedBy::MaxTime {
+                    "*"
+                } else {
+                    " "
+                }
+            ),
+            fmt_ns(r.rtt.p99_ns as f64),
+            format!("{:.0}", r.round_trips_per_s),
+            format!("{:.2}", r.p50_ratio_to_fastest),
+            cs,
+            per_rt(c.idle_entries_per_rt),
+            per_rt(c.ipis_per_rt),
+        ];
+        t.add_row(row.into_iter().enumerate().map(|(i, v)| {
+            let cell = Cell::new(v);
+            if i >= 3 {
+                cell.set_alignment(CellAlignment::Right)
+            } else {
+                cell
+            }
+        }));
+    }
+    t
+}
+
+fn where_ran(r: &PingpongRun) -> String {
+    let Some(w) = &r.where_ran else {
+        return String::new();
+    };
+    let dist = |m: &BTreeMap<u32, u64>| {
+        let total: u64 = m.values().sum::<u64>().max(1);
+        m.iter()
+            .map(|(c, n)| format!("cpu{c} {:.0}%", 100.0 * *n as f64 / total as f64))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let mig = |m: Option<u64>| m.map_or("?".into(), |m| m.to_string());
+    format!(
+        "unpinned {}: initiator on {}; responder on {}; same CPU in {:.0}% of {} samples; \
+         migrations {}/{}\n",
+        r.method,
+        dist(&w.initiator_cpus),
+        dist(&w.responder_cpus),
+        100.0 * w.same_cpu_share,
+        w.samples,
+        mig(w.initiator_migrations),
+        mig(w.responder_migrations),
+    )
+}
+
+/// Rows = initiator CPU, columns = responder CPU, cells = p50 in microseconds.
+fn matrix(report: &PingpongReport, method: Method) -> String {
+    let cells: BTreeMap<(u32, u32), u64> = report
+        .runs
+        .iter()
+        .filter(|r| r.method == method)
+        .filter_map(|r| Some(((r.cpu_a?, r.cpu_b?), r.rtt.p50_ns)))
+        .collect();
+    if cells.is_empty() {
+        return String::new();
+    }
+    let cpus = report.cpus.to_vec();
+    let mut t = Table::new();
+    t.load_style(STYLE);
+    t.set_header(std::iter::once("a \\ b".to_string()).chain(cpus.iter().map(|c| c.to_string())));
+    for &a in &cpus {
+        t.add_row(std::iter::once(Cell::new(a)).chain(cpus.iter().map(|&b| {
+            Cell::new(
+                cells
+                    .get(&(a, b))
+                    .map_or("-".into(), |ns| format!("{:.2}", *ns as f64 / 1e3)),
+            )
+            .set_alignment(CellAlignment::Right)
+        })));
+    }
+    format!(
+        "\n{method}: p50 round trip in us, initiator CPU (rows) to responder CPU (columns)\n{t}\n"
+    )
+}

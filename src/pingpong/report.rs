@@ -1,0 +1,135 @@
+//! The result of `cpulab pingpong`: this struct *is* the JSON schema.
+//!
+//! Every run keeps its raw batch means so a later `compare` can test whether two results
+//! differ, its histogram percentiles, the counters that explain it, and where its ends ran when
+//! the scheduler placed them.
+
+use super::clock::Timer;
+use super::measure::EndedBy;
+use super::observe::RunCounters;
+use super::settings::{Endpoints, Method, PingpongSettings};
+use crate::cpulist::CpuSet;
+use crate::machine::Conditions;
+use crate::stats::{MeanCi, Percentiles};
+use crate::topology::PlacementClass;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Everything one `pingpong` invocation measured.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PingpongReport {
+    /// Machine, time, allowed CPUs, background load and anything that qualifies the figures.
+    pub conditions: Conditions,
+    /// The settings the runs were taken with.
+    pub settings: PingpongSettings,
+    /// CPUs the experiment used (the `--cpus` set, or every CPU this process may use).
+    pub cpus: CpuSet,
+    /// The counter read once per round trip (`tsc` ticks are converted to nanoseconds with the
+    /// ratio measured against CLOCK_MONOTONIC over each run).
+    pub timer: Timer,
+    /// One entry per method and placement measured, in the order they ran.
+    pub runs: Vec<PingpongRun>,
+    /// Method and placement combinations not measured, each with the reason.
+    pub skipped: Vec<SkippedRun>,
+}
+
+/// One method at one placement.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PingpongRun {
+    /// How the ends woke each other.
+    pub method: Method,
+    /// Two threads or two processes.
+    pub endpoints: Endpoints,
+    /// How far apart the two CPUs are (`unpinned` when the scheduler chose).
+    pub placement: PlacementClass,
+    /// CPU the initiator was pinned to; `None` when unpinned.
+    pub cpu_a: Option<u32>,
+    /// CPU the responder was pinned to; `None` when unpinned.
+    pub cpu_b: Option<u32>,
+    /// Percentiles of individual round trips, in nanoseconds.
+    pub rtt: Percentiles,
+    /// Mean round trip in nanoseconds with its 95% CI, computed over the batch means.
+    pub mean_rtt_ns: MeanCi,
+    /// Round trips per second over the measured time.
+    pub round_trips_per_s: f64,
+    /// Round trips timed.
+    pub round_trips: u64,
+    /// Seconds the timed round trips took (batch boundaries excluded).
+    pub measured_s: f64,
+    /// Untimed round trips before the first batch.
+    pub warmup_round_trips: u64,
+    /// Round trips per batch (sized from the warm-up to last about `batch_s`).
+    pub batch_round_trips: u64,
+    /// Mean round trip of each batch, in nanoseconds: the raw samples of `mean_rtt_ns`.
+    pub batch_means_ns: Vec<f64>,
+    /// Whether the run reached the CI target or ran out of time.
+    pub ended_by: EndedBy,
+    /// This run's p50 divided by the lowest p50 among the runs of the same method.
+    pub p50_ratio_to_fastest: f64,
+    /// Where the ends actually ran; only for unpinned runs.
+    pub where_ran: Option<WhereRan>,
+    /// Counters over the measured window, totals and per round trip.
+    pub counters: RunCounters,
+}
+
+impl PingpongRun {
+    /// `0:1`, or `any` when unpinned.
+    pub fn cpus_label(&self) -> String {
+        match (self.cpu_a, self.cpu_b) {
+            (Some(a), Some(b)) => format!("{a}:{b}"),
+            _ => "any".to_string(),
+        }
+    }
+}
+
+/// Where the two ends of an unpinned run were seen, sampled with `sched_getcpu()` once per
+/// batch (the responder publishes its CPU after every answer; the initiator reads it).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct WhereRan {
+    /// Number of samples (one per batch).
+    pub samples: u64,
+    /// Samples per CPU for the initiator.
+    pub initiator_cpus: BTreeMap<u32, u64>,
+    /// Samples per CPU for the responder.
+    pub responder_cpus: BTreeMap<u32, u64>,
+    /// Samples in which both ends were on the same CPU.
+    pub same_cpu_samples: u64,
+    /// `same_cpu_samples / samples` (0..1).
+    pub same_cpu_share: f64,
+    /// CPU migrations of the initiator in the window (from /proc, else perf).
+    pub initiator_migrations: Option<u64>,
+    /// CPU migrations of the responder in the window.
+    pub responder_migrations: Option<u64>,
+}
+
+/// A combination that was not measured.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SkippedRun {
+    /// The method.
+    pub method: Method,
+    /// The placement class it would have had.
+    pub placement: PlacementClass,
+    /// Initiator CPU; `None` when unpinned.
+    pub cpu_a: Option<u32>,
+    /// Responder CPU; `None` when unpinned.
+    pub cpu_b: Option<u32>,
+    /// Why it was not measured (or why it failed).
+    pub reason: String,
+}
+
+/// Sets every run's `p50_ratio_to_fastest` against the fastest run of its method.
+pub fn fill_ratios(runs: &mut [PingpongRun]) {
+    let mut fastest: BTreeMap<Method, u64> = BTreeMap::new();
+    for r in runs.iter() {
+        let f = fastest.entry(r.method).or_insert(u64::MAX);
+        *f = (*f).min(r.rtt.p50_ns);
+    }
+    for r in runs.iter_mut() {
+        let f = fastest.get(&r.method).copied().unwrap_or(0);
+        r.p50_ratio_to_fastest = if f == 0 {
+            1.0
+        } else {
+            r.rtt.p50_ns as f64 / f as f64
+        };
+    }
+}

@@ -1,0 +1,242 @@
+//! One run: start both endpoints, pin them, time round trips, read counters, stop.
+//!
+//! Pin, then barrier, then time (core-to-core-latency's order): each end pins itself first,
+//! and the warm-up's first round trip is the barrier, since the responder only answers once it
+//! is pinned and in its loop. The initiator runs on its own thread so the caller's affinity is
+//! never touched.
+//!
+//! With `--processes` the responder is a forked child instead of a thread (see `child`).
+
+use super::clock::Timer;
+use super::measure::{self, LoopLimits, Measured};
+use super::observe::{Observer, RunCounters, TaskRef};
+use super::plan::{Planned, cpus_in_use, cpus_of};
+use super::report::{PingpongRun, WhereRan};
+use super::settings::{Endpoints, Placement};
+use super::transport::{self, Connection, Initiator, Responder, SharedPage};
+use crate::affinity;
+use crate::cpulist::CpuSet;
+use crate::stats::MeanCi;
+use anyhow::{Context, Result, anyhow};
+use std::path::Path;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// Control page layout: the responder's thread id, its last CPU (+1, 0 = unknown), its errno.
+pub(super) const RESPONDER_TID: usize = 0;
+pub(super) const RESPONDER_CPU: usize = 64;
+pub(super) const RESPONDER_ERRNO: usize = 128;
+
+/// Everything one run needs.
+pub struct RunSpec<'a> {
+    pub root: &'a Path,
+    pub planned: Planned,
+    pub endpoints: Endpoints,
+    /// The CPUs the experiment may use (unpinned ends may run on any of them).
+    pub cpus: &'a CpuSet,
+    pub limits: LoopLimits,
+    /// Open perf events on both endpoints for the window.
+    pub perf_counters: bool,
+    /// What the loop reads once per round trip.
+    pub timer: Timer,
+}
+
+impl RunSpec<'_> {
+    pub(super) fn affinity(&self, initiator: bool) -> CpuSet {
+        match self.planned.placement {
+            Placement::Pinned { a, b } => CpuSet::from_iter_u32([if initiator { a } else { b }]),
+            Placement::Unpinned => self.cpus.clone(),
+        }
+    }
+
+    pub(super) fn unpinned(&self) -> bool {
+        self.planned.placement == Placement::Unpinned
+    }
+}
+
+/// What the initiator brings back.
+pub(super) struct Outcome {
+    warmup_round_trips: u64,
+    measured: Measured,
+    counters: RunCounters,
+    where_ran: Option<WhereRan>,
+}
+
+/// Measures one method at one placement.
+pub fn run_one(spec: &RunSpec) -> Result<PingpongRun> {
+    let conn = transport::connect(spec.planned.method, spec.endpoints)
+        .with_context(|| format!("cannot set up the {} transport", spec.planned.method))?;
+    let control = SharedPage::new().context("cannot map the control page")?;
+    let out = match spec.endpoints {
+        Endpoints::Threads => run_threads(spec, conn, &control)?,
+        Endpoints::Processes => super::child::run_processes(spec, conn, &control)?,
+    };
+    Ok(build_run(spec, out))
+}
+
+/// The responder's loop: answer until told to stop; optionally publish the CPU after each
+/// answer. Allocation-free, so a forked child may run it.
+pub(super) fn respond(
+    responder: &mut dyn Responder,
+    cpu_slot: Option<&AtomicU32>,
+) -> std::io::Result<()> {
+    match cpu_slot {
+        None => while responder.answer()? {},
+        Some(slot) => {
+            while responder.answer()? {
+                // SAFETY: sched_getcpu has no preconditions (a vDSO/rseq read in glibc).
+                let cpu = unsafe { libc::sched_getcpu() };
+                slot.store((cpu + 1).max(0) as u32, Ordering::Relaxed);
+            }
+        }
+    }
+    Ok(())
+}
+
+fn run_threads(spec: &RunSpec, conn: Connection, control: &SharedPage) -> Result<Outcome> {
+    let Connection {
+        initiator,
+        mut responder,
+        abort,
+    } = conn;
+    let responder_cpus = spec.affinity(false);
+    let pid = std::process::id() as i32;
+    std::thread::scope(|s| {
+        let resp = s.spawn(move || -> Result<()> {
+            let r = affinity::set(0, &responder_cpus).and_then(|()| {
+                control
+                    .u32_at(RESPONDER_TID)
+                    .store(affinity::gettid() as u32, Ordering::SeqCst);
+                let slot = spec.unpinned().then(|| control.u32_at(RESPONDER_CPU));
+                respond(&mut *responder, slot).context("responder")
+            });
+            // Dropping the responder closes streams; the rest need an explicit abort.
+            drop(responder);
+            if r.is_err()
+                && let Some(a) = &abort
+            {
+                a.abort();
+            }
+            r
+        });
+        let ini = s.spawn(|| {
+            let peer = || TaskRef {
+                pid,
+                tid: Some(control.u32_at(RESPONDER_TID).load(Ordering::SeqCst) as i32),
+            };
+            initiator_side(spec, initiator, &peer, control)
+        });
+        let out = ini
+            .join()
+            .map_err(|_| anyhow!("the initiator thread panicked"))?;
+        let resp = resp
+            .join()
+            .map_err(|_| anyhow!("the responder thread panicked"))?;
+        match (out, resp) {
+            (Ok(o), Ok(())) => Ok(o),
+            (_, Err(e)) => Err(e),
+            (Err(e), Ok(())) => Err(e),
+        }
+    })
+}
+
+/// Pins, warms up, opens counters, times, reads counters; always tells the responder to stop.
+pub(super) fn initiator_side(
+    spec: &RunSpec,
+    mut ini: Box<dyn Initiator>,
+    peer: &dyn Fn() -> TaskRef,
+    control: &SharedPage,
+) -> Result<Outcome> {
+    let r = timed(spec, &mut *ini, peer, control);
+    let _ = ini.stop();
+    r
+}
+
+fn timed(
+    spec: &RunSpec,
+    ini: &mut dyn Initiator,
+    peer: &dyn Fn() -> TaskRef,
+    control: &SharedPage,
+) -> Result<Outcome> {
+    affinity::set(0, &spec.affinity(true)).context("pinning the initiator")?;
+    let (warmup_round_trips, batch) = measure::warm_up(ini, &spec.limits)?;
+    let me = TaskRef {
+        pid: std::process::id() as i32,
+        tid: Some(affinity::gettid()),
+    };
+    let observer = Observer::open(
+        spec.root,
+        cpus_in_use(spec.planned.placement, spec.cpus),
+        [me, peer()],
+        spec.perf_counters,
+    );
+    let mut sampler = spec.unpinned().then(WhereRan::default);
+    let responder_cpu = control.u32_at(RESPONDER_CPU);
+    let mut sample = || {
+        if let Some(w) = sampler.as_mut() {
+            sample_where(w, responder_cpu);
+        }
+    };
+    let window = observer.begin();
+    let measured = measure::measure(ini, &spec.limits, batch, spec.timer, &mut sample)?;
+    let counters = observer.end(window, measured.round_trips);
+    let where_ran = sampler.map(|mut w| {
+        let migrations = |e: &super::observe::EndpointCounters| {
+            e.task
+                .and_then(|t| t.migrations)
+                .or_else(|| e.perf.get("cpu-migrations").copied())
+        };
+        w.initiator_migrations = migrations(&counters.initiator);
+        w.responder_migrations = migrations(&counters.responder);
+        w
+    });
+    Ok(Outcome {
+        warmup_round_trips,
+        measured,
+        counters,
+        where_ran,
+    })
+}
+
+/// One sample of where both ends are: this thread now, the responder at its last answer.
+fn sample_where(w: &mut WhereRan, responder_cpu: &AtomicU32) {
+    let (Some(mine), Some(theirs)) = (
+        affinity::current_cpu(),
+        responder_cpu.load(Ordering::Relaxed).checked_sub(1),
+    ) else {
+        return;
+    };
+    w.samples += 1;
+    *w.initiator_cpus.entry(mine).or_insert(0) += 1;
+    *w.responder_cpus.entry(theirs).or_insert(0) += 1;
+    w.same_cpu_samples += u64::from(mine == theirs);
+    w.same_cpu_share = w.same_cpu_samples as f64 / w.samples as f64;
+}
+
+fn build_run(spec: &RunSpec, out: Outcome) -> PingpongRun {
+    let m = out.measured;
+    let (cpu_a, cpu_b) = cpus_of(spec.planned.placement);
+    let mean_rtt_ns = MeanCi::of(&m.batch_means_ns).unwrap_or_else(|| MeanCi::single(m.mean_ns));
+    PingpongRun {
+        method: spec.planned.method,
+        endpoints: spec.endpoints,
+        placement: spec.planned.class,
+        cpu_a,
+        cpu_b,
+        rtt: m.rtt,
+        mean_rtt_ns,
+        round_trips_per_s: if m.measured_s > 0.0 {
+            m.round_trips as f64 / m.measured_s
+        } else {
+            0.0
+        },
+        round_trips: m.round_trips,
+        measured_s: m.measured_s,
+        warmup_round_trips: out.warmup_round_trips,
+        batch_round_trips: m.batch_round_trips,
+        batch_means_ns: m.batch_means_ns,
+        ended_by: m.ended_by,
+        p50_ratio_to_fastest: 1.0,
+        where_ran: out.where_ran,
+        counters: out.counters,
+    }
+}

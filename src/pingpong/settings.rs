@@ -1,0 +1,255 @@
+//! What a pingpong run measures, already validated.
+//!
+//! The command line (or the doctor) builds a [`PingpongSettings`]; nothing below it sees clap
+//! types or re-checks CPU numbers. The settings are recorded in the result as they were used,
+//! so a saved result says exactly how it was taken.
+
+use crate::cpulist::CpuSet;
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::str::FromStr;
+
+/// How the two endpoints wake each other.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Method {
+    /// Two pipes, one per direction, 4-byte messages (what `perf bench sched pipe` does).
+    Pipe,
+    /// A Unix stream socketpair.
+    Unix,
+    /// A TCP connection over loopback (127.0.0.1) with TCP_NODELAY.
+    Tcp,
+    /// A futex word: store, FUTEX_WAKE, FUTEX_WAIT.
+    Futex,
+    /// Two eventfds, one per direction.
+    Eventfd,
+    /// Spinning on one shared cache line: no sleep, no wakeup, only cache-line transfer.
+    Spin,
+}
+
+impl Method {
+    pub const ALL: [Method; 6] = [
+        Method::Pipe,
+        Method::Unix,
+        Method::Tcp,
+        Method::Futex,
+        Method::Eventfd,
+        Method::Spin,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Method::Pipe => "pipe",
+            Method::Unix => "unix",
+            Method::Tcp => "tcp",
+            Method::Futex => "futex",
+            Method::Eventfd => "eventfd",
+            Method::Spin => "spin",
+        }
+    }
+
+    /// True for the methods where the waiting side sleeps in the kernel until woken.
+    pub fn is_blocking(self) -> bool {
+        self != Method::Spin
+    }
+}
+
+impl fmt::Display for Method {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Method {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Method::ALL
+            .into_iter()
+            .find(|m| m.as_str() == s.trim())
+            .ok_or_else(|| {
+                format!(
+                    "unknown method `{}`; choose from pipe, unix, tcp, futex, eventfd, spin (or all)",
+                    s.trim()
+                )
+            })
+    }
+}
+
+/// What the two endpoints are.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Endpoints {
+    /// Two threads of the cpulab process: a wakeup switches threads, not address spaces.
+    #[default]
+    Threads,
+    /// cpulab and one forked child: every switch between them also switches address space.
+    Processes,
+}
+
+/// One placement to measure: two pinned CPUs, or unpinned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Placement {
+    /// The initiator pinned to `a`, the responder pinned to `b`.
+    Pinned { a: u32, b: u32 },
+    /// Both ends free to run on any CPU of the allowed set; the scheduler places them.
+    Unpinned,
+}
+
+/// Which placements to measure.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PairSpec {
+    /// One representative pair per placement class among the allowed CPUs, plus unpinned.
+    #[default]
+    Auto,
+    /// Every ordered pair of allowed CPUs (the diagonal included): a matrix.
+    All,
+    /// Exactly these placements, in this order.
+    List(Vec<Placement>),
+}
+
+/// Validated settings of one `pingpong` invocation.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PingpongSettings {
+    /// Wakeup methods to measure, in order.
+    pub methods: Vec<Method>,
+    /// Two threads of one process, or two processes.
+    pub endpoints: Endpoints,
+    /// Placements to measure.
+    pub pairs: PairSpec,
+    /// CPUs the experiment may use; `None` means every CPU this process is allowed.
+    pub cpus: Option<CpuSet>,
+    /// Seconds of untimed round trips before each run (also sizes the batches).
+    pub warmup_s: f64,
+    /// Upper bound on the measured time of one run, in seconds.
+    pub max_time_s: f64,
+    /// A run stops early once the 95% CI half-width is within this fraction of the mean
+    /// (0.02 = 2%); 0 means always run for `max_time_s`.
+    pub target_ci_rel: f64,
+    /// Fewest batches before a run may stop on the CI target.
+    pub min_batches: usize,
+    /// Target length of one batch, in seconds: batch means are the samples of the CI.
+    pub batch_s: f64,
+    /// How long to watch for other load before measuring, in seconds (0 = do not check).
+    pub load_check_s: f64,
+    /// Open perf events (software, and hardware where available) on both endpoints. Off by
+    /// default: each open event adds work to every context switch of its task, which inflates
+    /// blocking round trips; the /proc counters cost nothing.
+    pub perf_counters: bool,
+}
+
+impl Default for PingpongSettings {
+    fn default() -> Self {
+        Self {
+            methods: vec![Method::Pipe],
+            endpoints: Endpoints::Threads,
+            pairs: PairSpec::Auto,
+            cpus: None,
+            warmup_s: 0.1,
+            max_time_s: 2.0,
+            target_ci_rel: 0.02,
+            min_batches: 10,
+            batch_s: 0.005,
+            load_check_s: 0.2,
+            perf_counters: false,
+        }
+    }
+}
+
+impl PingpongSettings {
+    /// Settings for a quick measurement of the given methods and placements (the doctor's
+    /// entry point): everything else at its default.
+    pub fn quick(methods: &[Method], pairs: PairSpec, max_time_s: f64) -> Self {
+        Self {
+            methods: methods.to_vec(),
+            pairs,
+            max_time_s,
+            ..Self::default()
+        }
+    }
+}
+
+/// Parses a `--pairs` value: `auto`, `all`, or a list like `0:0,0:1,unpinned`. CPU numbers are
+/// checked against the machine by the caller.
+pub fn parse_pairs(text: &str) -> Result<PairSpec, String> {
+    let t = text.trim();
+    match t {
+        "auto" => return Ok(PairSpec::Auto),
+        "all" => return Ok(PairSpec::All),
+        "" => return Err("empty --pairs; give `auto`, `all` or pairs like `0:0,0:1`".into()),
+        _ => {}
+    }
+    let mut list = Vec::new();
+    for part in t.split(',').map(str::trim) {
+        if part == "unpinned" {
+            list.push(Placement::Unpinned);
+            continue;
+        }
+        let bad =
+            || format!("`{part}` is not a CPU pair; write pairs like `0:0,0:1` (or `unpinned`)");
+        let (a, b) = part.split_once(':').ok_or_else(bad)?;
+        let a: u32 = a.trim().parse().map_err(|_| bad())?;
+        let b: u32 = b.trim().parse().map_err(|_| bad())?;
+        list.push(Placement::Pinned { a, b });
+    }
+    Ok(PairSpec::List(list))
+}
+
+/// Parses a time in seconds: `2`, `0.2`, `0.2s`, `200ms`.
+pub fn parse_seconds(text: &str) -> Result<f64, String> {
+    let t = text.trim();
+    let (num, scale) = if let Some(ms) = t.strip_suffix("ms") {
+        (ms, 1e-3)
+    } else if let Some(s) = t.strip_suffix('s') {
+        (s, 1.0)
+    } else {
+        (t, 1.0)
+    };
+    match num.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v * scale),
+        _ => Err(format!(
+            "`{t}` is not a time; give seconds like `2`, `0.2` or `200ms`"
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_pairs() {
+        assert_eq!(parse_pairs("auto"), Ok(PairSpec::Auto));
+        assert_eq!(parse_pairs("all"), Ok(PairSpec::All));
+        assert_eq!(
+            parse_pairs("0:0, 0:1,unpinned"),
+            Ok(PairSpec::List(vec![
+                Placement::Pinned { a: 0, b: 0 },
+                Placement::Pinned { a: 0, b: 1 },
+                Placement::Unpinned
+            ]))
+        );
+        for bad in ["0", "0:", ":1", "a:b", "0-1", "0:1,", ""] {
+            assert!(parse_pairs(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn parses_seconds() {
+        assert_eq!(parse_seconds("2"), Ok(2.0));
+        assert_eq!(parse_seconds("0.2s"), Ok(0.2));
+        assert!((parse_seconds("200ms").unwrap() - 0.2).abs() < 1e-12);
+        for bad in ["-1", "x", "nan", "inf", ""] {
+            assert!(parse_seconds(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn methods_round_trip_through_names() {
+        for m in Method::ALL {
+            assert_eq!(m.as_str().parse::<Method>(), Ok(m));
+        }
+        assert!("pipes".parse::<Method>().is_err());
+    }
+}

@@ -1,0 +1,289 @@
+//! `cpulab pingpong` end to end: the real binary, briefly (a fraction of a second per pair).
+//! Assertions are on structure and physics, never on how long anything took.
+
+use assert_cmd::Command;
+use serde_json::Value;
+
+const BRIEF: &[&str] = &["--max-time", "0.2", "--warmup", "0.02", "--no-load-check"];
+
+fn cpulab() -> Command {
+    Command::cargo_bin("cpulab").unwrap()
+}
+
+fn online_cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// Runs `cpulab pingpong <args> --json`, expects success, returns the document.
+fn pingpong_json(args: &[&str]) -> Value {
+    let out = cpulab()
+        .arg("pingpong")
+        .args(BRIEF)
+        .args(args)
+        .arg("--json")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("exactly one JSON document on stdout")
+}
+
+fn f(v: &Value) -> f64 {
+    v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"))
+}
+
+/// Every number below `v` is >= 0.
+fn assert_non_negative(path: &str, v: &Value) {
+    match v {
+        Value::Number(n) => assert!(n.as_f64().unwrap() >= 0.0, "{path} = {n}"),
+        Value::Array(a) => a
+            .iter()
+            .enumerate()
+            .for_each(|(i, x)| assert_non_negative(&format!("{path}[{i}]"), x)),
+        Value::Object(o) => o
+            .iter()
+            .for_each(|(k, x)| assert_non_negative(&format!("{path}.{k}"), x)),
+        _ => {}
+    }
+}
+
+/// Latency physics that hold for every run, whatever the machine.
+fn assert_physics(run: &Value) {
+    let rtt = &run["rtt"];
+    let (min, p50, p90, p99, p999, max) = (
+        f(&rtt["min_ns"]),
+        f(&rtt["p50_ns"]),
+        f(&rtt["p90_ns"]),
+        f(&rtt["p99_ns"]),
+        f(&rtt["p999_ns"]),
+        f(&rtt["max_ns"]),
+    );
+    assert!(
+        min <= p50 && p50 <= p90 && p90 <= p99 && p99 <= p999 && p999 <= max,
+        "{rtt}"
+    );
+    let m = &run["mean_rtt_ns"];
+    let mean = f(&m["mean"]);
+    assert!(
+        min <= mean && mean <= max,
+        "mean {mean} outside [{min}, {max}]"
+    );
+    assert!(
+        f(&m["ci95_low"]) <= mean && mean <= f(&m["ci95_high"]),
+        "{m}"
+    );
+    let batches = run["batch_means_ns"].as_array().unwrap();
+    assert!(!batches.is_empty());
+    assert_eq!(m["n"].as_u64().unwrap() as usize, batches.len());
+    let rts = run["round_trips"].as_u64().unwrap();
+    assert_eq!(
+        rts,
+        run["batch_round_trips"].as_u64().unwrap() * batches.len() as u64
+    );
+    assert_eq!(rtt["count"].as_u64().unwrap(), rts);
+    assert_eq!(run["counters"]["round_trips"].as_u64().unwrap(), rts);
+    assert!(f(&run["round_trips_per_s"]) > 0.0);
+    assert!(f(&run["p50_ratio_to_fastest"]) >= 1.0);
+    assert!(["converged", "max-time"].contains(&run["ended_by"].as_str().unwrap()));
+    assert_non_negative("counters", &run["counters"]);
+    assert_non_negative("where_ran", &run["where_ran"]);
+    for (cpu, t) in run["counters"]["system"]["cpu_time"].as_object().unwrap() {
+        for k in ["user_pct", "system_pct", "idle_pct", "steal_pct", "irq_pct"] {
+            assert!(f(&t[k]) <= 100.0 + 1e-9, "cpu{cpu} {k}");
+        }
+    }
+}
+
+#[test]
+fn json_has_the_documented_structure_and_physics() {
+    let doc = pingpong_json(&["--method", "pipe,spin"]);
+    for key in ["conditions", "settings", "cpus", "runs", "skipped"] {
+        assert!(doc.get(key).is_some(), "missing {key}");
+    }
+    assert!(doc["conditions"]["kernel"].is_string());
+    let runs = doc["runs"].as_array().unwrap();
+    assert!(!runs.is_empty());
+    for run in runs {
+        assert_physics(run);
+    }
+    // Auto ends with an unpinned run per method, which says where its ends ran.
+    let unpinned: Vec<_> = runs
+        .iter()
+        .filter(|r| r["placement"] == "unpinned")
+        .collect();
+    assert!(!unpinned.is_empty());
+    for r in unpinned {
+        let w = &r["where_ran"];
+        assert!(w["samples"].as_u64().unwrap() >= 1, "{w}");
+        let share = f(&w["same_cpu_share"]);
+        assert!((0.0..=1.0).contains(&share));
+        assert!(r["cpu_a"].is_null() && r["cpu_b"].is_null());
+    }
+    // The result deserialises into the library's types (what `report` and `compare` read).
+    let back: cpulab::pingpong::PingpongReport = serde_json::from_value(doc).unwrap();
+    assert!(!back.runs.is_empty());
+}
+
+#[test]
+fn load_check_is_recorded_in_the_conditions() {
+    let out = cpulab()
+        .args([
+            "pingpong",
+            "--max-time",
+            "0.1",
+            "--warmup",
+            "0.01",
+            "--pairs",
+            "0:0",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let load = &doc["conditions"]["load_before"];
+    assert!(f(&load["window_s"]) > 0.0, "{load}");
+    assert_eq!(load["noisy"], doc["conditions"]["noisy"]);
+}
+
+/// On one CPU every round trip switches each endpoint out at least once: voluntarily when it
+/// blocks, or involuntarily when the woken peer preempts it. Both kinds are counted.
+#[test]
+fn blocking_same_cpu_round_trip_costs_a_switch_per_endpoint() {
+    for endpoints in [&[][..], &["--processes"][..]] {
+        let mut args = vec!["--pairs", "0:0", "--method", "pipe,unix,tcp,futex,eventfd"];
+        args.extend_from_slice(endpoints);
+        let doc = pingpong_json(&args);
+        let runs = doc["runs"].as_array().unwrap();
+        assert_eq!(runs.len(), 5, "{endpoints:?}");
+        for run in runs {
+            assert_physics(run);
+            for side in ["initiator", "responder"] {
+                let c = &run["counters"][side];
+                let per_rt =
+                    f(&c["voluntary_switches_per_rt"]) + f(&c["involuntary_switches_per_rt"]);
+                assert!(
+                    per_rt >= 0.9,
+                    "{} {side} {endpoints:?}: {per_rt} switches per round trip",
+                    run["method"]
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn two_processes_report_counters_of_each() {
+    let doc = pingpong_json(&["--processes", "--pairs", "0:0", "--method", "pipe"]);
+    let c = &doc["runs"][0]["counters"];
+    assert_eq!(doc["runs"][0]["endpoints"], "processes");
+    assert_ne!(c["initiator"]["task_id"], c["responder"]["task_id"]);
+    assert!(c["responder"]["task"]["voluntary_switches"].is_u64(), "{c}");
+}
+
+#[test]
+fn spin_on_one_cpu_is_skipped_with_the_reason() {
+    let doc = pingpong_json(&["--method", "spin", "--pairs", "0:0"]);
+    assert!(doc["runs"].as_array().unwrap().is_empty());
+    let s = &doc["skipped"][0];
+    assert_eq!(s["placement"], "same-cpu");
+    assert!(s["reason"].as_str().unwrap().contains("meaningless"), "{s}");
+    // The text view says so too.
+    let out = cpulab()
+        .args(["pingpong", "--method", "spin", "--pairs", "0:0"])
+        .args(BRIEF)
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).contains("skipped spin same-cpu"));
+}
+
+#[test]
+fn bad_cpu_lists_exit_2_with_one_line() {
+    let cases: &[&[&str]] = &[
+        &["--cpus", "1-0"],
+        &["--cpus", "a"],
+        &["--cpus", "0-"],
+        &["--cpus", "4096"],
+        &["--pairs", "0:4096"],
+        &["--pairs", "0-1"],
+        &["--pairs", "x:0"],
+        &["--method", "carrier-pigeon"],
+        &["--max-time", "0"],
+        &["--warmup", "soon"],
+        &["--target-ci", "lots"],
+    ];
+    for args in cases {
+        let out = cpulab().arg("pingpong").args(*args).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        assert!(out.stdout.is_empty(), "{args:?}");
+    }
+}
+
+fn taskset_cpu0(args: &[&str]) -> std::process::Output {
+    std::process::Command::new("taskset")
+        .args(["-c", "0"])
+        .arg(assert_cmd::cargo::cargo_bin("cpulab"))
+        .arg("pingpong")
+        .args(args)
+        .output()
+        .expect("taskset is installed (util-linux)")
+}
+
+#[test]
+fn under_taskset_one_cpu_it_measures_what_it_can_and_says_so() {
+    let out = taskset_cpu0(&[BRIEF, &["--json"]].concat());
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let classes: Vec<&str> = doc["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["placement"].as_str().unwrap())
+        .collect();
+    assert_eq!(classes, ["same-cpu", "unpinned"]);
+    assert_eq!(doc["cpus"], "0");
+    let notes = doc["conditions"]["notes"].to_string();
+    assert!(notes.contains("only one CPU"), "{notes}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("only one CPU"));
+    for r in doc["runs"].as_array().unwrap() {
+        assert_physics(r);
+    }
+    if online_cpus() > 1 {
+        // A CPU outside the allowed set is bad input.
+        let out = taskset_cpu0(&["--pairs", "0:1"]);
+        assert_eq!(out.status.code(), Some(2));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("outside"), "{err}");
+    }
+}
+
+#[test]
+fn pairs_all_adds_a_matrix() {
+    let out = cpulab()
+        .args([
+            "pingpong",
+            "--pairs",
+            "all",
+            "--max-time",
+            "0.05",
+            "--warmup",
+            "0.01",
+        ])
+        .arg("--no-load-check")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("p50 round trip in us"), "{text}");
+    assert!(text.contains("same-cpu"));
+}

@@ -1,0 +1,292 @@
+//! `cpulab probe` end to end: the real binary on fixture trees that stand in for machines we do
+//! not have, and once on the live machine. Assertions are about structure and the placement
+//! classes each topology implies, never about timing.
+
+use assert_cmd::Command;
+use serde_json::Value;
+
+fn cpulab() -> Command {
+    Command::cargo_bin("cpulab").unwrap()
+}
+
+fn probe_json(root: Option<&str>) -> Value {
+    let mut cmd = cpulab();
+    if let Some(r) = root {
+        cmd.args(["--root", r]);
+    }
+    let out = cmd.args(["probe", "--json"]).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("exactly one JSON document")
+}
+
+fn fixture(name: &str) -> Value {
+    probe_json(Some(&format!(
+        "{}/tests/fixtures/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    )))
+}
+
+/// The placement class of CPUs `a` and `b` from the JSON matrix.
+fn class(p: &Value, a: u64, b: u64) -> String {
+    let m = &p["topology"]["matrix"];
+    let cpus: Vec<u64> = m["cpus"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c.as_u64().unwrap())
+        .collect();
+    let i = cpus.iter().position(|&c| c == a).expect("cpu a allowed");
+    let j = cpus.iter().position(|&c| c == b).expect("cpu b allowed");
+    m["classes"][i][j].as_str().unwrap().to_string()
+}
+
+fn unavailable_reason(v: &Value) -> Option<&str> {
+    v.get("unavailable")?.get("reason")?.as_str()
+}
+
+/// Every matrix is square over the allowed CPUs, symmetric, and same-cpu exactly on the diagonal.
+fn check_matrix(p: &Value) {
+    let m = &p["topology"]["matrix"];
+    let n = m["cpus"].as_array().unwrap().len();
+    let rows = m["classes"].as_array().unwrap();
+    assert_eq!(rows.len(), n);
+    for (i, row) in rows.iter().enumerate() {
+        let row = row.as_array().unwrap();
+        assert_eq!(row.len(), n);
+        for (j, c) in row.iter().enumerate() {
+            assert_eq!(c == "same-cpu", i == j, "same-cpu only on the diagonal");
+            assert_eq!(c, &m["classes"][j][i], "matrix is symmetric");
+        }
+    }
+}
+
+#[test]
+fn intel_two_socket_smt_classes() {
+    let p = fixture("intel-2s");
+    check_matrix(&p);
+    assert_eq!(class(&p, 0, 16), "smt-sibling");
+    assert_eq!(class(&p, 9, 25), "smt-sibling");
+    assert_eq!(class(&p, 0, 1), "shared-llc");
+    assert_eq!(class(&p, 0, 17), "shared-llc");
+    assert_eq!(class(&p, 0, 8), "cross-node");
+    assert_eq!(class(&p, 7, 24), "cross-node");
+    let t = &p["topology"];
+    assert_eq!(t["packages"], 2);
+    assert_eq!(t["cores"], 16);
+    assert_eq!(t["threads_per_core"], 2);
+    assert_eq!(t["nodes"].as_object().unwrap().len(), 2);
+    assert_eq!(
+        t["llc_domains"],
+        serde_json::json!(["0-7,16-23", "8-15,24-31"])
+    );
+    assert_eq!(t["isolated"], "4-7");
+    assert!(p["virt"]["hypervisor"].is_null());
+    assert_eq!(p["freq"]["intel_pstate"], "active");
+    assert_eq!(p["freq"]["policies"][0]["governor"], "powersave");
+    assert_eq!(p["sched"]["debug_tunables"]["migration_cost_ns"], "500000");
+    assert_eq!(p["sched"]["tuned_profile"], "balanced");
+    assert_eq!(
+        p["mitigations"]["vulnerabilities"]["meltdown"]["state"],
+        "mitigated"
+    );
+    assert_eq!(p["mitigations"]["cmdline"]["nohz_full"], "4-7");
+    assert_eq!(p["idle"]["driver"], "intel_idle");
+}
+
+#[test]
+fn epyc_ccx_classes_inside_a_restricted_container() {
+    let p = fixture("epyc-4ccx");
+    check_matrix(&p);
+    assert_eq!(class(&p, 0, 16), "smt-sibling");
+    assert_eq!(class(&p, 0, 1), "shared-llc");
+    assert_eq!(class(&p, 0, 19), "shared-llc");
+    assert_eq!(class(&p, 0, 4), "same-node");
+    assert_eq!(class(&p, 3, 20), "same-node");
+    let t = &p["topology"];
+    assert_eq!(t["llc_domains"].as_array().unwrap().len(), 4);
+    // The container's cpuset leaves half the machine; the matrix covers only what is allowed.
+    assert_eq!(t["allowed"], "0-7,16-23");
+    assert_eq!(t["matrix"]["cpus"].as_array().unwrap().len(), 16);
+    let cpu = &p["sched"]["cgroup"]["cpu"];
+    assert_eq!(cpu["version"], "v2");
+    assert_eq!(cpu["quota_cpus"], 4.0);
+    assert_eq!(cpu["nr_throttled"], 340);
+    assert_eq!(cpu["throttled_ns"], 5_400_000_000u64);
+    let c = &p["virt"]["container"];
+    assert_eq!(c["runtime"], "podman");
+    assert_eq!(c["marker_only"], false);
+    assert_eq!(p["freq"]["boost"], true);
+}
+
+#[test]
+fn opteron_modules_share_l2_and_each_die_is_a_node() {
+    let p = fixture("opteron-6376");
+    check_matrix(&p);
+    assert_eq!(class(&p, 0, 1), "shared-l2");
+    assert_eq!(class(&p, 30, 31), "shared-l2");
+    assert_eq!(class(&p, 0, 2), "shared-llc");
+    assert_eq!(class(&p, 0, 7), "shared-llc");
+    assert_eq!(class(&p, 0, 8), "cross-node");
+    assert_eq!(class(&p, 0, 16), "cross-node");
+    let t = &p["topology"];
+    assert_eq!(t["modules"].as_array().unwrap().len(), 16);
+    assert_eq!(t["llc_domains"].as_array().unwrap().len(), 4);
+    assert_eq!(t["nodes"].as_object().unwrap().len(), 4);
+    // Module partners are listed as thread siblings by the kernel but are separate cores.
+    assert_eq!(t["cores"], 32);
+    assert_eq!(t["threads_per_core"], 1);
+    let cpu = &p["sched"]["cgroup"]["cpu"];
+    assert_eq!(cpu["version"], "v1");
+    assert_eq!(cpu["quota_cpus"], 16.0);
+    assert_eq!(cpu["shares"], 512);
+    assert_eq!(cpu["throttled_ns"], 84_000_000);
+    assert_eq!(p["mitigations"]["cmdline"]["mitigations"], "off");
+    assert_eq!(p["sched"]["tunables"]["sched_migration_cost_ns"], "500000");
+    assert_eq!(
+        unavailable_reason(&p["counters"]["hardware"]),
+        Some("not-applicable")
+    );
+}
+
+#[test]
+fn kvm_guest_fixture_shows_haltpoll_and_pv_features() {
+    let p = fixture("kvm-guest");
+    check_matrix(&p);
+    assert_eq!(class(&p, 0, 1), "shared-llc");
+    assert_eq!(p["virt"]["hypervisor"], "KVM");
+    let kvm = &p["virt"]["cpuid"]["kvm"];
+    assert_eq!(kvm["features"]["pv_send_ipi"], true);
+    assert_eq!(kvm["realtime_hint"], false);
+    assert_eq!(p["idle"]["driver"], "haltpoll");
+    assert_eq!(p["idle"]["haltpoll"]["guest_halt_poll_ns"], "0");
+    assert_eq!(
+        unavailable_reason(&p["freq"]["policies"]),
+        Some("not-exposed")
+    );
+    let notable = p["notable"].as_array().unwrap();
+    assert!(
+        notable
+            .iter()
+            .any(|n| n.as_str().unwrap().contains("guest_halt_poll_ns=0"))
+    );
+}
+
+/// Every `{"unavailable": ..}` anywhere in the document names a known reason and a detail.
+fn check_unavailable(v: &Value, path: &str) {
+    match v {
+        Value::Object(m) => {
+            if let Some(u) = m.get("unavailable") {
+                let reason = u["reason"].as_str().unwrap_or_default();
+                assert!(
+                    [
+                        "absent",
+                        "permission-denied",
+                        "not-exposed",
+                        "not-applicable",
+                        "unreadable"
+                    ]
+                    .contains(&reason),
+                    "{path}: reason {reason}"
+                );
+                assert!(
+                    !u["detail"].as_str().unwrap_or_default().is_empty(),
+                    "{path}"
+                );
+            }
+            for (k, x) in m {
+                check_unavailable(x, &format!("{path}.{k}"));
+            }
+        }
+        Value::Array(a) => a.iter().for_each(|x| check_unavailable(x, path)),
+        _ => {}
+    }
+}
+
+#[test]
+fn live_probe_has_every_section_and_round_trips() {
+    let p = probe_json(None);
+    for s in [
+        "conditions",
+        "topology",
+        "virt",
+        "idle",
+        "freq",
+        "mitigations",
+        "sched",
+        "counters",
+    ] {
+        assert!(p.get(s).is_some_and(|v| v.is_object()), "section {s}");
+    }
+    assert_eq!(p["live"], true);
+    check_matrix(&p);
+    check_unavailable(&p, "");
+    let c = &p["counters"];
+    assert!(c["software"] == true || unavailable_reason(&c["software"]).is_some());
+    let back: cpulab::probe::Probe = serde_json::from_value(p.clone()).unwrap();
+    assert_eq!(serde_json::to_value(&back).unwrap(), p);
+}
+
+#[test]
+fn live_page_is_grouped_by_section() {
+    let out = cpulab().env("NO_COLOR", "1").arg("probe").output().unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    for h in [
+        "Notable",
+        "Topology",
+        "Virtualisation",
+        "Idle",
+        "Frequency",
+        "Mitigations",
+        "Scheduler and limits",
+        "Counters",
+    ] {
+        assert!(text.lines().any(|l| l == h), "heading {h}");
+    }
+    assert!(!text.contains('\x1b'), "no colour when NO_COLOR is set");
+}
+
+#[test]
+fn one_allowed_cpu_under_taskset() {
+    if std::process::Command::new("taskset")
+        .arg("-V")
+        .output()
+        .is_err()
+    {
+        return;
+    }
+    // The first CPU this test may use (cpu0 may be outside a container's cpuset).
+    let live = probe_json(None);
+    let first = live["topology"]["matrix"]["cpus"][0]
+        .as_u64()
+        .unwrap()
+        .to_string();
+    let bin = assert_cmd::cargo::cargo_bin("cpulab");
+    let out = std::process::Command::new("taskset")
+        .args(["-c", &first])
+        .arg(bin)
+        .args(["probe", "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let p: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(p["topology"]["allowed"], first.as_str());
+    let classes = p["topology"]["classes"].as_array().unwrap();
+    assert_eq!(classes.len(), 1);
+    assert_eq!(classes[0]["class"], "same-cpu");
+}
+
+#[test]
+fn bad_root_is_bad_input() {
+    for root in ["/nonexistent/cpulab-root", env!("CARGO_MANIFEST_DIR")] {
+        let out = cpulab().args(["--root", root, "probe"]).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{root}");
+        let err = String::from_utf8(out.stderr).unwrap();
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.contains("--root"), "{err}");
+    }
+}
