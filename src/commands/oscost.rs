@@ -159,7 +159,7 @@ pub fn render(r: &OscostReport) -> String {
                 .unwrap_or_else(|| "n/a".into())
         };
         out.push_str(&format!(
-            "\n{} ({})\n  cold (first {:.0} us slice after {:.1} s idle): {}\n  warm (after {:.1} s \
+            "\n{} ({})\n  cold (median of the first 3 slices of {:.0} us after {:.1} s idle): {}\n  warm (after {:.1} s \
              of load): {}\n  cold/warm: {}   ramp-up to 95% of warm: {} us\n",
             st.bold("effective frequency"),
             f.unit,

@@ -1,21 +1,40 @@
-//! The responder as a forked child (`--processes`).
+//! The responder as a separate process (`--processes`).
 //!
-//! The child gets PR_SET_PDEATHSIG, so it dies with cpulab however cpulab ends (even SIGKILL;
-//! the signal follows the thread that forked, which waits for the whole run). Between `fork`
-//! and `_exit` it only makes system calls on memory prepared before the fork (no allocation,
-//! no locks), which is what makes forking a threaded process safe. A reaper thread waits for
-//! it; if the child dies early, the reaper unblocks the initiator instead of letting it wait
-//! forever, and if it outlives the run it is killed.
+//! Like `perf bench sched pipe`, the two ends are then two single-threaded processes: the
+//! initiator runs on the calling thread (its affinity is restored afterwards), not on a helper
+//! thread, because a wakeup into a multi-threaded process measured ~6% dearer here than into a
+//! single-threaded one, and that is a property of the harness, not of the method.
+//!
+//! Nothing may wait in a thread of cpulab, then, for the responder to die. A small reaper
+//! process does: cpulab forks the reaper, the reaper forks the responder and waits for it;
+//! when it ends (told to stop, failed, or killed from outside) the reaper records how and
+//! calls the transport's abort, which unblocks an initiator still waiting. Both children get
+//! PR_SET_PDEATHSIG (the reaper from cpulab, the responder from the reaper), so they die with
+//! cpulab however it ends, even by SIGKILL; the responder's is SIGTERM with a handler that
+//! aborts too, so killing the reaper from outside cannot leave the initiator waiting. Between `fork` and `_exit` they only make system
+//! calls on memory prepared before the fork (no allocation, no locks), which is what makes
+//! forking a threaded process safe.
 
 use super::observe::TaskRef;
-use super::runner::{Outcome, RESPONDER_CPU, RESPONDER_ERRNO, RunSpec, initiator_side, respond};
+use super::runner::{
+    Outcome, RESPONDER_CPU, RESPONDER_ERRNO, RESPONDER_TID, RunSpec, initiator_side, respond,
+};
 use super::transport::{Abort, Connection, Responder, SharedPage};
-use anyhow::{Context, Result, anyhow, bail};
+use crate::affinity;
+use anyhow::{Context, Result, anyhow};
+use nix::sys::signal::{SIGKILL, SaFlags, SigAction, SigHandler, SigSet, Signal, kill, sigaction};
+use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+use nix::unistd::Pid;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::sync::atomic::{AtomicPtr, Ordering};
+use std::time::{Duration, Instant};
 
-/// Forks the responder, runs the initiator on a thread of this process, reaps the child.
+/// How the responder ended, written by the reaper: 0 unknown, 1 + exit code, or
+/// `SIGNALLED + signal number`.
+const RESPONDER_STATUS: usize = 192;
+const SIGNALLED: u32 = 1000;
+
+/// Starts the reaper and the responder, runs the initiator on this thread, reaps.
 pub fn run_processes(spec: &RunSpec, conn: Connection, control: &SharedPage) -> Result<Outcome> {
     let Connection {
         initiator,
@@ -29,151 +48,216 @@ pub fn run_processes(spec: &RunSpec, conn: Connection, control: &SharedPage) -> 
     }
     let parent = std::process::id() as i32;
     let track = spec.unpinned();
-    // SAFETY: the child runs only `child_main`, which makes system calls on memory prepared
+    // SAFETY: the child runs only `reaper_main`, which makes system calls on memory prepared
     // before the fork and never returns.
     match unsafe { nix::unistd::fork() }.context("fork failed")? {
-        nix::unistd::ForkResult::Child => child_main(responder, &set, track, control, parent),
+        nix::unistd::ForkResult::Child => {
+            reaper_main(responder, abort, &set, track, control, parent)
+        }
         nix::unistd::ForkResult::Parent { child } => {
-            drop(responder);
-            let reaper = Reaper::start(child, abort)?;
-            let peer = || TaskRef {
-                pid: child.as_raw(),
-                tid: None,
-            };
-            let out = std::thread::scope(|s| {
-                s.spawn(|| initiator_side(spec, initiator, &peer, control))
-                    .join()
-                    .map_err(|_| anyhow!("the initiator thread panicked"))
-            });
-            let status = reaper.finish();
-            let out = out?;
-            match (out, status) {
-                (Ok(o), Ok(0)) => Ok(o),
-                (Err(e), Ok(0)) => Err(e),
-                (r, Ok(code)) => {
-                    let errno = control.u32_at(RESPONDER_ERRNO).load(Ordering::SeqCst) as i32;
-                    let why = std::io::Error::from_raw_os_error(errno);
-                    let msg = format!("the responder process exited with status {code} ({why})");
-                    Err(match r {
-                        Err(r) => r.context(msg),
-                        Ok(_) => anyhow!(msg),
-                    })
-                }
-                (Ok(_), Err(e)) => Err(e),
-                (Err(r), Err(e)) => Err(r.context(format!("{e:#}"))),
-            }
+            drop((responder, abort));
+            let reaper = Reaper(Some(child));
+            let out = initiate_here(spec, initiator, control);
+            let reaped = reaper.finish();
+            verdict(out, reaped, control)
         }
     }
 }
 
-/// The forked responder. Never returns.
-fn child_main(
-    mut responder: Box<dyn Responder>,
+/// The initiator on the calling thread, whose affinity is put back afterwards.
+fn initiate_here(
+    spec: &RunSpec,
+    initiator: Box<dyn super::transport::Initiator>,
+    control: &SharedPage,
+) -> Result<Outcome> {
+    let saved = affinity::get(0)?;
+    let peer = || TaskRef {
+        pid: control.u32_at(RESPONDER_TID).load(Ordering::SeqCst) as i32,
+        tid: None,
+    };
+    let out = initiator_side(spec, initiator, &peer, control);
+    affinity::set(0, &saved).context("restoring this thread's CPU affinity")?;
+    out
+}
+
+/// Combines the initiator's result with how the responder ended.
+fn verdict(out: Result<Outcome>, reaped: Result<()>, control: &SharedPage) -> Result<Outcome> {
+    let status = control.u32_at(RESPONDER_STATUS).load(Ordering::SeqCst);
+    let problem = match status {
+        1 => None,
+        0 => Some("the responder process ended in an unknown way".to_string()),
+        s if s >= SIGNALLED => {
+            let sig = Signal::try_from((s - SIGNALLED) as i32)
+                .map_or(format!("signal {}", s - SIGNALLED), |s| s.to_string());
+            Some(format!("the responder process was killed by {sig}"))
+        }
+        s => {
+            let errno = control.u32_at(RESPONDER_ERRNO).load(Ordering::SeqCst) as i32;
+            let why = std::io::Error::from_raw_os_error(errno);
+            Some(format!(
+                "the responder process exited with status {} ({why})",
+                s - 1
+            ))
+        }
+    };
+    match (out, problem, reaped) {
+        (Ok(o), None, Ok(())) => Ok(o),
+        (Ok(_), None, Err(e)) => Err(e),
+        (Ok(_), Some(p), _) => Err(anyhow!(p)),
+        (Err(e), None, _) => Err(e),
+        (Err(e), Some(p), _) => Err(e.context(p)),
+    }
+}
+
+/// The reaper process: forks the responder, waits for it, records how it ended, aborts the
+/// initiator's wait. Never returns.
+fn reaper_main(
+    responder: Box<dyn Responder>,
+    abort: Arc<dyn Abort>,
     set: &nix::sched::CpuSet,
     track: bool,
     control: &SharedPage,
     parent: i32,
 ) -> ! {
-    let fail = |code: i32| -> ! {
-        let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
+    die_with(parent, libc::SIGKILL);
+    // SAFETY: getpid and fork are plain system calls; the child runs only `responder_main`.
+    let me = unsafe { libc::getpid() };
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        responder_main(responder, &abort, set, track, control, me);
+    }
+    if pid > 0 {
+        let mut status = 0;
+        // SAFETY: waitpid on our own child with a valid status pointer.
+        while unsafe { libc::waitpid(pid, &mut status, 0) } < 0
+            && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted
+        {}
+        let code = if libc::WIFEXITED(status) {
+            1 + libc::WEXITSTATUS(status) as u32
+        } else if libc::WIFSIGNALED(status) {
+            SIGNALLED + libc::WTERMSIG(status) as u32
+        } else {
+            0
+        };
         control
-            .u32_at(RESPONDER_ERRNO)
-            .store(errno as u32, Ordering::SeqCst);
-        // SAFETY: _exit ends the child at once, without running the parent's destructors.
-        unsafe { libc::_exit(code) }
+            .u32_at(RESPONDER_STATUS)
+            .store(code, Ordering::SeqCst);
+    } else {
+        record_errno(control);
+        control
+            .u32_at(RESPONDER_STATUS)
+            .store(1 + 3, Ordering::SeqCst);
+    }
+    // Harmless after a normal stop (the initiator no longer waits); vital otherwise.
+    abort.abort();
+    // SAFETY: _exit ends the process at once, without running destructors.
+    unsafe { libc::_exit(0) }
+}
+
+/// The responder process: pin, publish its pid, answer until told to stop. Never returns.
+fn responder_main(
+    mut responder: Box<dyn Responder>,
+    abort: &Arc<dyn Abort>,
+    set: &nix::sched::CpuSet,
+    track: bool,
+    control: &SharedPage,
+    reaper: i32,
+) -> ! {
+    ORPHAN_ABORT.store(std::ptr::from_ref(abort).cast_mut(), Ordering::SeqCst);
+    let on_term = SigAction::new(
+        SigHandler::Handler(abort_and_exit),
+        SaFlags::empty(),
+        SigSet::empty(),
+    );
+    // SAFETY: the handler only calls the abort (atomics and system calls) and _exit.
+    let _ = unsafe { sigaction(Signal::SIGTERM, &on_term) };
+    die_with(reaper, libc::SIGTERM);
+    let code = if nix::sched::sched_setaffinity(Pid::from_raw(0), set).is_err() {
+        2
+    } else {
+        // SAFETY: getpid has no preconditions.
+        let me = unsafe { libc::getpid() };
+        control
+            .u32_at(RESPONDER_TID)
+            .store(me as u32, Ordering::SeqCst);
+        let slot = track.then(|| control.u32_at(RESPONDER_CPU));
+        match respond(&mut *responder, slot) {
+            Ok(()) => 0,
+            Err(_) => 1,
+        }
     };
-    // SAFETY: plain system calls. PDEATHSIG first, then check the parent did not die before
-    // it took effect (then we were reparented).
+    if code != 0 {
+        record_errno(control);
+    }
+    // SAFETY: as above.
+    unsafe { libc::_exit(code) }
+}
+
+/// The responder's abort, for its SIGTERM handler (set in the responder process only).
+static ORPHAN_ABORT: AtomicPtr<Arc<dyn Abort>> = AtomicPtr::new(std::ptr::null_mut());
+
+extern "C" fn abort_and_exit(_: libc::c_int) {
+    let a = ORPHAN_ABORT.load(Ordering::SeqCst);
+    if !a.is_null() {
+        // SAFETY: set to an Arc that lives until the responder process exits.
+        unsafe { (*a).abort() };
+    }
+    // SAFETY: _exit is async-signal-safe.
+    unsafe { libc::_exit(1) }
+}
+
+/// PR_SET_PDEATHSIG, then make sure the parent did not die before it took effect.
+fn die_with(parent: i32, signal: libc::c_int) {
+    // SAFETY: plain system calls.
     unsafe {
-        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+        libc::prctl(libc::PR_SET_PDEATHSIG, signal);
         if libc::getppid() != parent {
             libc::_exit(0);
         }
     }
-    if nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), set).is_err() {
-        fail(2);
-    }
-    let slot = track.then(|| control.u32_at(RESPONDER_CPU));
-    if respond(&mut *responder, slot).is_err() {
-        fail(1);
-    }
-    // SAFETY: as above.
-    unsafe { libc::_exit(0) }
 }
 
-/// Waits for the child; unblocks the initiator if the child ends before the run does; kills
-/// the child if it outlives the run.
-struct Reaper {
-    child: nix::unistd::Pid,
-    finished: Arc<AtomicBool>,
-    status: std::sync::mpsc::Receiver<Result<i32>>,
-    thread: Option<std::thread::JoinHandle<()>>,
+fn record_errno(control: &SharedPage) {
+    let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
+    control
+        .u32_at(RESPONDER_ERRNO)
+        .store(errno as u32, Ordering::SeqCst);
 }
+
+/// The reaper as cpulab sees it: reaped by `finish`, killed (with the responder, by
+/// PDEATHSIG) if it does not leave in time or if the run unwinds.
+struct Reaper(Option<Pid>);
 
 impl Reaper {
-    fn start(child: nix::unistd::Pid, abort: Option<Arc<dyn Abort>>) -> Result<Self> {
-        let finished = Arc::new(AtomicBool::new(false));
-        let (tx, status) = std::sync::mpsc::channel();
-        let done = finished.clone();
-        let spawned = std::thread::Builder::new()
-            .name("pingpong-reaper".into())
-            .spawn(move || {
-                use nix::sys::wait::{WaitStatus, waitpid};
-                let st = match waitpid(child, None) {
-                    Ok(WaitStatus::Exited(_, code)) => Ok(code),
-                    Ok(WaitStatus::Signaled(_, sig, _)) => {
-                        Err(anyhow!("the responder process was killed by {sig}"))
-                    }
-                    Ok(other) => Err(anyhow!("the responder process ended oddly: {other:?}")),
-                    Err(e) => Err(anyhow!("waitpid on the responder failed: {e}")),
-                };
-                if !done.load(Ordering::SeqCst)
-                    && let Some(a) = &abort
-                {
-                    a.abort();
-                }
-                let _ = tx.send(st);
-            });
-        match spawned {
-            Ok(t) => Ok(Self {
-                child,
-                finished,
-                status,
-                thread: Some(t),
-            }),
-            Err(e) => {
-                let _ = nix::sys::signal::kill(child, nix::sys::signal::SIGKILL);
-                let _ = nix::sys::wait::waitpid(child, None);
-                bail!("cannot start the reaper thread: {e}")
-            }
-        }
-    }
-
-    /// The child's exit code, after giving it a moment to leave on its own.
-    fn finish(mut self) -> Result<i32> {
-        self.finished.store(true, Ordering::SeqCst);
-        let st = match self.status.recv_timeout(Duration::from_secs(2)) {
-            Ok(st) => st,
-            Err(_) => {
-                let _ = nix::sys::signal::kill(self.child, nix::sys::signal::SIGKILL);
-                self.status
-                    .recv()
-                    .unwrap_or_else(|_| Err(anyhow!("the reaper thread vanished")))
-            }
+    fn finish(mut self) -> Result<()> {
+        let Some(pid) = self.0.take() else {
+            return Ok(());
         };
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
+        let deadline = Instant::now() + Duration::from_secs(2);
+        loop {
+            match waitpid(pid, Some(WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::StillAlive) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Ok(WaitStatus::StillAlive) => {
+                    let _ = kill(pid, SIGKILL);
+                    let _ = waitpid(pid, None);
+                    return Err(anyhow!("the responder did not stop; it was killed"));
+                }
+                Ok(WaitStatus::Exited(_, 0)) => return Ok(()),
+                Ok(other) => return Err(anyhow!("the reaper process ended oddly: {other:?}")),
+                Err(nix::errno::Errno::EINTR) => {}
+                Err(e) => return Err(anyhow!("waitpid on the reaper process failed: {e}")),
+            }
         }
-        st
     }
 }
 
 impl Drop for Reaper {
     fn drop(&mut self) {
-        if let Some(t) = self.thread.take() {
-            self.finished.store(true, Ordering::SeqCst);
-            let _ = nix::sys::signal::kill(self.child, nix::sys::signal::SIGKILL);
-            let _ = t.join();
+        if let Some(pid) = self.0.take() {
+            let _ = kill(pid, SIGKILL);
+            let _ = waitpid(pid, None);
         }
     }
 }

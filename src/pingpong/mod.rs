@@ -202,6 +202,29 @@ mod tests {
         assert!(lines.borrow().iter().any(|l| l.contains("eventfd")));
     }
 
+    /// `--processes` pins the calling thread for the run and must give its affinity back.
+    #[test]
+    fn two_processes_leave_the_callers_affinity_as_it_was() {
+        let machine = Machine::detect(Path::new("/")).unwrap();
+        let before = crate::affinity::get(0).unwrap();
+        let cpu = machine.allowed.first().unwrap();
+        let s = PingpongSettings {
+            endpoints: Endpoints::Processes,
+            pairs: PairSpec::List(vec![
+                Placement::Pinned { a: cpu, b: cpu },
+                Placement::Unpinned,
+            ]),
+            warmup_s: 0.01,
+            max_time_s: 0.05,
+            load_check_s: 0.0,
+            ..PingpongSettings::default()
+        };
+        let r = run(&machine, &s, &|_| {}).unwrap();
+        assert_eq!(r.runs.len(), 2);
+        assert!(r.runs[1].where_ran.as_ref().unwrap().samples > 0);
+        assert_eq!(crate::affinity::get(0).unwrap(), before);
+    }
+
     #[test]
     fn nonsense_durations_are_bad_input_not_panics() {
         let machine = Machine::detect(Path::new("/")).unwrap();

@@ -149,7 +149,10 @@ fn where_ran(r: &PingpongRun) -> String {
     let dist = |m: &BTreeMap<u32, u64>| {
         let total: u64 = m.values().sum::<u64>().max(1);
         m.iter()
-            .map(|(c, n)| format!("cpu{c} {:.0}%", 100.0 * *n as f64 / total as f64))
+            .map(|(c, n)| match 100.0 * *n as f64 / total as f64 {
+                pct if pct < 0.5 => format!("cpu{c} <1%"),
+                pct => format!("cpu{c} {pct:.0}%"),
+            })
             .collect::<Vec<_>>()
             .join(", ")
     };

@@ -2,10 +2,9 @@
 //!
 //! Pin, then barrier, then time (core-to-core-latency's order): each end pins itself first,
 //! and the warm-up's first round trip is the barrier, since the responder only answers once it
-//! is pinned and in its loop. The initiator runs on its own thread so the caller's affinity is
-//! never touched.
-//!
-//! With `--processes` the responder is a forked child instead of a thread (see `child`).
+//! is pinned and in its loop. With two threads, both ends are threads of their own, so the
+//! caller's affinity is never touched; with `--processes` the responder is a forked process
+//! and the initiator is the calling thread (see `child` for why).
 
 use super::clock::Timer;
 use super::measure::{self, LoopLimits, Measured};
@@ -13,12 +12,13 @@ use super::observe::{Observer, RunCounters, TaskRef};
 use super::plan::{Planned, cpus_in_use, cpus_of};
 use super::report::{PingpongRun, WhereRan};
 use super::settings::{Endpoints, Placement};
-use super::transport::{self, Connection, Initiator, Responder, SharedPage};
+use super::transport::{self, Abort, Connection, Initiator, Responder, SharedPage};
 use crate::affinity;
 use crate::cpulist::CpuSet;
 use crate::stats::MeanCi;
 use anyhow::{Context, Result, anyhow};
 use std::path::Path;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 /// Control page layout: the responder's thread id, its last CPU (+1, 0 = unknown), its errno.
@@ -92,6 +92,23 @@ pub(super) fn respond(
     Ok(())
 }
 
+/// Calls the abort when dropped, unless defused.
+struct AbortOnDrop(Option<Arc<dyn Abort>>);
+
+impl AbortOnDrop {
+    fn defuse(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        if let Some(a) = self.0.take() {
+            a.abort();
+        }
+    }
+}
+
 fn run_threads(spec: &RunSpec, conn: Connection, control: &SharedPage) -> Result<Outcome> {
     let Connection {
         initiator,
@@ -102,21 +119,16 @@ fn run_threads(spec: &RunSpec, conn: Connection, control: &SharedPage) -> Result
     let pid = std::process::id() as i32;
     std::thread::scope(|s| {
         let resp = s.spawn(move || -> Result<()> {
-            let r = affinity::set(0, &responder_cpus).and_then(|()| {
-                control
-                    .u32_at(RESPONDER_TID)
-                    .store(affinity::gettid() as u32, Ordering::SeqCst);
-                let slot = spec.unpinned().then(|| control.u32_at(RESPONDER_CPU));
-                respond(&mut *responder, slot).context("responder")
-            });
-            // Dropping the responder closes streams; the rest need an explicit abort.
-            drop(responder);
-            if r.is_err()
-                && let Some(a) = &abort
-            {
-                a.abort();
-            }
-            r
+            // Unblocks the initiator unless the loop ends normally, even on a panic.
+            let guard = AbortOnDrop(Some(abort));
+            affinity::set(0, &responder_cpus)?;
+            control
+                .u32_at(RESPONDER_TID)
+                .store(affinity::gettid() as u32, Ordering::SeqCst);
+            let slot = spec.unpinned().then(|| control.u32_at(RESPONDER_CPU));
+            respond(&mut *responder, slot).context("responder")?;
+            guard.defuse();
+            Ok(())
         });
         let ini = s.spawn(|| {
             let peer = || TaskRef {

@@ -80,6 +80,6 @@ pub fn connect() -> io::Result<Connection> {
             rx: ping,
             tx: abort.0.try_clone()?,
         }),
-        abort: Some(Arc::new(abort)),
+        abort: Arc::new(abort),
     })
 }

@@ -109,6 +109,6 @@ pub fn connect(private: bool) -> io::Result<Connection> {
     Ok(Connection {
         initiator: Box::new(end()),
         responder: Box::new(end()),
-        abort: Some(Arc::new(end())),
+        abort: Arc::new(end()),
     })
 }

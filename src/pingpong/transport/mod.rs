@@ -9,9 +9,10 @@
 //!
 //! Stopping is part of the protocol (a stop message), never a close: a forked child keeps copies
 //! of the parent's descriptors, so end-of-file cannot be relied on to tell the responder to
-//! leave. The other way round, when a responder vanishes (a child killed from outside), the
-//! stream transports see end-of-file, and the others are unblocked by an [`Abort`] that stores
-//! a poison value where the initiator waits.
+//! leave. For the same reason a vanished responder (a child killed from outside, a thread that
+//! failed) is reported by an [`Abort`], called by whoever watches the responder: it sends or
+//! stores a poison value where the initiator waits, and the initiator returns an error instead
+//! of waiting forever.
 
 mod eventfd;
 mod futex;
@@ -50,8 +51,8 @@ pub trait Abort: Send + Sync {
 pub struct Connection {
     pub initiator: Box<dyn Initiator>,
     pub responder: Box<dyn Responder>,
-    /// `None` for stream transports: the responder's death closes the stream.
-    pub abort: Option<Arc<dyn Abort>>,
+    /// Async-signal-safe (only atomics and system calls), so a forked watcher may call it.
+    pub abort: Arc<dyn Abort>,
 }
 
 /// Creates both ends of `method` for endpoints of kind `endpoints`.
@@ -206,11 +207,11 @@ mod tests {
     /// A responder that disappears unblocks the initiator instead of hanging it.
     #[test]
     fn abort_unblocks_the_initiator() {
-        for m in [Method::Futex, Method::Eventfd, Method::Spin] {
+        for m in Method::ALL {
             let c = connect(m, Endpoints::Threads).unwrap();
             let mut ini = c.initiator;
-            let abort = c.abort.unwrap();
-            drop(c.responder);
+            let abort = c.abort;
+            let _keep_open = c.responder;
             let h = std::thread::spawn(move || ini.round_trip());
             std::thread::sleep(std::time::Duration::from_millis(20));
             abort.abort();
