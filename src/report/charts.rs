@@ -132,7 +132,13 @@ pub fn counters(runs: &[WakeupRun]) -> String {
         .iter()
         .any(|w| w.per_round_trip.contains_key("voluntary_switches"))
     {
-        series.push(("context switches".into(), get("voluntary_switches")));
+        // Voluntary and involuntary together: on one CPU the woken end often preempts the waker
+        // before it blocks, which the kernel counts as involuntary.
+        let (v, inv) = (get("voluntary_switches"), get("involuntary_switches"));
+        series.push((
+            "context switches".into(),
+            v.iter().zip(&inv).map(|(a, b)| a + b).collect(),
+        ));
     }
     let chart = svg::grouped(
         &format!("Counters per {method} round trip"),
