@@ -90,7 +90,10 @@ pub fn run(args: Args, g: &Global) -> Result<()> {
     };
     let report = oscost::run(&machine, &settings, &progress)?;
     if args.json {
-        output::print_json(&report)
+        output::print_json(&crate::report::envelope::Envelope::new(
+            crate::report::envelope::Kind::Oscost,
+            &report,
+        ))
     } else {
         output::print_text(&render(&report))
     }

@@ -277,7 +277,10 @@ pub fn run(args: Args, g: &Global) -> Result<()> {
         }
     };
     if args.flags.json {
-        output::print_json(&report)
+        output::print_json(&crate::report::envelope::Envelope::new(
+            crate::report::envelope::Kind::Pair,
+            &report,
+        ))
     } else {
         output::print_text(&crate::pair::report::render(&report, &output::Style::new()))
     }

@@ -82,7 +82,10 @@ pub fn run(args: Args, g: &Global) -> Result<()> {
     };
     let report = share::run(&machine, &settings, &progress)?;
     if args.json {
-        output::print_json(&report)
+        output::print_json(&crate::report::envelope::Envelope::new(
+            crate::report::envelope::Kind::Share,
+            &report,
+        ))
     } else {
         output::print_text(&render(&report))
     }

@@ -22,6 +22,8 @@ pub enum Worse {
 }
 
 const LOWER_IS_WORSE: &[&str] = &[
+    "per_ns",
+    "per_us",
     "per_s",
     "per_sec",
     "tps",
@@ -108,6 +110,8 @@ mod tests {
         assert_eq!(of_path("share[threads=2].measured_share"), Worse::Lower);
         assert_eq!(of_path("scale[policy=compact].speedup"), Worse::Lower);
         assert_eq!(of_path("oscost.getppid.cost_ns"), Worse::Higher);
+        // A rate per nanosecond is not a time.
+        assert_eq!(of_path("frequency.cold_per_ns"), Worse::Lower);
         assert_eq!(of_path("latency.samples"), Worse::Higher);
         assert_eq!(of_path("throughput.values"), Worse::Lower);
         assert_eq!(of_path("widgets"), Worse::Unknown);

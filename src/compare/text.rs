@@ -6,7 +6,9 @@ use comfy_table::{Table, presets};
 
 /// A figure's value for display, with its unit where the name gives one.
 pub fn fmt_value(path: &str, v: f64) -> String {
-    if path.ends_with("_ns") {
+    if path.ends_with("_per_ns") {
+        format!("{v:.3}/ns")
+    } else if path.ends_with("_ns") {
         fmt_ns(v)
     } else if v != 0.0 && (v.abs() >= 1e6 || v.abs() < 1e-2) {
         format!("{v:.3e}")
