@@ -1,15 +1,67 @@
-//! `cpulab compare` (not yet built).
+//! `cpulab compare A.json B.json`: every figure the two results share, side by side, with a
+//! significance test on the raw samples. See [`crate::compare`] for the method.
 
 use crate::cli::Global;
+use crate::compare::{self, text};
+use crate::error::bad_input;
+use crate::output;
+use crate::report::envelope::{self, Envelope, Kind};
 use anyhow::Result;
+use std::path::PathBuf;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
+    /// The earlier (or reference) result, written by a cpulab command's --json.
+    pub a: PathBuf,
+    /// The later (or candidate) result, of the same kind.
+    pub b: PathBuf,
+    /// Exit with code 1 when a figure got worse by more than PCT percent beyond noise.
+    #[arg(long, value_name = "PCT")]
+    pub fail_on_regression: Option<f64>,
+    /// Also list the plain numbers that have no samples and are not judged.
+    #[arg(long)]
+    pub all: bool,
     /// One JSON document on stdout.
     #[arg(long)]
     pub json: bool,
 }
 
-pub fn run(_args: Args, _g: &Global) -> Result<()> {
-    anyhow::bail!("`cpulab compare` is not built yet")
+pub fn run(args: Args, _g: &Global) -> Result<()> {
+    if let Some(p) = args.fail_on_regression
+        && !(p.is_finite() && p >= 0.0)
+    {
+        return Err(bad_input(format!(
+            "--fail-on-regression {p} is not a percentage; give a number such as 5"
+        )));
+    }
+    let a = envelope::load(&args.a)?;
+    let b = envelope::load(&args.b)?;
+    if a.kind != b.kind {
+        return Err(bad_input(format!(
+            "{} is a {} result but {} is a {} result; compare two results of the same kind",
+            args.a.display(),
+            a.kind,
+            args.b.display(),
+            b.kind
+        )));
+    }
+    let (an, bn) = (args.a.display().to_string(), args.b.display().to_string());
+    let c = compare::comparison(
+        (&an, &a.value),
+        (&bn, &b.value),
+        a.kind.as_str(),
+        args.fail_on_regression,
+    );
+    if args.json {
+        output::print_json(&Envelope::new(Kind::Compare, &c))?;
+    } else {
+        output::print_text(&text::render(&c, args.all, args.fail_on_regression))?;
+    }
+    match (args.fail_on_regression, c.regressions.len()) {
+        (Some(pct), n) if n > 0 => anyhow::bail!(
+            "{n} figure(s) got worse by more than {pct}% beyond noise: {}",
+            c.regressions.join(", ")
+        ),
+        _ => Ok(()),
+    }
 }

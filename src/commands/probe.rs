@@ -45,7 +45,10 @@ pub fn run(args: Args, g: &Global) -> Result<()> {
     let machine = Machine::detect(&g.root)?;
     let p = probe::probe(&machine);
     if args.json {
-        print_json(&p)
+        print_json(&crate::report::envelope::Envelope::new(
+            crate::report::envelope::Kind::Probe,
+            &p,
+        ))
     } else {
         print_text(&probe::render(&p, &Style::new()))
     }

@@ -1,15 +1,76 @@
-//! `cpulab report` (not yet built).
+//! `cpulab report RESULT.json [--html FILE]`: render a saved result again, for the terminal or
+//! as a self-contained HTML page. A doctor result is rendered exactly as it was judged (its
+//! findings are stored in it); other kinds get the charts or tables their figures allow.
 
 use crate::cli::Global;
-use anyhow::Result;
+use crate::doctor::{DoctorReport, text};
+use crate::error::bad_input;
+use crate::output;
+use crate::report::envelope::{self, Kind, Loaded};
+use crate::report::html;
+use anyhow::{Context, Result};
+use std::path::PathBuf;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// One JSON document on stdout.
-    #[arg(long)]
-    pub json: bool,
+    /// A result written by a cpulab command's --json.
+    pub result: PathBuf,
+    /// Write a self-contained HTML report to FILE instead of printing text.
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<PathBuf>,
 }
 
-pub fn run(_args: Args, _g: &Global) -> Result<()> {
-    anyhow::bail!("`cpulab report` is not built yet")
+fn doctor(l: &Loaded, name: &str) -> Result<DoctorReport> {
+    serde_json::from_value(l.value.clone()).map_err(|e| {
+        bad_input(format!(
+            "{name} says it is a doctor result but does not match its schema ({e})"
+        ))
+    })
+}
+
+pub fn run(args: Args, g: &Global) -> Result<()> {
+    let name = args.result.display().to_string();
+    let l = envelope::load(&args.result)?;
+    let (page, text) = match l.kind {
+        Kind::Doctor => {
+            let r = doctor(&l, &name)?;
+            (html::doctor_page(&r), text::render(&r))
+        }
+        Kind::Pingpong => match crate::doctor::adapt::pingpong_value(&l.value) {
+            Some((c, m)) => (
+                html::wakeup_page(&c, &m),
+                text::measurements(&output::Style::new(), &m),
+            ),
+            None => (
+                html::generic_page(l.kind.as_str(), &l.value),
+                generic_text(&l),
+            ),
+        },
+        k => (html::generic_page(k.as_str(), &l.value), generic_text(&l)),
+    };
+    match &args.html {
+        Some(path) => {
+            std::fs::write(path, page)
+                .with_context(|| format!("cannot write {}", path.display()))?;
+            output::status(
+                g.quiet,
+                &format!("HTML report written to {}", path.display()),
+            );
+            Ok(())
+        }
+        None => output::print_text(&text),
+    }
+}
+
+fn generic_text(l: &Loaded) -> String {
+    let flat = crate::compare::walk::flatten(&l.value);
+    let mut out = format!("cpulab {} result: {} figures\n", l.kind, flat.figures.len());
+    for f in flat.figures.values() {
+        out += &format!(
+            "  {} = {}\n",
+            f.path,
+            crate::compare::text::fmt_value(&f.path, f.value)
+        );
+    }
+    out
 }

@@ -1,0 +1,253 @@
+//! The only code that knows both the experiments' reports and the doctor's measurements.
+//!
+//! Each function condenses one module's result into the small types the rules read
+//! ([`super::measurements`]). When an experiment's report grows, only its adapter changes.
+
+use super::measurements::{
+    Facts, FrequencyRamp, Measurements, OsCosts, PresetRun, PrimitiveCost, ScalePoint, ShareCheck,
+    WakeupRun,
+};
+use crate::machine::Conditions;
+use crate::probe::Probe;
+use crate::stats::MeanCi;
+use crate::{oscost, pair, pingpong, scale, share};
+
+/// The probe facts the rules use as context.
+pub fn facts(p: &Probe) -> Facts {
+    let t = &p.topology;
+    let policies = p.freq.policies.value();
+    let first_policy = policies.and_then(|v| v.first());
+    let limits = p.sched.cgroup.cpu.value();
+    Facts {
+        hypervisor: p.virt.hypervisor.clone(),
+        container: p.virt.container.detected.then(|| {
+            p.virt
+                .container
+                .runtime
+                .clone()
+                .unwrap_or_else(|| "container".into())
+        }),
+        cpuidle_driver: p.idle.driver.value().cloned(),
+        guest_halt_poll_ns: p.halt_poll_ns(),
+        kvm_poll_control: p.virt.kvm_feature("poll_control") == Some(true),
+        cpufreq_governor: first_policy.and_then(|x| x.governor.clone()),
+        energy_perf_preference: first_policy.and_then(|x| x.energy_performance_preference.clone()),
+        mitigations: p.mitigations.active(),
+        cpu_quota_cpus: p.cpu_quota_cpus(),
+        cgroup_path: limits.map(|l| l.dir.clone()),
+        // The version of the hierarchy holding the cpu controller (a hybrid system has both).
+        cgroup_version: limits.and_then(|l| l.version.trim_start_matches('v').parse().ok()),
+        online_cpus: t.online.clone(),
+        allowed_cpus: t.allowed.clone(),
+        smt_active: t.threads_per_core > 1,
+        shared_l2_groups: t.modules.len(),
+        cpu_model: p.cpu_model.value().cloned(),
+        hardware_counters: Some(if p.counters.hardware_available() {
+            "available".to_string()
+        } else {
+            p.counters
+                .hardware
+                .why()
+                .map(|u| format!("unavailable: {}", u.detail))
+                .unwrap_or_else(|| "unavailable".into())
+        }),
+    }
+}
+
+/// Every run of a pingpong report.
+pub fn wakeup(r: &pingpong::PingpongReport) -> Vec<WakeupRun> {
+    r.runs
+        .iter()
+        .map(|x| wakeup_run(x, r.conditions.noisy))
+        .collect()
+}
+
+fn wakeup_run(r: &pingpong::PingpongRun, noisy: bool) -> WakeupRun {
+    let c = &r.counters;
+    let mut per = c.per_rt.clone();
+    let both = |a: Option<f64>, b: Option<f64>| Some(a? + b?);
+    if let Some(v) = both(
+        c.initiator.voluntary_switches_per_rt,
+        c.responder.voluntary_switches_per_rt,
+    ) {
+        per.insert("voluntary_switches".into(), v);
+    }
+    if let Some(v) = both(
+        c.initiator.involuntary_switches_per_rt,
+        c.responder.involuntary_switches_per_rt,
+    ) {
+        per.insert("involuntary_switches".into(), v);
+    }
+    let w = r.where_ran.as_ref();
+    let migrations = w.and_then(|w| Some(w.initiator_migrations? + w.responder_migrations?));
+    WakeupRun {
+        method: r.method.as_str().to_string(),
+        blocking: r.method != pingpong::Method::Spin,
+        class: r.placement,
+        cpus: r.cpu_a.zip(r.cpu_b).map(|(a, b)| format!("{a}:{b}")),
+        rtt_ns: r.mean_rtt_ns.clone(),
+        p50_ns: r.rtt.p50_ns as f64,
+        p99_ns: r.rtt.p99_ns as f64,
+        batch_means_ns: r.batch_means_ns.clone(),
+        per_round_trip: per,
+        steal_pct: c.system.steal_pct(),
+        noisy,
+        same_cpu_share: w.map(|w| w.same_cpu_share),
+        migrations_per_s: migrations
+            .filter(|_| c.window_s > 0.0)
+            .map(|m| m as f64 / c.window_s),
+    }
+}
+
+/// A saved `pingpong` result as conditions and wakeup measurements, when it parses.
+pub fn pingpong_value(doc: &serde_json::Value) -> Option<(Conditions, Measurements)> {
+    let r: pingpong::PingpongReport = serde_json::from_value(doc.clone()).ok()?;
+    let m = Measurements {
+        wakeup: wakeup(&r),
+        ..Default::default()
+    };
+    Some((r.conditions, m))
+}
+
+/// The primitives with their kept batches, and the frequency ramp in MHz.
+pub fn oscost(r: &oscost::OscostReport) -> OsCosts {
+    let primitives = r
+        .ops
+        .iter()
+        .filter_map(|o| {
+            Some(PrimitiveCost {
+                name: o.name.clone(),
+                cost_ns: o.per_op_ns.clone()?,
+                samples_ns: o.batch_samples_ns.clone(),
+                min_ns: o.min_ns,
+            })
+        })
+        .collect();
+    let frequency = r.frequency.as_ref().and_then(|f| {
+        let mhz = |v: &[f64]| v.iter().map(|x| x * 1000.0).collect::<Vec<_>>();
+        let cold = mhz(&f.trials.iter().map(|t| t.cold_per_ns).collect::<Vec<_>>());
+        let warm = mhz(&f.trials.iter().map(|t| t.warm_per_ns).collect::<Vec<_>>());
+        Some(FrequencyRamp {
+            cold_mhz: MeanCi::of(&cold)?,
+            warm_mhz: MeanCi::of(&warm)?,
+            cold_samples_mhz: cold,
+            warm_samples_mhz: warm,
+            ramp_up_ms: f.ramp_up_us.as_ref().map(|m| m.mean / 1000.0),
+            clock_mhz: f.one_add_per_cycle_loop,
+        })
+    });
+    OsCosts {
+        primitives,
+        frequency,
+    }
+}
+
+/// Each worker's rate with one per usable CPU, against one worker alone.
+pub fn share(r: &share::ShareReport) -> Option<ShareCheck> {
+    let alone = r
+        .configs
+        .iter()
+        .find(|c| c.threads == 1 && c.burners == 0)?;
+    let all = r
+        .configs
+        .iter()
+        .filter(|c| c.burners == 0)
+        .max_by_key(|c| c.threads)?;
+    let alone_mean = alone.worker_rate_per_s.as_ref()?.mean;
+    if alone_mean <= 0.0 {
+        return None;
+    }
+    let samples: Vec<f64> = all
+        .runs
+        .iter()
+        .filter(|run| !run.worker_rate_per_s.is_empty())
+        .map(|run| {
+            run.worker_rate_per_s.iter().sum::<f64>()
+                / run.worker_rate_per_s.len() as f64
+                / alone_mean
+        })
+        .collect();
+    let other = all
+        .other_load_cpus
+        .as_ref()
+        .map_or(0.0, |m| m.mean.max(0.0));
+    Some(ShareCheck {
+        workers: all.threads,
+        share: MeanCi::of(&samples)?,
+        share_samples: samples,
+        model_share: (r.usable_cpus / (all.threads as f64 + other)).min(1.0),
+        other_load_cpus: other,
+        steal_pct: all.steal_pct.as_ref().map_or(0.0, |m| m.mean),
+    })
+}
+
+/// Speedup per policy and thread count, with per-run samples against the policy's own
+/// single-thread mean.
+pub fn scale(r: &scale::ScaleReport) -> Vec<ScalePoint> {
+    let workload = format!("{:?}", r.workload).to_lowercase();
+    let mut out = Vec::new();
+    for p in &r.policies {
+        let Some(base) = p
+            .points
+            .iter()
+            .find(|x| x.threads == 1)
+            .map(|x| x.time_s.mean)
+        else {
+            continue;
+        };
+        for x in &p.points {
+            let samples: Vec<f64> = x
+                .time_samples_s
+                .iter()
+                .filter(|t| **t > 0.0)
+                .map(|t| base / t)
+                .collect();
+            let Some(speedup) = MeanCi::of(&samples) else {
+                continue;
+            };
+            let contended = x
+                .observed
+                .as_ref()
+                .or(x.planned.as_ref())
+                .map(|c| c.smt_cores_contended + c.l2_modules_contended);
+            out.push(ScalePoint {
+                workload: workload.clone(),
+                policy: p.policy.clone(),
+                threads: x.threads,
+                speedup,
+                speedup_samples: samples,
+                contended_groups: contended,
+            });
+        }
+    }
+    out
+}
+
+/// Each placement of a preset run.
+pub fn pair(r: &pair::PairReport, preset: &str) -> Vec<PresetRun> {
+    // `select1 (SELECT 1; with -n), -c 1 -j 1` -> `pgbench select1`: the details stay in the
+    // pair report; the doctor needs a name.
+    let short = r
+        .experiment
+        .workload
+        .as_deref()
+        .unwrap_or("")
+        .split([',', '('])
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_string();
+    let workload = format!("{preset} {short}").trim().to_string();
+    r.placements
+        .iter()
+        .map(|p| PresetRun {
+            preset: preset.to_string(),
+            workload: workload.clone(),
+            placement: p.placement.label.clone(),
+            class: Some(p.placement.class),
+            per_s: p.metric.clone(),
+            samples_per_s: p.runs.iter().map(|x| x.value).collect(),
+            per_transaction: p.per_transaction.clone(),
+        })
+        .collect()
+}

@@ -1,0 +1,255 @@
+//! Which experiments the doctor runs, for how long, and running them.
+//!
+//! The battery is chosen from what the machine has: wakeup round trips for every placement
+//! class it offers (blocking and spinning, plus unpinned), the messaging throughput test when
+//! there are two CPUs to spread over, the essential OS costs, a quick share check, parallel
+//! scaling only where SMT siblings or shared-L2 modules give threads something to contend for,
+//! and the real application presets only when asked. Each stage is timed against a budget per
+//! mode (default at most 60 s on a 2-vCPU machine, `--quick` at most 15 s), and a stage that
+//! fails is recorded as skipped with its reason: one broken experiment never hides the others.
+//! Around every stage the doctor samples steal time, and around the parallel ones the idle time
+//! of the CPUs it may not use; around the whole battery, the cgroup's throttling counters.
+
+use super::measurements::{Measurements, Skipped};
+use super::messaging::{self, MessagingSettings, Placement};
+use super::progress::Progress;
+use super::stages;
+use crate::counters::SystemSnapshot;
+use crate::machine::Machine;
+use crate::probe::cgroup;
+use anyhow::Result;
+use serde::{Deserialize, Serialize};
+use std::time::{Duration, Instant};
+
+/// How long and how precisely to measure.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mode {
+    /// At most about 15 s: the essentials at short intervals.
+    Quick,
+    /// At most about 60 s on a 2-vCPU machine.
+    Default,
+    /// Longer runs for tighter intervals.
+    Thorough,
+}
+
+/// Time allowed to each experiment in a mode.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Budget {
+    /// Longest a wakeup run may last, seconds (it stops earlier once its interval is tight).
+    pub wakeup_max_s: f64,
+    /// Length of one batch of round trips, seconds.
+    pub wakeup_batch_s: f64,
+    /// Interval half-width, relative to the mean, at which a wakeup run may stop early.
+    pub wakeup_target_ci: f64,
+    pub messaging_run_s: f64,
+    pub messaging_repetitions: usize,
+    /// Time for the OS-cost figures, seconds.
+    pub oscost_s: f64,
+    pub share_run_s: f64,
+    pub share_repetitions: usize,
+    pub scale_run_s: f64,
+    /// Per placement of a preset, seconds.
+    pub preset_run_s: f64,
+}
+
+impl Mode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Quick => "quick",
+            Mode::Default => "default",
+            Mode::Thorough => "thorough",
+        }
+    }
+
+    pub fn budget(self) -> Budget {
+        let (wm, wb, ci, mr, mn, os, sr, sn, sc, pr) = match self {
+            Mode::Quick => (0.6, 0.03, 0.03, 0.25, 3, 1.5, 0.25, 3, 0.3, 1.0),
+            Mode::Default => (2.0, 0.05, 0.02, 0.5, 5, 5.0, 0.5, 4, 0.5, 3.0),
+            Mode::Thorough => (6.0, 0.1, 0.01, 1.0, 8, 12.0, 1.0, 6, 1.0, 5.0),
+        };
+        Budget {
+            wakeup_max_s: wm,
+            wakeup_batch_s: wb,
+            wakeup_target_ci: ci,
+            messaging_run_s: mr,
+            messaging_repetitions: mn,
+            oscost_s: os,
+            share_run_s: sr,
+            share_repetitions: sn,
+            scale_run_s: sc,
+            preset_run_s: pr,
+        }
+    }
+}
+
+/// Validated doctor settings.
+#[derive(Clone, Debug)]
+pub struct DoctorSettings {
+    pub mode: Mode,
+    /// Application presets to run (`pgbench`, `http`).
+    pub presets: Vec<String>,
+}
+
+/// One experiment of the battery.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Stage {
+    Wakeup,
+    Messaging(Vec<Placement>),
+    OsCost,
+    Share,
+    Scale,
+    Preset(String),
+}
+
+impl Stage {
+    pub fn name(&self) -> String {
+        match self {
+            Stage::Wakeup => "wakeup round trips (pingpong)".into(),
+            Stage::Messaging(_) => "messaging throughput".into(),
+            Stage::OsCost => "OS primitive costs (oscost)".into(),
+            Stage::Share => "share check".into(),
+            Stage::Scale => "parallel scaling (scale)".into(),
+            Stage::Preset(p) => format!("preset {p} (pair)"),
+        }
+    }
+
+    /// Whether the stage keeps every allowed CPU busy (to see idle forbidden CPUs).
+    fn parallel(&self) -> bool {
+        matches!(self, Stage::Messaging(_) | Stage::Share | Stage::Scale)
+    }
+}
+
+/// The battery for this machine, each stage with its expected seconds, and what was left out.
+pub fn plan(machine: &Machine, s: &DoctorSettings) -> (Vec<(Stage, f64)>, Vec<Skipped>) {
+    let b = s.mode.budget();
+    let allowed = &machine.allowed;
+    let n = allowed.len().max(1) as f64;
+    let mut stages = Vec::new();
+    let mut skipped = Vec::new();
+    // Ordered pairs when the machine is small enough to show a matrix, else one per class.
+    let pairs = if allowed.len() <= 4 {
+        n * n
+    } else {
+        machine.topology.representative_pairs(allowed).len() as f64
+    };
+    let spin_pairs = (pairs - n).max(1.0);
+    stages.push((
+        Stage::Wakeup,
+        (pairs + spin_pairs + 1.0) * (b.wakeup_max_s * 0.6 + 0.1),
+    ));
+    let first = allowed.first().unwrap_or(0);
+    let mut placements = vec![Placement::Packed(first)];
+    if allowed.len() >= 2 {
+        placements.push(Placement::Spread(allowed.clone()));
+        placements.push(Placement::Os(allowed.clone()));
+    } else {
+        skipped.push(Skipped {
+            what: "messaging throughput spread over CPUs".into(),
+            reason: format!("only one CPU ({allowed}) may be used: nothing to spread over"),
+        });
+    }
+    let msg_s =
+        placements.len() as f64 * b.messaging_repetitions as f64 * (b.messaging_run_s + 0.05);
+    stages.push((Stage::Messaging(placements), msg_s));
+    stages.push((Stage::OsCost, b.oscost_s));
+    stages.push((
+        Stage::Share,
+        2.0 * b.share_repetitions as f64 * b.share_run_s,
+    ));
+    let topo = &machine.topology;
+    let l2_modules =
+        topo.cache_groups(2).iter().filter(|g| g.len() > 1).count() > 0 && !topo.smt_active();
+    if topo.smt_active() || l2_modules {
+        stages.push((Stage::Scale, 3.0 * n * b.scale_run_s));
+    } else {
+        skipped.push(Skipped {
+            what: "parallel scaling by placement policy".into(),
+            reason: "no SMT siblings or shared-L2 modules among the usable CPUs: threads have no core to contend for".into(),
+        });
+    }
+    for p in &s.presets {
+        stages.push((
+            Stage::Preset(p.clone()),
+            4.0 * (b.preset_run_s + 0.5) * 4.0 + 3.0,
+        ));
+    }
+    (stages, skipped)
+}
+
+/// Runs the planned battery.
+pub fn run(
+    machine: &Machine,
+    s: &DoctorSettings,
+    stages_planned: &[(Stage, f64)],
+    progress: &Progress,
+) -> Measurements {
+    let b = s.mode.budget();
+    let mut m = Measurements::default();
+    let forbidden = machine.topology.online.difference(&machine.allowed);
+    let limits_before = cgroup::read_cpu_limits(&cgroup::Layout::read(&machine.root)).into_value();
+    let t0 = Instant::now();
+    let mut forbidden_idle: Vec<f64> = Vec::new();
+    for (stage, est) in stages_planned {
+        progress.step(&stage.name());
+        let before = SystemSnapshot::take(&machine.root);
+        let started = Instant::now();
+        let outcome: Result<()> = match stage {
+            Stage::Wakeup => stages::wakeup(machine, &b, progress).map(|w| m.wakeup = w),
+            Stage::Messaging(p) => {
+                let ms = MessagingSettings {
+                    groups: 2,
+                    senders: 4,
+                    run_time: Duration::from_secs_f64(b.messaging_run_s),
+                    repetitions: b.messaging_repetitions,
+                };
+                messaging::run(&machine.root, p, &ms, || {}).map(|t| m.throughput = t)
+            }
+            Stage::OsCost => stages::oscost(machine, s.mode, progress).map(|o| m.oscost = Some(o)),
+            Stage::Share => stages::share(machine, &b, progress).map(|x| m.share = Some(x)),
+            Stage::Scale => stages::scale(machine, &b, progress).map(|x| m.scaling = x),
+            Stage::Preset(p) => {
+                stages::preset(machine, p, s.mode, progress).map(|x| m.presets.extend(x))
+            }
+        };
+        let after = SystemSnapshot::take(&machine.root);
+        if let Err(e) = outcome {
+            progress.warn(&format!("warning: {} not measured: {e:#}", stage.name()));
+            m.skipped.push(Skipped {
+                what: stage.name(),
+                reason: format!("{e:#}"),
+            });
+        } else if started.elapsed() > Duration::from_millis(300) {
+            let d = before.delta(&after, &machine.allowed);
+            if !d.cpu_time.is_empty() {
+                m.counters.steal_samples_pct.push(d.steal_pct());
+            }
+            if stage.parallel() && !forbidden.is_empty() {
+                let f = before.delta(&after, &forbidden);
+                if !f.cpu_time.is_empty() {
+                    forbidden_idle.push(
+                        f.cpu_time.values().map(|c| c.idle_pct).sum::<f64>()
+                            / f.cpu_time.len() as f64,
+                    );
+                }
+            }
+        }
+        progress.done(*est);
+    }
+    m.counters.interval_s = t0.elapsed().as_secs_f64();
+    if !forbidden_idle.is_empty() {
+        m.counters.disallowed_idle_pct =
+            Some(forbidden_idle.iter().sum::<f64>() / forbidden_idle.len() as f64);
+    }
+    let limits_after = cgroup::read_cpu_limits(&cgroup::Layout::read(&machine.root)).into_value();
+    if let (Some(a), Some(z)) = (limits_before, limits_after) {
+        let d = |k: &str| Some(z.stat.get(k)?.saturating_sub(*a.stat.get(k)?));
+        m.counters.cfs_periods = d("nr_periods");
+        m.counters.cfs_throttled_periods = d("nr_throttled");
+        m.counters.cfs_throttled_s = match (a.throttled_ns, z.throttled_ns) {
+            (Some(x), Some(y)) => Some(y.saturating_sub(x) as f64 / 1e9),
+            _ => None,
+        };
+    }
+    m
+}

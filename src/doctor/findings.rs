@@ -1,0 +1,165 @@
+//! A finding: a measured effect, the evidence for its mechanism, and what to do about it.
+//!
+//! The shape follows how the field notes' authors reported their conclusions once they had them:
+//! *what* is slow and by how much (the magnitude, measured, with its interval), *why* (the
+//! counters and probe facts that point to the mechanism, each named with where it came from),
+//! *what to do* (exact commands, each with what it buys and what it costs), and *how sure* we
+//! are. A finding never rests on a configuration fact alone: the magnitude is always a measured
+//! difference that is larger than its noise.
+
+use serde::{Deserialize, Serialize};
+
+/// How much the effect matters, from its measured size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Severity {
+    /// Under 1.5x, or a cost that a tuned workload may never notice.
+    Low,
+    /// 1.5x to 3x.
+    Medium,
+    /// 3x or more: the kind of effect the field notes were about.
+    High,
+}
+
+impl Severity {
+    /// Severity of a slowdown ratio (>= 1).
+    pub fn of_ratio(ratio: f64) -> Self {
+        if ratio >= 3.0 {
+            Self::High
+        } else if ratio >= 1.5 {
+            Self::Medium
+        } else {
+            Self::Low
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Low => "low",
+            Self::Medium => "medium",
+            Self::High => "high",
+        }
+    }
+}
+
+/// How sure the doctor is of the mechanism (the effect itself is always beyond noise).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Confidence {
+    /// The effect is measured but the counters do not single out a mechanism.
+    Low,
+    /// One independent piece of evidence points to the mechanism.
+    Medium,
+    /// Two or more independent pieces of evidence agree.
+    High,
+}
+
+impl Confidence {
+    /// From the number of independent pieces of mechanism evidence that agree.
+    pub fn from_agreeing(n: usize) -> Self {
+        match n {
+            0 => Self::Low,
+            1 => Self::Medium,
+            _ => Self::High,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Low => "low",
+            Self::Medium => "medium",
+            Self::High => "high",
+        }
+    }
+}
+
+/// The measured size of the effect.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Magnitude {
+    /// In words: "cross-vCPU wakeups cost 8.4x a same-vCPU one (42.1 us vs 5.0 us)".
+    pub text: String,
+    /// The worse figure over the better one (>= 1), when the effect is a ratio.
+    pub ratio: Option<f64>,
+    /// The worse and the better figure, in `unit`.
+    pub worse: Option<f64>,
+    pub better: Option<f64>,
+    /// Unit of `worse` and `better` (`ns`, `per_s`, `pct`, `share`).
+    pub unit: String,
+}
+
+/// One fact that supports the finding.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Evidence {
+    /// What it is: "idle entries per round trip (cross-CPU)".
+    pub label: String,
+    /// Its value, as text with its unit or interval.
+    pub value: String,
+    /// Where it came from: `measured: pingpong pipe 0:1`, `probe: /sys/module/haltpoll/...`.
+    pub source: String,
+}
+
+/// One thing to do about it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Remedy {
+    /// The exact command or setting.
+    pub command: String,
+    /// What it changes, and by how much where cpulab measured it.
+    pub effect: String,
+    /// What it costs, and when not to do it.
+    pub cost_caveat: String,
+}
+
+/// A measured effect, its cause and its remedies.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Finding {
+    /// Stable identifier (`cross-cpu-wakeup`), for scripts and for `compare`.
+    pub id: String,
+    pub title: String,
+    pub severity: Severity,
+    pub magnitude: Magnitude,
+    pub evidence: Vec<Evidence>,
+    /// How the effect arises, in two or three sentences.
+    pub mechanism: String,
+    pub remedies: Vec<Remedy>,
+    pub confidence: Confidence,
+}
+
+impl Evidence {
+    pub fn new(
+        label: impl Into<String>,
+        value: impl Into<String>,
+        source: impl Into<String>,
+    ) -> Self {
+        Self {
+            label: label.into(),
+            value: value.into(),
+            source: source.into(),
+        }
+    }
+}
+
+impl Remedy {
+    pub fn new(
+        command: impl Into<String>,
+        effect: impl Into<String>,
+        cost_caveat: impl Into<String>,
+    ) -> Self {
+        Self {
+            command: command.into(),
+            effect: effect.into(),
+            cost_caveat: cost_caveat.into(),
+        }
+    }
+}
+
+/// Most important first: severity, then the size of the effect.
+pub fn sort(findings: &mut [Finding]) {
+    findings.sort_by(|a, b| {
+        b.severity.cmp(&a.severity).then(
+            b.magnitude
+                .ratio
+                .unwrap_or(1.0)
+                .total_cmp(&a.magnitude.ratio.unwrap_or(1.0)),
+        )
+    });
+}

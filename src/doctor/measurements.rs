@@ -1,0 +1,232 @@
+//! What the doctor measured, in the shape its rules read.
+//!
+//! Each experiment module (`pingpong`, `pair`, `share`, `scale`, `oscost`) has its own result
+//! type; the doctor condenses each into the few figures its rules need, every one with its raw
+//! samples so `cpulab compare` can test two doctor runs against each other. Keeping the rules on
+//! these small types (rather than on the modules' full reports) is what lets them be unit-tested
+//! on hand-built inputs, and lets an experiment's report grow without touching a rule.
+//! `battery::adapt` is the only code that knows both sides.
+
+use crate::cpulist::CpuSet;
+use crate::stats::MeanCi;
+use crate::topology::PlacementClass;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Probe facts the rules use as context. A fact never makes a finding on its own.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Facts {
+    /// Hypervisor vendor seen by the guest (`KVM`, `Microsoft Hv`, ...); `None` on bare metal
+    /// or when it could not be told.
+    pub hypervisor: Option<String>,
+    /// Container runtime, when inside one.
+    pub container: Option<String>,
+    /// cpuidle driver (`haltpoll`, `intel_idle`, `acpi_idle`, ...).
+    pub cpuidle_driver: Option<String>,
+    /// `/sys/module/haltpoll/parameters/guest_halt_poll_ns`, when the module is loaded.
+    pub guest_halt_poll_ns: Option<u64>,
+    /// KVM poll control is offered: with the haltpoll driver the guest then turns the host's
+    /// halt polling off for itself.
+    pub kvm_poll_control: bool,
+    /// cpufreq governor, `None` when the VM does not expose cpufreq.
+    pub cpufreq_governor: Option<String>,
+    /// Energy-performance preference, when exposed.
+    pub energy_perf_preference: Option<String>,
+    /// Active mitigations: (vulnerability, state) for every entry that is not "Not affected".
+    pub mitigations: Vec<(String, String)>,
+    /// cgroup CPU quota in CPUs (quota / period), `None` when unlimited.
+    pub cpu_quota_cpus: Option<f64>,
+    /// The cgroup the quota applies to, for remedies.
+    pub cgroup_path: Option<String>,
+    /// cgroup version (1 or 2), for remedies.
+    pub cgroup_version: Option<u8>,
+    pub online_cpus: CpuSet,
+    pub allowed_cpus: CpuSet,
+    pub smt_active: bool,
+    /// Groups of CPUs sharing an L2 that is not the last level (AMD modules), when any.
+    pub shared_l2_groups: usize,
+    /// CPU model name.
+    pub cpu_model: Option<String>,
+    /// Whether hardware perf counters can be opened, with the reason when not.
+    pub hardware_counters: Option<String>,
+}
+
+/// One wakeup round-trip run (from `pingpong`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WakeupRun {
+    /// `pipe`, `unix`, `tcp`, `futex`, `eventfd`, `spin`.
+    pub method: String,
+    /// Blocking wakeup (false for spinning on a shared cache line).
+    pub blocking: bool,
+    pub class: PlacementClass,
+    /// The two CPUs, `"0:1"`; `null` when unpinned.
+    pub cpus: Option<String>,
+    /// Round-trip time: mean and 95% interval over batch means.
+    pub rtt_ns: MeanCi,
+    pub p50_ns: f64,
+    pub p99_ns: f64,
+    /// Raw per-batch mean round-trip times, in nanoseconds.
+    pub batch_means_ns: Vec<f64>,
+    /// Counters per round trip over both CPUs: `idle_entries`, `irq_RES`, `irq_CAL`,
+    /// `voluntary_switches`, ...
+    pub per_round_trip: BTreeMap<String, f64>,
+    /// Mean steal on the CPUs used during the run, percent.
+    pub steal_pct: f64,
+    /// Other load was seen on the CPUs before the run.
+    pub noisy: bool,
+    /// Unpinned only: share of the run both ends spent on one CPU (0..1), when recorded.
+    pub same_cpu_share: Option<f64>,
+    /// Unpinned only: CPU migrations of both ends per second.
+    pub migrations_per_s: Option<f64>,
+}
+
+/// A throughput test where many tasks communicate, under one placement.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ThroughputRun {
+    /// Which test (`messaging`).
+    pub test: String,
+    /// `packed` (every task on one CPU), `spread` (tasks across the allowed CPUs), `os`.
+    pub placement: String,
+    pub cpus: CpuSet,
+    pub messages_per_s: MeanCi,
+    /// Raw per-repetition rates.
+    pub samples_per_s: Vec<f64>,
+    /// Counters per message (idle entries, IPIs, switches).
+    pub per_message: BTreeMap<String, f64>,
+}
+
+/// The cost of one OS primitive (from `oscost`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PrimitiveCost {
+    /// `syscall_getppid`, `clock_gettime`, `pipe_round_trip_same_cpu`, `context_switch_yield`,
+    /// `thread_create_join`, ... (the names `cpulab oscost` uses).
+    pub name: String,
+    pub cost_ns: MeanCi,
+    pub samples_ns: Vec<f64>,
+    /// The fastest batch's cost: interference only adds time, so this is the cost with the
+    /// least of it.
+    pub min_ns: Option<f64>,
+}
+
+/// Effective frequency of a dependent loop timed cold (after idle) and warm (after load).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FrequencyRamp {
+    pub cold_mhz: MeanCi,
+    pub warm_mhz: MeanCi,
+    pub cold_samples_mhz: Vec<f64>,
+    pub warm_samples_mhz: Vec<f64>,
+    /// Time until the loop reached 95% of its warm speed, when measured.
+    pub ramp_up_ms: Option<f64>,
+    /// True when the loop retires one iteration per cycle, so the MHz figures are clock MHz
+    /// (false for the portable fallback loop: only the ratio is meaningful).
+    pub clock_mhz: bool,
+}
+
+/// OS primitive costs and the frequency ramp.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct OsCosts {
+    pub primitives: Vec<PrimitiveCost>,
+    pub frequency: Option<FrequencyRamp>,
+}
+
+impl OsCosts {
+    pub fn get(&self, name: &str) -> Option<&PrimitiveCost> {
+        self.primitives.iter().find(|p| p.name == name)
+    }
+}
+
+/// The quick share check: CPU-bound workers, one per allowed CPU, against one worker alone.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ShareCheck {
+    pub workers: usize,
+    /// Each worker's throughput relative to one worker running alone, per repetition (0..1+).
+    pub share_samples: Vec<f64>,
+    pub share: MeanCi,
+    /// The fair-share model's prediction given the other load seen: min(1, cpus / (workers +
+    /// busy tasks)).
+    pub model_share: f64,
+    /// Other runnable load on the CPUs (in CPUs' worth) seen during the check.
+    pub other_load_cpus: f64,
+    /// Mean steal during the check, percent.
+    pub steal_pct: f64,
+}
+
+/// One point of a parallel scaling curve (from `scale`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ScalePoint {
+    /// `fib`, `triad`.
+    pub workload: String,
+    /// `os`, `compact`, `scatter`.
+    pub policy: String,
+    pub threads: usize,
+    pub speedup: MeanCi,
+    pub speedup_samples: Vec<f64>,
+    /// SMT cores or L2 modules with both halves busy.
+    pub contended_groups: Option<usize>,
+}
+
+/// A real application preset under one placement (from `pair`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PresetRun {
+    /// `pgbench`, `http`.
+    pub preset: String,
+    /// What ran: `pgbench SELECT 1`, `apache2 + ab -c 1`.
+    pub workload: String,
+    /// Placement label: `same-cpu`, `shared-llc`, `server-pinned`, `unpinned`, ...
+    pub placement: String,
+    pub class: Option<PlacementClass>,
+    pub per_s: MeanCi,
+    pub samples_per_s: Vec<f64>,
+    /// Counters per transaction.
+    pub per_transaction: BTreeMap<String, f64>,
+}
+
+/// System counters over the whole battery.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RunCounters {
+    /// Seconds the battery took (measured).
+    pub interval_s: f64,
+    /// Steal percent on the allowed CPUs, one sample per experiment.
+    pub steal_samples_pct: Vec<f64>,
+    /// cgroup throttling during the battery: periods, throttled periods, throttled seconds.
+    pub cfs_periods: Option<u64>,
+    pub cfs_throttled_periods: Option<u64>,
+    pub cfs_throttled_s: Option<f64>,
+    /// Idle percent of online CPUs this process may not use, while the parallel tests ran.
+    pub disallowed_idle_pct: Option<f64>,
+    /// Busy percent per allowed CPU from other programs before the battery.
+    pub other_busy_pct: BTreeMap<u32, f64>,
+}
+
+/// Something the battery did not run, and why.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Skipped {
+    pub what: String,
+    pub reason: String,
+}
+
+/// Everything the doctor measured.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Measurements {
+    pub wakeup: Vec<WakeupRun>,
+    pub throughput: Vec<ThroughputRun>,
+    pub oscost: Option<OsCosts>,
+    pub share: Option<ShareCheck>,
+    pub scaling: Vec<ScalePoint>,
+    pub presets: Vec<PresetRun>,
+    pub counters: RunCounters,
+    pub skipped: Vec<Skipped>,
+}
+
+impl Measurements {
+    /// The wakeup run of `method` and `class` (the first one, when several pairs share a class).
+    pub fn wakeup(&self, method: &str, class: PlacementClass) -> Option<&WakeupRun> {
+        self.wakeup
+            .iter()
+            .find(|w| w.method == method && w.class == class)
+    }
+
+    pub fn throughput(&self, placement: &str) -> Option<&ThroughputRun> {
+        self.throughput.iter().find(|t| t.placement == placement)
+    }
+}

@@ -1,0 +1,89 @@
+//! `cpulab doctor`: the investigation of the field notes in one command.
+//!
+//! The doctor probes the machine, chooses a battery of experiments from what the machine has
+//! ([`battery`]), condenses each result into [`measurements`], and hands those to the [`rules`],
+//! which name causes as [`findings`]. Measuring and judging are kept apart so every rule is a
+//! pure function that can be tested on hand-built inputs, and so a saved doctor result can be
+//! rendered again (`cpulab report`) exactly as it was judged.
+//!
+//! The doctor only observes: it changes no setting, and every process it starts ends with it.
+
+pub mod adapt;
+pub mod battery;
+pub mod findings;
+pub mod measurements;
+pub mod messaging;
+pub mod progress;
+pub mod rules;
+mod stages;
+pub mod text;
+
+use crate::machine::{Conditions, Machine};
+use battery::{DoctorSettings, Mode};
+use findings::Finding;
+use measurements::{Facts, Measurements};
+use serde::{Deserialize, Serialize};
+use std::time::Instant;
+
+/// The result of `cpulab doctor`; with its envelope, the JSON schema of `doctor --json`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct DoctorReport {
+    /// Machine, time, allowed CPUs, background load, and what qualifies the figures.
+    pub conditions: Conditions,
+    /// `quick`, `default` or `thorough`.
+    pub mode: Mode,
+    /// Seconds the whole doctor run took, probe included (measured).
+    pub duration_s: f64,
+    /// The full machine fingerprint, as `cpulab probe --json` writes it.
+    pub probe: serde_json::Value,
+    /// The probe facts the rules used.
+    pub facts: Facts,
+    /// Every measurement, with raw samples.
+    pub measurements: Measurements,
+    /// Findings, most important first; empty when no effect exceeded its noise.
+    pub findings: Vec<Finding>,
+}
+
+/// Probes, measures and judges.
+pub fn run(
+    machine: &Machine,
+    settings: &DoctorSettings,
+    progress_visible: bool,
+    quiet: bool,
+) -> DoctorReport {
+    let t0 = Instant::now();
+    let (stages, mut skipped) = battery::plan(machine, settings);
+    let total: f64 = 1.0 + stages.iter().map(|(_, s)| s).sum::<f64>();
+    let progress = progress::Progress::new(total, progress_visible, quiet);
+    progress.step("probing the machine");
+    let probe = crate::probe::probe(machine);
+    let facts = adapt::facts(&probe);
+    let mut conditions = probe.conditions.clone();
+    progress.step("checking for other load");
+    let check = crate::counters::check_background_load(
+        &machine.root,
+        &machine.allowed,
+        std::time::Duration::from_millis(300),
+    );
+    let other_busy = check.busy_pct.clone();
+    conditions.record_load(check);
+    progress.done(1.0);
+    let mut m: Measurements = battery::run(machine, settings, &stages, &progress);
+    m.counters.other_busy_pct = other_busy;
+    skipped.append(&mut m.skipped);
+    m.skipped = skipped;
+    progress.finish();
+    let findings = rules::evaluate(rules::Inputs {
+        facts: &facts,
+        m: &m,
+    });
+    DoctorReport {
+        conditions,
+        mode: settings.mode,
+        duration_s: t0.elapsed().as_secs_f64(),
+        probe: serde_json::to_value(&probe).unwrap_or(serde_json::Value::Null),
+        facts,
+        measurements: m,
+        findings,
+    }
+}

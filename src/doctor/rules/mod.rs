@@ -1,0 +1,214 @@
+//! The rules that turn measurements into findings.
+//!
+//! One small trait, one file per family of causes, all chosen in [`all`]. A rule is a pure
+//! function of the doctor's [`Inputs`] (probe facts and condensed measurements): it reads no
+//! file and runs nothing, so each is tested on hand-built inputs, including the quiet machine on
+//! which it must stay silent.
+//!
+//! Every rule follows the same discipline: first the *effect* (two measured figures whose
+//! difference is beyond noise by [`crate::compare`]'s criterion, and larger than the rule's
+//! minimum size), and only then the mechanism, from counters and probe facts. No effect, no
+//! finding, whatever the configuration looks like.
+
+mod app;
+mod cpuset;
+mod kernel;
+mod neighbour;
+mod power;
+mod quota;
+pub mod remedies;
+mod scaling;
+mod tradeoff;
+mod unpinned;
+mod wakeup;
+
+pub use wakeup::ipis as wakeup_ipis;
+
+use super::findings::{self, Finding};
+use super::measurements::{Facts, Measurements};
+use crate::compare::{Separation, separation};
+use crate::output::fmt_ns;
+use crate::stats::MeanCi;
+
+/// What every rule reads.
+#[derive(Clone, Copy, Debug)]
+pub struct Inputs<'a> {
+    pub facts: &'a Facts,
+    pub m: &'a Measurements,
+}
+
+/// One family of causes.
+pub trait Rule {
+    /// Identifier of the finding it produces.
+    fn id(&self) -> &'static str;
+    /// Findings for these inputs; empty when the effect is absent or within noise.
+    fn check(&self, input: Inputs<'_>) -> Vec<Finding>;
+}
+
+/// Every rule, in no particular order (findings are sorted afterwards).
+pub fn all() -> Vec<Box<dyn Rule>> {
+    vec![
+        Box::new(wakeup::CrossCpuWakeup),
+        Box::new(unpinned::UnpinnedPlacement),
+        Box::new(tradeoff::LatencyThroughput),
+        Box::new(app::AppPlacement),
+        Box::new(neighbour::NoisyNeighbour),
+        Box::new(quota::QuotaThrottling),
+        Box::new(cpuset::RestrictedCpuSet),
+        Box::new(power::PowerManagement),
+        Box::new(kernel::KernelEntryCost),
+        Box::new(scaling::ParallelContention),
+    ]
+}
+
+/// Runs every rule and sorts the findings, most important first.
+pub fn evaluate(input: Inputs<'_>) -> Vec<Finding> {
+    let mut out: Vec<Finding> = all().iter().flat_map(|r| r.check(input)).collect();
+    findings::sort(&mut out);
+    out
+}
+
+/// A measured effect: `worse` against `better`, beyond noise and at least `min_ratio` apart.
+#[derive(Clone, Debug)]
+pub struct Effect {
+    pub worse: MeanCi,
+    pub better: MeanCi,
+    /// worse.mean / better.mean for costs, better.mean / worse.mean for rates: always >= 1.
+    pub ratio: f64,
+    pub p_value: f64,
+}
+
+/// `worse` costs more than `better` (times, costs): beyond noise and by `min_ratio` or more.
+pub fn cost_effect(worse: &[f64], better: &[f64], min_ratio: f64) -> Option<Effect> {
+    let s: Separation = separation(worse, better)?;
+    let ratio = s.a.mean / s.b.mean;
+    (s.beyond_noise && s.b.mean > 0.0 && ratio >= min_ratio).then_some(Effect {
+        ratio,
+        p_value: s.p_value,
+        worse: s.a,
+        better: s.b,
+    })
+}
+
+/// `worse` achieves less than `better` (rates, shares): beyond noise and by `min_ratio` or more.
+pub fn rate_effect(worse: &[f64], better: &[f64], min_ratio: f64) -> Option<Effect> {
+    let s = separation(worse, better)?;
+    let ratio = s.b.mean / s.a.mean;
+    (s.beyond_noise && s.a.mean > 0.0 && ratio >= min_ratio).then_some(Effect {
+        ratio,
+        p_value: s.p_value,
+        worse: s.a,
+        better: s.b,
+    })
+}
+
+/// `42.1 us (95% CI 41.0 to 43.2 us, n=40)`.
+pub fn ns_ci(m: &MeanCi) -> String {
+    format!(
+        "{} (95% CI {} to {}, n={})",
+        fmt_ns(m.mean),
+        fmt_ns(m.ci95_low),
+        fmt_ns(m.ci95_high),
+        m.n
+    )
+}
+
+/// `16,512/s (95% CI 16,100 to 16,900, n=5)`.
+pub fn rate_ci(m: &MeanCi, unit: &str) -> String {
+    format!(
+        "{}{unit} (95% CI {} to {}, n={})",
+        thousands(m.mean),
+        thousands(m.ci95_low),
+        thousands(m.ci95_high),
+        m.n
+    )
+}
+
+/// `0.62 (95% CI 0.58 to 0.66, n=5)`.
+pub fn plain_ci(m: &MeanCi, digits: usize) -> String {
+    format!(
+        "{:.d$} (95% CI {:.d$} to {:.d$}, n={})",
+        m.mean,
+        m.ci95_low,
+        m.ci95_high,
+        m.n,
+        d = digits
+    )
+}
+
+/// A whole number with thousands separators: `66,012`.
+pub fn thousands(v: f64) -> String {
+    let s = format!("{:.0}", v.abs());
+    let mut out = String::new();
+    for (i, ch) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(ch);
+    }
+    if v < 0.0 { format!("-{out}") } else { out }
+}
+
+#[cfg(test)]
+pub(crate) mod fixtures;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn effects_need_noise_and_size() {
+        let fast = [5000.0, 5010.0, 4990.0, 5005.0, 4995.0];
+        let slow = [42000.0, 42100.0, 41900.0, 42050.0, 41950.0];
+        let e = cost_effect(&slow, &fast, 1.25).unwrap();
+        assert!((e.ratio - 8.4).abs() < 0.01);
+        assert!(
+            cost_effect(&fast, &slow, 1.0).is_none(),
+            "faster is not a cost"
+        );
+        let nearly = [5100.0, 5110.0, 5090.0, 5105.0, 5095.0];
+        assert!(
+            cost_effect(&nearly, &fast, 1.25).is_none(),
+            "2% is below the minimum size"
+        );
+        assert!(rate_effect(&[100.0, 101.0, 99.0], &[200.0, 201.0, 199.0], 1.5).is_some());
+        assert_eq!(thousands(66012.4), "66,012");
+        assert_eq!(thousands(999.0), "999");
+    }
+
+    #[test]
+    fn a_quiet_machine_has_no_findings() {
+        let (facts, m) = fixtures::quiet_machine();
+        let f = evaluate(Inputs {
+            facts: &facts,
+            m: &m,
+        });
+        assert!(f.is_empty(), "{f:#?}");
+    }
+
+    #[test]
+    fn every_finding_has_evidence_and_remedies() {
+        let (facts, m) = fixtures::everything_wrong();
+        let f = evaluate(Inputs {
+            facts: &facts,
+            m: &m,
+        });
+        let ids: Vec<&str> = f.iter().map(|x| x.id.as_str()).collect();
+        for r in all() {
+            assert!(
+                ids.contains(&r.id()),
+                "rule {} silent on everything_wrong: {ids:?}",
+                r.id()
+            );
+        }
+        for x in &f {
+            assert!(!x.evidence.is_empty(), "{}", x.id);
+            assert!(!x.remedies.is_empty(), "{}", x.id);
+            assert!(!x.mechanism.is_empty());
+            assert!(x.magnitude.ratio.is_none_or(|r| r >= 1.0));
+        }
+        for w in f.windows(2) {
+            assert!(w[0].severity >= w[1].severity, "sorted by severity");
+        }
+    }
+}

@@ -1,0 +1,244 @@
+//! Noisy neighbour: CPU time taken by someone else.
+//!
+//! Inside a VM, another guest on the same host shows up as *steal*: time the vCPU was ready but
+//! the host ran something else. Local programs take their share by the fair-share model: with
+//! equal weights each runnable task gets min(1, CPUs / tasks) of a CPU (field notes C: measured
+//! 49.9% against a model of 50%). The effect the doctor measures is the share check: CPU-bound
+//! workers, one per usable CPU, each against one worker alone. On an idle machine each gets a
+//! whole CPU; a share beyond noise below that is the effect, and steal, local load and the model
+//! say who took the rest. Steal whose whole interval lies above a few percent is an effect on
+//! its own: it is time measured as taken.
+
+use super::{Inputs, Rule, plain_ci};
+use crate::doctor::findings::{Confidence, Evidence, Finding, Magnitude, Remedy, Severity};
+use crate::doctor::measurements::ShareCheck;
+use crate::stats::MeanCi;
+
+/// Steal percent whose interval must lie above this to count on its own.
+pub const STEAL_PCT: f64 = 2.0;
+/// A share under this (and beyond noise under a whole CPU) counts as a shortfall.
+pub const SHORTFALL: f64 = 0.9;
+/// Busy percent of a CPU from other programs that counts as local load.
+pub const LOCAL_BUSY_PCT: f64 = 10.0;
+
+pub struct NoisyNeighbour;
+
+/// Who took the time, from what was measured.
+struct Culprits {
+    steal: Option<MeanCi>,
+    outside: bool,
+    local: Vec<(u32, f64)>,
+}
+
+fn culprits(i: &Inputs<'_>) -> Culprits {
+    let steal = MeanCi::of(&i.m.counters.steal_samples_pct);
+    let outside = steal
+        .as_ref()
+        .is_some_and(|s| s.n >= 2 && s.ci95_low > STEAL_PCT);
+    let mut local: Vec<(u32, f64)> =
+        i.m.counters
+            .other_busy_pct
+            .iter()
+            .filter(|(_, b)| **b > LOCAL_BUSY_PCT)
+            .map(|(c, b)| (*c, *b))
+            .collect();
+    if local.is_empty() && i.m.share.as_ref().is_some_and(|s| s.other_load_cpus >= 0.1) {
+        // Seen during the share check itself rather than before the run.
+        local.push((u32::MAX, 0.0));
+    }
+    Culprits {
+        steal,
+        outside,
+        local,
+    }
+}
+
+fn evidence(s: Option<&ShareCheck>, c: &Culprits) -> Vec<Evidence> {
+    let mut ev = Vec::new();
+    if let Some(s) = s {
+        ev.push(Evidence::new(
+            format!(
+                "share of a CPU each of {} CPU-bound workers got, against one alone",
+                s.workers
+            ),
+            plain_ci(&s.share, 2),
+            "measured: doctor share check",
+        ));
+        let agrees = (s.share.mean - s.model_share).abs() <= s.share.ci95_half_width.max(0.05);
+        ev.push(Evidence::new(
+            "fair-share model for the other load seen",
+            format!(
+                "{:.2} with {:.2} CPUs of other load: the measurement {} it",
+                s.model_share,
+                s.other_load_cpus,
+                if agrees {
+                    "agrees with"
+                } else {
+                    "falls short of"
+                }
+            ),
+            "model: min(1, CPUs / (workers + other busy tasks))",
+        ));
+    }
+    // Steal is evidence only when there was some (a 0.1% figure says nothing).
+    if let Some(st) = c.steal.as_ref().filter(|st| c.outside || st.mean >= 1.0) {
+        ev.push(Evidence::new(
+            "steal time during the run",
+            format!("{} %", plain_ci(st, 1)),
+            "measured: /proc/stat steal",
+        ));
+    }
+    for (cpu, b) in c.local.iter().filter(|(cpu, _)| *cpu != u32::MAX) {
+        ev.push(Evidence::new(
+            format!("other programs on cpu{cpu} before the run"),
+            format!("{b:.0}% busy"),
+            "measured: /proc/stat while cpulab slept",
+        ));
+    }
+    ev
+}
+
+fn remedies(c: &Culprits) -> Vec<Remedy> {
+    let mut r = Vec::new();
+    if c.outside {
+        r.push(Remedy::new(
+            "ask the host or provider for dedicated (pinned, not overcommitted) vCPUs, or move the VM",
+            "Steal falls to zero when no other guest shares the physical cores.",
+            "Dedicated cores cost more; a busy neighbour can come back after a migration.",
+        ));
+        r.push(Remedy::new(
+            "cpulab share --threads N --burners 0   (at different times of day)",
+            "Shows whether the shortfall follows the neighbour's schedule.",
+            "Measures only; changes nothing.",
+        ));
+    }
+    if !c.local.is_empty() || !c.outside {
+        r.push(Remedy::new(
+            "top -o %CPU (or pidstat 1) to find the other programs; then renice +10 -p <pid>, or systemctl set-property <unit> CPUWeight=20",
+            "Lowers the other programs' weight, so the workload's share rises toward a whole CPU.",
+            "The other programs slow down in turn.",
+        ));
+    }
+    r
+}
+
+impl Rule for NoisyNeighbour {
+    fn id(&self) -> &'static str {
+        "noisy-neighbour"
+    }
+
+    fn check(&self, i: Inputs<'_>) -> Vec<Finding> {
+        let c = culprits(&i);
+        let share = i.m.share.as_ref();
+        let shortfall =
+            share.filter(|s| s.share.n >= 2 && s.share.ci95_high < 1.0 && s.share.mean < SHORTFALL);
+        if !c.outside && shortfall.is_none() {
+            return vec![];
+        }
+        // A shortfall the model predicts with no other load (a quota, a narrow cpuset) is not
+        // a neighbour; the quota and cpuset rules speak to it.
+        if !c.outside
+            && c.local.is_empty()
+            && shortfall.is_some_and(|s| s.share.ci95_high >= s.model_share)
+        {
+            return vec![];
+        }
+        let steal_mean = c.steal.as_ref().map_or(0.0, |s| s.mean);
+        let who = match (c.outside, c.local.is_empty()) {
+            (true, true) => format!("; {steal_mean:.0}% of the time was stolen by the host"),
+            (true, false) => {
+                format!("; {steal_mean:.0}% stolen by the host, and other local programs were busy")
+            }
+            (false, false) => "; other local programs were busy".into(),
+            (false, true) => "; neither steal nor local load explains it".into(),
+        };
+        let (ratio, text) = match shortfall {
+            Some(s) => (
+                1.0 / s.share.mean.max(0.01),
+                format!(
+                    "CPU-bound workers get {:.0}% of a CPU each where an idle machine gives 100% (model for the load seen: {:.0}%){who}",
+                    s.share.mean * 100.0,
+                    s.model_share * 100.0
+                ),
+            ),
+            None => (
+                100.0 / (100.0 - steal_mean).max(1.0),
+                format!(
+                    "the hypervisor ran something else for {steal_mean:.0}% of the time the vCPUs were ready"
+                ),
+            ),
+        };
+        vec![Finding {
+            id: self.id().into(),
+            title: if c.outside {
+                format!("A noisy neighbour takes CPU time: {steal_mean:.0}% steal")
+            } else {
+                "Other work takes CPU time from the workload".into()
+            },
+            severity: Severity::of_ratio(ratio),
+            magnitude: Magnitude {
+                text,
+                ratio: Some(ratio.max(1.0)),
+                worse: shortfall.map(|s| s.share.mean),
+                better: shortfall.map(|_| 1.0),
+                unit: "share".into(),
+            },
+            evidence: evidence(share, &c),
+            mechanism: if c.outside {
+                "Each vCPU is a thread on the host; when the host's cores are shared with other \
+                 guests, a ready vCPU waits its turn and the guest sees that wait as steal time. \
+                 With equal weights each running vCPU gets an equal slice, so the share falls as \
+                 the neighbours get busier."
+                    .into()
+            } else {
+                "The scheduler divides a CPU among the runnable tasks by weight; with equal \
+                 weights each gets an equal slice, so other busy programs on the same CPUs take \
+                 their share."
+                    .into()
+            },
+            remedies: remedies(&c),
+            confidence: if c.outside && shortfall.is_some() {
+                Confidence::High
+            } else if c.outside || !c.local.is_empty() {
+                Confidence::Medium
+            } else {
+                Confidence::Low
+            },
+        }]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::fixtures::*;
+    use super::*;
+
+    #[test]
+    fn steal_and_a_shortfall_name_the_neighbour() {
+        let (facts, m) = everything_wrong();
+        let f = NoisyNeighbour.check(Inputs {
+            facts: &facts,
+            m: &m,
+        });
+        assert_eq!(f[0].confidence, Confidence::High);
+        assert!(f[0].title.contains("steal"));
+    }
+
+    #[test]
+    fn local_hogs_are_named_and_set_against_the_model() {
+        let (facts, mut m) = quiet_machine();
+        // Two local burners halve the share, as the model predicts: the hogs are the cause.
+        m.share = Some(share(0.5, 0.5, 0.0, 2.0));
+        let f = NoisyNeighbour.check(Inputs {
+            facts: &facts,
+            m: &m,
+        });
+        assert!(f[0].title.contains("Other work"));
+        assert!(
+            f[0].evidence
+                .iter()
+                .any(|e| e.value.contains("agrees with"))
+        );
+        assert_eq!(f[0].confidence, Confidence::Medium);
+    }
+}

@@ -1,0 +1,141 @@
+//! Power management: the cost of ramping up.
+//!
+//! A power-saving governor reaches full frequency under sustained load, so long benchmarks do
+//! not see it; bursty work does, because each burst starts slow (field notes D: powersave to
+//! performance took a batch job from 168 s to 159 s). The effect is measured without cpufreq, so
+//! it works inside VMs: a calibrated dependent loop timed cold (after idle) and warm (after
+//! sustained load). The governor is context for the mechanism, never the finding.
+
+use super::{Inputs, Rule, rate_effect};
+use crate::doctor::findings::{Confidence, Evidence, Finding, Magnitude, Remedy, Severity};
+
+pub const MIN_RATIO: f64 = 1.1;
+
+pub struct PowerManagement;
+
+impl Rule for PowerManagement {
+    fn id(&self) -> &'static str {
+        "frequency-ramp"
+    }
+
+    fn check(&self, i: Inputs<'_>) -> Vec<Finding> {
+        let Some(f) = i.m.oscost.as_ref().and_then(|o| o.frequency.as_ref()) else {
+            return vec![];
+        };
+        let Some(eff) = rate_effect(&f.cold_samples_mhz, &f.warm_samples_mhz, MIN_RATIO) else {
+            return vec![];
+        };
+        let mut ev = vec![
+            Evidence::new(
+                "effective speed after idle",
+                format!("{:.0} MHz-equivalent (n={})", eff.worse.mean, eff.worse.n),
+                "measured: oscost dependent loop, cold",
+            ),
+            Evidence::new(
+                "effective speed under load",
+                format!("{:.0} MHz-equivalent (n={})", eff.better.mean, eff.better.n),
+                "measured: oscost dependent loop, warm",
+            ),
+        ];
+        if let Some(r) = f.ramp_up_ms {
+            ev.push(Evidence::new(
+                "time to reach 95% of warm speed",
+                format!("{r:.1} ms"),
+                "measured: oscost ramp",
+            ));
+        }
+        let governor = i.facts.cpufreq_governor.clone();
+        match &governor {
+            Some(g) => ev.push(Evidence::new(
+                "cpufreq governor",
+                g.clone(),
+                "probe: /sys/devices/system/cpu/cpufreq",
+            )),
+            None => ev.push(Evidence::new(
+                "cpufreq",
+                "not exposed (the host decides the frequency)",
+                "probe",
+            )),
+        }
+        if let Some(e) = &i.facts.energy_perf_preference {
+            ev.push(Evidence::new(
+                "energy-performance preference",
+                e.clone(),
+                "probe: cpufreq",
+            ));
+        }
+        let in_guest = governor.is_none();
+        let mut remedies = Vec::new();
+        if in_guest {
+            remedies.push(Remedy::new(
+                "on the host: cpupower frequency-set -g performance (or the BIOS power profile 'maximum performance')",
+                "The guest cannot set the frequency; the host's policy decides how fast a vCPU starts after idle.",
+                "More power and heat on the host.",
+            ));
+        } else {
+            remedies.push(Remedy::new(
+                "cpupower frequency-set -g performance",
+                "Keeps the cores at full speed, so bursts do not start slow.",
+                "More power and heat; on laptops, less battery.",
+            ));
+            remedies.push(Remedy::new(
+                "tuned-adm profile throughput-performance   (or latency-performance)",
+                "Sets the governor, energy_perf_bias and minimum performance together (field notes D).",
+                "The same power cost; tuned changes scheduler settings too.",
+            ));
+            remedies.push(Remedy::new(
+                "echo performance | tee /sys/devices/system/cpu/cpufreq/policy*/energy_performance_preference",
+                "With intel_pstate/amd_pstate active: ramps faster without changing the governor.",
+                "Less power saving under light load.",
+            ));
+        }
+        vec![Finding {
+            id: self.id().into(),
+            title: format!("Bursty work starts {:.1}x slower after idle: the CPU ramps up", eff.ratio),
+            severity: Severity::of_ratio(eff.ratio),
+            magnitude: Magnitude {
+                text: format!(
+                    "a dependent loop runs at {:.0} MHz-equivalent right after idle and {:.0} under sustained load",
+                    eff.worse.mean, eff.better.mean
+                ),
+                ratio: Some(eff.ratio),
+                worse: Some(eff.worse.mean),
+                better: Some(eff.better.mean),
+                unit: "mhz".into(),
+            },
+            evidence: ev,
+            mechanism: "After idle the core runs at a low frequency and the governor raises it only \
+                after it sees sustained load; work that comes in short bursts runs much of its time \
+                at the low speed."
+                .into(),
+            remedies,
+            confidence: if governor.as_deref().is_some_and(|g| g != "performance") { Confidence::High } else { Confidence::Medium },
+        }]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::fixtures::*;
+    use super::*;
+
+    #[test]
+    fn powersave_alone_is_context() {
+        let (facts, m) = quiet_machine();
+        assert_eq!(facts.cpufreq_governor.as_deref(), Some("powersave"));
+        assert!(
+            PowerManagement
+                .check(Inputs {
+                    facts: &facts,
+                    m: &m
+                })
+                .is_empty()
+        );
+        let (facts, m) = everything_wrong();
+        let f = PowerManagement.check(Inputs {
+            facts: &facts,
+            m: &m,
+        });
+        assert!((f[0].magnitude.ratio.unwrap() - 2.0).abs() < 0.01);
+    }
+}

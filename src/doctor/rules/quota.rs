@@ -1,0 +1,139 @@
+//! CPU quota throttling.
+//!
+//! A cgroup CPU quota (`cpu.cfs_quota_us` / `cpu.max`, docker `--cpus`, a Kubernetes limit) lets
+//! the group run for `quota` microseconds per `period`, then stops it until the next period. A
+//! quota is only configuration; the effect is the throttled periods counted while the doctor
+//! ran, and the time the group spent stopped.
+
+use super::{Inputs, Rule};
+use crate::doctor::findings::{Confidence, Evidence, Finding, Magnitude, Remedy, Severity};
+
+pub struct QuotaThrottling;
+
+impl Rule for QuotaThrottling {
+    fn id(&self) -> &'static str {
+        "cpu-quota-throttling"
+    }
+
+    fn check(&self, i: Inputs<'_>) -> Vec<Finding> {
+        let c = &i.m.counters;
+        let (Some(periods), Some(throttled)) = (c.cfs_periods, c.cfs_throttled_periods) else {
+            return vec![];
+        };
+        // Counts are exact, not sampled: any throttled period is a measured effect, but one or
+        // two stray periods during a CPU-heavy test are not worth a finding.
+        if throttled == 0 || periods == 0 || (throttled as f64) < 0.01 * periods as f64 {
+            return vec![];
+        }
+        let frac = throttled as f64 / periods as f64;
+        let stopped = c.cfs_throttled_s.unwrap_or(0.0);
+        let ratio = if c.interval_s > stopped && c.interval_s > 0.0 {
+            c.interval_s / (c.interval_s - stopped)
+        } else {
+            1.0
+        };
+        let quota = i.facts.cpu_quota_cpus;
+        let group = i
+            .facts
+            .cgroup_path
+            .clone()
+            .unwrap_or_else(|| "<group>".into());
+        let mut ev = vec![
+            Evidence::new(
+                "throttled periods during the run",
+                format!("{throttled} of {periods} ({:.0}%)", frac * 100.0),
+                "measured: cgroup cpu.stat",
+            ),
+            Evidence::new(
+                "time stopped by the quota",
+                format!("{stopped:.2} s of {:.1} s", c.interval_s),
+                "measured: cgroup cpu.stat",
+            ),
+        ];
+        if let Some(q) = quota {
+            ev.push(Evidence::new(
+                "CPU quota",
+                format!("{q:.2} CPUs"),
+                "probe: cgroup cpu quota / period",
+            ));
+        }
+        let limit = quota
+            .map(|q| format!("{:.0}%", q * 200.0))
+            .unwrap_or_else(|| "200%".into());
+        vec![Finding {
+            id: self.id().into(),
+            title: format!(
+                "The CPU quota throttled the workload in {:.0}% of periods",
+                frac * 100.0
+            ),
+            severity: if frac >= 0.2 {
+                Severity::High
+            } else {
+                Severity::of_ratio(ratio.max(1.0))
+            },
+            magnitude: Magnitude {
+                text: format!(
+                    "{throttled} of {periods} scheduling periods hit the quota; the group was stopped for {stopped:.2} s of {:.1} s{}",
+                    c.interval_s,
+                    quota
+                        .map(|q| format!(" (quota {q:.2} CPUs)"))
+                        .unwrap_or_default()
+                ),
+                ratio: Some(ratio.max(1.0)),
+                worse: Some(stopped),
+                better: Some(0.0),
+                unit: "s".into(),
+            },
+            evidence: ev,
+            mechanism:
+                "The cgroup may use its quota of CPU time per period (100 ms by default); a \
+                burst that uses it up is stopped until the next period, even when CPUs sit idle. \
+                Latency-sensitive work sees this as stalls of up to a period."
+                    .into(),
+            remedies: vec![
+                Remedy::new(
+                    format!(
+                        "systemctl set-property <unit> CPUQuota={limit}   (or raise cpu.max / cpu.cfs_quota_us of {group})"
+                    ),
+                    "A larger quota, or none, removes the stalls.",
+                    "The group can then take more CPU from its neighbours.",
+                ),
+                Remedy::new(
+                    "docker update --cpus <n> <container>; Kubernetes: raise or remove resources.limits.cpu",
+                    "The same for containers; requests (not limits) keep the fair share without stalls.",
+                    "Limits are often set on purpose to protect other tenants.",
+                ),
+            ],
+            confidence: Confidence::High,
+        }]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::fixtures::*;
+    use super::*;
+
+    #[test]
+    fn a_quota_alone_is_context_throttling_is_a_finding() {
+        let (facts, m) = quiet_machine();
+        assert!(facts.cpu_quota_cpus.is_some());
+        assert!(
+            QuotaThrottling
+                .check(Inputs {
+                    facts: &facts,
+                    m: &m
+                })
+                .is_empty()
+        );
+        let (facts, m) = everything_wrong();
+        assert_eq!(
+            QuotaThrottling.check(Inputs {
+                facts: &facts,
+                m: &m
+            })[0]
+                .severity,
+            Severity::High
+        );
+    }
+}

@@ -1,0 +1,144 @@
+//! SMT or shared-L2 contention in parallel scaling.
+//!
+//! Two hardware threads of a core share its execution units; two cores of an AMD module share a
+//! decoder and an L2. A parallel program whose threads land on both halves runs slower than one
+//! spread one thread per core or module (field notes E: 8+8 across sockets beat 0+16 by up to
+//! 38%, and slowdown tracked the number of modules with both cores busy). The effect is the
+//! `compact` policy against `scatter` at the same thread count, with compact contending.
+
+use super::{Inputs, Rule, plain_ci, rate_effect};
+use crate::doctor::findings::{Confidence, Evidence, Finding, Magnitude, Remedy, Severity};
+use crate::doctor::measurements::ScalePoint;
+
+pub const MIN_RATIO: f64 = 1.1;
+
+pub struct ParallelContention;
+
+impl Rule for ParallelContention {
+    fn id(&self) -> &'static str {
+        "parallel-contention"
+    }
+
+    fn check(&self, i: Inputs<'_>) -> Vec<Finding> {
+        let pairs =
+            i.m.scaling
+                .iter()
+                .filter(|p| p.policy == "compact")
+                .filter_map(|c| {
+                    let s = i.m.scaling.iter().find(|s| {
+                        s.policy == "scatter" && s.workload == c.workload && s.threads == c.threads
+                    })?;
+                    Some((
+                        c,
+                        s,
+                        rate_effect(&c.speedup_samples, &s.speedup_samples, MIN_RATIO)?,
+                    ))
+                });
+        let Some((c, s, eff)) = pairs.max_by(|a, b| a.2.ratio.total_cmp(&b.2.ratio)) else {
+            return vec![];
+        };
+        let what = if i.facts.smt_active {
+            "SMT siblings"
+        } else if i.facts.shared_l2_groups > 0 {
+            "cores sharing an L2 (modules)"
+        } else {
+            "cores sharing resources"
+        };
+        let src = |p: &ScalePoint| {
+            format!(
+                "measured: scale {} {} threads={}",
+                p.workload, p.policy, p.threads
+            )
+        };
+        let mut ev = vec![
+            Evidence::new(
+                format!("speedup packed ({})", c.policy),
+                plain_ci(&c.speedup, 2),
+                src(c),
+            ),
+            Evidence::new(
+                format!("speedup spread ({})", s.policy),
+                plain_ci(&s.speedup, 2),
+                src(s),
+            ),
+        ];
+        if let (Some(a), Some(b)) = (c.contended_groups, s.contended_groups) {
+            ev.push(Evidence::new(
+                "groups with both halves busy",
+                format!("{a} packed vs {b} spread"),
+                "measured: per-CPU utilisation and topology",
+            ));
+        }
+        vec![Finding {
+            id: self.id().into(),
+            title: format!(
+                "Parallel work runs {:.2}x faster with one thread per core than packed onto {what}",
+                eff.ratio
+            ),
+            severity: Severity::of_ratio(eff.ratio),
+            magnitude: Magnitude {
+                text: format!(
+                    "{} with {} threads: speedup {:.2} spread against {:.2} packed",
+                    c.workload, c.threads, eff.better.mean, eff.worse.mean
+                ),
+                ratio: Some(eff.ratio),
+                worse: Some(eff.worse.mean),
+                better: Some(eff.better.mean),
+                unit: "speedup".into(),
+            },
+            evidence: ev,
+            mechanism: format!(
+                "Threads packed onto {what} compete for the resources those CPUs share (execution \
+                 units, decoder, L2), so each runs slower than alone on a core; spreading them \
+                 one per core or module first avoids it until the thread count exceeds the cores."
+            ),
+            remedies: vec![
+                Remedy::new(
+                    "cpulab scale --policy scatter   (shows the CPU list), then taskset -c <that list> <command>",
+                    "Runs the threads one per core or module before doubling up.",
+                    "Fewer threads than CPUs may then be faster than using every CPU.",
+                ),
+                Remedy::new(
+                    "OMP_PLACES=cores OMP_PROC_BIND=spread   (OpenMP programs)",
+                    "The runtime spreads threads over cores itself.",
+                    "Only for runtimes that honour it.",
+                ),
+                Remedy::new(
+                    "for a VM: pin vCPUs one per physical core or module on the host (virsh vcpupin, xl vcpu-pin)",
+                    "The guest's CPUs then stop sharing cores behind its back (field notes E).",
+                    "Fewer vCPUs fit on the host.",
+                ),
+            ],
+            confidence: if c.contended_groups.unwrap_or(0) > s.contended_groups.unwrap_or(0) {
+                Confidence::High
+            } else {
+                Confidence::Medium
+            },
+        }]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::fixtures::*;
+    use super::*;
+
+    #[test]
+    fn compact_slower_than_scatter_is_contention() {
+        let (facts, m) = everything_wrong();
+        let f = ParallelContention.check(Inputs {
+            facts: &facts,
+            m: &m,
+        });
+        assert!((f[0].magnitude.ratio.unwrap() - 1.9 / 1.2).abs() < 0.01);
+        let (facts, m) = quiet_machine();
+        assert!(
+            ParallelContention
+                .check(Inputs {
+                    facts: &facts,
+                    m: &m
+                })
+                .is_empty()
+        );
+    }
+}

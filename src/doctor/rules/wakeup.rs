@@ -1,0 +1,489 @@
+//! Cross-CPU wakeup penalty, with its mechanism told apart.
+//!
+//! A blocking round trip between two CPUs costs more than one on a single CPU for one of three
+//! reasons, and each has a different remedy:
+//! - **halt and IPI exits** (VMs): the woken vCPU had halted, so the wakeup is an
+//!   inter-processor interrupt that goes through the hypervisor, and the halted vCPU has to be
+//!   scheduled again on the host. Seen as about one idle entry and one RES/CAL interrupt per CPU
+//!   per round trip, while a spinning round trip across the same pair stays cheap.
+//!   (On bare metal the same counters mean a deep C-state exit.)
+//! - **cache distance**: the data moves further; seen as spinning round trips that grow with
+//!   the placement class (SMT sibling < shared L2 < shared LLC < other node).
+//! - **SMT sharing**: two hardware threads of one core compete for its execution units.
+//!
+//! The effect is the worst pinned class against same-CPU, on the blocking method (pipe first).
+
+use super::{Effect, Inputs, Rule, cost_effect, ns_ci, remedies};
+use crate::doctor::findings::{Confidence, Evidence, Finding, Magnitude, Remedy, Severity};
+use crate::doctor::measurements::WakeupRun;
+use crate::output::fmt_ns;
+use crate::topology::PlacementClass;
+
+/// Smallest slowdown worth a finding.
+pub const MIN_RATIO: f64 = 1.25;
+/// Halts (or IPIs) per round trip from which a wakeup is taken to pay for them.
+pub const PER_RT_THRESHOLD: f64 = 0.5;
+
+pub struct CrossCpuWakeup;
+
+/// The blocking method the rules judge placement by: pipe when measured, else the first one.
+pub fn primary_method(i: &Inputs<'_>) -> Option<String> {
+    let blocking = |m: &str| {
+        i.m.wakeup
+            .iter()
+            .any(|w| w.blocking && w.method == m && w.class == PlacementClass::SameCpu)
+    };
+    if blocking("pipe") {
+        return Some("pipe".into());
+    }
+    i.m.wakeup
+        .iter()
+        .find(|w| w.blocking && blocking(&w.method))
+        .map(|w| w.method.clone())
+}
+
+/// The same-CPU run and the pinned run with the largest penalty beyond noise.
+pub fn worst_penalty<'a>(i: &Inputs<'a>) -> Option<(&'a WakeupRun, &'a WakeupRun, Effect)> {
+    let method = primary_method(i)?;
+    let base = i.m.wakeup(&method, PlacementClass::SameCpu)?;
+    i.m.wakeup
+        .iter()
+        .filter(|w| w.method == method && w.blocking)
+        .filter(|w| !matches!(w.class, PlacementClass::SameCpu | PlacementClass::Unpinned))
+        .filter_map(|w| {
+            Some((
+                base,
+                w,
+                cost_effect(&w.batch_means_ns, &base.batch_means_ns, MIN_RATIO)?,
+            ))
+        })
+        .max_by(|a, b| a.2.ratio.total_cmp(&b.2.ratio))
+}
+
+fn per_rt(w: &WakeupRun, key: &str) -> f64 {
+    w.per_round_trip.get(key).copied().unwrap_or(0.0)
+}
+
+/// Whether two runs used the same two CPUs, in either direction.
+fn same_pair(a: &WakeupRun, b: &WakeupRun) -> bool {
+    let key = |w: &WakeupRun| {
+        let (x, y) = w.cpus.as_deref()?.split_once(':')?;
+        let (x, y): (u32, u32) = (x.parse().ok()?, y.parse().ok()?);
+        Some((x.min(y), x.max(y)))
+    };
+    key(a).is_some() && key(a) == key(b)
+}
+
+/// Rescheduling plus function-call IPIs per round trip.
+pub fn ipis(w: &WakeupRun) -> Option<f64> {
+    let keys = ["irq_RES", "irq_CAL"];
+    keys.iter()
+        .any(|k| w.per_round_trip.contains_key(*k))
+        .then(|| keys.iter().map(|k| per_rt(w, k)).sum())
+}
+
+#[derive(Debug, PartialEq)]
+enum Mechanism {
+    HaltIpiHypervisor,
+    IdleExitBareMetal,
+    /// IPIs without halts: the woken CPU was busy (other work) or polling.
+    IpiToBusyCpu,
+    CacheDistance,
+    SmtSharing,
+    Unclear,
+}
+
+impl Rule for CrossCpuWakeup {
+    fn id(&self) -> &'static str {
+        "cross-cpu-wakeup"
+    }
+
+    fn check(&self, i: Inputs<'_>) -> Vec<Finding> {
+        let Some((base, worst, eff)) = worst_penalty(&i) else {
+            return vec![];
+        };
+        let vm = i.facts.hypervisor.is_some();
+        let cpu_word = if vm { "vCPU" } else { "CPU" };
+        let mut ev = vec![
+            Evidence::new(
+                format!("{} round trip, same {cpu_word}", base.method),
+                ns_ci(&eff.better),
+                src(base),
+            ),
+            Evidence::new(
+                format!("{} round trip, {}", worst.method, worst.class),
+                ns_ci(&eff.worse),
+                src(worst),
+            ),
+        ];
+        let d = diagnose(&i, base, worst, &eff, cpu_word);
+        ev.extend(d.evidence);
+        ev.extend(fact_evidence(&i));
+        let (mech, agree, halts, ipi) = (d.mechanism, d.agree, d.halts, d.ipi);
+        let (mechanism, extra) = explain(&mech, &i, halts, ipi);
+        let cpu = base
+            .cpus
+            .as_deref()
+            .and_then(|c| c.split(':').next()?.parse().ok())
+            .unwrap_or(0);
+        let mut remedies = remedies::colocate(cpu, i.facts);
+        remedies.extend(extra);
+        vec![Finding {
+            id: self.id().into(),
+            title: format!(
+                "Wakeups across {cpu_word}s cost {:.1}x a same-{cpu_word} wakeup",
+                eff.ratio
+            ),
+            severity: Severity::of_ratio(eff.ratio),
+            magnitude: Magnitude {
+                text: format!(
+                    "a blocking {} round trip between {cpu_word}s {} ({}) takes {} against {} on one {cpu_word}: {:.1}x",
+                    worst.method,
+                    worst.cpus.as_deref().unwrap_or("?"),
+                    worst.class,
+                    fmt_ns(eff.worse.mean),
+                    fmt_ns(eff.better.mean),
+                    eff.ratio
+                ),
+                ratio: Some(eff.ratio),
+                worse: Some(eff.worse.mean),
+                better: Some(eff.better.mean),
+                unit: "ns".into(),
+            },
+            evidence: ev,
+            mechanism,
+            remedies,
+            confidence: Confidence::from_agreeing(agree),
+        }]
+    }
+}
+
+/// What the counters say about the mechanism.
+struct Diagnosis {
+    evidence: Vec<Evidence>,
+    /// Independent measured pieces of evidence that agree with `mechanism`.
+    agree: usize,
+    mechanism: Mechanism,
+    halts: f64,
+    ipi: Option<f64>,
+}
+
+fn src(w: &WakeupRun) -> String {
+    format!(
+        "measured: pingpong {} {} {}",
+        w.method,
+        w.class,
+        w.cpus.as_deref().unwrap_or("unpinned")
+    )
+}
+
+/// Halts and IPIs per round trip, the spinning round trip on the same pair, and the spinning
+/// gradient across classes, weighed into a mechanism.
+fn diagnose(
+    i: &Inputs<'_>,
+    base: &WakeupRun,
+    worst: &WakeupRun,
+    eff: &Effect,
+    cpu_word: &str,
+) -> Diagnosis {
+    let vm = i.facts.hypervisor.is_some();
+    let mut ev = Vec::new();
+    let mut agree = 0;
+    // Halts and IPIs per round trip: the signature of a wakeup that crosses the hypervisor.
+    let halts = per_rt(worst, "idle_entries");
+    let halts_base = per_rt(base, "idle_entries");
+    let halting = worst.per_round_trip.contains_key("idle_entries")
+        && halts >= PER_RT_THRESHOLD
+        && halts > halts_base + 0.3;
+    if worst.per_round_trip.contains_key("idle_entries") {
+        ev.push(Evidence::new(
+            "idle entries (halts) per round trip",
+            format!("{halts:.2} across {cpu_word}s vs {halts_base:.2} on one"),
+            src(worst),
+        ));
+    }
+    agree += usize::from(halting);
+    let ipi = ipis(worst);
+    if let Some(n) = ipi {
+        ev.push(Evidence::new(
+            "IPIs (RES+CAL) per round trip",
+            format!("{n:.2}"),
+            src(worst),
+        ));
+        agree += usize::from(halting && n >= PER_RT_THRESHOLD);
+    }
+    // A spinning round trip on the same pair shows how far the cache line travels.
+    let spin_same =
+        i.m.wakeup
+            .iter()
+            .find(|w| !w.blocking && same_pair(w, worst));
+    let spin_cheap =
+        spin_same.is_some_and(|s| s.rtt_ns.mean < 0.25 * (eff.worse.mean - eff.better.mean));
+    if let Some(s) = spin_same {
+        ev.push(Evidence::new(
+            "spinning round trip on the same pair (cache-line transfer only)",
+            ns_ci(&s.rtt_ns),
+            src(s),
+        ));
+        agree += usize::from(spin_cheap && halting);
+    }
+    let cache = cache_distance(i);
+    if let Some((near, far)) = &cache {
+        ev.push(Evidence::new(
+            "spinning round trip grows with distance",
+            format!(
+                "{} ({}) to {} ({})",
+                fmt_ns(near.rtt_ns.mean),
+                near.class,
+                fmt_ns(far.rtt_ns.mean),
+                far.class
+            ),
+            "measured: pingpong spin",
+        ));
+    }
+    let mechanism = if halting && vm {
+        Mechanism::HaltIpiHypervisor
+    } else if halting {
+        Mechanism::IdleExitBareMetal
+    } else if ipi.is_some_and(|n| n >= PER_RT_THRESHOLD) {
+        agree += 1;
+        Mechanism::IpiToBusyCpu
+    } else if cache.is_some() {
+        agree += 1;
+        Mechanism::CacheDistance
+    } else if worst.class == PlacementClass::SmtSibling {
+        Mechanism::SmtSharing
+    } else {
+        Mechanism::Unclear
+    };
+    Diagnosis {
+        evidence: ev,
+        agree,
+        mechanism,
+        halts,
+        ipi,
+    }
+}
+
+/// Probe facts that bear on the mechanism (context, not evidence of the effect).
+fn fact_evidence(i: &Inputs<'_>) -> Vec<Evidence> {
+    let mut ev = Vec::new();
+    if let Some(h) = &i.facts.hypervisor {
+        ev.push(Evidence::new("hypervisor", h.clone(), "probe: CPUID / DMI"));
+    }
+    if let Some(p) = i.facts.guest_halt_poll_ns {
+        ev.push(Evidence::new(
+            "guest halt polling",
+            if p == 0 {
+                "off (guest_halt_poll_ns = 0)".to_string()
+            } else {
+                format!("guest_halt_poll_ns = {p}")
+            },
+            "probe: /sys/module/haltpoll/parameters/guest_halt_poll_ns",
+        ));
+    }
+    if let Some(d) = &i.facts.cpuidle_driver {
+        ev.push(Evidence::new(
+            "cpuidle driver",
+            d.clone(),
+            "probe: /sys/devices/system/cpu/cpuidle",
+        ));
+    }
+    ev
+}
+
+/// The nearest and farthest pinned spinning runs, when the far one is beyond noise slower.
+fn cache_distance<'a>(i: &Inputs<'a>) -> Option<(&'a WakeupRun, &'a WakeupRun)> {
+    let mut spins: Vec<&WakeupRun> = i
+        .m
+        .wakeup
+        .iter()
+        .filter(|w| {
+            !w.blocking && !matches!(w.class, PlacementClass::SameCpu | PlacementClass::Unpinned)
+        })
+        .collect();
+    spins.sort_by_key(|w| w.class);
+    let (near, far) = (spins.first()?, spins.last()?);
+    (near.class != far.class)
+        .then(|| cost_effect(&far.batch_means_ns, &near.batch_means_ns, 1.5))
+        .flatten()
+        .map(|_| (*near, *far))
+}
+
+fn explain(m: &Mechanism, i: &Inputs<'_>, halts: f64, ipi: Option<f64>) -> (String, Vec<Remedy>) {
+    let ipi_text = ipi.map(|n| format!(" and {n:.1} IPIs")).unwrap_or_default();
+    match m {
+        Mechanism::HaltIpiHypervisor => (
+            format!(
+                "The waiting vCPU has nothing else to run, so it halts; waking it takes an \
+                 inter-processor interrupt that the hypervisor delivers, and the halted vCPU must \
+                 be scheduled again on the host before it runs. Each round trip here pays {halts:.1} \
+                 halts{ipi_text}, exits that a same-vCPU wakeup never makes{}.",
+                match i.facts.guest_halt_poll_ns {
+                    Some(0) => "; guest halt polling is off, so every idle period halts at once",
+                    _ => "",
+                }
+            ),
+            remedies::halt_polling(i.facts),
+        ),
+        Mechanism::IdleExitBareMetal => (
+            format!(
+                "The waiting CPU goes idle and enters a sleep state; the wakeup is an \
+                 inter-processor interrupt and the CPU must leave that state before the woken \
+                 task runs. Each round trip pays {halts:.1} idle entries{ipi_text}."
+            ),
+            vec![Remedy::new(
+                "cpupower idle-set -D 10   (or: tuned-adm profile latency-performance)",
+                "Disables idle states with an exit latency above 10 us, so a woken CPU answers sooner.",
+                "More power and heat while idle; reverse with cpupower idle-set -E.",
+            )],
+        ),
+        Mechanism::CacheDistance => (
+            "The data each wakeup touches (the pipe buffer, the task structures) lives in the \
+             other CPU's cache and must cross to this one; spinning round trips, which move only \
+             a cache line, grow with the distance between the CPUs in the same way."
+                .into(),
+            vec![Remedy::new(
+                "pin both ends to CPUs that share a cache (see the placement table)",
+                "Keeps the exchanged data in a cache both CPUs share.",
+                "Those CPUs then share the cache's capacity too.",
+            )],
+        ),
+        Mechanism::SmtSharing => (
+            "The two ends run on hardware threads of one core and compete for its execution \
+             units and L1 cache while both are busy."
+                .into(),
+            vec![Remedy::new(
+                "pin the ends to different cores (one SMT thread each)",
+                "Each end gets a whole core.",
+                "Wakeups then cross cores, which may cost more; measure both.",
+            )],
+        ),
+        Mechanism::IpiToBusyCpu => (
+            format!(
+                "Each round trip sends{ipi_text} to the other CPU but pays only {halts:.1} halts: \
+                 that CPU was awake (busy with other work, or polling), so the cost is delivering \
+                 the interrupt{} and waiting until the woken task gets the CPU from whatever runs \
+                 there. Other load during the run makes this worse; see the conditions.",
+                if i.facts.hypervisor.is_some() {
+                    ", which in a VM is an exit to the hypervisor unless interrupts are posted,"
+                } else {
+                    ""
+                }
+            ),
+            vec![Remedy::new(
+                "cpulab doctor   (again, with nothing else running on these CPUs)",
+                "Shows whether the penalty is the wakeup itself or the other work it waited for.",
+                "Measures only; changes nothing.",
+            )],
+        ),
+        Mechanism::Unclear => (
+            format!(
+                "The counters do not single out a mechanism: {halts:.1} halts{} per round trip and \
+                 no cache-distance gradient were measured. Co-locating the pair still removes the \
+                 cross-CPU wakeup.",
+                ipi.map(|n| format!(" and {n:.1} IPIs")).unwrap_or_default()
+            ),
+            vec![],
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::fixtures::*;
+    use super::*;
+
+    #[test]
+    fn halts_and_ipis_in_a_vm_name_the_hypervisor() {
+        let (facts, m) = everything_wrong();
+        let f = CrossCpuWakeup.check(Inputs {
+            facts: &facts,
+            m: &m,
+        });
+        assert_eq!(f.len(), 1);
+        assert!(f[0].mechanism.contains("hypervisor"));
+        assert_eq!(f[0].confidence, Confidence::High);
+        assert_eq!(f[0].severity, Severity::High);
+        assert!(
+            f[0].remedies
+                .iter()
+                .any(|r| r.command.contains("guest_halt_poll_ns"))
+        );
+        assert!(
+            f[0].remedies
+                .iter()
+                .any(|r| r.command.starts_with("taskset -c 0"))
+        );
+    }
+
+    #[test]
+    fn host_polling_is_called_moot_under_poll_control() {
+        let (mut facts, m) = everything_wrong();
+        facts.kvm_poll_control = true;
+        let f = CrossCpuWakeup.check(Inputs {
+            facts: &facts,
+            m: &m,
+        });
+        let host = f[0]
+            .remedies
+            .iter()
+            .find(|r| r.command.contains("KVM host"))
+            .unwrap();
+        assert!(
+            host.cost_caveat.contains("poll control"),
+            "{}",
+            host.cost_caveat
+        );
+    }
+
+    #[test]
+    fn spin_gradient_on_bare_metal_is_cache_distance() {
+        let (mut facts, mut m) = quiet_machine();
+        facts.hypervisor = None;
+        m.wakeup = vec![
+            wake("pipe", true, PlacementClass::SameCpu, "0:0", 3000.0, 0.0),
+            wake("pipe", true, PlacementClass::CrossNode, "0:8", 9000.0, 0.0),
+            wake("spin", false, PlacementClass::SmtSibling, "0:1", 40.0, 0.0),
+            wake("spin", false, PlacementClass::CrossNode, "0:8", 400.0, 0.0),
+        ];
+        let f = CrossCpuWakeup.check(Inputs {
+            facts: &facts,
+            m: &m,
+        });
+        assert_eq!(f.len(), 1);
+        assert!(f[0].mechanism.contains("cache"), "{}", f[0].mechanism);
+        assert!(f[0].title.contains("CPUs"));
+    }
+
+    #[test]
+    fn ipis_without_halts_point_to_a_busy_cpu() {
+        let (facts, mut m) = everything_wrong();
+        for w in m
+            .wakeup
+            .iter_mut()
+            .filter(|w| w.class == PlacementClass::SharedLlc)
+        {
+            w.per_round_trip.insert("idle_entries".into(), 0.0);
+        }
+        let f = CrossCpuWakeup.check(Inputs {
+            facts: &facts,
+            m: &m,
+        });
+        assert!(f[0].mechanism.contains("awake"), "{}", f[0].mechanism);
+        assert_eq!(f[0].confidence, Confidence::Medium);
+    }
+
+    #[test]
+    fn a_penalty_within_noise_is_no_finding() {
+        let (facts, m) = quiet_machine();
+        assert!(
+            CrossCpuWakeup
+                .check(Inputs {
+                    facts: &facts,
+                    m: &m
+                })
+                .is_empty()
+        );
+    }
+}

@@ -1,0 +1,137 @@
+//! Calling the experiment modules with the doctor's budget, and condensing what they return
+//! (through [`super::adapt`]). One function per experiment; each is the single place that
+//! knows how to drive its module for the doctor.
+
+use super::adapt;
+use super::battery::{Budget, Mode};
+use super::measurements::{OsCosts, PresetRun, ScalePoint, ShareCheck, WakeupRun};
+use super::progress::Progress;
+use crate::machine::Machine;
+use crate::topology::PlacementClass;
+use crate::{oscost, pair, pingpong, scale, share};
+use anyhow::{Result, bail};
+use std::time::Duration;
+
+/// Every ordered pair of usable CPUs when there are few (a full matrix), else one pair per
+/// placement class.
+fn blocking_pairs(machine: &Machine) -> Vec<pingpong::Placement> {
+    let cpus = machine.allowed.to_vec();
+    if cpus.len() <= 4 {
+        cpus.iter()
+            .flat_map(|&a| {
+                cpus.iter()
+                    .map(move |&b| pingpong::Placement::Pinned { a, b })
+            })
+            .collect()
+    } else {
+        machine
+            .topology
+            .representative_pairs(&machine.allowed)
+            .into_iter()
+            .map(|p| pingpong::Placement::Pinned { a: p.a, b: p.b })
+            .collect()
+    }
+}
+
+fn pingpong_settings(
+    b: &Budget,
+    method: pingpong::Method,
+    pairs: Vec<pingpong::Placement>,
+) -> pingpong::PingpongSettings {
+    pingpong::PingpongSettings {
+        methods: vec![method],
+        pairs: pingpong::PairSpec::List(pairs),
+        warmup_s: (b.wakeup_batch_s * 2.0).max(0.05),
+        max_time_s: b.wakeup_max_s,
+        target_ci_rel: b.wakeup_target_ci,
+        batch_s: b.wakeup_batch_s,
+        // The doctor checked for other load once, before the battery.
+        load_check_s: 0.0,
+        ..Default::default()
+    }
+}
+
+/// Wakeup round trips: blocking (pipe) at every pair plus unpinned, and spinning at one pair
+/// of each cross-CPU class (spinning on one CPU is meaningless).
+pub fn wakeup(machine: &Machine, b: &Budget, p: &Progress) -> Result<Vec<WakeupRun>> {
+    let line = |l: &str| p.line(&format!("pingpong: {l}"));
+    let mut pairs = blocking_pairs(machine);
+    pairs.push(pingpong::Placement::Unpinned);
+    let blocking = pingpong::run(
+        machine,
+        &pingpong_settings(b, pingpong::Method::Pipe, pairs),
+        &line,
+    )?;
+    let mut runs = adapt::wakeup(&blocking);
+    let spin_pairs: Vec<pingpong::Placement> = machine
+        .topology
+        .representative_pairs(&machine.allowed)
+        .into_iter()
+        .filter(|c| c.class != PlacementClass::SameCpu)
+        .map(|c| pingpong::Placement::Pinned { a: c.a, b: c.b })
+        .collect();
+    if !spin_pairs.is_empty() {
+        let spin = pingpong::run(
+            machine,
+            &pingpong_settings(b, pingpong::Method::Spin, spin_pairs),
+            &line,
+        )?;
+        runs.extend(adapt::wakeup(&spin));
+    }
+    Ok(runs)
+}
+
+/// The OS primitive costs and the frequency ramp.
+pub fn oscost(machine: &Machine, mode: Mode, p: &Progress) -> Result<OsCosts> {
+    let mut s = match mode {
+        Mode::Quick => oscost::OscostSettings::quick(),
+        _ => oscost::OscostSettings::standard(),
+    };
+    if mode == Mode::Thorough {
+        s.batches = 60;
+        if let Some(f) = s.frequency.as_mut() {
+            f.trials = 6;
+        }
+    }
+    let r = oscost::run(machine, &s, &|l| p.line(l))?;
+    Ok(adapt::oscost(&r))
+}
+
+/// One CPU-bound worker alone, then one per usable CPU, no burners: on an idle machine each
+/// worker keeps a whole CPU.
+pub fn share(machine: &Machine, b: &Budget, p: &Progress) -> Result<ShareCheck> {
+    let n = machine.allowed.len().max(1);
+    let s = share::ShareSettings {
+        threads: if n > 1 { vec![1, n] } else { vec![1] },
+        burners: vec![],
+        duration: Duration::from_secs_f64(b.share_run_s),
+        repeats: b.share_repetitions,
+        ..share::ShareSettings::single(1, 0)
+    };
+    let r = share::run(machine, &s, &|l| p.line(l))?;
+    adapt::share(&r).ok_or_else(|| anyhow::anyhow!("the share check measured no worker rate"))
+}
+
+/// Fib at 1..=usable CPUs threads, compact against scatter.
+pub fn scale(machine: &Machine, b: &Budget, p: &Progress) -> Result<Vec<ScalePoint>> {
+    let mut s = scale::ScaleSettings::quick(machine);
+    s.policies = vec![scale::Policy::Compact, scale::Policy::Scatter];
+    s.duration = Duration::from_secs_f64(b.scale_run_s);
+    let r = scale::run(machine, &s, &|l| p.line(l))?;
+    Ok(adapt::scale(&r))
+}
+
+/// A real application preset under the automatic placements.
+pub fn preset(machine: &Machine, name: &str, mode: Mode, p: &Progress) -> Result<Vec<PresetRun>> {
+    let b = mode.budget();
+    let preset = match name {
+        "pgbench" => pair::settings::Preset::Pgbench,
+        "http" => pair::settings::Preset::Http,
+        other => bail!("unknown preset {other}"),
+    };
+    let mut s =
+        pair::settings::PairSettings::preset(preset, b.preset_run_s.round().max(1.0) as u32);
+    s.check_load = false;
+    let r = pair::run(machine, &s, &|l| p.line(&format!("{name}: {l}")))?;
+    Ok(adapt::pair(&r, name))
+}

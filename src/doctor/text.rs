@@ -1,0 +1,302 @@
+//! The doctor's report for people: findings first, most important first, each with its
+//! magnitude, evidence, mechanism and remedies; then the measurements behind them.
+
+use super::DoctorReport;
+use super::findings::{Finding, Severity};
+use super::measurements::Measurements;
+use super::rules::{plain_ci, thousands};
+use crate::output::{Style, fmt_ns};
+use comfy_table::{Table, presets};
+
+const WIDTH: usize = 100;
+
+/// Wraps `text` to `WIDTH` columns, every line indented by `indent` spaces; a text that
+/// starts with "- " hangs its continuation lines under the first word.
+pub fn wrap(text: &str, indent: usize) -> String {
+    let hang = if text.starts_with("- ") { 2 } else { 0 };
+    let mut out = String::new();
+    let mut line = String::new();
+    for word in text.split_whitespace() {
+        let ind = if out.is_empty() {
+            indent
+        } else {
+            indent + hang
+        };
+        if !line.is_empty() && ind + line.len() + 1 + word.len() > WIDTH {
+            out += &format!("{}{line}\n", " ".repeat(ind));
+            line.clear();
+        }
+        if !line.is_empty() {
+            line.push(' ');
+        }
+        line += word;
+    }
+    if !line.is_empty() {
+        let ind = if out.is_empty() {
+            indent
+        } else {
+            indent + hang
+        };
+        out += &format!("{}{line}\n", " ".repeat(ind));
+    }
+    out
+}
+
+fn table(header: Vec<&str>) -> Table {
+    let mut t = Table::new();
+    t.load_style(presets::NOTHING);
+    t.set_header(header);
+    t
+}
+
+fn severity(s: &Style, v: Severity) -> String {
+    let tag = format!("[{}]", v.as_str().to_uppercase());
+    match v {
+        Severity::High => s.red(&tag),
+        Severity::Medium => s.yellow(&tag),
+        Severity::Low => tag,
+    }
+}
+
+/// One finding, numbered.
+pub fn finding(s: &Style, n: usize, f: &Finding) -> String {
+    let mut out = format!(
+        "{n}. {} {}   {}\n",
+        severity(s, f.severity),
+        s.bold(&f.title),
+        s.dim(&format!("confidence: {}", f.confidence.as_str()))
+    );
+    out += &wrap(&f.magnitude.text, 3);
+    out += &format!("   {}\n", s.bold("Evidence"));
+    for e in &f.evidence {
+        out += &wrap(&format!("- {}: {}  [{}]", e.label, e.value, e.source), 5);
+    }
+    out += &format!("   {}\n", s.bold("Mechanism"));
+    out += &wrap(&f.mechanism, 5);
+    out += &format!("   {}\n", s.bold("What to do"));
+    for r in &f.remedies {
+        out += &format!("     $ {}\n", r.command);
+        out += &wrap(&r.effect, 7);
+        out += &wrap(&format!("Cost: {}", r.cost_caveat), 7);
+    }
+    out
+}
+
+fn per(map: &std::collections::BTreeMap<String, f64>, key: &str) -> String {
+    map.get(key).map_or("-".into(), |v| format!("{v:.2}"))
+}
+
+/// The measurements behind the findings, as tables.
+pub fn measurements(s: &Style, m: &Measurements) -> String {
+    let mut out = String::new();
+    if !m.wakeup.is_empty() {
+        out += &format!("{}\n", s.bold("Wakeup round trips"));
+        let mut t = table(vec![
+            "method",
+            "class",
+            "cpus",
+            "mean (95% CI)",
+            "p50",
+            "p99",
+            "vs same-cpu",
+            "halts/rt",
+            "IPIs/rt",
+        ]);
+        for w in &m.wakeup {
+            let base = m.wakeup(&w.method, crate::topology::PlacementClass::SameCpu);
+            let ipis = super::rules::wakeup_ipis(w).map_or("-".into(), |v| format!("{v:.2}"));
+            t.add_row(vec![
+                w.method.clone(),
+                w.class.to_string(),
+                w.cpus.clone().unwrap_or_else(|| "any".into()),
+                format!(
+                    "{} ±{}",
+                    fmt_ns(w.rtt_ns.mean),
+                    fmt_ns(w.rtt_ns.ci95_half_width)
+                ),
+                fmt_ns(w.p50_ns),
+                fmt_ns(w.p99_ns),
+                base.map_or("-".into(), |b| {
+                    format!("{:.2}x", w.rtt_ns.mean / b.rtt_ns.mean)
+                }),
+                per(&w.per_round_trip, "idle_entries"),
+                ipis,
+            ]);
+        }
+        out += &format!("{t}\n\n");
+    }
+    if !m.throughput.is_empty() {
+        out += &format!(
+            "{}\n",
+            s.bold("Messaging throughput (many tasks communicating)")
+        );
+        let mut t = table(vec![
+            "placement",
+            "cpus",
+            "messages/s (95% CI)",
+            "halts/msg",
+            "IPIs/msg",
+        ]);
+        for r in &m.throughput {
+            let ipis = ["irq_RES", "irq_CAL"]
+                .iter()
+                .filter_map(|k| r.per_message.get(*k))
+                .sum::<f64>();
+            t.add_row(vec![
+                r.placement.clone(),
+                r.cpus.to_string(),
+                format!(
+                    "{} ±{}",
+                    thousands(r.messages_per_s.mean),
+                    thousands(r.messages_per_s.ci95_half_width)
+                ),
+                per(&r.per_message, "idle_entries"),
+                format!("{ipis:.3}"),
+            ]);
+        }
+        out += &format!("{t}\n\n");
+    }
+    if let Some(o) = &m.oscost {
+        out += &format!("{}\n", s.bold("OS primitive costs"));
+        let mut t = table(vec!["primitive", "cost (95% CI)"]);
+        for p in &o.primitives {
+            t.add_row(vec![
+                p.name.clone(),
+                format!(
+                    "{} ±{}",
+                    fmt_ns(p.cost_ns.mean),
+                    fmt_ns(p.cost_ns.ci95_half_width)
+                ),
+            ]);
+        }
+        if let Some(f) = &o.frequency {
+            t.add_row(vec![
+                "speed after idle".into(),
+                format!("{:.0} MHz-equivalent", f.cold_mhz.mean),
+            ]);
+            t.add_row(vec![
+                "speed under load".into(),
+                format!("{:.0} MHz-equivalent", f.warm_mhz.mean),
+            ]);
+        }
+        out += &format!("{t}\n\n");
+    }
+    if let Some(sh) = &m.share {
+        out += &format!("{}\n", s.bold("Share check"));
+        out += &wrap(
+            &format!(
+                "{} CPU-bound workers each got {} of a CPU against one alone; fair-share model {:.2}; steal {:.1}%",
+                sh.workers,
+                plain_ci(&sh.share, 2),
+                sh.model_share,
+                sh.steal_pct
+            ),
+            2,
+        );
+        out += "\n";
+    }
+    if !m.scaling.is_empty() {
+        out += &format!("{}\n", s.bold("Parallel scaling"));
+        let mut t = table(vec![
+            "workload",
+            "policy",
+            "threads",
+            "speedup (95% CI)",
+            "contended groups",
+        ]);
+        for p in &m.scaling {
+            t.add_row(vec![
+                p.workload.clone(),
+                p.policy.clone(),
+                p.threads.to_string(),
+                format!("{:.2} ±{:.2}", p.speedup.mean, p.speedup.ci95_half_width),
+                p.contended_groups.map_or("-".into(), |c| c.to_string()),
+            ]);
+        }
+        out += &format!("{t}\n\n");
+    }
+    if !m.presets.is_empty() {
+        out += &format!("{}\n", s.bold("Applications"));
+        let mut t = table(vec!["workload", "placement", "per second (95% CI)"]);
+        for p in &m.presets {
+            t.add_row(vec![
+                p.workload.clone(),
+                p.placement.clone(),
+                format!(
+                    "{} ±{}",
+                    thousands(p.per_s.mean),
+                    thousands(p.per_s.ci95_half_width)
+                ),
+            ]);
+        }
+        out += &format!("{t}\n\n");
+    }
+    let c = &m.counters;
+    if let Some(st) = crate::stats::MeanCi::of(&c.steal_samples_pct) {
+        out += &format!(
+            "Steal during the battery: {:.1}% (over {} experiments)\n",
+            st.mean, st.n
+        );
+    }
+    if let (Some(p @ 1..), Some(t)) = (c.cfs_periods, c.cfs_throttled_periods) {
+        out += &format!("cgroup quota: {t} of {p} periods throttled during the battery\n");
+    }
+    if !m.skipped.is_empty() {
+        out += &format!("\n{}\n", s.bold("Not measured"));
+        for k in &m.skipped {
+            out += &wrap(&format!("- {}: {}", k.what, k.reason), 2);
+        }
+    }
+    out
+}
+
+/// The whole report.
+pub fn render(r: &DoctorReport) -> String {
+    let s = Style::new();
+    let f = &r.facts;
+    let host = match (&f.hypervisor, &f.container) {
+        (Some(h), _) => format!("{h} guest"),
+        (None, Some(c)) => format!("{c} container"),
+        _ => "bare metal (no hypervisor seen)".into(),
+    };
+    let mut out = format!(
+        "{} on {}: {}, kernel {}, CPUs {} usable of {} online; {:.0} s ({} run)\n",
+        s.bold("cpulab doctor"),
+        r.conditions.hostname,
+        host,
+        r.conditions.kernel,
+        f.allowed_cpus,
+        f.online_cpus,
+        r.duration_s,
+        r.mode.as_str()
+    );
+    if let Some(model) = &f.cpu_model {
+        out += &format!("{}\n", s.dim(model));
+    }
+    out += "\n";
+    if r.findings.is_empty() {
+        out += &s.green("No finding: every effect the doctor measured is within its noise or below the size worth acting on.\n");
+        out += &wrap(
+            "Wakeups, placement, sharing, quota, power and kernel-entry costs look healthy for this machine under these conditions. The measurements are below.",
+            0,
+        );
+    } else {
+        out += &s.bold(&format!(
+            "FINDINGS ({}), most important first\n\n",
+            r.findings.len()
+        ));
+        for (i, x) in r.findings.iter().enumerate() {
+            out += &finding(&s, i + 1, x);
+            out += "\n";
+        }
+    }
+    out += &format!("\n{}\n\n", s.bold("MEASUREMENTS"));
+    out += &measurements(&s, &r.measurements);
+    if r.conditions.noisy || !r.conditions.notes.is_empty() {
+        out += &format!("\n{}\n", s.bold("Conditions"));
+        for n in &r.conditions.notes {
+            out += &wrap(&format!("- {n}"), 2);
+        }
+    }
+    out
+}

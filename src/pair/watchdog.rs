@@ -1,0 +1,154 @@
+//! A watchdog that outlives cpulab, for the one exit no code of ours sees: SIGKILL.
+//!
+//! The kernel's parent-death signal ends the servers cpulab started directly, but nobody would
+//! remove the temporary directory, and a server that forked workers into other process groups
+//! would rely on them noticing. So each run starts a tiny `/bin/sh` script in its own session
+//! (Ctrl-C at the terminal does not reach it, and it ignores INT, TERM and HUP) and keeps the
+//! write end of a pipe to its standard input. cpulab tells it what to clean (`dir PATH`,
+//! `group PGID SIGNAL`, `ungroup PGID`) and says `done` when it has cleaned up itself. If the pipe
+//! closes without `done`, cpulab died: the script signals each group with its graceful signal,
+//! waits up to five seconds, SIGKILLs what is left and removes the directory. Being a script
+//! (exec'd, not a forked copy of cpulab) it is safe to start from a multi-threaded process.
+//!
+//! The pipe is close-on-exec, so no server inherits the write end and keeps it open after cpulab
+//! is gone.
+
+use std::io::Write;
+use std::path::Path;
+use std::process::{Child, ChildStdin, Command, Stdio};
+
+const SCRIPT: &str = r#"trap '' INT TERM HUP PIPE
+groups=""
+dir=""
+while IFS= read -r line; do
+  case "$line" in
+    "dir "*) dir="${line#dir }" ;;
+    "group "*) groups="$groups ${line#group }" ;;
+    "ungroup "*) g="${line#ungroup }"; keep=""
+      for t in $groups; do [ "${t%%:*}" = "$g" ] || keep="$keep $t"; done; groups="$keep" ;;
+    done) exit 0 ;;
+  esac
+done
+for t in $groups; do kill -"${t#*:}" -"${t%%:*}" 2>/dev/null; done
+i=0
+while [ $i -lt 50 ]; do
+  any=""
+  for t in $groups; do kill -0 -"${t%%:*}" 2>/dev/null && any=1; done
+  [ -z "$any" ] && break
+  sleep 0.1
+  i=$((i+1))
+done
+for t in $groups; do kill -9 -"${t%%:*}" 2>/dev/null; done
+sleep 0.2
+[ -n "$dir" ] && rm -rf -- "$dir"
+exit 0
+"#;
+
+/// The cpulab side of the watchdog; says `done` and reaps it on drop.
+#[derive(Debug)]
+pub struct Watchdog {
+    child: Child,
+    pipe: Option<ChildStdin>,
+}
+
+impl Watchdog {
+    /// Starts the watchdog for `dir`. `Err` carries the reason when it cannot run (no /bin/sh).
+    pub fn start(dir: &Path) -> Result<Self, String> {
+        use std::os::unix::process::CommandExt;
+        let mut cmd = Command::new("/bin/sh");
+        cmd.arg("-c")
+            .arg(SCRIPT)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        // SAFETY: setsid is async-signal-safe and touches no memory.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::setsid();
+                Ok(())
+            });
+        }
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| format!("no watchdog (cannot run /bin/sh: {e})"))?;
+        let pipe = child.stdin.take();
+        let mut w = Self { child, pipe };
+        w.send(&format!("dir {}", dir.display()));
+        Ok(w)
+    }
+
+    fn send(&mut self, line: &str) {
+        if let Some(p) = self.pipe.as_mut() {
+            let _ = writeln!(p, "{line}");
+            let _ = p.flush();
+        }
+    }
+
+    /// Asks the watchdog to end process group `pgid` (with `signal`, then SIGKILL) if cpulab dies.
+    pub fn watch_group(&mut self, pgid: i32, signal: i32) {
+        self.send(&format!("group {pgid}:{signal}"));
+    }
+
+    /// The group has been stopped by cpulab itself.
+    pub fn forget_group(&mut self, pgid: i32) {
+        self.send(&format!("ungroup {pgid}"));
+    }
+
+    /// The pid of the watchdog shell (tests kill it to check the next run's stale cleanup).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        self.send("done");
+        self.pipe = None;
+        let _ = self.child.wait();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    fn gone_within(p: &Path, secs: u64) -> bool {
+        let until = Instant::now() + Duration::from_secs(secs);
+        while p.exists() && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        !p.exists()
+    }
+
+    #[test]
+    fn closing_the_pipe_without_done_cleans_up() {
+        let base = tempfile::tempdir().unwrap();
+        let dir = base.path().join("victim");
+        std::fs::create_dir(&dir).unwrap();
+        let mut sleeper = Command::new("sleep")
+            .arg("30")
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let mut w = Watchdog::start(&dir).unwrap();
+        w.watch_group(sleeper.id() as i32, libc::SIGTERM);
+        // Simulate cpulab's death: close the pipe without `done`.
+        w.pipe = None;
+        let _ = w.child.wait();
+        assert!(gone_within(&dir, 10), "directory removed");
+        let status = sleeper.wait().unwrap();
+        assert!(!status.success(), "the watched group was signalled");
+    }
+
+    #[test]
+    fn done_leaves_everything_alone() {
+        let base = tempfile::tempdir().unwrap();
+        let dir = base.path().join("keep");
+        std::fs::create_dir(&dir).unwrap();
+        drop(Watchdog::start(&dir).unwrap());
+        assert!(dir.exists());
+    }
+
+    use std::os::unix::process::CommandExt;
+}

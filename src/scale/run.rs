@@ -1,0 +1,385 @@
+//! Running the scaling experiment: for each repeat, every (policy, thread count) in turn gets a
+//! fresh pinned pool, a warm-up and one timed run with per-CPU utilisation around it; then
+//! speedups against the policy's own single thread.
+
+use super::contention::{self, Contention};
+use super::policy::{self, Policy};
+use super::workload::{self, TriadArrays};
+use super::{PolicyResult, ScalePoint, ScaleReport, ScaleSettings, Workload};
+use crate::counters::{SystemSnapshot, check_background_load};
+use crate::cpulist::CpuSet;
+use crate::machine::{Conditions, Machine};
+use crate::share::load;
+use crate::stats::MeanCi;
+use anyhow::Result;
+use std::collections::BTreeMap;
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+/// How one run is executed, fixed before the first measurement so every point does the same
+/// work.
+#[derive(Clone, Copy, Debug)]
+enum Job {
+    Fib { n: u32, cutoff: u32 },
+    Triad { len: usize, passes: u32 },
+}
+
+/// Measures every (policy, thread count) of `settings`. Progress lines go to `progress`.
+pub fn run(
+    machine: &Machine,
+    settings: &ScaleSettings,
+    progress: &dyn Fn(&str),
+) -> Result<ScaleReport> {
+    settings.check(machine)?;
+    let mut conditions = Conditions::now(machine);
+    progress("scale: checking for background load");
+    conditions.record_load(check_background_load(
+        &machine.root,
+        &machine.allowed,
+        Duration::from_millis(300),
+    ));
+    let mut counts = settings.threads.clone();
+    counts.push(1);
+    counts.sort_unstable();
+    counts.dedup();
+    let llc_total_kib = llc_total_kib(machine);
+    progress("scale: sizing the workload");
+    let job = prepare(settings, llc_total_kib, &mut conditions)?;
+
+    // Repeats outermost, so a burst of outside load spreads over every point (and widens
+    // every interval) instead of bending one point of the curve.
+    let np = settings.policies.len();
+    let mut samples: Vec<Vec<Vec<RunSample>>> = vec![vec![Vec::new(); counts.len()]; np];
+    let mut pin_failures: Vec<Vec<String>> = vec![Vec::new(); np];
+    for rep in 0..settings.repeats {
+        for (pi, p) in settings.policies.iter().enumerate() {
+            for (ci, &n) in counts.iter().enumerate() {
+                progress(&format!(
+                    "scale: {p}, {n} thread(s), run {}/{}",
+                    rep + 1,
+                    settings.repeats
+                ));
+                let (sample, fails) = run_once(machine, p, n, job)?;
+                samples[pi][ci].push(sample);
+                if rep == 0 {
+                    pin_failures[pi].extend(fails);
+                }
+            }
+        }
+    }
+    let mut policies = Vec::new();
+    for (pi, p) in settings.policies.iter().enumerate() {
+        let mut points: Vec<ScalePoint> = counts
+            .iter()
+            .zip(&samples[pi])
+            .map(|(&n, runs)| summarise_point(machine, p, n, job, runs))
+            .collect();
+        add_speedups(&mut points);
+        policies.push(PolicyResult {
+            policy: p.name().to_string(),
+            explicit_cpus: match p {
+                Policy::Explicit(l) => Some(l.clone()),
+                _ => None,
+            },
+            points,
+            pin_failures: std::mem::take(&mut pin_failures[pi]),
+        });
+    }
+    note_coinciding_policies(&mut conditions, &policies);
+    let max_other = policies
+        .iter()
+        .flat_map(|p| p.points.iter().filter_map(|x| x.other_load_cpus))
+        .fold(0.0, f64::max);
+    if max_other >= crate::share::OTHER_LOAD_NOISY_CPUS {
+        conditions.noisy = true;
+        conditions.notes.push(format!(
+            "other processes used up to {max_other:.2} CPUs during the runs: speedups are \
+             bent by competition, not only by placement"
+        ));
+    }
+    let (fib_n, fib_cutoff, triad_len, triad_passes) = match job {
+        Job::Fib { n, cutoff } => (Some(n), Some(cutoff), None, None),
+        Job::Triad { len, passes } => (None, None, Some(len), Some(passes)),
+    };
+    Ok(ScaleReport {
+        conditions,
+        workload: settings.workload,
+        work: match job {
+            Job::Fib { n, cutoff } => {
+                format!("fib({n}) with rayon::join above {cutoff}, serial below")
+            }
+            Job::Triad { len, passes } => {
+                format!("{passes} triad pass(es) a[i] = b[i] + s*c[i] over 3 x {len} f64")
+            }
+        },
+        fib_n,
+        fib_cutoff,
+        triad_array_mib: triad_len.map(|l| (l * 8) as f64 / (1024.0 * 1024.0)),
+        triad_passes,
+        llc_total_kib,
+        throughput_unit: match settings.workload {
+            Workload::Fib => "runs/s",
+            Workload::Triad => "GB/s",
+        }
+        .to_string(),
+        repeats: settings.repeats,
+        policies,
+    })
+}
+
+/// Sum of the distinct last-level caches over the allowed CPUs.
+fn llc_total_kib(machine: &Machine) -> Option<u64> {
+    let mut seen: Vec<CpuSet> = Vec::new();
+    let mut total = 0;
+    for id in machine.allowed.iter() {
+        let cpu = machine.topology.cpu(id)?;
+        let level = cpu.llc_level()?;
+        let cache = cpu
+            .caches
+            .iter()
+            .find(|c| c.level == level && c.kind != "Instruction")?;
+        if !seen.contains(&cache.shared_cpus) {
+            seen.push(cache.shared_cpus.clone());
+            total += cache.size_kib?;
+        }
+    }
+    (total > 0).then_some(total)
+}
+
+/// Fixes the work of one run: fib's argument, or the triad's array length and pass count.
+fn prepare(s: &ScaleSettings, llc_kib: Option<u64>, cond: &mut Conditions) -> Result<Job> {
+    match s.workload {
+        Workload::Fib => Ok(Job::Fib {
+            n: s.fib_n
+                .unwrap_or_else(|| workload::calibrate_fib(s.duration)),
+            cutoff: s.fib_cutoff,
+        }),
+        Workload::Triad => {
+            let mib = s
+                .triad_mib
+                .unwrap_or_else(|| (4 * llc_kib.unwrap_or(16 * 1024) / 1024).clamp(64, 1024));
+            if let Some(l) = llc_kib
+                && mib * 1024 < 2 * l
+            {
+                cond.notes.push(format!(
+                    "triad arrays of {mib} MiB are not much larger than the {} MiB of LLC: \
+                     the triad measures cache, not memory, bandwidth",
+                    l / 1024
+                ));
+            }
+            let len = (mib * 1024 * 1024 / 8) as usize;
+            let (pool, _) = workload::build_pool(1, None)?;
+            let mut arrays = TriadArrays::new(&pool, len);
+            let t0 = Instant::now();
+            arrays.pass(&pool, 3.0);
+            let per_pass = t0.elapsed().as_secs_f64().max(1e-6);
+            let passes = (s.duration.as_secs_f64() / per_pass)
+                .ceil()
+                .clamp(1.0, 10_000.0) as u32;
+            Ok(Job::Triad { len, passes })
+        }
+    }
+}
+
+/// What one timed run saw.
+#[derive(Clone, Debug)]
+struct RunSample {
+    time_s: f64,
+    /// Busy percent per allowed CPU during the run.
+    busy_pct: BTreeMap<u32, f64>,
+    steal_pct: Option<f64>,
+    other_load_cpus: Option<f64>,
+}
+
+/// One run of (policy, n): build and pin the pool, prepare and warm up, then time the job with
+/// counters around it.
+fn run_once(machine: &Machine, p: &Policy, n: usize, job: Job) -> Result<(RunSample, Vec<String>)> {
+    let cpus = policy::select(&machine.topology, &machine.allowed, n, p);
+    let (pool, failures) = workload::build_pool(n, cpus)?;
+    let mut triad = match job {
+        Job::Triad { len, .. } => Some(TriadArrays::new(&pool, len)),
+        Job::Fib { n: f, cutoff } => {
+            black_box(pool.install(|| workload::fib_par(f.saturating_sub(4), cutoff)));
+            None
+        }
+    };
+    let before = SystemSnapshot::take(&machine.root);
+    let own_before = load::process_cpu_s();
+    let t0 = Instant::now();
+    match (job, triad.as_mut()) {
+        (Job::Fib { n: f, cutoff }, _) => {
+            black_box(pool.install(|| workload::fib_par(black_box(f), cutoff)));
+        }
+        (Job::Triad { passes, .. }, Some(arrays)) => {
+            for _ in 0..passes {
+                arrays.pass(&pool, 3.0);
+            }
+        }
+        (Job::Triad { .. }, None) => {}
+    }
+    let time_s = t0.elapsed().as_secs_f64();
+    let d = before.delta(&SystemSnapshot::take(&machine.root), &machine.allowed);
+    let other_load_cpus = load::other_load_cpus(&d, load::process_cpu_s() - own_before);
+    if let Some(t) = &triad {
+        black_box(t.checksum());
+    }
+    let failures = failures.lock().map(|v| v.clone()).unwrap_or_default();
+    Ok((
+        RunSample {
+            time_s,
+            busy_pct: d.cpu_time.iter().map(|(c, s)| (*c, s.busy_pct())).collect(),
+            steal_pct: (!d.cpu_time.is_empty()).then(|| d.steal_pct()),
+            other_load_cpus,
+        },
+        failures,
+    ))
+}
+
+/// Turns the runs of one (policy, n) into a point (speedups are added per policy later).
+fn summarise_point(
+    machine: &Machine,
+    p: &Policy,
+    n: usize,
+    job: Job,
+    runs: &[RunSample],
+) -> ScalePoint {
+    let times: Vec<f64> = runs.iter().map(|r| r.time_s).collect();
+    let throughput: Vec<f64> = times
+        .iter()
+        .map(|t| match job {
+            Job::Fib { .. } => 1.0 / t.max(1e-12),
+            Job::Triad { len, passes } => (3 * 8 * len) as f64 * passes as f64 / t.max(1e-12) / 1e9,
+        })
+        .collect();
+    let mut busy_pct: BTreeMap<u32, f64> = BTreeMap::new();
+    for r in runs {
+        for (c, b) in &r.busy_pct {
+            *busy_pct.entry(*c).or_default() += b / runs.len() as f64;
+        }
+    }
+    let cpus = policy::select(&machine.topology, &machine.allowed, n, p);
+    let planned = cpus.as_ref().map(|c| {
+        contention::count(
+            &machine.topology,
+            &machine.allowed,
+            &CpuSet::from_iter_u32(c.iter().copied()),
+        )
+    });
+    let observed: Option<Contention> = (!busy_pct.is_empty()).then(|| {
+        let busy = contention::busy_from_utilisation(&busy_pct);
+        contention::count(&machine.topology, &machine.allowed, &busy)
+    });
+    let mean_of = |v: Vec<f64>| MeanCi::of(&v).map(|m| m.mean);
+    ScalePoint {
+        threads: n,
+        cpus,
+        time_s: MeanCi::of(&times).unwrap_or_else(|| MeanCi::single(0.0)),
+        throughput: MeanCi::of(&throughput).unwrap_or_else(|| MeanCi::single(0.0)),
+        time_samples_s: times,
+        speedup: None,
+        efficiency: None,
+        planned,
+        observed,
+        busy_pct,
+        steal_pct: mean_of(runs.iter().filter_map(|r| r.steal_pct).collect()),
+        other_load_cpus: mean_of(runs.iter().filter_map(|r| r.other_load_cpus).collect()),
+    }
+}
+
+/// Speedup and efficiency of every point against the single-thread point of the same policy.
+fn add_speedups(points: &mut [ScalePoint]) {
+    let Some(base) = points
+        .iter()
+        .find(|p| p.threads == 1)
+        .map(|p| p.time_s.clone())
+    else {
+        return;
+    };
+    for p in points.iter_mut() {
+        // The baseline against itself is 1 by definition; its noise is carried by every
+        // other point's interval.
+        let s = if p.threads == 1 {
+            Some(MeanCi {
+                n: base.n,
+                ..MeanCi::single(1.0)
+            })
+        } else {
+            ratio(&base, &p.time_s)
+        };
+        if let Some(s) = s {
+            let n = p.threads as f64;
+            p.efficiency = Some(scale_ci(&s, 1.0 / n));
+            p.speedup = Some(s);
+        }
+    }
+}
+
+/// `a.mean / b.mean` with the relative half-widths combined in quadrature.
+pub(crate) fn ratio(a: &MeanCi, b: &MeanCi) -> Option<MeanCi> {
+    if a.mean <= 0.0 || b.mean <= 0.0 {
+        return None;
+    }
+    let mean = a.mean / b.mean;
+    let rel = |m: &MeanCi| m.ci95_half_width / m.mean;
+    let rel_sd = |m: &MeanCi| m.stddev / m.mean;
+    let half = mean * (rel(a).powi(2) + rel(b).powi(2)).sqrt();
+    Some(MeanCi {
+        mean,
+        ci95_low: mean - half,
+        ci95_high: mean + half,
+        ci95_half_width: half,
+        stddev: mean * (rel_sd(a).powi(2) + rel_sd(b).powi(2)).sqrt(),
+        n: a.n.min(b.n),
+    })
+}
+
+fn scale_ci(m: &MeanCi, k: f64) -> MeanCi {
+    MeanCi {
+        mean: m.mean * k,
+        ci95_low: m.ci95_low * k,
+        ci95_high: m.ci95_high * k,
+        ci95_half_width: m.ci95_half_width * k,
+        stddev: m.stddev * k,
+        n: m.n,
+    }
+}
+
+/// Says so when compact and scatter chose the same CPUs at every count: on this topology they
+/// are one policy, and their difference is noise.
+fn note_coinciding_policies(cond: &mut Conditions, policies: &[PolicyResult]) {
+    let cpus_of = |name: &str| -> Option<Vec<Option<CpuSet>>> {
+        let p = policies.iter().find(|p| p.policy == name)?;
+        Some(
+            p.points
+                .iter()
+                .map(|x| x.cpus.as_ref().map(|c| c.iter().copied().collect()))
+                .collect(),
+        )
+    };
+    if let (Some(c), Some(s)) = (cpus_of("compact"), cpus_of("scatter"))
+        && c == s
+    {
+        cond.notes.push(
+            "compact and scatter chose the same CPUs at every thread count: this topology has \
+             no SMT siblings or shared-L2 modules to fill or avoid, so they differ only by noise"
+                .to_string(),
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ratio_propagates_relative_error() {
+        let a = MeanCi::of(&[10.0, 10.2, 9.8]).unwrap();
+        let b = MeanCi::of(&[5.0, 5.1, 4.9]).unwrap();
+        let r = ratio(&a, &b).unwrap();
+        assert!((r.mean - 2.0).abs() < 1e-9);
+        let want =
+            2.0 * ((a.ci95_half_width / 10.0).powi(2) + (b.ci95_half_width / 5.0).powi(2)).sqrt();
+        assert!((r.ci95_half_width - want).abs() < 1e-9);
+        assert!(ratio(&a, &MeanCi::single(0.0)).is_none());
+    }
+}

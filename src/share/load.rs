@@ -1,0 +1,198 @@
+//! The two kinds of thread `share` runs: workers that count deterministic work units, and
+//! burners that only take CPU time.
+//!
+//! The work unit is sysbench cpu's event: check every number from 3 to `max_prime` for
+//! primality by trial division. It touches no memory beyond registers, so its rate depends only
+//! on how much CPU time the thread gets and how fast the core runs; that is what makes "rate
+//! relative to alone" a measure of CPU share. Each worker times its own interval, from the start
+//! gate to the end of its last event, and divides by that, never by the requested duration.
+//!
+//! A burner at duty `d` spins until it has used `d * period` of *its own CPU time*, then sleeps
+//! `(1 - d) * period`. Counting CPU time rather than wall time makes its demand `d` CPUs
+//! whatever it competes with, which is what the fair-share model assumes.
+
+use std::hint::black_box;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+/// One sysbench-cpu event: the number of primes in 3..=max_prime, by trial division.
+pub fn prime_event(max_prime: u64) -> u64 {
+    let mut n = 0;
+    for c in 3..=max_prime {
+        let t = (c as f64).sqrt() as u64;
+        let mut l = 2;
+        while l <= t {
+            if c % l == 0 {
+                break;
+            }
+            l += 1;
+        }
+        if l > t {
+            n += 1;
+        }
+    }
+    n
+}
+
+/// CPU time used so far by the calling thread, in seconds.
+pub fn thread_cpu_s() -> f64 {
+    cpu_clock_s(libc::CLOCK_THREAD_CPUTIME_ID)
+}
+
+/// Reads a CPU-time clock (the calling thread's, or another thread's from
+/// `pthread_getcpuclockid`). Zero if the clock cannot be read.
+pub fn cpu_clock_s(clock: libc::clockid_t) -> f64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: ts is a valid, writable timespec.
+    if unsafe { libc::clock_gettime(clock, &mut ts) } != 0 {
+        return 0.0;
+    }
+    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
+}
+
+/// CPU time used so far by the whole process (every thread), in seconds.
+pub fn process_cpu_s() -> f64 {
+    cpu_clock_s(libc::CLOCK_PROCESS_CPUTIME_ID)
+}
+
+/// CPUs' worth of time that something other than this process used on the CPUs of `delta`
+/// during its interval: their busy time minus `own_cpu_s`, the process's CPU time over the
+/// same interval. `None` without per-CPU times. Tick-granular (1/USER_HZ per CPU).
+pub fn other_load_cpus(delta: &crate::counters::SystemDelta, own_cpu_s: f64) -> Option<f64> {
+    if delta.cpu_time.is_empty() || delta.interval_s <= 0.0 {
+        return None;
+    }
+    let busy: f64 = delta.cpu_time.values().map(|c| c.busy_pct() / 100.0).sum();
+    Some((busy - own_cpu_s / delta.interval_s).max(0.0))
+}
+
+/// The CPU-time clock of another thread, if the system provides one.
+pub fn thread_clock(thread: libc::pthread_t) -> Option<libc::clockid_t> {
+    let mut id: libc::clockid_t = 0;
+    // SAFETY: `thread` is a live thread (the caller holds its join handle); `id` is writable.
+    (unsafe { libc::pthread_getcpuclockid(thread, &mut id) } == 0).then_some(id)
+}
+
+/// A start line that threads wait at until it opens. Unlike a barrier it can always be opened,
+/// also on an error path with fewer threads than planned, so no thread is left waiting for a
+/// sibling that never started.
+#[derive(Debug, Default)]
+pub struct Gate {
+    open: Mutex<bool>,
+    cv: Condvar,
+}
+
+impl Gate {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Blocks until [`Gate::open`] has been called (returns at once after that).
+    pub fn wait(&self) {
+        let mut g = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        while !*g {
+            g = self.cv.wait(g).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    pub fn open(&self) {
+        *self.open.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        self.cv.notify_all();
+    }
+}
+
+/// What one worker did during its interval.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct WorkerOutcome {
+    /// Complete events.
+    pub events: u64,
+    /// From the start gate to the end of the last event, as this thread measured it.
+    pub interval_s: f64,
+    /// CPU time the thread used in that interval.
+    pub cpu_s: f64,
+}
+
+/// Runs prime events from the gate's opening until `stop` is set.
+pub fn run_worker(start: &Gate, stop: &AtomicBool, max_prime: u64) -> WorkerOutcome {
+    start.wait();
+    let t0 = Instant::now();
+    let c0 = thread_cpu_s();
+    let mut events = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        black_box(prime_event(black_box(max_prime)));
+        events += 1;
+    }
+    WorkerOutcome {
+        events,
+        interval_s: t0.elapsed().as_secs_f64(),
+        cpu_s: thread_cpu_s() - c0,
+    }
+}
+
+/// A burner's duty cycle.
+#[derive(Clone, Copy, Debug)]
+pub struct Duty {
+    /// Fraction of the period spent busy, 0 < fraction <= 1.
+    pub fraction: f64,
+    /// One busy + sleep cycle.
+    pub period: Duration,
+}
+
+/// Spins (and sleeps, below 100% duty) until `stop` is set. Pins itself first when asked.
+pub fn run_burner(stop: &AtomicBool, duty: Duty, cpu: Option<u32>) {
+    if let Some(c) = cpu {
+        // Validated against the allowed set before any thread started; if the kernel still
+        // refuses, the burner runs unpinned rather than not at all.
+        let _ = crate::affinity::pin_self(c);
+    }
+    let busy_s = duty.fraction * duty.period.as_secs_f64();
+    let sleep = duty.period.mul_f64((1.0 - duty.fraction).max(0.0));
+    let mut x = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        if duty.fraction >= 1.0 {
+            for _ in 0..4096 {
+                x = black_box(x.wrapping_add(1));
+            }
+            continue;
+        }
+        let until = thread_cpu_s() + busy_s;
+        while thread_cpu_s() < until && !stop.load(Ordering::Relaxed) {
+            for _ in 0..4096 {
+                x = black_box(x.wrapping_add(1));
+            }
+        }
+        std::thread::sleep(sleep);
+    }
+    black_box(x);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prime_event_counts_primes() {
+        // Primes in 3..=100: 24 (25 below 100, minus 2).
+        assert_eq!(prime_event(100), 24);
+        assert_eq!(prime_event(10), 3);
+    }
+
+    #[test]
+    fn worker_counts_and_measures_its_own_interval() {
+        let b = Gate::new();
+        let stop = AtomicBool::new(false);
+        let out = std::thread::scope(|s| {
+            let h = s.spawn(|| run_worker(&b, &stop, 1000));
+            b.open();
+            std::thread::sleep(Duration::from_millis(30));
+            stop.store(true, Ordering::Relaxed);
+            h.join().unwrap()
+        });
+        assert!(out.events > 0);
+        assert!(out.interval_s > 0.0 && out.cpu_s >= 0.0);
+    }
+}

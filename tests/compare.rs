@@ -1,0 +1,210 @@
+//! `cpulab compare` on literal result documents: which differences are beyond noise, which way
+//! is worse, the CI gate, and every kind of broken input.
+
+use assert_cmd::Command;
+use serde_json::{Value, json};
+use std::path::PathBuf;
+
+fn doc(kind: &str, same_cpu: &[f64], cross: &[f64], tps: &[f64]) -> Value {
+    json!({
+        "cpulab_schema": 1,
+        "kind": kind,
+        "conditions": {"kernel": "6.1.0", "noisy": false},
+        "runs": [
+            {"method": "pipe", "class": "same-cpu", "cpus": "0:0", "batch_means_ns": same_cpu},
+            {"method": "pipe", "class": "shared-llc", "cpus": "0:1", "batch_means_ns": cross}
+        ],
+        "throughput": {"tps": {"samples": tps}},
+        "unlabelled_ns": 12.0
+    })
+}
+
+fn write(dir: &tempfile::TempDir, name: &str, text: &str) -> PathBuf {
+    let p = dir.path().join(name);
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+fn cpulab() -> Command {
+    Command::cargo_bin("cpulab").unwrap()
+}
+
+fn compare_json(a: &Value, b: &Value) -> Value {
+    let dir = tempfile::tempdir().unwrap();
+    let pa = write(&dir, "a.json", &a.to_string());
+    let pb = write(&dir, "b.json", &b.to_string());
+    let out = cpulab()
+        .arg("compare")
+        .arg(&pa)
+        .arg(&pb)
+        .arg("--json")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn figure<'a>(c: &'a Value, path: &str) -> &'a Value {
+    c["figures"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["path"] == path)
+        .unwrap_or_else(|| panic!("no figure {path} in {c:#}"))
+}
+
+const SAME: &str = "runs[method=pipe,class=same-cpu,cpus=0:0].batch_means_ns";
+const CROSS: &str = "runs[method=pipe,class=shared-llc,cpus=0:1].batch_means_ns";
+
+#[test]
+fn significant_and_insignificant_changes_are_told_apart() {
+    let a = doc(
+        "pingpong",
+        &[5000., 5010., 4990., 5005., 4995.],
+        &[42e3, 43e3, 41e3, 42.5e3],
+        &[100., 101., 99.],
+    );
+    // Same-CPU 20% slower and tight: worse. Cross-CPU noisy and overlapping: within noise.
+    // Throughput up by 10% and tight: better (a rate, so higher is better).
+    let b = doc(
+        "pingpong",
+        &[6000., 6010., 5990., 6005., 5995.],
+        &[40e3, 45e3, 39e3, 44e3],
+        &[110., 111., 109.],
+    );
+    let c = compare_json(&a, &b);
+    assert_eq!(c["cpulab_schema"], 1);
+    assert_eq!(c["kind"], "compare");
+    assert!(c["method"].as_str().unwrap().contains("Welch"));
+    let same = figure(&c, SAME);
+    assert_eq!(same["verdict"], "worse");
+    assert_eq!(same["test"], "welch");
+    assert_eq!(same["worse_when"], "higher");
+    assert!((same["ratio"].as_f64().unwrap() - 1.2).abs() < 1e-3);
+    assert!(same["p_value"].as_f64().unwrap() < 0.05);
+    assert_eq!(figure(&c, CROSS)["verdict"], "same");
+    let tps = figure(&c, "throughput.tps");
+    assert_eq!(tps["worse_when"], "lower");
+    assert_eq!(tps["verdict"], "better");
+    assert_eq!(figure(&c, "unlabelled_ns")["verdict"], "untested");
+    assert_eq!(c["context_differences"].as_array().unwrap().len(), 0);
+}
+
+#[test]
+fn runs_pair_up_by_identity_in_any_order() {
+    let a = doc("pingpong", &[1., 2., 3.], &[10., 11., 12.], &[1., 2.]);
+    let mut b = a.clone();
+    b["runs"].as_array_mut().unwrap().reverse();
+    b["conditions"]["kernel"] = json!("6.9.0");
+    let c = compare_json(&a, &b);
+    assert_eq!(figure(&c, SAME)["ratio"], 1.0);
+    assert_eq!(figure(&c, CROSS)["ratio"], 1.0);
+    assert_eq!(c["context_differences"][0][0], "conditions.kernel");
+}
+
+#[test]
+fn fail_on_regression_exits_1_only_beyond_threshold_and_noise() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = doc(
+        "pingpong",
+        &[5000., 5010., 4990., 5005., 4995.],
+        &[1., 2., 3.],
+        &[1., 2.],
+    );
+    let b = doc(
+        "pingpong",
+        &[6000., 6010., 5990., 6005., 5995.],
+        &[1., 2., 3.],
+        &[1., 2.],
+    );
+    let (pa, pb) = (
+        write(&dir, "a.json", &a.to_string()),
+        write(&dir, "b.json", &b.to_string()),
+    );
+    cpulab()
+        .args(["compare", "--fail-on-regression", "10"])
+        .arg(&pa)
+        .arg(&pb)
+        .assert()
+        .code(1)
+        .stderr(predicates::str::contains("got worse by more than 10%"));
+    // 20% worse does not fail a 25% gate; the reverse direction is an improvement.
+    cpulab()
+        .args(["compare", "--fail-on-regression", "25"])
+        .arg(&pa)
+        .arg(&pb)
+        .assert()
+        .code(0);
+    cpulab()
+        .args(["compare", "--fail-on-regression", "1"])
+        .arg(&pb)
+        .arg(&pa)
+        .assert()
+        .code(0);
+    // The JSON document still comes out whole before the failing exit code.
+    let out = cpulab()
+        .args(["compare", "--json", "--fail-on-regression", "10"])
+        .arg(&pa)
+        .arg(&pb)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let c: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(c["regressions"][0], SAME);
+}
+
+#[test]
+fn broken_inputs_exit_2_with_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = doc("pingpong", &[1., 2.], &[1., 2.], &[1., 2.]).to_string();
+    let pg = write(&dir, "good.json", &good);
+    let cases = [
+        (
+            "truncated.json",
+            good[..good.len() / 2].to_string(),
+            "truncated",
+        ),
+        ("garbage.json", "hello".to_string(), "not valid JSON"),
+        (
+            "foreign.json",
+            r#"{"name": "not ours"}"#.to_string(),
+            "not a cpulab result",
+        ),
+        (
+            "future.json",
+            r#"{"cpulab_schema": 2, "kind": "pingpong"}"#.to_string(),
+            "schema 2",
+        ),
+        (
+            "other_kind.json",
+            doc("oscost", &[1., 2.], &[1., 2.], &[1., 2.]).to_string(),
+            "same kind",
+        ),
+    ];
+    for (name, text, want) in cases {
+        let p = write(&dir, name, &text);
+        let out = cpulab().arg("compare").arg(&pg).arg(&p).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{name}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(want), "{name}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{name}: {err}");
+        assert!(!err.contains("panicked"));
+    }
+    let out = cpulab()
+        .arg("compare")
+        .arg(&pg)
+        .arg(dir.path().join("missing.json"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    cpulab()
+        .args(["compare", "--fail-on-regression", "-3"])
+        .arg(&pg)
+        .arg(&pg)
+        .assert()
+        .code(2);
+}

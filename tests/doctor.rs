@@ -1,0 +1,124 @@
+//! `cpulab doctor --quick` end to end on this machine: one JSON document with the envelope, the
+//! probe, every measurement with raw samples, and findings that each carry evidence and
+//! remedies. Structure and physics only; no timing thresholds.
+
+use assert_cmd::Command;
+use serde_json::Value;
+
+fn doctor(args: &[&str]) -> std::process::Output {
+    Command::cargo_bin("cpulab")
+        .unwrap()
+        .arg("doctor")
+        .args(args)
+        .timeout(std::time::Duration::from_secs(180))
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn quick_json_has_the_documented_structure() {
+    let dir = tempfile::tempdir().unwrap();
+    let html = dir.path().join("doctor.html");
+    let out = doctor(&["--quick", "--json", "--html", html.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !stderr.contains('\u{1b}'),
+        "no progress bar or colour when stderr is not a terminal"
+    );
+    let d: Value = serde_json::from_slice(&out.stdout).expect("exactly one JSON document");
+    assert_eq!(d["cpulab_schema"], 1);
+    assert_eq!(d["kind"], "doctor");
+    assert_eq!(d["mode"], "quick");
+    for key in ["conditions", "probe", "facts", "measurements", "findings"] {
+        assert!(!d[key].is_null(), "missing {key}");
+    }
+    assert!(d["duration_s"].as_f64().unwrap() > 0.0);
+    let m = &d["measurements"];
+    // Every measurement keeps its raw samples, and counters are never negative.
+    for t in m["throughput"].as_array().unwrap() {
+        let s = t["samples_per_s"].as_array().unwrap();
+        assert!(!s.is_empty());
+        assert!(s.iter().all(|v| v.as_f64().unwrap() > 0.0));
+        assert!(
+            t["per_message"]
+                .as_object()
+                .unwrap()
+                .values()
+                .all(|v| v.as_f64().unwrap() >= 0.0)
+        );
+        let ci = &t["messages_per_s"];
+        assert!(ci["ci95_low"].as_f64().unwrap() <= ci["mean"].as_f64().unwrap());
+    }
+    for w in m["wakeup"].as_array().unwrap() {
+        assert!(!w["batch_means_ns"].as_array().unwrap().is_empty());
+        assert!(w["p50_ns"].as_f64().unwrap() <= w["p99_ns"].as_f64().unwrap());
+        assert!(
+            w["per_round_trip"]
+                .as_object()
+                .unwrap()
+                .values()
+                .all(|v| v.as_f64().unwrap() >= 0.0)
+        );
+    }
+    for s in m["counters"]["steal_samples_pct"].as_array().unwrap() {
+        let s = s.as_f64().unwrap();
+        assert!((0.0..=100.0).contains(&s));
+    }
+    for k in m["skipped"].as_array().unwrap() {
+        assert!(
+            !k["reason"].as_str().unwrap().is_empty(),
+            "everything not measured says why"
+        );
+    }
+    for f in d["findings"].as_array().unwrap() {
+        assert!(!f["evidence"].as_array().unwrap().is_empty(), "{f}");
+        assert!(!f["remedies"].as_array().unwrap().is_empty(), "{f}");
+        assert!(
+            f["magnitude"]["text"]
+                .as_str()
+                .is_some_and(|t| !t.is_empty())
+        );
+        assert!(f["magnitude"]["ratio"].as_f64().is_none_or(|r| r >= 1.0));
+    }
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(page.starts_with("<!doctype html>") && !page.contains("<script"));
+    // The saved result renders again, and compares with itself as unchanged.
+    let json = dir.path().join("doctor.json");
+    std::fs::write(&json, &out.stdout).unwrap();
+    Command::cargo_bin("cpulab")
+        .unwrap()
+        .arg("report")
+        .arg(&json)
+        .assert()
+        .success();
+    let c = Command::cargo_bin("cpulab")
+        .unwrap()
+        .args(["compare", "--json", "--fail-on-regression", "0"])
+        .arg(&json)
+        .arg(&json)
+        .output()
+        .unwrap();
+    assert!(c.status.success());
+    let c: Value = serde_json::from_slice(&c.stdout).unwrap();
+    assert!(
+        c["figures"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|f| f["verdict"] != "worse")
+    );
+}
+
+#[test]
+fn bad_presets_are_bad_input() {
+    let out = doctor(&["--with", "redis", "--quick"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown preset"));
+    let out = doctor(&["--quick", "--thorough"]);
+    assert_eq!(out.status.code(), Some(2));
+}

@@ -1,0 +1,340 @@
+//! `cpulab pair` end to end: the real binary against real PostgreSQL, Apache, nginx and the
+//! built-in HTTP pair, briefly (one second per run, one run per placement through a hidden flag).
+//! Assertions are on structure and physics, never on how fast anything is. Presets whose programs
+//! are missing are skipped with the reason printed. What is left behind when a run fails or is
+//! interrupted is tested in `pair_cleanup.rs`.
+
+use assert_cmd::Command;
+use cpulab::pair::{Preset, preset_available};
+use serde_json::Value;
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// The machine has two vCPUs: servers and clients of parallel tests would only slow each other
+/// into timeouts. Tests that run a pair take this lock.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Command-line words from one string (for arguments without spaces).
+fn w(s: &str) -> Vec<&str> {
+    s.split_whitespace().collect()
+}
+
+fn cpulab() -> Command {
+    Command::cargo_bin("cpulab").unwrap()
+}
+
+const BRIEF: &[&str] = &[
+    "pair",
+    "--duration",
+    "1",
+    "--repeat",
+    "1",
+    "--allow-few-repeats",
+    "--no-load-check",
+    "--quiet",
+    "--json",
+];
+
+fn skip(preset: Preset) -> bool {
+    match preset_available(preset) {
+        Ok(()) => false,
+        Err(why) => {
+            eprintln!("skipped: {why}");
+            true
+        }
+    }
+}
+
+fn have(program: &str) -> bool {
+    let found = cpulab::pair::presets::find_program(program).is_some();
+    if !found {
+        eprintln!("skipped: `{program}` is not installed");
+    }
+    found
+}
+
+fn run_json(extra: &[&str]) -> Value {
+    let out = cpulab()
+        .args(BRIEF)
+        .args(extra)
+        .timeout(Duration::from_secs(180))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "cpulab pair {extra:?} failed: {stderr}"
+    );
+    serde_json::from_slice(&out.stdout).expect("one JSON document on stdout")
+}
+
+fn f(v: &Value) -> f64 {
+    v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"))
+}
+
+/// Structure and physics every report must satisfy.
+fn check_report(r: &Value) {
+    assert!(r["conditions"]["kernel"].is_string());
+    let placements = r["placements"].as_array().unwrap();
+    assert!(!placements.is_empty());
+    let labels: Vec<&str> = placements
+        .iter()
+        .map(|p| p["placement"]["label"].as_str().unwrap())
+        .collect();
+    assert!(
+        labels.contains(&r["best"].as_str().unwrap()),
+        "best is one of the placements"
+    );
+    for p in placements {
+        let m = &p["metric"];
+        assert!(f(&m["ci95_low"]) <= f(&m["mean"]) && f(&m["mean"]) <= f(&m["ci95_high"]));
+        assert!(f(&m["mean"]) > 0.0, "throughput is positive");
+        assert!(
+            f(&p["ratio_to_best"]) >= 1.0 - 1e-9,
+            "nothing beats the best"
+        );
+        for (k, v) in p["per_transaction"].as_object().unwrap() {
+            assert!(f(v) >= 0.0, "{k} per transaction is not negative");
+        }
+        let runs = p["runs"].as_array().unwrap();
+        assert!(!runs.is_empty(), "raw runs are kept");
+        for run in runs {
+            assert!(f(&run["value"]) > 0.0);
+            assert!(run["transactions"].as_u64().unwrap() > 0);
+            assert!(f(&run["client_elapsed_s"]) > 0.0);
+            let sys = &run["system"];
+            assert!(f(&sys["interval_s"]) > 0.0);
+            for shares in sys["cpu_time"].as_object().unwrap().values() {
+                for k in ["user_pct", "system_pct", "steal_pct", "idle_pct"] {
+                    let v = f(&shares[k]);
+                    assert!((0.0..=100.0 + 1e-9).contains(&v), "{k} = {v}");
+                }
+            }
+            for side in ["server", "client"] {
+                let c = &run[side];
+                if c.is_null() {
+                    continue;
+                }
+                assert!(f(&c["user_s"]) >= 0.0 && f(&c["system_s"]) >= 0.0);
+                assert!(c["voluntary_switches"].as_u64().is_some());
+                if let Some(perf) = c["perf"].as_object() {
+                    assert!(perf["context_switches"].as_u64().is_some());
+                    assert!(f(&perf["task_clock_s"]) >= 0.0);
+                }
+            }
+        }
+        // A server pinned to one CPU ran there and nowhere else, with every process it forked.
+        let pinned = p["placement"]["server_cpus"].as_str();
+        if let Some(cpu) = pinned.filter(|c| c.parse::<u32>().is_ok()) {
+            assert_eq!(
+                p["server_cpus_seen"].as_str(),
+                Some(cpu),
+                "{}",
+                p["placement"]["label"]
+            );
+        }
+    }
+}
+
+fn placement<'a>(r: &'a Value, class: &str) -> Option<&'a Value> {
+    r["placements"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["placement"]["class"] == class)
+}
+
+#[test]
+fn pgbench_select1_under_every_placement() {
+    if skip(Preset::Pgbench) {
+        return;
+    }
+    let _g = serial();
+    // --perf: exact counts of the backend, which ends with the client.
+    let r = run_json(&w("--preset pgbench --workload select1 --perf"));
+    check_report(&r);
+    assert_eq!(r["experiment"]["metric_unit"], "tps");
+    let n = r["placements"].as_array().unwrap().len();
+    assert!(n >= 2, "same CPU and unpinned at least");
+    // On one CPU a blocking round trip switches out each end at least once per transaction.
+    let same = placement(&r, "same-cpu").expect("a same-cpu placement");
+    let t = &same["per_transaction"];
+    assert!(f(&t["client_context_switches"]) >= 0.9, "{t}");
+    let run = &same["runs"][0];
+    assert!(
+        run["server"]["processes"].as_u64().unwrap() >= 2,
+        "postmaster and its backend"
+    );
+    if run["server"]["perf"].is_object() {
+        assert!(f(&t["server_context_switches"]) >= 0.9, "{t}");
+    }
+    assert!(run["transactions_reported"].as_bool().unwrap());
+}
+
+#[test]
+fn pgbench_readonly_loads_and_runs() {
+    if skip(Preset::Pgbench) {
+        return;
+    }
+    let _g = serial();
+    let r = run_json(&w(
+        "--preset pgbench --workload readonly --scale 1 --pairs 0:0",
+    ));
+    check_report(&r);
+    let workload = r["experiment"]["workload"].as_str().unwrap();
+    assert!(workload.contains("readonly"));
+    // Without perf the backend is found by sampling /proc.
+    let run = &r["placements"][0]["runs"][0];
+    assert!(run["server"]["perf"].is_null());
+    assert!(
+        run["server"]["processes"].as_u64().unwrap() >= 2,
+        "postmaster and its backend"
+    );
+    assert!(run["server"]["voluntary_switches"].as_u64().unwrap() > 0);
+}
+
+#[test]
+fn http_apache_with_ab() {
+    if !(have("apache2") && have("ab")) {
+        return;
+    }
+    let _g = serial();
+    let r = run_json(&w("--preset http --http-server apache --http-client ab"));
+    check_report(&r);
+    assert!(
+        r["experiment"]["server"]
+            .as_str()
+            .unwrap()
+            .contains("Apache")
+    );
+    assert_eq!(r["experiment"]["metric_unit"], "requests/s");
+}
+
+#[test]
+fn http_nginx_with_wrk() {
+    if !(have("nginx") && have("wrk")) {
+        return;
+    }
+    let _g = serial();
+    let r = run_json(&w(
+        "--preset http --http-server nginx --http-client wrk --pairs 0:0,any:any",
+    ));
+    check_report(&r);
+    assert_eq!(r["experiment"]["metric_parser"], "wrk");
+}
+
+#[test]
+fn http_builtin_server_and_client_need_nothing_installed() {
+    let _g = serial();
+    let r = run_json(&w(
+        "--preset http --http-server builtin --http-client builtin --pairs 0:0,any:any",
+    ));
+    check_report(&r);
+    let run = &r["placements"][0]["runs"][0];
+    assert_eq!(
+        run["server"]["threads"], 1,
+        "the built-in server is one thread"
+    );
+}
+
+#[test]
+fn redis_preset() {
+    if skip(Preset::Redis) {
+        return;
+    }
+    let _g = serial();
+    let r = run_json(&w("--preset redis --pairs 0:0,any:any"));
+    check_report(&r);
+    assert_eq!(r["experiment"]["metric_parser"], "redis-benchmark");
+    assert!(
+        r["placements"][0]["runs"][0]["transactions_reported"]
+            .as_bool()
+            .unwrap()
+    );
+}
+
+#[test]
+fn generic_pair_with_custom_metric() {
+    let _g = serial();
+    let r = run_json(&[
+        "--server",
+        "sleep 600",
+        "--ready-cmd",
+        "true",
+        "--client",
+        "sleep 0.3; echo 'rate: 42 ops'",
+        "--shell",
+        "--metric",
+        r"rate: (?P<value>[0-9]+)",
+        "--metric-unit",
+        "ops/s",
+        "--pairs",
+        "0:0,any:any",
+        "--no-warmup",
+    ]);
+    check_report(&r);
+    assert_eq!(f(&r["placements"][0]["metric"]["mean"]), 42.0);
+    assert_eq!(r["experiment"]["metric_unit"], "ops/s");
+    assert!(
+        r["experiment"]["duration_s"].is_null(),
+        "a generic client times itself"
+    );
+}
+
+fn exit_2(args: &[&str], env_path: Option<&str>) -> String {
+    let mut cmd = cpulab();
+    cmd.args(args);
+    if let Some(p) = env_path {
+        cmd.env("CPULAB_PATH", p);
+    }
+    let out = cmd.output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+    assert!(!err.contains("panicked"), "{err}");
+    err
+}
+
+#[test]
+fn missing_programs_are_bad_input_naming_the_package() {
+    let err = exit_2(
+        &w("pair --preset pgbench --no-load-check"),
+        Some("/nonexistent"),
+    );
+    assert!(
+        err.contains("postgresql") && err.lines().count() == 1,
+        "{err}"
+    );
+    let err = exit_2(
+        &w("pair --preset http --http-client ab"),
+        Some("/nonexistent"),
+    );
+    assert!(err.contains("apache2-utils"), "{err}");
+    let err = exit_2(
+        &w("pair --server no-such-server-xyz --ready-port 1 --client ab"),
+        None,
+    );
+    assert!(err.contains("no-such-server-xyz"), "{err}");
+}
+
+#[test]
+fn bad_usage_is_exit_2() {
+    for args in [
+        "pair --preset pgbench --repeat 2",
+        "pair --preset pgbench --pairs 0:99",
+        "pair --preset pgbench --pairs 0",
+        "pair --preset http --workload select1",
+        "pair --server x --client ab",
+        "pair --server 'unbalanced --client ab --ready-port 1",
+        "pair",
+    ] {
+        exit_2(&w(args), None);
+    }
+    exit_2(
+        &w("pair --server x --client ab --ready-port 1 --metric nogroup"),
+        None,
+    );
+}
