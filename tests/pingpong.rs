@@ -100,7 +100,9 @@ fn assert_physics(run: &Value) {
 #[test]
 fn json_has_the_documented_structure_and_physics() {
     let doc = pingpong_json(&["--method", "pipe,spin"]);
-    for key in ["conditions", "settings", "cpus", "runs", "skipped"] {
+    assert_eq!(doc["cpulab_schema"], 1);
+    assert_eq!(doc["kind"], "pingpong");
+    for key in ["conditions", "settings", "cpus", "timer", "runs", "skipped"] {
         assert!(doc.get(key).is_some(), "missing {key}");
     }
     assert!(doc["conditions"]["kernel"].is_string());

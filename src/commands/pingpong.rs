@@ -10,6 +10,7 @@ use crate::error::bad_input;
 use crate::machine::Machine;
 use crate::output::{self, Style};
 use crate::pingpong::{self, Endpoints, Method, PairSpec, PingpongSettings, Placement};
+use crate::report::envelope::{Envelope, Kind};
 use anyhow::Result;
 
 /// Round-trip cost between two endpoints for every placement class, with the counters that
@@ -130,7 +131,7 @@ pub fn run(args: Args, g: &Global) -> Result<()> {
     };
     let report = pingpong::run(&machine, &settings, &progress)?;
     if args.json {
-        output::print_json(&report)
+        output::print_json(&Envelope::new(Kind::Pingpong, &report))
     } else {
         output::print_text(&pingpong::render::render(&report, &Style::new()))
     }
