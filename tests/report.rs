@@ -415,11 +415,12 @@ fn a_saved_pingpong_result_renders_its_charts() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let mut doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    // Until every command writes the envelope itself, add it (a no-op once it does).
-    let o = doc.as_object_mut().unwrap();
-    o.entry("cpulab_schema").or_insert(1.into());
-    o.entry("kind").or_insert("pingpong".into());
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        doc["cpulab_schema"], 1,
+        "pingpong --json carries the envelope"
+    );
+    assert_eq!(doc["kind"], "pingpong");
     let dir = tempfile::tempdir().unwrap();
     let (json, html) = (dir.path().join("pp.json"), dir.path().join("pp.html"));
     std::fs::write(&json, doc.to_string()).unwrap();
