@@ -185,7 +185,7 @@ pub fn measurements(s: &Style, m: &Measurements) -> String {
         out += &format!("{}\n", s.bold("Share check"));
         out += &wrap(
             &format!(
-                "{} CPU-bound workers each got {} of a CPU against one alone; fair-share model {:.2}; steal {:.1}%",
+                "{} CPU-bound workers side by side each ran at {} the speed of one worker alone; fair-share model {:.2}; steal {:.1}%",
                 sh.workers,
                 plain_ci(&sh.share, 2),
                 sh.model_share,
@@ -193,6 +193,16 @@ pub fn measurements(s: &Style, m: &Measurements) -> String {
             ),
             2,
         );
+        if sh.share.ci95_low > 1.0 {
+            // No worker can get more than its CPU: a ratio above 1 beyond noise means the
+            // single-worker baseline itself ran slow, which this guest cannot see the cause of.
+            out += &wrap(
+                "above 1 beyond noise: the one-worker baseline ran slower than each worker of the \
+                 group, so the speed of a vCPU varied during the check (the host's frequency or \
+                 its other load); compare `cpulab share` runs before drawing conclusions",
+                2,
+            );
+        }
         out += "\n";
     }
     if !m.scaling.is_empty() {
