@@ -95,3 +95,31 @@ pub fn fmt_ns(ns: f64) -> String {
         format!("{:.2} s", ns / 1e9)
     }
 }
+
+/// The progress callback every measuring command hands its experiment: warnings and notes go
+/// to stderr unless `--quiet`; ordinary progress lines only when stderr is a terminal.
+pub fn progress_printer(quiet: bool) -> impl Fn(&str) {
+    let show_progress = !quiet && stderr_is_terminal();
+    move |msg: &str| {
+        if msg.starts_with("warning:") || msg.starts_with("note:") {
+            status(quiet, msg);
+        } else if show_progress {
+            eprintln!("{msg}");
+        }
+    }
+}
+
+/// Prints a result: with `json`, one enveloped document (`cpulab_schema`, `kind`); otherwise
+/// the text `render` makes of it.
+pub fn emit<T: Serialize>(
+    json: bool,
+    kind: crate::report::envelope::Kind,
+    report: &T,
+    render: impl FnOnce(&T) -> String,
+) -> Result<()> {
+    if json {
+        print_json(&crate::report::envelope::Envelope::new(kind, report))
+    } else {
+        print_text(&render(report))
+    }
+}

@@ -5,6 +5,7 @@ use crate::error::bad_input;
 use crate::machine::Machine;
 use crate::oscost::{self, OscostReport, OscostSettings};
 use crate::output::{self, fmt_ns};
+use crate::report::envelope::Kind;
 use anyhow::Result;
 use comfy_table::{CellAlignment, Table, presets};
 use std::time::Duration;
@@ -82,21 +83,8 @@ pub fn settings(args: &Args, machine: &Machine) -> Result<OscostSettings> {
 pub fn run(args: Args, g: &Global) -> Result<()> {
     let machine = Machine::detect(&g.root)?;
     let settings = settings(&args, &machine)?;
-    let show = !g.quiet && output::stderr_is_terminal();
-    let progress = |m: &str| {
-        if show {
-            eprintln!("{m}");
-        }
-    };
-    let report = oscost::run(&machine, &settings, &progress)?;
-    if args.json {
-        output::print_json(&crate::report::envelope::Envelope::new(
-            crate::report::envelope::Kind::Oscost,
-            &report,
-        ))
-    } else {
-        output::print_text(&render(&report))
-    }
+    let report = oscost::run(&machine, &settings, &output::progress_printer(g.quiet))?;
+    output::emit(args.json, Kind::Oscost, &report, render)
 }
 
 /// The human report: one row per primitive, the frequency probe, the platform, how to read it.

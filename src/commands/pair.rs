@@ -276,12 +276,10 @@ pub fn run(args: Args, g: &Global) -> Result<()> {
             return Err(e);
         }
     };
-    if args.flags.json {
-        output::print_json(&crate::report::envelope::Envelope::new(
-            crate::report::envelope::Kind::Pair,
-            &report,
-        ))
-    } else {
-        output::print_text(&crate::pair::report::render(&report, &output::Style::new()))
-    }
+    output::emit(
+        args.flags.json,
+        crate::report::envelope::Kind::Pair,
+        &report,
+        |r| crate::pair::report::render(r, &output::Style::new()),
+    )
 }

@@ -10,7 +10,7 @@ use crate::error::bad_input;
 use crate::machine::Machine;
 use crate::output::{self, Style};
 use crate::pingpong::{self, Endpoints, Method, PairSpec, PingpongSettings, Placement};
-use crate::report::envelope::{Envelope, Kind};
+use crate::report::envelope::Kind;
 use anyhow::Result;
 
 /// Round-trip cost between two endpoints for every placement class, with the counters that
@@ -121,18 +121,8 @@ pub fn settings(args: &Args, machine: &Machine) -> Result<PingpongSettings> {
 pub fn run(args: Args, g: &Global) -> Result<()> {
     let machine = Machine::detect(&g.root)?;
     let settings = settings(&args, &machine)?;
-    let show_progress = !g.quiet && output::stderr_is_terminal();
-    let progress = |msg: &str| {
-        if msg.starts_with("warning:") || msg.starts_with("note:") {
-            output::status(g.quiet, msg);
-        } else if show_progress {
-            eprintln!("{msg}");
-        }
-    };
-    let report = pingpong::run(&machine, &settings, &progress)?;
-    if args.json {
-        output::print_json(&Envelope::new(Kind::Pingpong, &report))
-    } else {
-        output::print_text(&pingpong::render::render(&report, &Style::new()))
-    }
+    let report = pingpong::run(&machine, &settings, &output::progress_printer(g.quiet))?;
+    output::emit(args.json, Kind::Pingpong, &report, |r| {
+        pingpong::render::render(r, &Style::new())
+    })
 }

@@ -5,6 +5,7 @@ use crate::cpulist::CpuSet;
 use crate::error::bad_input;
 use crate::machine::Machine;
 use crate::output;
+use crate::report::envelope::Kind;
 use crate::scale::{self, Contention, Policy, ScaleReport, ScaleSettings, Workload};
 use crate::stats::MeanCi;
 use anyhow::Result;
@@ -114,21 +115,8 @@ pub fn settings(args: &Args, machine: &Machine) -> Result<ScaleSettings> {
 pub fn run(args: Args, g: &Global) -> Result<()> {
     let machine = Machine::detect(&g.root)?;
     let settings = settings(&args, &machine)?;
-    let show = !g.quiet && output::stderr_is_terminal();
-    let progress = |m: &str| {
-        if show {
-            eprintln!("{m}");
-        }
-    };
-    let report = scale::run(&machine, &settings, &progress)?;
-    if args.json {
-        output::print_json(&crate::report::envelope::Envelope::new(
-            crate::report::envelope::Kind::Scale,
-            &report,
-        ))
-    } else {
-        output::print_text(&render(&report))
-    }
+    let report = scale::run(&machine, &settings, &output::progress_printer(g.quiet))?;
+    output::emit(args.json, Kind::Scale, &report, render)
 }
 
 fn ci(m: &Option<MeanCi>, digits: usize) -> String {

@@ -4,6 +4,7 @@ use crate::cli::Global;
 use crate::error::bad_input;
 use crate::machine::Machine;
 use crate::output;
+use crate::report::envelope::Kind;
 use crate::share::{self, ShareReport, ShareSettings};
 use crate::stats::MeanCi;
 use anyhow::Result;
@@ -74,21 +75,8 @@ fn secs(v: f64, flag: &str) -> Result<Duration> {
 pub fn run(args: Args, g: &Global) -> Result<()> {
     let machine = Machine::detect(&g.root)?;
     let settings = settings(&args, &machine)?;
-    let show = !g.quiet && output::stderr_is_terminal();
-    let progress = |m: &str| {
-        if show {
-            eprintln!("{m}");
-        }
-    };
-    let report = share::run(&machine, &settings, &progress)?;
-    if args.json {
-        output::print_json(&crate::report::envelope::Envelope::new(
-            crate::report::envelope::Kind::Share,
-            &report,
-        ))
-    } else {
-        output::print_text(&render(&report))
-    }
+    let report = share::run(&machine, &settings, &output::progress_printer(g.quiet))?;
+    output::emit(args.json, Kind::Share, &report, render)
 }
 
 fn pct(v: f64) -> String {
