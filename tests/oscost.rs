@@ -1,6 +1,8 @@
 //! `cpulab oscost` end to end: JSON structure and physics, bad input. No timing thresholds.
 
-use assert_cmd::Command;
+mod common;
+
+use common::{cpulab, run_json};
 use serde_json::Value;
 
 const NAMES: &[&str] = &[
@@ -15,27 +17,8 @@ const NAMES: &[&str] = &[
     "mmap_munmap_64k",
 ];
 
-fn cpulab() -> Command {
-    Command::cargo_bin("cpulab").unwrap()
-}
-
 fn oscost_json(args: &[&str]) -> Value {
-    let out = cpulab()
-        .args(["oscost", "--json", "--quiet"])
-        .args(args)
-        .timeout(std::time::Duration::from_secs(120))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: Value = serde_json::from_slice(&out.stdout).expect("exactly one JSON document");
-    // The document reads back into the library's result type (what `compare` and the doctor do).
-    serde_json::from_value::<cpulab::oscost::OscostReport>(v.clone())
-        .expect("JSON matches the result type");
-    v
+    run_json::<cpulab::oscost::OscostReport>("oscost", args, 120)
 }
 
 #[test]

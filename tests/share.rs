@@ -1,29 +1,12 @@
 //! `cpulab share` end to end: JSON structure and physics, bad input. No timing thresholds.
 
-use assert_cmd::Command;
+mod common;
+
+use common::{cpulab, run_json};
 use serde_json::Value;
 
-fn cpulab() -> Command {
-    Command::cargo_bin("cpulab").unwrap()
-}
-
 fn share_json(args: &[&str]) -> Value {
-    let out = cpulab()
-        .args(["share", "--json", "--quiet"])
-        .args(args)
-        .timeout(std::time::Duration::from_secs(60))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: Value = serde_json::from_slice(&out.stdout).expect("exactly one JSON document");
-    // The document reads back into the library's result type (what `compare` and the doctor do).
-    serde_json::from_value::<cpulab::share::ShareReport>(v.clone())
-        .expect("JSON matches the result type");
-    v
+    run_json::<cpulab::share::ShareReport>("share", args, 60)
 }
 
 #[test]
