@@ -5,34 +5,23 @@
 //! The server runs as given (as root it stays root: that is the user's choice), pinned before
 //! exec like every server, and is ready when the readiness check passes.
 
-use super::{ClientKind, Env, ProcessServer, Server, Setup};
-use crate::cpulist::CpuSet;
+use super::{ClientKind, Env, ProcessBacked, ProcessServer, Setup};
 use crate::pair::metric::Metric;
-use crate::pair::observe::Target;
 use crate::pair::procs::Launch;
 use crate::pair::settings::Readiness;
 use anyhow::Result;
 
 struct Generic(ProcessServer);
 
-impl Server for Generic {
+impl ProcessBacked for Generic {
     fn describe(&self) -> String {
         format!("`{}`", shell_words::join(&self.0.launch.argv))
     }
-    fn command(&self) -> Vec<String> {
-        self.0.launch.argv.clone()
+    fn process(&self) -> &ProcessServer {
+        &self.0
     }
-    fn start(&mut self, cpus: Option<&CpuSet>, env: &mut Env) -> Result<()> {
-        self.0.start(cpus, env)
-    }
-    fn stop(&mut self, env: &mut Env) {
-        self.0.stop(env)
-    }
-    fn target(&self) -> Option<Target> {
-        self.0.target()
-    }
-    fn check_alive(&mut self) -> Result<()> {
-        self.0.check_alive()
+    fn process_mut(&mut self) -> &mut ProcessServer {
+        &mut self.0
     }
 }
 

@@ -9,11 +9,11 @@
 //! directly comparable), else the built-in client. Configuration, document root, pid file and
 //! error log all live in the run's private directory; nothing listens beyond 127.0.0.1.
 
-use super::{ClientKind, Env, ProcessServer, Server, Setup, builtin, find_program, free_port};
-use crate::cpulist::CpuSet;
+use super::{
+    ClientKind, Env, ProcessBacked, ProcessServer, Server, Setup, builtin, find_program, free_port,
+};
 use crate::error::bad_input;
 use crate::pair::metric::Metric;
-use crate::pair::observe::Target;
 use crate::pair::procs::Launch;
 use crate::pair::settings::{HttpClientKind, HttpServerKind, Readiness};
 use anyhow::{Context, Result};
@@ -36,30 +36,15 @@ struct Web {
     inner: ProcessServer,
 }
 
-impl Server for Web {
+impl ProcessBacked for Web {
     fn describe(&self) -> String {
         format!("{} ({})", self.name, self.inner.launch.argv[0])
     }
-    fn command(&self) -> Vec<String> {
-        self.inner.launch.argv.clone()
+    fn process(&self) -> &ProcessServer {
+        &self.inner
     }
-    fn prepare(&mut self, env: &mut Env) -> Result<()> {
-        if let Some(u) = &self.inner.launch.user {
-            env.scratch.chown_all(u.uid, u.gid)?;
-        }
-        Ok(())
-    }
-    fn start(&mut self, cpus: Option<&CpuSet>, env: &mut Env) -> Result<()> {
-        self.inner.start(cpus, env)
-    }
-    fn stop(&mut self, env: &mut Env) {
-        self.inner.stop(env)
-    }
-    fn target(&self) -> Option<Target> {
-        self.inner.target()
-    }
-    fn check_alive(&mut self) -> Result<()> {
-        self.inner.check_alive()
+    fn process_mut(&mut self) -> &mut ProcessServer {
+        &mut self.inner
     }
 }
 

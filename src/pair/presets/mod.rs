@@ -84,6 +84,47 @@ pub trait Server {
     fn check_alive(&mut self) -> Result<()>;
 }
 
+/// A server that is one external program: all it adds to [`ProcessServer`] is how it describes
+/// itself and what it prepares. Every such type is a [`Server`] through the impl below, so the
+/// start/stop/observe logic lives once, in `ProcessServer`.
+pub trait ProcessBacked {
+    /// What it is, for the report.
+    fn describe(&self) -> String;
+    fn process(&self) -> &ProcessServer;
+    fn process_mut(&mut self) -> &mut ProcessServer;
+    /// One-time preparation; by default, hand the private directory to the server's user.
+    fn prepare(&mut self, env: &mut Env) -> Result<()> {
+        if let Some(u) = &self.process().launch.user {
+            env.scratch.chown_all(u.uid, u.gid)?;
+        }
+        Ok(())
+    }
+}
+
+impl<T: ProcessBacked> Server for T {
+    fn describe(&self) -> String {
+        ProcessBacked::describe(self)
+    }
+    fn command(&self) -> Vec<String> {
+        self.process().launch.argv.clone()
+    }
+    fn prepare(&mut self, env: &mut Env) -> Result<()> {
+        ProcessBacked::prepare(self, env)
+    }
+    fn start(&mut self, cpus: Option<&CpuSet>, env: &mut Env) -> Result<()> {
+        self.process_mut().start(cpus, env)
+    }
+    fn stop(&mut self, env: &mut Env) {
+        self.process_mut().stop(env)
+    }
+    fn target(&self) -> Option<Target> {
+        self.process().target()
+    }
+    fn check_alive(&mut self) -> Result<()> {
+        self.process_mut().check_alive()
+    }
+}
+
 /// How to generate load.
 #[derive(Clone, Debug)]
 pub enum ClientKind {

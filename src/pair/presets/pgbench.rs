@@ -13,10 +13,8 @@
 //! PostgreSQL's fast shutdown (SIGINT) is both its stop and its parent-death signal: it ends
 //! every backend and removes its shared memory; SIGKILL follows if it hangs.
 
-use super::{ClientKind, Env, ProcessServer, Server, Setup, require_program, run_step};
-use crate::cpulist::CpuSet;
+use super::{ClientKind, Env, ProcessBacked, ProcessServer, Setup, require_program, run_step};
 use crate::pair::metric::Metric;
-use crate::pair::observe::Target;
 use crate::pair::procs::{Launch, RunAs};
 use crate::pair::settings::{PgbenchSettings, Readiness, Workload};
 use anyhow::{Context, Result};
@@ -134,16 +132,13 @@ impl Postgres {
     }
 }
 
-impl Server for Postgres {
+impl ProcessBacked for Postgres {
     fn describe(&self) -> String {
         format!(
             "{} ({})",
             self.version,
             self.bindir.join("postgres").display()
         )
-    }
-    fn command(&self) -> Vec<String> {
-        self.inner.launch.argv.clone()
     }
     fn prepare(&mut self, env: &mut Env) -> Result<()> {
         if let Some(u) = &self.user {
@@ -181,17 +176,11 @@ impl Server for Postgres {
         }
         Ok(())
     }
-    fn start(&mut self, cpus: Option<&CpuSet>, env: &mut Env) -> Result<()> {
-        self.inner.start(cpus, env)
+    fn process(&self) -> &ProcessServer {
+        &self.inner
     }
-    fn stop(&mut self, env: &mut Env) {
-        self.inner.stop(env)
-    }
-    fn target(&self) -> Option<Target> {
-        self.inner.target()
-    }
-    fn check_alive(&mut self) -> Result<()> {
-        self.inner.check_alive()
+    fn process_mut(&mut self) -> &mut ProcessServer {
+        &mut self.inner
     }
 }
 

@@ -6,10 +6,8 @@
 //! long that takes (a fifth of the duration on one CPU here, one and a half across two); the
 //! figure is its own requests per second. The report says so and has no `duration_s`.
 
-use super::{ClientKind, Env, ProcessServer, Server, Setup, require_program};
-use crate::cpulist::CpuSet;
+use super::{ClientKind, Env, ProcessBacked, ProcessServer, Setup, require_program};
 use crate::pair::metric::Metric;
-use crate::pair::observe::Target;
 use crate::pair::procs::Launch;
 use crate::pair::settings::Readiness;
 use anyhow::{Context, Result};
@@ -19,30 +17,15 @@ const REQUESTS_PER_S: u64 = 20_000;
 
 struct Redis(ProcessServer);
 
-impl Server for Redis {
+impl ProcessBacked for Redis {
     fn describe(&self) -> String {
         format!("redis-server ({})", self.0.launch.argv[0])
     }
-    fn command(&self) -> Vec<String> {
-        self.0.launch.argv.clone()
+    fn process(&self) -> &ProcessServer {
+        &self.0
     }
-    fn prepare(&mut self, env: &mut Env) -> Result<()> {
-        if let Some(u) = &self.0.launch.user {
-            env.scratch.chown_all(u.uid, u.gid)?;
-        }
-        Ok(())
-    }
-    fn start(&mut self, cpus: Option<&CpuSet>, env: &mut Env) -> Result<()> {
-        self.0.start(cpus, env)
-    }
-    fn stop(&mut self, env: &mut Env) {
-        self.0.stop(env)
-    }
-    fn target(&self) -> Option<Target> {
-        self.0.target()
-    }
-    fn check_alive(&mut self) -> Result<()> {
-        self.0.check_alive()
+    fn process_mut(&mut self) -> &mut ProcessServer {
+        &mut self.0
     }
 }
 
