@@ -48,7 +48,7 @@ fn open_event(
     tid: i32,
     inherit: bool,
     user_only: bool,
-) -> Result<OwnedFd, String> {
+) -> std::io::Result<OwnedFd> {
     let mut attr = [0u8; ATTR_SIZE];
     attr[0..4].copy_from_slice(&kind.to_ne_bytes());
     attr[4..8].copy_from_slice(&(ATTR_SIZE as u32).to_ne_bytes());
@@ -75,20 +75,59 @@ fn open_event(
         )
     };
     if fd < 0 {
-        let e = std::io::Error::last_os_error();
-        return Err(match e.raw_os_error() {
-            Some(libc::ENOENT) | Some(libc::EOPNOTSUPP) | Some(libc::ENODEV) => {
-                "not supported here (no such event: common in VMs)".to_string()
-            }
-            Some(libc::EACCES) | Some(libc::EPERM) => {
-                "permission denied (see /proc/sys/kernel/perf_event_paranoid)".to_string()
-            }
-            Some(libc::ENOSYS) => "perf events are not built into this kernel".to_string(),
-            _ => e.to_string(),
-        });
+        return Err(std::io::Error::last_os_error());
     }
     // SAFETY: fd is a fresh descriptor returned by the kernel and owned by nobody else.
     Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+fn is_denied(e: &std::io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EACCES) | Some(libc::EPERM))
+}
+
+/// Why an event could not be opened, as a kind callers can branch on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Refusal {
+    /// The event does not exist here (no PMU exposed: common in VMs).
+    NotSupported,
+    /// perf_event_paranoid or a security policy forbids it for this user.
+    Denied,
+    /// Anything else (the reason says what).
+    Other,
+}
+
+/// An event that could not be opened.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OpenFailure {
+    pub refusal: Refusal,
+    pub reason: String,
+}
+
+fn failure(e: &std::io::Error) -> OpenFailure {
+    let refusal = match e.raw_os_error() {
+        Some(libc::ENOENT) | Some(libc::EOPNOTSUPP) | Some(libc::ENODEV) => Refusal::NotSupported,
+        _ if is_denied(e) => Refusal::Denied,
+        _ => Refusal::Other,
+    };
+    OpenFailure {
+        refusal,
+        reason: reason(e),
+    }
+}
+
+/// Why an event could not be opened, in words.
+fn reason(e: &std::io::Error) -> String {
+    match e.raw_os_error() {
+        Some(libc::ENOENT) | Some(libc::EOPNOTSUPP) | Some(libc::ENODEV) => {
+            "not supported here (no such event: common in VMs)".to_string()
+        }
+        _ if is_denied(e) => {
+            "permission denied (see /proc/sys/kernel/perf_event_paranoid)".to_string()
+        }
+        Some(libc::ENOSYS) => "perf events are not built into this kernel".to_string(),
+        _ => e.to_string(),
+    }
 }
 
 fn read_counter(fd: &OwnedFd) -> Option<u64> {
@@ -108,15 +147,18 @@ fn open_best(
     config: u64,
     tid: i32,
     inherit: bool,
-) -> Result<(String, OwnedFd), String> {
+) -> Result<(String, OwnedFd), OpenFailure> {
     match open_event(kind, config, tid, inherit, false) {
         Ok(fd) => Ok((name.to_string(), fd)),
-        Err(e) if kind == PERF_TYPE_HARDWARE && e.starts_with("permission") => {
-            open_event(kind, config, tid, inherit, true)
-                .map(|fd| (format!("{name}:u"), fd))
-                .map_err(|e2| if e2.starts_with("permission") { e } else { e2 })
+        Err(e) if kind == PERF_TYPE_HARDWARE && is_denied(&e) => {
+            match open_event(kind, config, tid, inherit, true) {
+                Ok(fd) => Ok((format!("{name}:u"), fd)),
+                // Still refused: say so, not the user-only retry's own error.
+                Err(e2) if is_denied(&e2) => Err(failure(&e)),
+                Err(e2) => Err(failure(&e2)),
+            }
         }
-        Err(e) => Err(e),
+        Err(e) => Err(failure(&e)),
     }
 }
 
@@ -140,7 +182,7 @@ impl PerfCounters {
                     open.push((label, fd, start));
                 }
                 Err(e) => {
-                    unavailable.insert(name.to_string(), e);
+                    unavailable.insert(name.to_string(), e.reason);
                 }
             }
         }
@@ -161,8 +203,8 @@ impl PerfCounters {
 /// Whether hardware and software counters can be opened on this machine, for the probe.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct PerfAvailability {
-    pub software: Result<(), String>,
-    pub hardware: Result<(), String>,
+    pub software: Result<(), OpenFailure>,
+    pub hardware: Result<(), OpenFailure>,
     pub paranoid: Option<i32>,
 }
 
@@ -174,7 +216,8 @@ pub fn availability() -> PerfAvailability {
         false,
         false,
     )
-    .map(|_| ());
+    .map(|_| ())
+    .map_err(|e| failure(&e));
     let hw = open_best(
         "instructions",
         PERF_TYPE_HARDWARE,

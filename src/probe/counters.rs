@@ -23,19 +23,17 @@ pub struct Counters {
     pub hardware: Reading<bool>,
 }
 
-/// Turns an open attempt into a reading, classifying the error text `perf` produced.
-fn opened(r: &Result<(), String>) -> Reading<bool> {
+/// Turns an open attempt into a reading.
+fn opened(r: &Result<(), perf::OpenFailure>) -> Reading<bool> {
     match r {
         Ok(()) => Reading::Value(true),
         Err(e) => {
-            let reason = if e.contains("permission") {
-                Reason::PermissionDenied
-            } else if e.contains("not supported") {
-                Reason::NotExposed
-            } else {
-                Reason::Unreadable
+            let reason = match e.refusal {
+                perf::Refusal::Denied => Reason::PermissionDenied,
+                perf::Refusal::NotSupported => Reason::NotExposed,
+                perf::Refusal::Other => Reason::Unreadable,
             };
-            Reading::unavailable(reason, e.clone())
+            Reading::unavailable(reason, e.reason.clone())
         }
     }
 }
@@ -82,12 +80,18 @@ mod tests {
 
     #[test]
     fn classifies_open_failures() {
-        let r = opened(&Err(
-            "not supported here (no such event: common in VMs)".into()
-        ));
+        let fail = |refusal| {
+            Err(perf::OpenFailure {
+                refusal,
+                reason: "as the kernel said".into(),
+            })
+        };
+        let r = opened(&fail(perf::Refusal::NotSupported));
         assert_eq!(r.why().unwrap().reason, Reason::NotExposed);
-        let r = opened(&Err("permission denied (see paranoid)".into()));
+        let r = opened(&fail(perf::Refusal::Denied));
         assert_eq!(r.why().unwrap().reason, Reason::PermissionDenied);
+        let r = opened(&fail(perf::Refusal::Other));
+        assert_eq!(r.why().unwrap().reason, Reason::Unreadable);
         assert_eq!(opened(&Ok(())), Reading::Value(true));
     }
 }
