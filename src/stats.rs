@@ -124,14 +124,17 @@ pub struct Percentiles {
 }
 
 impl Percentiles {
-    pub fn from_histogram(h: &hdrhistogram::Histogram<u64>) -> Self {
+    /// Percentiles of a histogram recorded in another unit (timer ticks), converted to
+    /// nanoseconds with `ns_per_unit`.
+    pub fn from_histogram_scaled(h: &hdrhistogram::Histogram<u64>, ns_per_unit: f64) -> Self {
+        let ns = |v: u64| (v as f64 * ns_per_unit).round() as u64;
         Self {
-            min_ns: h.min(),
-            p50_ns: h.value_at_quantile(0.50),
-            p90_ns: h.value_at_quantile(0.90),
-            p99_ns: h.value_at_quantile(0.99),
-            p999_ns: h.value_at_quantile(0.999),
-            max_ns: h.max(),
+            min_ns: ns(h.min()),
+            p50_ns: ns(h.value_at_quantile(0.50)),
+            p90_ns: ns(h.value_at_quantile(0.90)),
+            p99_ns: ns(h.value_at_quantile(0.99)),
+            p999_ns: ns(h.value_at_quantile(0.999)),
+            max_ns: ns(h.max()),
             count: h.len(),
         }
     }

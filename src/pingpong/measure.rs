@@ -45,8 +45,6 @@ const MAX_BATCH: f64 = 65_536.0;
 pub struct Measured {
     /// Percentiles of every timed round trip, in nanoseconds.
     pub rtt: Percentiles,
-    /// Mean of every timed round trip, in nanoseconds (the fallback when there is one batch).
-    pub mean_ns: f64,
     pub batch_means_ns: Vec<f64>,
     pub batch_round_trips: u64,
     pub round_trips: u64,
@@ -104,19 +102,8 @@ pub fn measure(
         prev = timer.ticks();
     };
     let k = first.ns_per_tick(&Mark::now(timer), timer);
-    let scale = |v: u64| (v as f64 * k).round() as u64;
-    let h = &histogram;
     Ok(Measured {
-        rtt: Percentiles {
-            min_ns: scale(h.min()),
-            p50_ns: scale(h.value_at_quantile(0.50)),
-            p90_ns: scale(h.value_at_quantile(0.90)),
-            p99_ns: scale(h.value_at_quantile(0.99)),
-            p999_ns: scale(h.value_at_quantile(0.999)),
-            max_ns: scale(h.max()),
-            count: h.len(),
-        },
-        mean_ns: h.mean() * k,
+        rtt: Percentiles::from_histogram_scaled(&histogram, k),
         round_trips: batch_round_trips * batch_means.len() as u64,
         batch_means_ns: batch_means.iter().map(|m| m * k).collect(),
         batch_round_trips,

@@ -227,7 +227,10 @@ fn sample_where(w: &mut WhereRan, responder_cpu: &AtomicU32) {
 fn build_run(spec: &RunSpec, out: Outcome) -> PingpongRun {
     let m = out.measured;
     let (cpu_a, cpu_b) = cpus_of(spec.planned.placement);
-    let mean_rtt_ns = MeanCi::of(&m.batch_means_ns).unwrap_or_else(|| MeanCi::single(m.mean_ns));
+    // One batch gives a zero-width interval with n = 1; none cannot happen (the loop times at
+    // least one batch), but the exact mean is still derivable from the totals.
+    let mean_rtt_ns = MeanCi::of(&m.batch_means_ns)
+        .unwrap_or_else(|| MeanCi::single(m.measured_s * 1e9 / m.round_trips.max(1) as f64));
     PingpongRun {
         method: spec.planned.method,
         endpoints: spec.endpoints,
