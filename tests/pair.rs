@@ -5,7 +5,10 @@
 //! interrupted is tested in `pair_cleanup.rs`.
 
 use assert_cmd::Command;
-use cpulab::pair::{Preset, preset_available};
+mod common;
+
+use common::{have, skip};
+use cpulab::pair::Preset;
 use serde_json::Value;
 use std::sync::Mutex;
 use std::time::Duration;
@@ -38,24 +41,6 @@ const BRIEF: &[&str] = &[
     "--quiet",
     "--json",
 ];
-
-fn skip(preset: Preset) -> bool {
-    match preset_available(preset) {
-        Ok(()) => false,
-        Err(why) => {
-            eprintln!("skipped: {why}");
-            true
-        }
-    }
-}
-
-fn have(program: &str) -> bool {
-    let found = cpulab::pair::presets::find_program(program).is_some();
-    if !found {
-        eprintln!("skipped: `{program}` is not installed");
-    }
-    found
-}
 
 fn run_json(extra: &[&str]) -> Value {
     let out = cpulab()

@@ -4,7 +4,10 @@
 //! names that directory in its command line or has it as working directory (PostgreSQL backends
 //! rename themselves but keep the data directory as cwd).
 
-use cpulab::pair::{Preset, preset_available};
+mod common;
+
+use common::{have, skip};
+use cpulab::pair::Preset;
 use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -20,24 +23,6 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 /// Command-line words from one string (for arguments without spaces).
 fn w(s: &str) -> Vec<&str> {
     s.split_whitespace().collect()
-}
-
-fn skip(preset: Preset) -> bool {
-    match preset_available(preset) {
-        Ok(()) => false,
-        Err(why) => {
-            eprintln!("skipped: {why}");
-            true
-        }
-    }
-}
-
-fn have(program: &str) -> bool {
-    let found = cpulab::pair::presets::find_program(program).is_some();
-    if !found {
-        eprintln!("skipped: `{program}` is not installed");
-    }
-    found
 }
 
 // ---- nothing left behind ----

@@ -29,3 +29,23 @@ pub fn run_json<T: DeserializeOwned>(subcommand: &str, args: &[&str], timeout_s:
     serde_json::from_value::<T>(v.clone()).expect("JSON matches the result type");
     v
 }
+
+/// True (with the reason on stderr) when a `pair` preset's programs are not installed here.
+pub fn skip(preset: cpulab::pair::settings::Preset) -> bool {
+    match cpulab::pair::preset_available(preset) {
+        Ok(()) => false,
+        Err(why) => {
+            eprintln!("skipped: {why}");
+            true
+        }
+    }
+}
+
+/// True when `program` is installed; says on stderr that the test is skipped otherwise.
+pub fn have(program: &str) -> bool {
+    let found = cpulab::pair::presets::find_program(program).is_some();
+    if !found {
+        eprintln!("skipped: `{program}` is not installed");
+    }
+    found
+}
