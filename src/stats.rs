@@ -99,6 +99,27 @@ impl MeanCi {
         }
     }
 
+    /// `self.mean / other.mean`, its interval from the two relative half-widths combined in
+    /// quadrature (first-order propagation of independent errors), so the uncertainty of the
+    /// baseline is carried into the ratio. `None` unless both means are positive.
+    pub fn ratio(&self, other: &MeanCi) -> Option<MeanCi> {
+        if self.mean <= 0.0 || other.mean <= 0.0 {
+            return None;
+        }
+        let mean = self.mean / other.mean;
+        let rel = |m: &MeanCi| m.ci95_half_width / m.mean;
+        let rel_sd = |m: &MeanCi| m.stddev / m.mean;
+        let half = mean * (rel(self).powi(2) + rel(other).powi(2)).sqrt();
+        Some(MeanCi {
+            mean,
+            ci95_low: mean - half,
+            ci95_high: mean + half,
+            ci95_half_width: half,
+            stddev: mean * (rel_sd(self).powi(2) + rel_sd(other).powi(2)).sqrt(),
+            n: self.n.min(other.n),
+        })
+    }
+
     /// Mean and interval of `values`; a single value gives a zero-width interval with n = 1,
     /// and none gives `None`.
     pub fn of(values: &[f64]) -> Option<Self> {
@@ -202,6 +223,18 @@ mod tests {
         let expect = 3.182_446 * (2.0f64 / 3.0).sqrt() / 2.0;
         assert!((m.ci95_half_width - expect).abs() < 1e-3);
         assert!(m.ci95_low < m.mean && m.mean < m.ci95_high);
+    }
+
+    #[test]
+    fn ratio_propagates_relative_error() {
+        let a = MeanCi::of(&[10.0, 10.2, 9.8]).unwrap();
+        let b = MeanCi::of(&[5.0, 5.1, 4.9]).unwrap();
+        let r = a.ratio(&b).unwrap();
+        assert!((r.mean - 2.0).abs() < 1e-9);
+        let want =
+            2.0 * ((a.ci95_half_width / 10.0).powi(2) + (b.ci95_half_width / 5.0).powi(2)).sqrt();
+        assert!((r.ci95_half_width - want).abs() < 1e-9);
+        assert!(a.ratio(&MeanCi::single(0.0)).is_none());
     }
 
     #[test]

@@ -173,7 +173,13 @@ pub fn share(r: &share::ShareReport) -> Option<ShareCheck> {
         .map_or(0.0, |m| m.mean.max(0.0));
     Some(ShareCheck {
         workers: all.threads,
-        share: MeanCi::of(&samples)?,
+        // The single-worker baseline ran in its own block, not interleaved with these runs,
+        // so its own uncertainty belongs in the interval: a ratio of two means, not a mean of
+        // ratios against a baseline taken as exact.
+        share: all
+            .worker_rate_per_s
+            .as_ref()?
+            .ratio(alone.worker_rate_per_s.as_ref()?)?,
         share_samples: samples,
         model_share: (r.usable_cpus / (all.threads as f64 + other)).min(1.0),
         other_load_cpus: other,
@@ -181,8 +187,8 @@ pub fn share(r: &share::ShareReport) -> Option<ShareCheck> {
     })
 }
 
-/// Speedup per policy and thread count, with per-run samples against the policy's own
-/// single-thread mean.
+/// Speedup per policy and thread count (scale's figure), with per-run samples against the
+/// policy's own single-thread mean.
 pub fn scale(r: &scale::ScaleReport) -> Vec<ScalePoint> {
     let workload = format!("{:?}", r.workload).to_lowercase();
     let mut out = Vec::new();
@@ -202,7 +208,9 @@ pub fn scale(r: &scale::ScaleReport) -> Vec<ScalePoint> {
                 .filter(|t| **t > 0.0)
                 .map(|t| base / t)
                 .collect();
-            let Some(speedup) = MeanCi::of(&samples) else {
+            // scale's own speedup carries the single-thread baseline's uncertainty too;
+            // the per-run samples are kept for significance tests in `compare`.
+            let Some(speedup) = x.speedup.clone() else {
                 continue;
             };
             let contended = x

@@ -304,7 +304,7 @@ fn add_speedups(points: &mut [ScalePoint]) {
                 ..MeanCi::single(1.0)
             })
         } else {
-            ratio(&base, &p.time_s)
+            base.ratio(&p.time_s)
         };
         if let Some(s) = s {
             let n = p.threads as f64;
@@ -312,25 +312,6 @@ fn add_speedups(points: &mut [ScalePoint]) {
             p.speedup = Some(s);
         }
     }
-}
-
-/// `a.mean / b.mean` with the relative half-widths combined in quadrature.
-pub(crate) fn ratio(a: &MeanCi, b: &MeanCi) -> Option<MeanCi> {
-    if a.mean <= 0.0 || b.mean <= 0.0 {
-        return None;
-    }
-    let mean = a.mean / b.mean;
-    let rel = |m: &MeanCi| m.ci95_half_width / m.mean;
-    let rel_sd = |m: &MeanCi| m.stddev / m.mean;
-    let half = mean * (rel(a).powi(2) + rel(b).powi(2)).sqrt();
-    Some(MeanCi {
-        mean,
-        ci95_low: mean - half,
-        ci95_high: mean + half,
-        ci95_half_width: half,
-        stddev: mean * (rel_sd(a).powi(2) + rel_sd(b).powi(2)).sqrt(),
-        n: a.n.min(b.n),
-    })
 }
 
 fn scale_ci(m: &MeanCi, k: f64) -> MeanCi {
@@ -364,22 +345,5 @@ fn note_coinciding_policies(cond: &mut Conditions, policies: &[PolicyResult]) {
              no SMT siblings or shared-L2 modules to fill or avoid, so they differ only by noise"
                 .to_string(),
         );
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn ratio_propagates_relative_error() {
-        let a = MeanCi::of(&[10.0, 10.2, 9.8]).unwrap();
-        let b = MeanCi::of(&[5.0, 5.1, 4.9]).unwrap();
-        let r = ratio(&a, &b).unwrap();
-        assert!((r.mean - 2.0).abs() < 1e-9);
-        let want =
-            2.0 * ((a.ci95_half_width / 10.0).powi(2) + (b.ci95_half_width / 5.0).powi(2)).sqrt();
-        assert!((r.ci95_half_width - want).abs() < 1e-9);
-        assert!(ratio(&a, &MeanCi::single(0.0)).is_none());
     }
 }
