@@ -38,18 +38,20 @@ pub fn host_a() -> HostProfile {
         shape: shape("Intel i5-6600, Hyper-V", 1, 4, 1),
         hypervisor: HvKind::Root,
         costs: Costs {
-            context_flush_ns: 20_000.0,
+            context_flush_ns: 25_000.0,
+            turbo_drop: 1.0 - 3.6 / 3.9,
             ..Costs::default()
         },
         derived_from: "context_flush_ns from A's SELECT 1 same/different ratio (3.6x); \
-                       the other costs are the defaults",
+                       turbo_drop from Intel's turbo bins for the i5-6600 (3.9 GHz one core \
+                       busy, 3.6 GHz all four); the other costs are the defaults",
     }
 }
 
 /// Field notes B: AMD A10-5800K (2 modules of 2 cores), Hyper-V classic and root.
 pub fn host_b() -> HostProfile {
     let d = Costs::default();
-    let k = 0.42;
+    let k = 0.47;
     HostProfile {
         shape: shape("AMD A10-5800K, Hyper-V", 1, 2, 2),
         hypervisor: HvKind::Classic,
@@ -58,10 +60,10 @@ pub fn host_b() -> HostProfile {
             ipi_ns: d.ipi_ns * k,
             remote_wake_ns: d.remote_wake_ns * k,
             host_resched_ns: d.host_resched_ns * k,
-            context_flush_ns: 110_000.0,
+            context_flush_ns: 90_000.0,
             ..d
         },
-        derived_from: "wakeup costs (default x 0.42) from B's classic pgbench ratio, \
+        derived_from: "wakeup costs (default x 0.47) from B's classic pgbench ratio, \
                        context_flush_ns from B's root pgbench ratio; module contention not \
                        modelled for this host (0)",
     }

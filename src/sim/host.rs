@@ -45,6 +45,10 @@ pub struct Host {
     pub pcpus: Vec<Pcpu>,
     /// For each physical CPU, the others in its group.
     pub siblings: Vec<Vec<u32>>,
+    /// The same as masks.
+    pub sibling_mask: Vec<u64>,
+    /// Physical CPUs of each package.
+    pub package_mask: Vec<u64>,
 }
 
 /// Physical CPUs are a 64-bit mask in the engine.
@@ -71,17 +75,32 @@ impl Host {
                 group: i / per_group,
             });
         }
-        let siblings = (0..n)
+        let siblings: Vec<Vec<u32>> = (0..n)
             .map(|i| {
                 (0..n)
                     .filter(|&j| j != i && pcpus[j as usize].group == pcpus[i as usize].group)
                     .collect()
             })
             .collect();
+        let sibling_mask = siblings
+            .iter()
+            .map(|s| s.iter().fold(0u64, |m, &j| m | (1 << j)))
+            .collect();
+        let package_mask = (0..shape.packages)
+            .map(|k| {
+                pcpus
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, c)| c.package == k)
+                    .fold(0u64, |m, (i, _)| m | (1 << i))
+            })
+            .collect();
         Ok(Self {
             shape: shape.clone(),
             pcpus,
             siblings,
+            sibling_mask,
+            package_mask,
         })
     }
 

@@ -37,6 +37,9 @@ pub struct Costs {
     /// Fraction of speed a core loses while the other core of its module (or its SMT sibling)
     /// is busy: 0 = no sharing, 0.5 = half speed.
     pub module_contention: f64,
+    /// Fraction of speed every core loses when all cores of its package are busy (turbo bins
+    /// falling with the number of active cores), linear in between: 0 = flat frequency.
+    pub turbo_drop: f64,
     /// Guest halt polling: an idle vCPU spins this long before it halts (0 = off).
     pub guest_poll_ns: f64,
     /// Host halt polling: the hypervisor spins this long on a halted vCPU before it gives the
@@ -58,6 +61,7 @@ impl Default for Costs {
             context_flush_ns: 5_000.0,
             guest_switch_ns: 2_000.0,
             module_contention: 0.0,
+            turbo_drop: 0.0,
             guest_poll_ns: 0.0,
             host_poll_ns: 0.0,
             slice_ns: 10_000_000.0,
@@ -76,7 +80,7 @@ impl Costs {
         format!(
             "halt exit {:.1} us, IPI {:.1} us, remote wake {:.1} us, host resched {:.1} us, \
              context flush {:.1} us, guest switch {:.1} us, module contention {:.0}%, \
-             guest poll {:.0} us, host poll {:.0} us, slice {:.0} ms",
+             turbo drop {:.1}%, guest poll {:.0} us, host poll {:.0} us, slice {:.0} ms",
             self.halt_exit_ns / 1e3,
             self.ipi_ns / 1e3,
             self.remote_wake_ns / 1e3,
@@ -84,6 +88,7 @@ impl Costs {
             self.context_flush_ns / 1e3,
             self.guest_switch_ns / 1e3,
             self.module_contention * 100.0,
+            self.turbo_drop * 100.0,
             self.guest_poll_ns / 1e3,
             self.host_poll_ns / 1e3,
             self.slice_ns / 1e6
@@ -108,6 +113,12 @@ impl Costs {
                     "{name} = {v} is out of range; give 0 to 1e9 nanoseconds"
                 )));
             }
+        }
+        if !(0.0..0.95).contains(&self.turbo_drop) {
+            return Err(bad_input(format!(
+                "turbo_drop = {} is out of range; give a fraction from 0 to 0.95",
+                self.turbo_drop
+            )));
         }
         if !(0.0..0.95).contains(&self.module_contention) {
             return Err(bad_input(format!(
@@ -160,12 +171,13 @@ impl Calibration {
     }
 
     /// Costs whose same-CPU and cross-CPU round trips match the measured ones: the guest switch
-    /// from the same-CPU trip, and the four wakeup costs scaled together from the cross trip,
-    /// keeping the defaults' proportions (one measured number cannot split them further).
+    /// from the same-CPU trip (two switches and two sides' syscall work), and the four wakeup
+    /// costs scaled together from what the cross trip adds per direction, keeping the defaults'
+    /// proportions (one measured number cannot split them further).
     pub fn apply(&self, base: &Costs) -> Costs {
         let mut c = base.clone();
         c.guest_switch_ns = (self.same_rtt_ns / 2.0 - PIPE_WORK_NS).max(100.0);
-        let per_wake = (self.cross_rtt_ns / 2.0 - PIPE_WORK_NS).max(100.0);
+        let per_wake = (self.cross_rtt_ns / 2.0 - PIPE_WORK_NS - c.guest_switch_ns).max(100.0);
         let scale = per_wake / base.halted_wake_ns().max(1.0);
         c.remote_wake_ns = base.remote_wake_ns * scale;
         c.ipi_ns = base.ipi_ns * scale;
@@ -264,7 +276,7 @@ mod tests {
         let cal = Calibration::field_notes();
         let c = cal.apply(&Costs::default());
         let same = 2.0 * (PIPE_WORK_NS + c.guest_switch_ns);
-        let cross = 2.0 * (PIPE_WORK_NS + c.halted_wake_ns());
+        let cross = 2.0 * (PIPE_WORK_NS + c.guest_switch_ns + c.halted_wake_ns());
         assert!((same - cal.same_rtt_ns).abs() < 1.0, "{same}");
         assert!((cross - cal.cross_rtt_ns).abs() < 1.0, "{cross}");
     }

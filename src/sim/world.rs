@@ -60,6 +60,8 @@ pub struct VState {
     pub cur: Option<u32>,
     /// Guest work owed before the current task continues (switches, wakeups sent), ns.
     overhead: f64,
+    /// Wakeup latency the sender's IPI and remote queueing add before it can run, ns.
+    delay: f64,
     /// It halted (rather than being preempted) since it last ran.
     woke_from_halt: bool,
     since: Nanos,
@@ -143,6 +145,7 @@ impl World {
                 rq: VecDeque::new(),
                 cur: None,
                 overhead: 0.0,
+                delay: 0.0,
                 woke_from_halt: true,
                 since: 0,
                 on_ns: 0,
@@ -216,11 +219,20 @@ impl World {
         let shared = self.host.siblings[p]
             .iter()
             .any(|&s| self.busy & (1 << s) != 0);
-        if shared {
+        let mut rate = if shared {
             1.0 - self.c.module_contention
         } else {
             1.0
+        };
+        if self.c.turbo_drop > 0.0 {
+            let pkg = self.host.package_mask[self.host.pcpus[p].package as usize];
+            let n = pkg.count_ones();
+            let busy = (self.busy & pkg).count_ones().max(1);
+            if n > 1 {
+                rate *= 1.0 - self.c.turbo_drop * f64::from(busy - 1) / f64::from(n - 1);
+            }
         }
+        rate
     }
 
     /// Accounts guest work done on `p` since its segment started, at its rate.
@@ -266,8 +278,16 @@ impl World {
         } else {
             self.busy &= !(1 << p);
         }
-        for i in 0..self.host.siblings[p].len() {
-            let s = self.host.siblings[p][i] as usize;
+        // Whose speed may change: module siblings, or the whole package with turbo bins.
+        let affected = if self.c.turbo_drop > 0.0 {
+            self.host.package_mask[self.host.pcpus[p].package as usize] & !(1 << p)
+        } else {
+            self.host.sibling_mask[p]
+        };
+        let mut m = affected;
+        while m != 0 {
+            let s = m.trailing_zeros() as usize;
+            m &= m - 1;
             if self.p[s].phase == Phase::Guest {
                 self.progress(s);
                 self.schedule_guest(s);
@@ -364,6 +384,8 @@ impl World {
         if moved {
             cost += self.c.context_flush_ns;
         }
+        cost += vs.delay;
+        vs.delay = 0.0;
         vs.state = VRun::On(p as u32);
         vs.since = self.now;
         let ps = &mut self.p[p];
@@ -476,8 +498,10 @@ impl World {
         if let Some(w) = waker
             && w != target
         {
+            // The sender burns the cost, and the wakee cannot start before it is paid.
             let cost = self.c.remote_wake_ns + if halted { self.c.ipi_ns } else { 0.0 };
             self.v[w as usize].overhead += cost;
+            self.v[ts].delay += cost;
         }
         let cur_cpu = self.v[ts].cur.map(|c| self.t[c as usize].role == Role::Cpu);
         if let Some(cur_is_cpu) = cur_cpu
@@ -509,11 +533,15 @@ impl World {
         match self.v[v as usize].state {
             VRun::On(p) => {
                 let p = p as usize;
+                let delay = std::mem::take(&mut self.v[v as usize].delay);
                 match self.p[p].phase {
-                    Phase::GuestPoll => self.guest_run(p),
+                    Phase::GuestPoll => {
+                        self.v[v as usize].overhead += delay;
+                        self.guest_run(p);
+                    }
                     Phase::HostPoll => {
                         self.p[p].phase = Phase::Entering;
-                        self.set_timer(p, self.c.halt_exit_ns);
+                        self.set_timer(p, self.c.halt_exit_ns + delay);
                     }
                     _ => {}
                 }
