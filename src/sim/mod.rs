@@ -258,3 +258,6 @@ pub fn run_scenario(
         configs,
     })
 }
+
+#[cfg(test)]
+mod props;

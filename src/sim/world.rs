@@ -97,6 +97,9 @@ pub struct World {
     runq: VecDeque<u32>,
     busy: u64,
     pub tally: Vec<Tally>,
+    /// Guest overhead work executed (switches, wakeups sent), ns: with the tallies' work, all
+    /// the work the physical CPUs executed.
+    pub overhead_done: f64,
 }
 
 impl World {
@@ -128,6 +131,7 @@ impl World {
             runq: VecDeque::new(),
             busy: 0,
             tally: Vec::new(),
+            overhead_done: 0.0,
         }
     }
 
@@ -240,17 +244,20 @@ impl World {
         let ps = &mut self.p[p];
         let mut work = (self.now - ps.seg_start) as f64 * ps.rate;
         ps.seg_start = self.now;
-        ps.exec_work += work;
         let Some(v) = ps.vcpu else { return };
         let vs = &mut self.v[v as usize];
         let o = work.min(vs.overhead);
         vs.overhead -= o;
+        self.overhead_done += o;
+        self.p[p].exec_work += o;
         work -= o;
         if let Some(t) = vs.cur {
             let task = &mut self.t[t as usize];
+            // Segment ends are rounded up to whole nanoseconds: the sliver past the end is idle.
             let w = work.min(task.remaining);
             task.remaining -= w;
             self.tally[task.workload as usize].work_ns += w;
+            self.p[p].exec_work += w;
         }
     }
 
