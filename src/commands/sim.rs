@@ -11,62 +11,92 @@ use serde::Serialize;
 use std::path::PathBuf;
 
 #[derive(Debug, clap::Args)]
-#[command(args_conflicts_with_subcommands = true)]
 pub struct Args {
-    /// Scenario file (TOML) to simulate; see `cpulab sim builtin NAME --toml` for the format.
-    #[arg(value_name = "SCENARIO.toml")]
-    pub scenario: Option<PathBuf>,
-    #[command(subcommand)]
-    pub action: Option<Action>,
+    /// A scenario file (TOML) to simulate, or `validate` (published tables against the model),
+    /// `list` (built-in scenarios), `builtin NAME` (simulate one, or print it with --toml).
+    #[arg(value_name = "SCENARIO.toml | validate | list | builtin NAME", num_args = 0..=2)]
+    pub what: Vec<String>,
     /// Seed of the simulation's random choices (same seed, same figures).
-    #[arg(long, global = true, default_value_t = 1)]
+    #[arg(long, default_value_t = 1)]
     pub seed: u64,
     /// Take wakeup costs from a cpulab pingpong or doctor result measured on this machine.
-    #[arg(long, global = true, value_name = "RESULT.json")]
+    #[arg(long, value_name = "RESULT.json")]
     pub calibrate: Option<PathBuf>,
+    /// With `builtin NAME`: print the scenario file instead of simulating it.
+    #[arg(long)]
+    pub toml: bool,
     /// One JSON document on stdout.
-    #[arg(long, global = true)]
+    #[arg(long)]
     pub json: bool,
     /// Also write a self-contained HTML page here.
-    #[arg(long, global = true, value_name = "FILE")]
+    #[arg(long, value_name = "FILE")]
     pub html: Option<PathBuf>,
 }
 
-#[derive(Debug, clap::Subcommand)]
-pub enum Action {
-    /// Published tables of the field notes against the model, cell by cell.
+/// What to do, from the positional words.
+#[derive(Debug, PartialEq)]
+enum Action {
     Validate,
-    /// The built-in scenarios.
     List,
-    /// Simulate a built-in scenario (or print it as a scenario file with --toml).
     Builtin {
         name: String,
-        /// Print the scenario file instead of simulating it.
-        #[arg(long)]
-        toml: bool,
     },
-    /// Events per second of the engine on this machine (for scripts/bench-sim.sh).
-    #[command(hide = true)]
+    /// Events per second of the engine (hidden; for scripts/bench-sim.sh).
     Bench,
+    Scenario(PathBuf),
 }
 
 /// The validated settings.
 struct Settings {
+    action: Action,
     seed: u64,
     calibration: Option<Calibration>,
+    toml: bool,
     json: bool,
     html: Option<PathBuf>,
 }
 
+fn action(words: &[String]) -> Result<Action> {
+    let w: Vec<&str> = words.iter().map(String::as_str).collect();
+    Ok(match w.as_slice() {
+        ["validate"] => Action::Validate,
+        ["list"] => Action::List,
+        ["bench"] => Action::Bench,
+        ["builtin", name] => Action::Builtin {
+            name: name.to_string(),
+        },
+        ["builtin"] => {
+            return Err(bad_input(
+                "builtin needs a scenario name; `cpulab sim list` shows them",
+            ));
+        }
+        [file] => Action::Scenario(PathBuf::from(file)),
+        [] => {
+            return Err(bad_input(
+                "give a scenario file, or one of: validate, list, builtin NAME (cpulab sim --help)",
+            ));
+        }
+        _ => {
+            return Err(bad_input(format!(
+                "unexpected arguments {w:?}; give a scenario file, or one of: validate, list, \
+                 builtin NAME"
+            )));
+        }
+    })
+}
+
 fn settings(args: &Args) -> Result<Settings> {
+    let action = action(&args.what)?;
     let calibration = args
         .calibrate
         .as_deref()
         .map(params::load_calibration)
         .transpose()?;
     Ok(Settings {
+        action,
         seed: args.seed,
         calibration,
+        toml: args.toml,
         json: args.json,
         html: args.html.clone(),
     })
@@ -85,23 +115,20 @@ pub fn run(args: Args, _g: &Global) -> Result<()> {
         .calibration
         .as_ref()
         .map_or_else(Costs::default, |c| c.apply(&Costs::default()));
-    match (&args.action, &args.scenario) {
-        (Some(Action::Validate), _) => {
-            let cal = s
-                .calibration
-                .clone()
-                .unwrap_or_else(Calibration::field_notes);
-            let v = validate::validate(&cal, s.seed)?;
+    let cal = || {
+        s.calibration
+            .clone()
+            .unwrap_or_else(Calibration::field_notes)
+    };
+    match &s.action {
+        Action::Validate => {
+            let v = validate::validate(&cal(), s.seed)?;
             write_html(&s.html, || render::validation_html(&v))?;
             output::emit(s.json, Kind::Sim, &v, render::validation_text)
         }
-        (Some(Action::List), _) => list(s.json),
-        (Some(Action::Builtin { name, toml }), _) => {
-            let cal = s
-                .calibration
-                .clone()
-                .unwrap_or_else(Calibration::field_notes);
-            let sc = builtin::all(&cal)
+        Action::List => list(s.json),
+        Action::Builtin { name } => {
+            let sc = builtin::all(&cal())
                 .into_iter()
                 .find(|b| &b.name == name)
                 .ok_or_else(|| {
@@ -109,16 +136,13 @@ pub fn run(args: Args, _g: &Global) -> Result<()> {
                         "no built-in scenario {name:?}; `cpulab sim list` shows them"
                     ))
                 })?;
-            if *toml {
+            if s.toml {
                 return output::print_text(&toml::to_string(&sc)?);
             }
             simulate(&sc, &base, &s)
         }
-        (Some(Action::Bench), _) => bench(s.json),
-        (None, Some(path)) => simulate(&scenario::load(path)?, &base, &s),
-        (None, None) => Err(bad_input(
-            "give a scenario file, or one of: validate, list, builtin NAME (cpulab sim --help)",
-        )),
+        Action::Bench => bench(s.json),
+        Action::Scenario(path) => simulate(&scenario::load(path)?, &base, &s),
     }
 }
 
@@ -198,4 +222,32 @@ fn bench(json: bool) -> Result<()> {
         }
         out
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn words(w: &[&str]) -> Vec<String> {
+        w.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn words_become_one_action_or_one_line_of_bad_input() {
+        assert_eq!(action(&words(&["validate"])).unwrap(), Action::Validate);
+        assert_eq!(
+            action(&words(&["builtin", "c-fair-share"])).unwrap(),
+            Action::Builtin {
+                name: "c-fair-share".into()
+            }
+        );
+        assert_eq!(
+            action(&words(&["s.toml"])).unwrap(),
+            Action::Scenario("s.toml".into())
+        );
+        for bad in [&[][..], &["builtin"][..], &["a.toml", "b.toml"][..]] {
+            let e = action(&words(bad)).unwrap_err();
+            assert_eq!(crate::error::exit_code(&e), 2);
+        }
+    }
 }
