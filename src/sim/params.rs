@@ -47,6 +47,10 @@ pub struct Costs {
     pub host_poll_ns: f64,
     /// Hypervisor time slice when more vCPUs are runnable than physical CPUs.
     pub slice_ns: f64,
+    /// A vCPU woken from halt with no idle physical CPU preempts the running vCPU that has had
+    /// the most CPU time, when that is at least this much more than its own (CFS wakeup
+    /// preemption, Xen's BOOST); otherwise it waits for a slice to end.
+    pub wake_preempt_ns: f64,
 }
 
 impl Default for Costs {
@@ -65,6 +69,7 @@ impl Default for Costs {
             guest_poll_ns: 0.0,
             host_poll_ns: 0.0,
             slice_ns: 10_000_000.0,
+            wake_preempt_ns: 1_000_000.0,
         }
     }
 }
@@ -80,7 +85,7 @@ impl Costs {
         format!(
             "halt exit {:.1} us, IPI {:.1} us, remote wake {:.1} us, host resched {:.1} us, \
              context flush {:.1} us, guest switch {:.1} us, module contention {:.0}%, \
-             turbo drop {:.1}%, guest poll {:.0} us, host poll {:.0} us, slice {:.0} ms",
+             turbo drop {:.1}%, guest poll {:.0} us, host poll {:.0} us, slice {:.0} ms, wake preempt at {:.1} ms lead",
             self.halt_exit_ns / 1e3,
             self.ipi_ns / 1e3,
             self.remote_wake_ns / 1e3,
@@ -91,7 +96,8 @@ impl Costs {
             self.turbo_drop * 100.0,
             self.guest_poll_ns / 1e3,
             self.host_poll_ns / 1e3,
-            self.slice_ns / 1e6
+            self.slice_ns / 1e6,
+            self.wake_preempt_ns / 1e6
         )
     }
 
@@ -106,6 +112,7 @@ impl Costs {
             ("guest_switch_ns", self.guest_switch_ns),
             ("guest_poll_ns", self.guest_poll_ns),
             ("host_poll_ns", self.host_poll_ns),
+            ("wake_preempt_ns", self.wake_preempt_ns),
         ];
         for (name, v) in fields {
             if !v.is_finite() || !(0.0..=1e9).contains(&v) {

@@ -559,7 +559,17 @@ impl World {
                 let idle = vs.allowed & !self.busy & self.host.all_mask();
                 if idle == 0 {
                     self.v[v as usize].state = VRun::Queued;
-                    self.runq.push_back(v);
+                    match self.preemptible(v) {
+                        Some(p) => {
+                            // Woken from halt: it goes first, the biggest CPU user makes room.
+                            self.runq.push_front(v);
+                            if self.p[p].phase == Phase::Guest {
+                                self.progress(p);
+                            }
+                            self.release(p, false);
+                        }
+                        None => self.runq.push_back(v),
+                    }
                 } else {
                     let last = vs.last;
                     let p = self.hv.place(last, idle, &self.host, &mut self.rng);
@@ -567,6 +577,29 @@ impl World {
                 }
             }
         }
+    }
+
+    /// The allowed physical CPU whose vCPU has had the most CPU time, if that is at least
+    /// `wake_preempt_ns` more than the woken vCPU `v` had (CFS compares virtual runtimes).
+    fn preemptible(&self, v: u32) -> Option<usize> {
+        let vs = &self.v[v as usize];
+        let mut best: Option<(Nanos, usize)> = None;
+        let mut m = vs.allowed & self.busy;
+        while m != 0 {
+            let p = m.trailing_zeros() as usize;
+            m &= m - 1;
+            let ps = &self.p[p];
+            let Some(o) = ps.vcpu else { continue };
+            let os = &self.v[o as usize];
+            let used = os.on_ns + (self.now - os.since);
+            if matches!(ps.phase, Phase::Guest | Phase::Entering)
+                && best.is_none_or(|(u, _)| used > u)
+            {
+                best = Some((used, p));
+            }
+        }
+        let (used, p) = best?;
+        (used >= vs.on_ns + self.c.wake_preempt_ns as Nanos).then_some(p)
     }
 
     /// Panics when the state is inconsistent (tests only).
