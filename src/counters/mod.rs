@@ -301,6 +301,8 @@ pub struct TaskSnapshot {
     pub utime_ticks: u64,
     pub stime_ticks: u64,
     pub last_cpu: u32,
+    /// Start time in clock ticks after boot: tells a reused thread id from the original.
+    pub start_ticks: u64,
 }
 
 impl TaskSnapshot {
@@ -326,6 +328,7 @@ impl TaskSnapshot {
             utime_ticks: st.utime_ticks,
             stime_ticks: st.stime_ticks,
             last_cpu: st.processor,
+            start_ticks: st.starttime_ticks,
         })
     }
 

@@ -205,7 +205,6 @@ impl PerfCounters {
 pub struct PerfAvailability {
     pub software: Result<(), OpenFailure>,
     pub hardware: Result<(), OpenFailure>,
-    pub paranoid: Option<i32>,
 }
 
 pub fn availability() -> PerfAvailability {
@@ -226,13 +225,10 @@ pub fn availability() -> PerfAvailability {
         false,
     )
     .map(|_| ());
-    let paranoid = std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
-        .ok()
-        .and_then(|s| s.trim().parse().ok());
+    // `perf_event_paranoid` is read by the probe, under its root ([`crate::probe::counters`]).
     PerfAvailability {
         software: sw,
         hardware: hw,
-        paranoid,
     }
 }
 

@@ -237,7 +237,9 @@ impl Proc {
     /// the process group are identified by pid *and* start time, so a pid reused by an unrelated
     /// process in the meantime is never signalled.
     pub fn stop(&mut self, grace: Duration) {
-        let tree = descendants_with_start(Path::new("/"), self.pid);
+        // Process control acts on live processes only: the root is always `/` here.
+        let root = Path::new("/");
+        let tree = descendants_with_start(root, self.pid);
         if self.try_wait().is_none() {
             signal_group(self.pid, self.stop_signal);
             self.wait_timeout(grace);
@@ -248,15 +250,15 @@ impl Proc {
             self.try_wait();
         }
         for &(p, start) in &tree {
-            if start_time(p) == Some(start) {
+            if start_time(root, p) == Some(start) {
                 // SAFETY: kill has no memory-safety preconditions.
                 unsafe { libc::kill(p, libc::SIGKILL) };
             }
         }
-        wait_gone(&tree, Duration::from_secs(3));
+        wait_gone(root, &tree, Duration::from_secs(3));
         let mut pids: Vec<i32> = tree.iter().map(|t| t.0).collect();
         pids.push(self.pid);
-        remove_orphan_shm(&pids);
+        remove_orphan_shm(root, &pids);
         cleanup::unregister_process(self.pid);
     }
 }
@@ -393,7 +395,10 @@ mod tests {
         });
         assert!(r.is_err());
         let pid = *pid.lock().unwrap();
-        assert!(pid > 0 && !alive(pid), "process {pid} ended with the panic");
+        assert!(
+            pid > 0 && !alive(Path::new("/"), pid),
+            "process {pid} ended with the panic"
+        );
     }
 
     #[test]
@@ -408,6 +413,6 @@ mod tests {
         // SAFETY: getpgid has no memory-safety preconditions.
         assert_eq!(unsafe { libc::getpgid(p.pid) }, p.pid, "own process group");
         p.stop(Duration::from_secs(2));
-        assert!(p.try_wait().is_some() && !alive(p.pid));
+        assert!(p.try_wait().is_some() && !alive(Path::new("/"), p.pid));
     }
 }
