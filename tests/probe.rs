@@ -2,12 +2,11 @@
 //! not have, and once on the live machine. Assertions are about structure and the placement
 //! classes each topology implies, never about timing.
 
-use assert_cmd::Command;
-use serde_json::Value;
+#[macro_use]
+mod common;
 
-fn cpulab() -> Command {
-    Command::cargo_bin("cpulab").unwrap()
-}
+use common::{cpulab, installed};
+use serde_json::Value;
 
 fn probe_json(root: Option<&str>) -> Value {
     let mut cmd = cpulab();
@@ -260,11 +259,7 @@ fn live_page_is_grouped_by_section() {
 
 #[test]
 fn one_allowed_cpu_under_taskset() {
-    if std::process::Command::new("taskset")
-        .arg("-V")
-        .output()
-        .is_err()
-    {
+    if !installed(test_name!(), &[("taskset", "util-linux")]) {
         return;
     }
     // The first CPU this test may use (cpu0 may be outside a container's cpuset).
@@ -273,10 +268,9 @@ fn one_allowed_cpu_under_taskset() {
         .as_u64()
         .unwrap()
         .to_string();
-    let bin = assert_cmd::cargo::cargo_bin("cpulab");
     let out = std::process::Command::new("taskset")
         .args(["-c", &first])
-        .arg(bin)
+        .arg(common::cpulab_path())
         .args(["probe", "--json"])
         .output()
         .unwrap();
