@@ -372,9 +372,10 @@ impl TaskDelta {
 }
 
 pub fn clock_ticks_per_sec() -> f64 {
-    // SAFETY: sysconf has no preconditions.
-    let v = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    if v > 0 { v as f64 } else { 100.0 }
+    match nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK) {
+        Ok(Some(v)) if v > 0 => v as f64,
+        _ => 100.0,
+    }
 }
 
 /// Other load seen on the CPUs about to be used, measured while cpulab itself sleeps.

@@ -83,7 +83,7 @@ pub fn remove_orphan_shm(root: &Path, pids: &[i32]) {
     };
     for (shmid, cpid, nattch) in parse_sysvipc_shm(&text) {
         if nattch == 0 && pids.contains(&cpid) {
-            // SAFETY: IPC_RMID takes no buffer.
+            // SAFETY: nix has no System V shared memory wrapper. IPC_RMID takes no buffer.
             unsafe { libc::shmctl(shmid, libc::IPC_RMID, std::ptr::null_mut()) };
         }
     }
