@@ -111,11 +111,12 @@ fn quick_json_has_the_documented_structure() {
         .filter(|f| f["verdict"] != "untested")
         .collect();
     assert!(!tested.is_empty(), "some figure carries samples to test");
-    assert!(
-        tested
-            .iter()
-            .all(|f| f["verdict"] == "same" && f["ratio"] == 1.0)
-    );
+    // Identical samples: nothing changed (a ratio is absent when the figure is zero).
+    let changed: Vec<&&Value> = tested
+        .iter()
+        .filter(|f| f["verdict"] != "same" || !(f["ratio"] == 1.0 || f["ratio"].is_null()))
+        .collect();
+    assert!(changed.is_empty(), "{changed:?}");
     let mut slower = d.clone();
     let wakeup = slower["measurements"]["wakeup"].as_array_mut().unwrap();
     assert!(!wakeup.is_empty());
