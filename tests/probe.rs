@@ -292,3 +292,38 @@ fn bad_root_is_bad_input() {
         assert!(err.contains("--root"), "{err}");
     }
 }
+
+/// Regression: the probe and `share` read the CFS quota with two parsers, and only the probe's
+/// looked at parent groups. Through the binary, a parent's tighter quota is the one reported.
+#[test]
+fn parent_quota_tighter_than_leaf_binds_the_probe() {
+    let t = tempfile::tempdir().unwrap();
+    for (rel, text) in [
+        ("sys/devices/system/cpu/online", "0\n"),
+        ("sys/devices/system/cpu/possible", "0\n"),
+        ("proc/self/cgroup", "0::/pod/app\n"),
+        (
+            "proc/self/mountinfo",
+            "41 31 0:38 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n",
+        ),
+        ("sys/fs/cgroup/pod/cpu.max", "50000 100000\n"),
+        ("sys/fs/cgroup/pod/app/cpu.max", "max 100000\n"),
+        ("sys/fs/cgroup/pod/app/cpu.stat", "nr_periods 0\n"),
+    ] {
+        let p = t.path().join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    }
+    let p = probe_json(Some(t.path().to_str().unwrap()));
+    let cpu = &p["sched"]["cgroup"]["cpu"];
+    assert!(
+        cpu["quota_cpus"].is_null(),
+        "the leaf itself is unlimited: {cpu}"
+    );
+    let (cpus, from) = (&cpu["effective_quota"][0], &cpu["effective_quota"][1]);
+    assert_eq!(cpus.as_f64(), Some(0.5), "{cpu}");
+    assert!(
+        from.as_str().unwrap().ends_with("sys/fs/cgroup/pod"),
+        "{cpu}"
+    );
+}
