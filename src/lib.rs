@@ -14,6 +14,7 @@ pub mod counters;
 pub mod cpulist;
 pub mod doctor;
 pub mod error;
+pub mod experiment;
 pub mod machine;
 pub mod oscost;
 pub mod output;

@@ -12,6 +12,10 @@ use anyhow::{Context, Result};
 use std::path::PathBuf;
 
 #[derive(Debug, clap::Args)]
+#[command(after_help = "Examples:\n  \
+    cpulab report doctor.json\n  \
+    cpulab report doctor.json --html doctor.html\n  \
+    cpulab report pingpong.json --html pingpong.html")]
 pub struct Args {
     /// A result written by a cpulab command's --json.
     pub result: PathBuf,
@@ -36,17 +40,15 @@ pub fn run(args: Args, g: &Global) -> Result<()> {
             let r = doctor(&l, &name)?;
             (html::doctor_page(&r), text::render(&r))
         }
-        Kind::Pingpong => match crate::doctor::adapt::pingpong_value(&l.value) {
-            Some((c, m)) => (
-                html::wakeup_page(&c, &m),
-                text::measurements(&output::Style::new(), &m),
-            ),
-            None => (
-                html::generic_page(l.kind.as_str(), &l.value),
-                generic_text(&l),
-            ),
+        k => match crate::experiment::registry::lookup(k) {
+            // The kind's own renderers; a document of the right kind but the wrong shape is bad
+            // input, not something to flatten.
+            Some(entry) => {
+                let (text, page) = (entry.render)(&l.value, &output::Style::new())?;
+                (page, text)
+            }
+            None => (html::generic_page(k.as_str(), &l.value), generic_text(&l)),
         },
-        k => (html::generic_page(k.as_str(), &l.value), generic_text(&l)),
     };
     match &args.html {
         Some(path) => {

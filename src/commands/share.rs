@@ -12,6 +12,10 @@ use comfy_table::{Table, presets};
 use std::time::Duration;
 
 #[derive(Debug, clap::Args)]
+#[command(after_help = "Examples:\n  \
+    cpulab share\n  \
+    cpulab share --threads 1 --burners 2\n  \
+    cpulab share --sweep --json > share.json")]
 pub struct Args {
     /// Worker threads running the CPU-bound kernel [default: allowed CPUs].
     #[arg(long, short = 't', value_name = "N")]
@@ -107,7 +111,10 @@ pub fn render(r: &ShareReport) -> String {
             c.version,
             c.path,
             match (c.quota_us, c.period_us) {
-                (Some(q), Some(p)) => format!("quota {q} us per {p} us period"),
+                (Some(q), Some(p)) => match c.limit_dir.as_ref().filter(|d| **d != c.dir) {
+                    Some(d) => format!("quota {q} us per {p} us period, set by {}", d.display()),
+                    None => format!("quota {q} us per {p} us period"),
+                },
                 _ => "no CPU quota".into(),
             }
         )),

@@ -11,6 +11,11 @@ use serde::Serialize;
 use std::path::PathBuf;
 
 #[derive(Debug, clap::Args)]
+#[command(after_help = "Examples:\n  \
+    cpulab sim validate\n  \
+    cpulab sim builtin c-fair-share --toml > c.toml\n  \
+    cpulab sim c.toml --seed 7 --html c.html\n  \
+    cpulab sim validate --calibrate pingpong.json --json > sim.json")]
 pub struct Args {
     /// A scenario file (TOML) to simulate, or `validate` (published tables against the model),
     /// `list` (built-in scenarios), `builtin NAME` (simulate one, or print it with --toml).

@@ -172,6 +172,43 @@ fn note_unavailable(conditions: &mut Conditions, runs: &[PingpongRun]) {
     }
 }
 
+/// The pingpong experiment behind the common interface.
+pub struct Pingpong;
+
+impl crate::experiment::Experiment for Pingpong {
+    type Settings = PingpongSettings;
+    type Report = PingpongReport;
+    const KIND: crate::report::envelope::Kind = crate::report::envelope::Kind::Pingpong;
+
+    fn run(
+        machine: &Machine,
+        settings: &PingpongSettings,
+        progress: &crate::experiment::Progress,
+    ) -> Result<PingpongReport> {
+        run(machine, settings, &|l| progress.line(l))
+    }
+
+    fn conditions(report: &PingpongReport) -> &crate::machine::Conditions {
+        &report.conditions
+    }
+
+    fn figures(report: &PingpongReport) -> Vec<crate::experiment::Figure> {
+        report::figures(report)
+    }
+
+    fn render_text(report: &PingpongReport, style: &crate::output::Style) -> String {
+        render::render(report, style)
+    }
+
+    fn render_html(report: &PingpongReport) -> String {
+        let m = crate::doctor::measurements::Measurements {
+            wakeup: crate::doctor::adapt::wakeup(report),
+            ..Default::default()
+        };
+        crate::report::html::wakeup_page(&report.conditions, &m)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -133,3 +133,30 @@ pub fn fill_ratios(runs: &mut [PingpongRun]) {
         };
     }
 }
+
+/// The headline figures: each run's mean round trip over its batch means, lower is better.
+pub fn figures(r: &PingpongReport) -> Vec<crate::experiment::Figure> {
+    use crate::experiment::{Direction, Figure, Unit};
+    r.runs
+        .iter()
+        .filter_map(|run| {
+            Figure::from_samples(
+                format!(
+                    "rtt_ns[method={},placement={},cpus={}]",
+                    run.method.as_str(),
+                    run.placement.as_str(),
+                    run.cpus_label()
+                ),
+                format!(
+                    "{} round trip, {} ({})",
+                    run.method.as_str(),
+                    run.placement.as_str(),
+                    run.cpus_label()
+                ),
+                Unit::Nanoseconds,
+                Direction::LowerIsBetter,
+                run.batch_means_ns.clone(),
+            )
+        })
+        .collect()
+}

@@ -1,0 +1,228 @@
+//! One interface for every experiment.
+//!
+//! An experiment is anything that takes validated settings, measures on the live machine and
+//! returns one typed result: pingpong, pair, share, scale, oscost, and whatever comes next. The
+//! subcommands, the doctor's battery, `cpulab try --measure` and `cpulab report` all go through
+//! [`Experiment`], so adding one is one new module plus one line in [`registry`].
+//!
+//! What every experiment shares lives here and nowhere else:
+//! - [`Progress`]: the messages a run emits, each with its [`Level`] as data (the printer decides
+//!   what a terminal, `--quiet` or a progress bar shows; nothing below it spells "warning:").
+//! - [`Figure`]: a headline number with its unit, its [`Direction`] (which way is better), its
+//!   95% interval and its raw samples. `try` compares figures round by round, `compare` reads the
+//!   direction from here instead of guessing it from a key's spelling.
+//! - the text and HTML renderers of each result, beside the experiment, so `cpulab report` renders
+//!   every kind it can load with that kind's own renderer.
+
+pub mod registry;
+
+use crate::machine::{Conditions, Machine};
+use crate::output::Style;
+use crate::report::envelope::Kind;
+use crate::stats::MeanCi;
+use anyhow::Result;
+use serde::{Deserialize, Serialize, de::DeserializeOwned};
+
+/// Which way a figure is better.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Direction {
+    /// Times, latencies, costs, counts of overhead events.
+    LowerIsBetter,
+    /// Rates, throughput, shares, speedups.
+    HigherIsBetter,
+    /// Neither is better (a count of CPUs used, a share of time on one CPU).
+    Neither,
+}
+
+/// The unit of a figure. Units are data, so a reader never parses them out of a key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Unit {
+    Nanoseconds,
+    Seconds,
+    PerSecond,
+    /// A share of something, 0..1.
+    Share,
+    /// A ratio of two like figures.
+    Ratio,
+    /// Events per operation (context switches per round trip, ...).
+    PerOperation,
+    Count,
+    /// CPU-seconds per wall-clock second (0..number of CPUs).
+    CpuSecondsPerSecond,
+    Megahertz,
+    Cycles,
+    Bytes,
+}
+
+impl Unit {
+    /// Short suffix for text output.
+    pub fn suffix(self) -> &'static str {
+        match self {
+            Self::Nanoseconds => "ns",
+            Self::Seconds => "s",
+            Self::PerSecond => "/s",
+            Self::Share => "",
+            Self::Ratio => "x",
+            Self::PerOperation => "/op",
+            Self::Count => "",
+            Self::CpuSecondsPerSecond => "CPU-s/s",
+            Self::Megahertz => "MHz",
+            Self::Cycles => "cycles",
+            Self::Bytes => "B",
+        }
+    }
+}
+
+/// One headline number of a result, typed all the way to the edge.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Figure {
+    /// Stable identity inside its result: `rtt_ns[method=pipe,placement=same-cpu,cpus=0:0]`.
+    /// Two results' figures with the same name measure the same thing.
+    pub name: String,
+    /// What it is, for people: "pipe round trip, same CPU (0:0)".
+    pub label: String,
+    pub unit: Unit,
+    pub direction: Direction,
+    /// The value (the mean where `ci` is present).
+    pub value: f64,
+    /// Mean and 95% interval over `samples`, where there are at least two.
+    pub ci: Option<MeanCi>,
+    /// The raw samples behind `value` (batch means, per-repeat figures), for significance tests.
+    pub samples: Vec<f64>,
+}
+
+impl Figure {
+    /// A figure from raw samples; the value is their mean (`None` when there are none or any is
+    /// not finite).
+    pub fn from_samples(
+        name: impl Into<String>,
+        label: impl Into<String>,
+        unit: Unit,
+        direction: Direction,
+        samples: Vec<f64>,
+    ) -> Option<Self> {
+        if samples.is_empty() || samples.iter().any(|v| !v.is_finite()) {
+            return None;
+        }
+        let ci = crate::stats::Samples::new(&samples).map(|s| s.mean_ci());
+        let value = samples.iter().sum::<f64>() / samples.len() as f64;
+        Some(Self {
+            name: name.into(),
+            label: label.into(),
+            unit,
+            direction,
+            value,
+            ci,
+            samples,
+        })
+    }
+
+    /// A single value without samples (a count, a setting read back).
+    pub fn single(
+        name: impl Into<String>,
+        label: impl Into<String>,
+        unit: Unit,
+        direction: Direction,
+        value: f64,
+    ) -> Self {
+        Self {
+            name: name.into(),
+            label: label.into(),
+            unit,
+            direction,
+            value,
+            ci: None,
+            samples: vec![value],
+        }
+    }
+}
+
+/// How much a progress message matters. The printer decides what each level shows where.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Level {
+    /// The step now running: shown on a terminal only, or as a progress bar's message.
+    Step,
+    /// Something that qualifies the figures: shown unless `--quiet`.
+    Note,
+    /// Something likely wrong with the figures or the run: shown unless `--quiet`.
+    Warning,
+}
+
+/// Where an experiment reports what it is doing. Cheap to pass by reference; the sink decides
+/// where messages go (stderr, a progress bar, a collecting test).
+pub struct Progress<'a> {
+    sink: &'a dyn Fn(Level, &str),
+}
+
+impl<'a> Progress<'a> {
+    pub fn new(sink: &'a dyn Fn(Level, &str)) -> Self {
+        Self { sink }
+    }
+
+    pub fn step(&self, msg: &str) {
+        (self.sink)(Level::Step, msg)
+    }
+
+    pub fn note(&self, msg: &str) {
+        (self.sink)(Level::Note, msg)
+    }
+
+    pub fn warn(&self, msg: &str) {
+        (self.sink)(Level::Warning, msg)
+    }
+
+    pub fn emit(&self, level: Level, msg: &str) {
+        (self.sink)(level, msg)
+    }
+
+    /// A callback for modules that still report plain lines: a leading `warning: ` or `note: `
+    /// becomes the level (and is stripped), anything else is a step.
+    pub fn line(&self, line: &str) {
+        if let Some(rest) = line.strip_prefix("warning: ") {
+            self.warn(rest)
+        } else if let Some(rest) = line.strip_prefix("note: ") {
+            self.note(rest)
+        } else {
+            self.step(line)
+        }
+    }
+}
+
+/// A sink that drops everything (tests, nested runs whose caller reports progress itself).
+pub fn silent(_: Level, _: &str) {}
+
+/// Every experiment: validated settings in, one typed result out, its renderers beside it.
+///
+/// The prologue is the same for all: settings were validated against the machine when they were
+/// made (the subcommand's `settings` function), `run` records the [`Conditions`] and checks for
+/// other load before measuring unless the settings say not to.
+pub trait Experiment {
+    /// Validated settings; nothing below `run` re-validates.
+    type Settings;
+    /// The result; this struct *is* the JSON schema.
+    type Report: Serialize + DeserializeOwned;
+    /// Its `kind` in the result envelope.
+    const KIND: Kind;
+
+    /// Measures on the live machine.
+    fn run(
+        machine: &Machine,
+        settings: &Self::Settings,
+        progress: &Progress,
+    ) -> Result<Self::Report>;
+
+    /// The conditions the result was taken under.
+    fn conditions(report: &Self::Report) -> &Conditions;
+
+    /// The figures that summarise the result, each with unit, direction, interval and samples.
+    fn figures(report: &Self::Report) -> Vec<Figure>;
+
+    /// Text for the terminal.
+    fn render_text(report: &Self::Report, style: &Style) -> String;
+
+    /// A self-contained HTML page.
+    fn render_html(report: &Self::Report) -> String;
+}
