@@ -39,7 +39,14 @@ fn a_builtin_printed_as_toml_runs_as_a_file_and_repeats_for_a_seed() {
     assert!(out.status.success());
     std::fs::write(&file, &out.stdout).unwrap();
     let f = file.to_str().unwrap();
-    let a = run_json::<SimReport>("sim", &[f, "--seed", "7"], 60);
+    let html = dir.path().join("c.html");
+    let a = run_json::<SimReport>(
+        "sim",
+        &[f, "--seed", "7", "--html", html.to_str().unwrap()],
+        60,
+    );
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(page.contains("SIMULATED") && page.contains("VM2 4 busy"));
     let b = run_json::<SimReport>("sim", &[f, "--seed", "7"], 60);
     assert_eq!(a, b);
     assert_eq!(a["label"], "SIMULATED");

@@ -50,6 +50,9 @@ pub enum WorkloadSpec {
     },
 }
 
+/// Threads one workload may have: far more than any field-notes VM, small enough to simulate.
+pub const MAX_THREADS: u32 = 4096;
+
 fn default_unit_us() -> f64 {
     1000.0
 }
@@ -78,6 +81,15 @@ impl WorkloadSpec {
                 )))
             }
         };
+        let threads_ok = |n: u32| -> Result<()> {
+            if (1..=MAX_THREADS).contains(&n) {
+                Ok(())
+            } else {
+                Err(bad_input(format!(
+                    "VM {vm}: threads = {n}; give 1 to {MAX_THREADS}"
+                )))
+            }
+        };
         let vcpu_ok = |v: Option<u32>, what: &str| -> Result<()> {
             match v {
                 Some(i) if i >= vcpus => Err(bad_input(format!(
@@ -93,7 +105,7 @@ impl WorkloadSpec {
                 unit_us,
                 vcpus: list,
             } => {
-                pos(f64::from(*threads), "threads")?;
+                threads_ok(*threads)?;
                 pos(*unit_us, "unit_us")?;
                 if let Some(l) = list {
                     if l.is_empty() {
@@ -120,7 +132,7 @@ impl WorkloadSpec {
                 work_ms,
                 chunk_us,
             } => {
-                pos(f64::from(*threads), "threads")?;
+                threads_ok(*threads)?;
                 pos(*work_ms, "work_ms")?;
                 pos(*chunk_us, "chunk_us")?;
                 if work_ms * 1000.0 / chunk_us > 1e7 {
@@ -182,5 +194,11 @@ mod tests {
             chunk_us: 1.0,
         };
         assert!(f.check(4, "vm1").is_err());
+        let many = WorkloadSpec::Cpu {
+            threads: MAX_THREADS + 1,
+            unit_us: 1.0,
+            vcpus: None,
+        };
+        assert!(format!("{}", many.check(4, "vm1").unwrap_err()).contains("1 to 4096"));
     }
 }
