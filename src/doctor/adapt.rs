@@ -56,47 +56,7 @@ pub fn facts(p: &Probe) -> Facts {
 
 /// Every run of a pingpong report.
 pub fn wakeup(r: &pingpong::PingpongReport) -> Vec<WakeupRun> {
-    r.runs
-        .iter()
-        .map(|x| wakeup_run(x, r.conditions.noisy))
-        .collect()
-}
-
-fn wakeup_run(r: &pingpong::PingpongRun, noisy: bool) -> WakeupRun {
-    let c = &r.counters;
-    let mut per = c.per_rt.clone();
-    let both = |a: Option<f64>, b: Option<f64>| Some(a? + b?);
-    if let Some(v) = both(
-        c.initiator.voluntary_switches_per_rt,
-        c.responder.voluntary_switches_per_rt,
-    ) {
-        per.insert("voluntary_switches".into(), v);
-    }
-    if let Some(v) = both(
-        c.initiator.involuntary_switches_per_rt,
-        c.responder.involuntary_switches_per_rt,
-    ) {
-        per.insert("involuntary_switches".into(), v);
-    }
-    let w = r.where_ran.as_ref();
-    let migrations = w.and_then(|w| Some(w.initiator_migrations? + w.responder_migrations?));
-    WakeupRun {
-        method: r.method.as_str().to_string(),
-        blocking: r.method != pingpong::Method::Spin,
-        class: r.placement,
-        cpus: r.cpu_a.zip(r.cpu_b).map(|(a, b)| format!("{a}:{b}")),
-        rtt_ns: r.mean_rtt_ns.clone(),
-        p50_ns: r.rtt.p50_ns as f64,
-        p99_ns: r.rtt.p99_ns as f64,
-        batch_means_ns: r.batch_means_ns.clone(),
-        per_round_trip: per,
-        steal_pct: c.system.steal_pct(),
-        noisy,
-        same_cpu_share: w.map(|w| w.same_cpu_share),
-        migrations_per_s: migrations
-            .filter(|_| c.window_s > 0.0)
-            .map(|m| m as f64 / c.window_s),
-    }
+    pingpong::summary::wakeup_runs(r)
 }
 
 /// A saved `pingpong` result as conditions and wakeup measurements, when it parses.

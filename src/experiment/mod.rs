@@ -54,6 +54,8 @@ pub enum Unit {
     Megahertz,
     Cycles,
     Bytes,
+    /// The unit the figure's label names (a custom metric's own unit, like `ms` or `req`).
+    Other,
 }
 
 impl Unit {
@@ -71,6 +73,7 @@ impl Unit {
             Self::Megahertz => "MHz",
             Self::Cycles => "cycles",
             Self::Bytes => "B",
+            Self::Other => "",
         }
     }
 }
@@ -139,17 +142,7 @@ impl Figure {
     }
 }
 
-/// How much a progress message matters. The printer decides what each level shows where.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Level {
-    /// The step now running: shown on a terminal only, or as a progress bar's message.
-    Step,
-    /// Something that qualifies the figures: shown unless `--quiet`.
-    Note,
-    /// Something likely wrong with the figures or the run: shown unless `--quiet`.
-    Warning,
-}
+pub use crate::output::Level;
 
 /// Where an experiment reports what it is doing. Cheap to pass by reference; the sink decides
 /// where messages go (stderr, a progress bar, a collecting test).
@@ -177,22 +170,23 @@ impl<'a> Progress<'a> {
     pub fn emit(&self, level: Level, msg: &str) {
         (self.sink)(level, msg)
     }
-
-    /// A callback for modules that still report plain lines: a leading `warning: ` or `note: `
-    /// becomes the level (and is stripped), anything else is a step.
-    pub fn line(&self, line: &str) {
-        if let Some(rest) = line.strip_prefix("warning: ") {
-            self.warn(rest)
-        } else if let Some(rest) = line.strip_prefix("note: ") {
-            self.note(rest)
-        } else {
-            self.step(line)
-        }
-    }
 }
 
 /// A sink that drops everything (tests, nested runs whose caller reports progress itself).
 pub fn silent(_: Level, _: &str) {}
+
+/// What every measuring subcommand does once its flags are settings: run the experiment with
+/// the terminal's progress printer, then print the result as JSON or as the experiment's text.
+pub fn run_and_print<E: Experiment>(
+    machine: &Machine,
+    settings: &E::Settings,
+    quiet: bool,
+    json: bool,
+) -> Result<()> {
+    let sink = crate::output::progress_printer(quiet);
+    let report = E::run(machine, settings, &Progress::new(&sink))?;
+    crate::output::emit(json, E::KIND, &report, |r| E::render_text(r, &Style::new()))
+}
 
 /// Every experiment: validated settings in, one typed result out, its renderers beside it.
 ///

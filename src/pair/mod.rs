@@ -23,6 +23,7 @@
 //! (SIGKILL of cpulab) and `signals` (Ctrl-C and SIGTERM become an orderly teardown).
 
 pub mod cleanup;
+mod experiment;
 pub mod metric;
 pub mod observe;
 pub mod placement;
@@ -35,12 +36,14 @@ pub mod settings;
 pub mod signals;
 pub mod watchdog;
 
+pub use experiment::Pair;
 pub use report::{PairReport, PlacementResult};
 pub use runner::RunResult;
 pub use settings::{PairSettings, Preset};
 
 use crate::counters::check_background_load;
 use crate::cpulist::CpuSet;
+use crate::experiment::Progress;
 use crate::machine::{Conditions, Machine};
 use anyhow::Result;
 use settings::{Experiment, Workload};
@@ -81,11 +84,7 @@ fn workload(settings: &PairSettings) -> Option<String> {
 ///
 /// Spawns every server and client from the calling thread, which must live until this returns
 /// (the kernel's parent-death signal fires when the spawning *thread* exits).
-pub fn run(
-    machine: &Machine,
-    settings: &PairSettings,
-    progress: &dyn Fn(&str),
-) -> Result<PairReport> {
+pub fn run(machine: &Machine, settings: &PairSettings, progress: &Progress) -> Result<PairReport> {
     signals::install();
     let placements = placement::plan(machine, &settings.placements);
     let mut conditions = Conditions::now(machine);
@@ -95,17 +94,17 @@ pub fn run(
         );
     }
     if settings.check_load {
-        progress("checking for other load on the CPUs in use");
+        progress.step("checking for other load on the CPUs in use");
         let cpus: CpuSet = machine.allowed.clone();
-        conditions.record_load(check_background_load(
-            &machine.root,
-            &cpus,
-            Duration::from_millis(500),
-        ));
+        let check = check_background_load(&machine.root, &cpus, Duration::from_millis(500));
+        if let (true, Some(r)) = (check.noisy, &check.reason) {
+            progress.warn(&format!("{r}; results are marked noisy"));
+        }
+        conditions.record_load(check);
     }
     let mut env = presets::Env::create(settings.ready_timeout)?;
     let mut setup = presets::build(settings, &mut env)?;
-    progress(&format!("preparing {}", setup.server.describe()));
+    progress.step(&format!("preparing {}", setup.server.describe()));
     setup.server.prepare(&mut env)?;
     let secs = settings.duration_s;
     let schedule = placement::schedule(placements.len(), settings.repeat);
@@ -121,7 +120,7 @@ pub fn run(
                 .as_ref()
                 .map(|c| format!("CPU {c}"))
                 .unwrap_or("no pinning".into());
-            progress(&format!("starting the server ({on})"));
+            progress.step(&format!("starting the server ({on})"));
             setup.server.start(p.server_cpus.as_ref(), &mut env)?;
             running = Some(p.server_cpus.clone());
             starts += 1;
@@ -131,7 +130,7 @@ pub fn run(
             }
         }
         let r = runner::run_once(machine, p, &mut setup, &mut env, settings, secs, k)?;
-        progress(&format!(
+        progress.step(&format!(
             "[{}/{}] {}: {:.0} {}",
             k + 1,
             schedule.len(),

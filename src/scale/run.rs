@@ -8,6 +8,7 @@ use super::workload::{self, TriadArrays};
 use super::{PolicyResult, ScalePoint, ScaleReport, ScaleSettings, Workload};
 use crate::counters::{SystemSnapshot, check_background_load};
 use crate::cpulist::CpuSet;
+use crate::experiment::Progress;
 use crate::machine::{Conditions, Machine};
 use crate::share::load;
 use crate::stats::MeanCi;
@@ -28,22 +29,24 @@ enum Job {
 pub fn run(
     machine: &Machine,
     settings: &ScaleSettings,
-    progress: &dyn Fn(&str),
+    progress: &Progress,
 ) -> Result<ScaleReport> {
-    settings.check(machine)?;
     let mut conditions = Conditions::now(machine);
-    progress("scale: checking for background load");
-    conditions.record_load(check_background_load(
-        &machine.root,
-        &machine.allowed,
-        Duration::from_millis(300),
-    ));
+    if settings.check_load {
+        progress.step("scale: checking for background load");
+        let check =
+            check_background_load(&machine.root, &machine.allowed, Duration::from_millis(300));
+        if let (true, Some(r)) = (check.noisy, &check.reason) {
+            progress.warn(&format!("{r}; results are marked noisy"));
+        }
+        conditions.record_load(check);
+    }
     let mut counts = settings.threads.clone();
     counts.push(1);
     counts.sort_unstable();
     counts.dedup();
     let llc_total_kib = llc_total_kib(machine);
-    progress("scale: sizing the workload");
+    progress.step("scale: sizing the workload");
     let job = prepare(settings, llc_total_kib, &mut conditions)?;
 
     // Repeats outermost, so a burst of outside load spreads over every point (and widens
@@ -54,7 +57,7 @@ pub fn run(
     for rep in 0..settings.repeats {
         for (pi, p) in settings.policies.iter().enumerate() {
             for (ci, &n) in counts.iter().enumerate() {
-                progress(&format!(
+                progress.step(&format!(
                     "scale: {p}, {n} thread(s), run {}/{}",
                     rep + 1,
                     settings.repeats

@@ -6,6 +6,7 @@ use super::load::{self, Duty, Gate, WorkerOutcome};
 use super::model;
 use super::{ShareConfig, ShareReport, ShareRun, ShareSettings};
 use crate::counters::{SystemSnapshot, check_background_load};
+use crate::experiment::Progress;
 use crate::machine::{Conditions, Machine};
 use crate::stats::MeanCi;
 use anyhow::{Context, Result};
@@ -33,16 +34,18 @@ pub const OTHER_LOAD_NOISY_CPUS: f64 = 0.1;
 pub fn run(
     machine: &Machine,
     settings: &ShareSettings,
-    progress: &dyn Fn(&str),
+    progress: &Progress,
 ) -> Result<ShareReport> {
-    settings.check(machine)?;
     let mut conditions = Conditions::now(machine);
-    progress("share: checking for background load");
-    conditions.record_load(check_background_load(
-        &machine.root,
-        &machine.allowed,
-        Duration::from_millis(300),
-    ));
+    if settings.check_load {
+        progress.step("share: checking for background load");
+        let check =
+            check_background_load(&machine.root, &machine.allowed, Duration::from_millis(300));
+        if let (true, Some(r)) = (check.noisy, &check.reason) {
+            progress.warn(&format!("{r}; results are marked noisy"));
+        }
+        conditions.record_load(check);
+    }
     let cgroup = match CgroupCpu::read(&machine.root) {
         Ok(c) => Some(c),
         Err(e) => {
@@ -84,7 +87,7 @@ pub fn run(
         let mut runs: Vec<Vec<RawRun>> = vec![Vec::new(); with_alone.len()];
         for rep in 0..settings.repeats {
             for (i, &b) in with_alone.iter().enumerate() {
-                progress(&format!(
+                progress.step(&format!(
                     "share: {t} worker(s), {b} burner(s), run {}/{}",
                     rep + 1,
                     settings.repeats
