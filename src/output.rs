@@ -120,18 +120,3 @@ pub fn progress_printer(quiet: bool) -> impl Fn(Level, &str) {
         Level::Note | Level::Warning => status(quiet, &format!("{}{msg}", level.prefix())),
     }
 }
-
-/// Prints a result: with `json`, one enveloped document (`cpulab_schema`, `kind`); otherwise
-/// the text `render` makes of it.
-pub fn emit<T: Serialize>(
-    json: bool,
-    kind: crate::report::envelope::Kind,
-    report: &T,
-    render: impl FnOnce(&T) -> String,
-) -> Result<()> {
-    if json {
-        print_json(&crate::report::envelope::Envelope::new(kind, report))
-    } else {
-        print_text(&render(report))
-    }
-}

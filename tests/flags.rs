@@ -132,3 +132,29 @@ fn cpus_is_the_allowed_set_and_order_the_placement() {
         assert_eq!(v["cpu"], 0);
     }
 }
+
+#[test]
+fn share_takes_cpus_as_the_allowed_set() {
+    let v = run_json::<cpulab::share::ShareReport>(
+        "share",
+        &[
+            "--cpus",
+            "0",
+            "--duration",
+            "20ms",
+            "-b",
+            "0",
+            "--repeats",
+            "1",
+            "--no-load-check",
+        ],
+        60,
+    );
+    assert_eq!(v["conditions"]["allowed_cpus"], "0");
+    assert_eq!(
+        v["configs"][0]["threads"], 1,
+        "one worker per allowed CPU by default"
+    );
+    bad(&["share", "--cpus", "1-0"]);
+    bad(&["pair", "--preset", "http", "--cpus", "4096"]);
+}

@@ -5,6 +5,7 @@ pub mod doctor;
 pub mod oscost;
 pub mod pair;
 pub mod pingpong;
+pub mod print;
 pub mod probe;
 pub mod report;
 pub mod scale;

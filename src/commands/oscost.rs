@@ -1,8 +1,8 @@
 //! `cpulab oscost`: flags -> [`OscostSettings`], run, print.
 
 use crate::cli::Global;
+use crate::commands::print::run_experiment;
 use crate::error::bad_input;
-use crate::experiment::run_and_print;
 use crate::machine::Machine;
 use crate::oscost::Oscost;
 use crate::oscost::OscostSettings;
@@ -81,5 +81,5 @@ pub fn settings(args: &Args, machine: &Machine) -> Result<OscostSettings> {
 pub fn run(args: Args, g: &Global) -> Result<()> {
     let machine = Machine::detect(&g.root)?;
     let settings = settings(&args, &machine)?;
-    run_and_print::<Oscost>(&machine, &settings, g.quiet, args.json)
+    run_experiment::<Oscost>(&machine, &settings, g.quiet, args.json)
 }

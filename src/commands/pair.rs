@@ -15,6 +15,7 @@ use crate::pair::settings::{
 use crate::pair::signals::Interrupted;
 use crate::units::flag_duration;
 use anyhow::Result;
+use clap::builder::TypedValueParser;
 use std::path::PathBuf;
 
 /// `cpulab pair` flags, boxed: they are many, and the subcommand enum stays small.
@@ -33,8 +34,9 @@ pub struct Args {
 /// Every flag of `cpulab pair`.
 #[derive(Debug, clap::Args)]
 pub struct Flags {
-    /// A ready-made experiment with real programs.
-    #[arg(long, value_enum, conflicts_with_all = ["server", "client"])]
+    /// A ready-made experiment with real programs: pgbench, http or redis.
+    #[arg(long, value_name = "NAME", value_parser = named::<Preset>(&["pgbench", "http", "redis"]),
+          conflicts_with_all = ["server", "client"])]
     pub preset: Option<Preset>,
     /// Server command (split into words like a shell would, run without one unless --shell).
     #[arg(long, value_name = "CMD", requires = "client")]
@@ -68,8 +70,8 @@ pub struct Flags {
     /// seconds).
     #[arg(long, value_name = "TIME", default_value = "60s")]
     pub ready_timeout: String,
-    /// pgbench workload.
-    #[arg(long, value_enum)]
+    /// pgbench workload: select1 (`SELECT 1` with -n) or readonly (pgbench -S).
+    #[arg(long, value_name = "NAME", value_parser = named::<Workload>(&["select1", "readonly"]))]
     pub workload: Option<Workload>,
     /// pgbench clients (-c).
     #[arg(long, value_name = "N")]
@@ -80,11 +82,14 @@ pub struct Flags {
     /// pgbench scale for the readonly workload (-i -s).
     #[arg(long, value_name = "N")]
     pub scale: Option<u32>,
-    /// Web server of the http preset.
-    #[arg(long, value_enum)]
+    /// Web server of the http preset: auto (apache, else nginx, else built in), apache, nginx,
+    /// builtin.
+    #[arg(long, value_name = "NAME",
+          value_parser = named::<HttpServerKind>(&["auto", "apache", "nginx", "builtin"]))]
     pub http_server: Option<HttpServerKind>,
-    /// Load generator of the http preset.
-    #[arg(long, value_enum)]
+    /// Load generator of the http preset: auto (ab, else wrk, else built in), ab, wrk, builtin.
+    #[arg(long, value_name = "NAME",
+          value_parser = named::<HttpClientKind>(&["auto", "ab", "wrk", "builtin"]))]
     pub http_client: Option<HttpClientKind>,
     /// Length of each client run (presets), in whole seconds: `10`, `10s`, `1m` (pgbench,
     /// ab and wrk take seconds).
@@ -94,6 +99,10 @@ pub struct Flags {
     /// spelling.
     #[arg(long, value_name = "N", default_value_t = MIN_REPEAT, alias = "repeat")]
     pub repeats: usize,
+    /// Use only these CPUs (taskset syntax, e.g. `0-3,8`), as under `taskset -c`: automatic
+    /// placements are chosen among them and unpinned programs run on them.
+    #[arg(long, value_name = "LIST")]
+    pub cpus: Option<String>,
     /// `auto`, or server:client pairs of CPU lists, `unpinned` for the OS's placement:
     /// `0:0,0:1,0:unpinned,unpinned:unpinned` (`any` and `*` mean unpinned too).
     #[arg(long, value_name = "LIST", default_value = "auto")]
@@ -115,6 +124,17 @@ pub struct Flags {
     /// One JSON document on stdout.
     #[arg(long)]
     pub json: bool,
+}
+
+/// A flag value that names one of the settings' kebab-case enums; the experiment's types stay
+/// free of clap, and the names are their serde names, so flags and JSON say the same.
+fn named<T>(names: &'static [&'static str]) -> impl TypedValueParser<Value = T>
+where
+    T: serde::de::DeserializeOwned + Clone + Send + Sync + 'static,
+{
+    clap::builder::PossibleValuesParser::new(names).try_map(|s: String| {
+        serde_json::from_value::<T>(serde_json::Value::String(s)).map_err(|e| e.to_string())
+    })
 }
 
 /// Splits a command into words, or wraps it in `sh -c`.
@@ -271,7 +291,10 @@ pub fn settings(a: &Flags, machine: &Machine) -> Result<PairSettings> {
 }
 
 pub fn run(args: Args, g: &Global) -> Result<()> {
-    let machine = Machine::detect(&g.root)?;
+    let mut machine = Machine::detect(&g.root)?;
+    if let Some(text) = &args.flags.cpus {
+        machine.restrict_to(text)?;
+    }
     let settings = settings(&args.flags, &machine)?;
     // A pair run takes minutes: its steps are shown even when stderr is a log file.
     let quiet = g.quiet;
@@ -293,7 +316,7 @@ pub fn run(args: Args, g: &Global) -> Result<()> {
             return Err(e);
         }
     };
-    output::emit(args.flags.json, Pair::KIND, &report, |r| {
+    crate::commands::print::emit(args.flags.json, Pair::KIND, &report, |r| {
         Pair::render_text(r, &output::Style::new())
     })
 }

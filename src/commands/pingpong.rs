@@ -5,9 +5,9 @@
 
 use crate::affinity;
 use crate::cli::Global;
+use crate::commands::print::run_experiment;
 use crate::cpulist::CpuSet;
 use crate::error::bad_input;
-use crate::experiment::run_and_print;
 use crate::machine::Machine;
 use crate::pingpong::Pingpong;
 use crate::pingpong::{self, Endpoints, Method, PairSpec, PingpongSettings, Placement};
@@ -120,5 +120,5 @@ pub fn settings(args: &Args, machine: &Machine) -> Result<PingpongSettings> {
 pub fn run(args: Args, g: &Global) -> Result<()> {
     let machine = Machine::detect(&g.root)?;
     let settings = settings(&args, &machine)?;
-    run_and_print::<Pingpong>(&machine, &settings, g.quiet, args.json)
+    run_experiment::<Pingpong>(&machine, &settings, g.quiet, args.json)
 }

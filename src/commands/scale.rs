@@ -1,9 +1,9 @@
 //! `cpulab scale`: flags -> [`ScaleSettings`], run, print.
 
 use crate::cli::Global;
+use crate::commands::print::run_experiment;
 use crate::cpulist::CpuSet;
 use crate::error::bad_input;
-use crate::experiment::run_and_print;
 use crate::machine::Machine;
 use crate::scale::Scale;
 use crate::scale::{Policy, ScaleSettings, Workload};
@@ -125,5 +125,5 @@ pub fn run(args: Args, g: &Global) -> Result<()> {
         machine.restrict_to(text)?;
     }
     let settings = settings(&args, &machine)?;
-    run_and_print::<Scale>(&machine, &settings, g.quiet, args.json)
+    run_experiment::<Scale>(&machine, &settings, g.quiet, args.json)
 }

@@ -1,8 +1,8 @@
 //! `cpulab share`: flags -> [`ShareSettings`], run, print.
 
 use crate::cli::Global;
+use crate::commands::print::run_experiment;
 use crate::error::bad_input;
-use crate::experiment::run_and_print;
 use crate::machine::Machine;
 use crate::share::Share;
 use crate::share::ShareSettings;
@@ -21,6 +21,10 @@ pub struct Args {
     /// Burner duty cycle in percent: busy this share of each period, asleep the rest.
     #[arg(long, value_name = "PCT", default_value_t = 100.0)]
     pub duty: f64,
+    /// Use only these CPUs (taskset syntax, e.g. `0-3,8`), as under `taskset -c`: workers and
+    /// burners run there and the model shares out only them.
+    #[arg(long, value_name = "LIST")]
+    pub cpus: Option<String>,
     /// Pin burners round-robin to these CPUs (taskset syntax, e.g. `1` or `0-1`).
     #[arg(long, value_name = "LIST")]
     pub burner_cpus: Option<String>,
@@ -76,7 +80,10 @@ fn secs(v: f64, flag: &str) -> Result<Duration> {
 }
 
 pub fn run(args: Args, g: &Global) -> Result<()> {
-    let machine = Machine::detect(&g.root)?;
+    let mut machine = Machine::detect(&g.root)?;
+    if let Some(text) = &args.cpus {
+        machine.restrict_to(text)?;
+    }
     let settings = settings(&args, &machine)?;
-    run_and_print::<Share>(&machine, &settings, g.quiet, args.json)
+    run_experiment::<Share>(&machine, &settings, g.quiet, args.json)
 }

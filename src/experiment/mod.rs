@@ -175,19 +175,6 @@ impl<'a> Progress<'a> {
 /// A sink that drops everything (tests, nested runs whose caller reports progress itself).
 pub fn silent(_: Level, _: &str) {}
 
-/// What every measuring subcommand does once its flags are settings: run the experiment with
-/// the terminal's progress printer, then print the result as JSON or as the experiment's text.
-pub fn run_and_print<E: Experiment>(
-    machine: &Machine,
-    settings: &E::Settings,
-    quiet: bool,
-    json: bool,
-) -> Result<()> {
-    let sink = crate::output::progress_printer(quiet);
-    let report = E::run(machine, settings, &Progress::new(&sink))?;
-    crate::output::emit(json, E::KIND, &report, |r| E::render_text(r, &Style::new()))
-}
-
 /// Every experiment: validated settings in, one typed result out, its renderers beside it.
 ///
 /// The prologue is the same for all: settings were validated against the machine when they were

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 /// Ready-made experiments with real programs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Preset {
     /// A throwaway PostgreSQL cluster and pgbench (field notes A and B).
@@ -22,7 +22,7 @@ pub enum Preset {
 }
 
 /// pgbench workloads.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Workload {
     /// A script of `SELECT 1;` run with `-n`: one round trip per transaction, nothing else.
@@ -44,7 +44,7 @@ pub struct PgbenchSettings {
 }
 
 /// Which web server the http preset uses.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum HttpServerKind {
     /// Apache if installed, else nginx, else built in.
@@ -56,7 +56,7 @@ pub enum HttpServerKind {
 }
 
 /// Which load generator the http preset uses.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum HttpClientKind {
     /// ab if installed, else wrk, else built in.
