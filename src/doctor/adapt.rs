@@ -4,10 +4,8 @@
 //! ([`super::measurements`]). When an experiment's report grows, only its adapter changes.
 
 use super::measurements::{
-    Facts, FrequencyRamp, Measurements, OsCosts, PresetRun, PrimitiveCost, ScalePoint, ShareCheck,
-    WakeupRun,
+    Facts, FrequencyRamp, OsCosts, PresetRun, PrimitiveCost, ScalePoint, ShareCheck, WakeupRun,
 };
-use crate::machine::Conditions;
 use crate::probe::Probe;
 use crate::stats::MeanCi;
 use crate::{oscost, pair, pingpong, scale, share};
@@ -57,16 +55,6 @@ pub fn facts(p: &Probe) -> Facts {
 /// Every run of a pingpong report.
 pub fn wakeup(r: &pingpong::PingpongReport) -> Vec<WakeupRun> {
     pingpong::summary::wakeup_runs(r)
-}
-
-/// A saved `pingpong` result as conditions and wakeup measurements, when it parses.
-pub fn pingpong_value(doc: &serde_json::Value) -> Option<(Conditions, Measurements)> {
-    let r: pingpong::PingpongReport = serde_json::from_value(doc.clone()).ok()?;
-    let m = Measurements {
-        wakeup: wakeup(&r),
-        ..Default::default()
-    };
-    Some((r.conditions, m))
 }
 
 /// The primitives with their kept batches, and the frequency ramp in MHz.
