@@ -104,6 +104,13 @@ impl Conditions {
     }
 
     /// Records a load check; a noisy one marks the whole result noisy.
+    /// Says that no check for other load preceded the run (`--no-load-check`, or a caller that
+    /// checked once for several runs), so a reader does not take silence for a quiet machine.
+    pub fn load_not_checked(&mut self) {
+        self.notes
+            .push("other load was not checked for before this run (--no-load-check)".to_string());
+    }
+
     pub fn record_load(&mut self, check: LoadCheck) {
         if check.noisy {
             self.noisy = true;

@@ -199,6 +199,8 @@ pub fn run(
             progress.warn(&format!("{r}; results are marked noisy"));
         }
         conditions.record_load(check);
+    } else {
+        conditions.load_not_checked();
     }
     let _restore = RestoreAffinity(crate::affinity::get(0).ok());
     crate::affinity::pin_self(cpu)?;

@@ -101,6 +101,8 @@ pub fn run(machine: &Machine, settings: &PairSettings, progress: &Progress) -> R
             progress.warn(&format!("{r}; results are marked noisy"));
         }
         conditions.record_load(check);
+    } else {
+        conditions.load_not_checked();
     }
     let mut env = presets::Env::create(settings.ready_timeout)?;
     let mut setup = presets::build(settings, &mut env)?;

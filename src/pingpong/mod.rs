@@ -90,6 +90,8 @@ pub fn run(
             progress.warn(&format!("{r}; results are marked noisy"));
         }
         conditions.record_load(check);
+    } else {
+        conditions.load_not_checked();
     }
     let timer = Timer::detect(&machine.root);
     let mut runs = Vec::new();

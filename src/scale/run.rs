@@ -40,6 +40,8 @@ pub fn run(
             progress.warn(&format!("{r}; results are marked noisy"));
         }
         conditions.record_load(check);
+    } else {
+        conditions.load_not_checked();
     }
     let mut counts = settings.threads.clone();
     counts.push(1);

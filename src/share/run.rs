@@ -45,6 +45,8 @@ pub fn run(
             progress.warn(&format!("{r}; results are marked noisy"));
         }
         conditions.record_load(check);
+    } else {
+        conditions.load_not_checked();
     }
     let cgroup = match CgroupCpu::read(&machine.root) {
         Ok(c) => Some(c),
