@@ -172,6 +172,29 @@ impl<'a> Progress<'a> {
     }
 }
 
+/// The prologue every experiment runs before measuring: unless `enabled` is false, watch `cpus`
+/// for other load for `window`, warn when there is some, and record the check in `conditions`;
+/// otherwise note in `conditions` that no check was made.
+pub fn check_load(
+    conditions: &mut Conditions,
+    machine: &Machine,
+    cpus: &crate::cpulist::CpuSet,
+    window: std::time::Duration,
+    enabled: bool,
+    progress: &Progress,
+) {
+    if !enabled || cpus.is_empty() {
+        conditions.load_not_checked();
+        return;
+    }
+    progress.step(&format!("checking CPUs {cpus} for other load"));
+    let check = crate::counters::check_background_load(&machine.root, cpus, window);
+    if let (true, Some(r)) = (check.noisy, &check.reason) {
+        progress.warn(&format!("{r}; results are marked noisy"));
+    }
+    conditions.record_load(check);
+}
+
 /// A sink that drops everything (tests, nested runs whose caller reports progress itself).
 pub fn silent(_: Level, _: &str) {}
 

@@ -22,9 +22,8 @@ pub mod switch;
 
 pub use experiment::Oscost;
 
-use crate::counters::check_background_load;
 use crate::error::bad_input;
-use crate::experiment::Progress;
+use crate::experiment::{Progress, check_load};
 use crate::machine::{Conditions, Machine};
 use crate::stats::MeanCi;
 use anyhow::Result;
@@ -192,16 +191,15 @@ pub fn run(
         .ok_or_else(|| bad_input("no CPU is allowed to this process"))?;
     let mut conditions = Conditions::now(machine);
     let one = crate::cpulist::CpuSet::from_iter_u32([cpu]);
-    if settings.check_load {
-        progress.step("oscost: checking for background load");
-        let check = check_background_load(&machine.root, &one, Duration::from_millis(300));
-        if let (true, Some(r)) = (check.noisy, &check.reason) {
-            progress.warn(&format!("{r}; results are marked noisy"));
-        }
-        conditions.record_load(check);
-    } else {
-        conditions.load_not_checked();
-    }
+    let window = Duration::from_millis(300);
+    check_load(
+        &mut conditions,
+        machine,
+        &one,
+        window,
+        settings.check_load,
+        progress,
+    );
     let _restore = RestoreAffinity(crate::affinity::get(0).ok());
     crate::affinity::pin_self(cpu)?;
 

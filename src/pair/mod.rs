@@ -41,9 +41,8 @@ pub use report::{PairReport, PlacementResult};
 pub use runner::RunResult;
 pub use settings::{PairSettings, Preset};
 
-use crate::counters::check_background_load;
 use crate::cpulist::CpuSet;
-use crate::experiment::Progress;
+use crate::experiment::{Progress, check_load};
 use crate::machine::{Conditions, Machine};
 use anyhow::Result;
 use settings::{Experiment, Workload};
@@ -93,17 +92,15 @@ pub fn run(machine: &Machine, settings: &PairSettings, progress: &Progress) -> R
             "only one CPU may be used: no cross-CPU placement can be measured here".to_string(),
         );
     }
-    if settings.check_load {
-        progress.step("checking for other load on the CPUs in use");
-        let cpus: CpuSet = machine.allowed.clone();
-        let check = check_background_load(&machine.root, &cpus, Duration::from_millis(500));
-        if let (true, Some(r)) = (check.noisy, &check.reason) {
-            progress.warn(&format!("{r}; results are marked noisy"));
-        }
-        conditions.record_load(check);
-    } else {
-        conditions.load_not_checked();
-    }
+    let window = Duration::from_millis(500);
+    check_load(
+        &mut conditions,
+        machine,
+        &machine.allowed,
+        window,
+        settings.check_load,
+        progress,
+    );
     let mut env = presets::Env::create(settings.ready_timeout)?;
     let mut setup = presets::build(settings, &mut env)?;
     progress.step(&format!("preparing {}", setup.server.describe()));

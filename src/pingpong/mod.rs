@@ -32,10 +32,9 @@ pub use observe::{EndpointCounters, RunCounters};
 pub use report::{PingpongReport, PingpongRun, SkippedRun, WhereRan};
 pub use settings::{Endpoints, Method, PairSpec, PingpongSettings, Placement, parse_pairs};
 
-use crate::counters::check_background_load;
 use crate::cpulist::CpuSet;
 use crate::error::bad_input;
-use crate::experiment::{Experiment, Figure, Progress};
+use crate::experiment::{Experiment, Figure, Progress, check_load};
 use crate::machine::{Conditions, Machine};
 use anyhow::{Result, bail};
 use measure::LoopLimits;
@@ -82,17 +81,15 @@ pub fn run(
         .iter()
         .flat_map(|p| plan::cpus_in_use(p.placement, &cpus).to_vec())
         .collect();
-    if settings.load_check_s > 0.0 && !in_use.is_empty() {
-        progress.step(&format!("checking CPUs {in_use} for other load..."));
-        let window = seconds("load_check_s", settings.load_check_s)?;
-        let check = check_background_load(&machine.root, &in_use, window);
-        if let (true, Some(r)) = (check.noisy, &check.reason) {
-            progress.warn(&format!("{r}; results are marked noisy"));
-        }
-        conditions.record_load(check);
-    } else {
-        conditions.load_not_checked();
-    }
+    let window = seconds("load_check_s", settings.load_check_s)?;
+    check_load(
+        &mut conditions,
+        machine,
+        &in_use,
+        window,
+        !window.is_zero(),
+        progress,
+    );
     let timer = Timer::detect(&machine.root);
     let mut runs = Vec::new();
     let mut failures = Vec::new();

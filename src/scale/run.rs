@@ -6,9 +6,9 @@ use super::contention::{self, Contention};
 use super::policy::{self, Policy};
 use super::workload::{self, TriadArrays};
 use super::{PolicyResult, ScalePoint, ScaleReport, ScaleSettings, Workload};
-use crate::counters::{SystemSnapshot, check_background_load};
+use crate::counters::SystemSnapshot;
 use crate::cpulist::CpuSet;
-use crate::experiment::Progress;
+use crate::experiment::{Progress, check_load};
 use crate::machine::{Conditions, Machine};
 use crate::share::load;
 use crate::stats::MeanCi;
@@ -32,17 +32,15 @@ pub fn run(
     progress: &Progress,
 ) -> Result<ScaleReport> {
     let mut conditions = Conditions::now(machine);
-    if settings.check_load {
-        progress.step("scale: checking for background load");
-        let check =
-            check_background_load(&machine.root, &machine.allowed, Duration::from_millis(300));
-        if let (true, Some(r)) = (check.noisy, &check.reason) {
-            progress.warn(&format!("{r}; results are marked noisy"));
-        }
-        conditions.record_load(check);
-    } else {
-        conditions.load_not_checked();
-    }
+    let window = Duration::from_millis(300);
+    check_load(
+        &mut conditions,
+        machine,
+        &machine.allowed,
+        window,
+        settings.check_load,
+        progress,
+    );
     let mut counts = settings.threads.clone();
     counts.push(1);
     counts.sort_unstable();

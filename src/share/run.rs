@@ -5,8 +5,8 @@ use super::cgroup::{CgroupCpu, ThrottleDelta};
 use super::load::{self, Duty, Gate, WorkerOutcome};
 use super::model;
 use super::{ShareConfig, ShareReport, ShareRun, ShareSettings};
-use crate::counters::{SystemSnapshot, check_background_load};
-use crate::experiment::Progress;
+use crate::counters::SystemSnapshot;
+use crate::experiment::{Progress, check_load};
 use crate::machine::{Conditions, Machine};
 use crate::stats::MeanCi;
 use anyhow::{Context, Result};
@@ -37,17 +37,15 @@ pub fn run(
     progress: &Progress,
 ) -> Result<ShareReport> {
     let mut conditions = Conditions::now(machine);
-    if settings.check_load {
-        progress.step("share: checking for background load");
-        let check =
-            check_background_load(&machine.root, &machine.allowed, Duration::from_millis(300));
-        if let (true, Some(r)) = (check.noisy, &check.reason) {
-            progress.warn(&format!("{r}; results are marked noisy"));
-        }
-        conditions.record_load(check);
-    } else {
-        conditions.load_not_checked();
-    }
+    let window = Duration::from_millis(300);
+    check_load(
+        &mut conditions,
+        machine,
+        &machine.allowed,
+        window,
+        settings.check_load,
+        progress,
+    );
     let cgroup = match CgroupCpu::read(&machine.root) {
         Ok(c) => Some(c),
         Err(e) => {
