@@ -13,6 +13,10 @@
 //!   direction from here instead of guessing it from a key's spelling.
 //! - the text and HTML renderers of each result, beside the experiment, so `cpulab report` renders
 //!   every kind it can load with that kind's own renderer.
+//! - [`check_load`]: the prologue before measuring (watch the CPUs for other load, warn, record).
+//!
+//! [`Level`] is defined with the terminal printer in `output` (the bottom layer, which must not
+//! import this one) and re-exported here.
 
 pub mod registry;
 
