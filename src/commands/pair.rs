@@ -9,8 +9,8 @@ use crate::output;
 use crate::pair::Pair;
 use crate::pair::metric::Metric;
 use crate::pair::settings::{
-    Experiment, HttpClientKind, HttpServerKind, MIN_REPEAT, PairSettings, PgbenchSettings,
-    Placements, Preset, Readiness, Workload,
+    HttpClientKind, HttpServerKind, MIN_REPEAT, PairSettings, PgbenchSettings, Placements, Preset,
+    Programs, Readiness, Workload,
 };
 use crate::pair::signals::Interrupted;
 use crate::units::flag_duration;
@@ -174,7 +174,7 @@ pub fn parse_pairs(machine: &Machine, text: &str) -> Result<Placements> {
     Ok(Placements::Explicit(v))
 }
 
-fn experiment(a: &Flags) -> Result<Experiment> {
+fn programs(a: &Flags) -> Result<Programs> {
     let pg_only =
         a.workload.is_some() || a.clients.is_some() || a.jobs.is_some() || a.scale.is_some();
     if pg_only && a.preset != Some(Preset::Pgbench) {
@@ -200,18 +200,18 @@ fn experiment(a: &Flags) -> Result<Experiment> {
                     "--clients, --jobs and --scale must be at least 1, and --jobs at most --clients",
                 ));
             }
-            Ok(Experiment::Pgbench(p))
+            Ok(Programs::Pgbench(p))
         }
-        Some(Preset::Http) => Ok(Experiment::Http {
+        Some(Preset::Http) => Ok(Programs::Http {
             server: a.http_server.unwrap_or(HttpServerKind::Auto),
             client: a.http_client.unwrap_or(HttpClientKind::Auto),
         }),
-        Some(Preset::Redis) => Ok(Experiment::Redis),
+        Some(Preset::Redis) => Ok(Programs::Redis),
         None => generic(a),
     }
 }
 
-fn generic(a: &Flags) -> Result<Experiment> {
+fn generic(a: &Flags) -> Result<Programs> {
     let (Some(server), Some(client)) = (&a.server, &a.client) else {
         return Err(bad_input(
             "give --preset pgbench|http|redis, or --server CMD --client CMD with a readiness check",
@@ -250,7 +250,7 @@ fn generic(a: &Flags) -> Result<Experiment> {
             })?
         }
     };
-    Ok(Experiment::Generic {
+    Ok(Programs::Generic {
         server,
         client,
         ready,
@@ -278,7 +278,7 @@ pub fn settings(a: &Flags, machine: &Machine) -> Result<PairSettings> {
         return Err(bad_input("--ready-timeout must be more than 0 (e.g. 60s)"));
     }
     Ok(PairSettings {
-        experiment: experiment(a)?,
+        programs: programs(a)?,
         // invariant: parse_duration bounds every duration to a day, which fits in u32 seconds.
         duration_s: u32::try_from(duration.as_secs()).unwrap_or(u32::MAX),
         repeat: a.repeats,
@@ -395,9 +395,9 @@ mod tests {
     fn pgbench_jobs_with_the_old_spelling_as_an_alias() {
         let jobs = |flag: &str| match parse(&["--preset", "pgbench", "--clients", "4", flag, "2"])
             .unwrap()
-            .experiment
+            .programs
         {
-            Experiment::Pgbench(p) => p.threads,
+            Programs::Pgbench(p) => p.threads,
             other => panic!("{other:?}"),
         };
         assert_eq!(jobs("--jobs"), 2);

@@ -45,7 +45,7 @@ use crate::cpulist::CpuSet;
 use crate::experiment::{Progress, check_load};
 use crate::machine::{Conditions, Machine};
 use anyhow::Result;
-use settings::{Experiment, Workload};
+use settings::{Programs, Workload};
 use std::time::Duration;
 
 /// Seconds of the discarded warm-up run after each server start (presets).
@@ -62,8 +62,8 @@ pub fn preset_available(preset: Preset) -> Result<(), String> {
 }
 
 fn workload(settings: &PairSettings) -> Option<String> {
-    match &settings.experiment {
-        Experiment::Pgbench(p) => Some(match p.workload {
+    match &settings.programs {
+        Programs::Pgbench(p) => Some(match p.workload {
             Workload::Select1 => format!(
                 "select1 (SELECT 1; with -n), -c {} -j {}",
                 p.clients, p.threads
@@ -73,9 +73,9 @@ fn workload(settings: &PairSettings) -> Option<String> {
                 p.scale, p.clients, p.threads
             ),
         }),
-        Experiment::Http { .. } => Some("GET of a small static page, one connection".to_string()),
-        Experiment::Redis => Some("GET, one connection (redis-benchmark -c 1 -t get)".to_string()),
-        Experiment::Generic { .. } => None,
+        Programs::Http { .. } => Some("GET of a small static page, one connection".to_string()),
+        Programs::Redis => Some("GET, one connection (redis-benchmark -c 1 -t get)".to_string()),
+        Programs::Generic { .. } => None,
     }
 }
 

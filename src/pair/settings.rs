@@ -82,7 +82,7 @@ pub enum Readiness {
 
 /// What runs.
 #[derive(Clone, Debug)]
-pub enum Experiment {
+pub enum Programs {
     /// Any server and client given on the command line.
     Generic {
         server: Vec<String>,
@@ -111,7 +111,7 @@ pub enum Placements {
 #[derive(Clone, Debug)]
 pub struct PairSettings {
     /// What runs.
-    pub experiment: Experiment,
+    pub programs: Programs,
     /// Seconds each client run lasts (presets; a generic client decides for itself).
     pub duration_s: u32,
     /// Runs per placement, interleaved round-robin across placements.
@@ -137,21 +137,21 @@ pub const MIN_REPEAT: usize = 3;
 impl PairSettings {
     /// A preset with its defaults: 3 runs of `duration_s` per placement, automatic placements.
     pub fn preset(preset: Preset, duration_s: u32) -> Self {
-        let experiment = match preset {
-            Preset::Pgbench => Experiment::Pgbench(PgbenchSettings {
+        let programs = match preset {
+            Preset::Pgbench => Programs::Pgbench(PgbenchSettings {
                 workload: Workload::Select1,
                 clients: 1,
                 threads: 1,
                 scale: 10,
             }),
-            Preset::Http => Experiment::Http {
+            Preset::Http => Programs::Http {
                 server: HttpServerKind::Auto,
                 client: HttpClientKind::Auto,
             },
-            Preset::Redis => Experiment::Redis,
+            Preset::Redis => Programs::Redis,
         };
         Self {
-            experiment,
+            programs,
             duration_s: duration_s.max(1),
             repeat: MIN_REPEAT,
             placements: Placements::Auto,
@@ -163,11 +163,11 @@ impl PairSettings {
     }
 
     pub fn preset_name(&self) -> Option<&'static str> {
-        match self.experiment {
-            Experiment::Generic { .. } => None,
-            Experiment::Pgbench(_) => Some("pgbench"),
-            Experiment::Http { .. } => Some("http"),
-            Experiment::Redis => Some("redis"),
+        match self.programs {
+            Programs::Generic { .. } => None,
+            Programs::Pgbench(_) => Some("pgbench"),
+            Programs::Http { .. } => Some("http"),
+            Programs::Redis => Some("redis"),
         }
     }
 }
