@@ -5,7 +5,9 @@
 //! generic walk and the name-based direction guess. An experiment's result is compared on its
 //! typed figures and must match its schema.
 
-use assert_cmd::Command;
+mod common;
+
+use common::cpulab;
 use serde_json::{Value, json};
 use std::path::PathBuf;
 
@@ -27,10 +29,6 @@ fn write(dir: &tempfile::TempDir, name: &str, text: &str) -> PathBuf {
     let p = dir.path().join(name);
     std::fs::write(&p, text).unwrap();
     p
-}
-
-fn cpulab() -> Command {
-    Command::cargo_bin("cpulab").unwrap()
 }
 
 fn compare_json(a: &Value, b: &Value) -> Value {
