@@ -262,3 +262,54 @@ fn experiment_results_compare_on_their_typed_figures() {
             >= 2
     );
 }
+
+/// Each experiment's figures carry the direction their meaning gives them: a time or a cost is
+/// worse higher, a rate, a share or a speedup worse lower.
+#[test]
+fn each_experiments_figures_say_which_way_is_worse() {
+    let run = |args: &[&str]| {
+        let out = cpulab()
+            .args(args)
+            .args(["--json", "-q", "--no-load-check"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{args:?}");
+        serde_json::from_slice::<Value>(&out.stdout).unwrap()
+    };
+    let share = run(&[
+        "share",
+        "--duration",
+        "30ms",
+        "-t",
+        "1",
+        "-b",
+        "1",
+        "--repeats",
+        "2",
+    ]);
+    let scale = run(&[
+        "scale",
+        "--duration",
+        "10ms",
+        "--repeats",
+        "2",
+        "--threads",
+        "1,2",
+    ]);
+    for doc in [share, scale] {
+        let c = compare_json(&doc, &doc);
+        let figures = c["figures"].as_array().unwrap();
+        assert!(!figures.is_empty(), "{c}");
+        for f in figures {
+            let path = f["path"].as_str().unwrap();
+            let want = if path.starts_with("time_s") {
+                "higher"
+            } else {
+                "lower"
+            };
+            assert_eq!(f["worse_when"], want, "{path}");
+            assert_eq!(f["direction_source"], "typed", "{path}");
+            assert_ne!(f["verdict"], "worse", "a result against itself: {path}");
+        }
+    }
+}
