@@ -11,6 +11,10 @@ use anyhow::Result;
 use std::time::Duration;
 
 #[derive(Debug, clap::Args)]
+#[command(after_help = "Examples:\n  \
+    cpulab oscost\n  \
+    cpulab oscost --quick\n  \
+    cpulab oscost --json > before.json")]
 pub struct Args {
     /// Use only these CPUs (taskset syntax); every measurement runs pinned to the first of
     /// them [default: the first allowed CPU]. `--cpu` is an old spelling.

@@ -11,6 +11,10 @@ use crate::units::flag_duration;
 use anyhow::Result;
 
 #[derive(Debug, clap::Args)]
+#[command(after_help = "Examples:\n  \
+    cpulab scale\n  \
+    cpulab scale --policy compact,scatter\n  \
+    cpulab scale --workload triad --threads 1,2")]
 pub struct Args {
     /// `fib` (work-stealing recursive Fibonacci, compute-bound) or `triad` (STREAM triad,
     /// memory-bound).
