@@ -7,7 +7,21 @@
 
 use super::SimReport;
 use super::validate::{TableCheck, Validation};
-use crate::report::html::page;
+use crate::report::html::page_with_provenance;
+use maud::PreEscaped;
+
+/// The footer of every simulated page.
+const SIMULATED: &str = "Every figure marked SIMULATED is a model's prediction, not a measurement; \
+     published figures are quoted with their field-notes section.";
+
+fn page(title: &str, header: &str, body: &str) -> String {
+    page_with_provenance(
+        title,
+        PreEscaped(header.to_string()),
+        PreEscaped(body.to_string()),
+        SIMULATED,
+    )
+}
 use crate::report::svg::esc;
 use comfy_table::{Table, presets};
 
