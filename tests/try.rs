@@ -347,3 +347,55 @@ fn smt_on_a_copy_of_a_server() {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["changes"][0]["permanent"]["text"], "nosmt");
 }
+
+#[test]
+fn not_root_is_one_line_naming_the_setting() {
+    let Ok(setpriv) = which("setpriv") else {
+        eprintln!("skipped: setpriv is not installed");
+        assert!(std::env::var("CI").as_deref() != Ok("true"));
+        return;
+    };
+    if !nix::unistd::geteuid().is_root() {
+        // Already not root: the plain command shows it.
+        let out = cpulab()
+            .args(["try", "haltpoll.guest_halt_poll_ns=1"])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2));
+        return;
+    }
+    for args in [
+        vec!["try", "haltpoll.guest_halt_poll_ns=1"],
+        vec!["try", "--restore"],
+    ] {
+        let out = std::process::Command::new(&setpriv)
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(env!("CARGO_BIN_EXE_cpulab"))
+            .args(&args)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+        assert!(err.contains("root"), "{err}");
+    }
+    let out = std::process::Command::new(&setpriv)
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(env!("CARGO_BIN_EXE_cpulab"))
+        .args(["try", "haltpoll.guest_halt_poll_ns=1"])
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("haltpoll.guest_halt_poll_ns needs root")
+    );
+}
+
+fn which(p: &str) -> Result<PathBuf, ()> {
+    std::env::var_os("PATH")
+        .and_then(|path| {
+            std::env::split_paths(&path)
+                .map(|d| d.join(p))
+                .find(|f| f.is_file())
+        })
+        .ok_or(())
+}

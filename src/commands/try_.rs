@@ -111,17 +111,17 @@ fn setting_rows(roots: &Roots) -> Vec<serde_json::Value> {
 }
 
 fn restore(root: &std::path::Path, quiet: bool) -> Result<()> {
+    if !is_root() && root == std::path::Path::new("/") {
+        return Err(bad_input(
+            "restoring needs root (the journal in /run/cpulab is root's); run `sudo cpulab try --restore`",
+        ));
+    }
     if journal::load(root)?.is_none() {
         output::status(
             quiet,
             "nothing to restore: no journal of an interrupted `cpulab try`",
         );
         return Ok(());
-    }
-    if !is_root() && root == std::path::Path::new("/") {
-        return Err(bad_input(
-            "restoring the journal needs root; run `sudo cpulab try --restore`",
-        ));
     }
     match journal::restore_leftover(root, std::time::Duration::from_secs(5))? {
         Some((j, notes)) => {

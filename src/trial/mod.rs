@@ -157,6 +157,12 @@ fn run_trial(
             costs.push(measure::CostSampler::new(cost, &s.root));
         }
     }
+    // Every write once before measuring, so a setting this machine refuses (a restricted
+    // debugfs, a read-only sysctl) fails before any round rather than after the first.
+    for (name, ops) in &plans {
+        session.apply(name, ops)?;
+    }
+    session.revert()?;
     let mut rounds = Vec::new();
     for index in 0..2 * s.rounds {
         crate::pair::signals::check()?;

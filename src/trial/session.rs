@@ -103,6 +103,12 @@ impl Session {
     /// Writes `ops` of `setting`. A target seen for the first time has its original value read
     /// and journalled (fsync'd) before it is written.
     pub fn apply(&mut self, setting: &str, ops_: &[Op]) -> Result<()> {
+        use anyhow::Context;
+        self.apply_ops(setting, ops_)
+            .with_context(|| format!("{setting} cannot be applied here"))
+    }
+
+    fn apply_ops(&mut self, setting: &str, ops_: &[Op]) -> Result<()> {
         for op in ops_ {
             if !self.journal.entries.iter().any(|e| e.target == op.target) {
                 let original = ops::read(&op.target)?;
