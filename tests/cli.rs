@@ -1,10 +1,8 @@
 //! Command-line conventions shared by every subcommand: help, usage errors, exit codes.
 
-use assert_cmd::Command;
+mod common;
 
-fn cpulab() -> Command {
-    Command::cargo_bin("cpulab").unwrap()
-}
+use common::cpulab;
 
 #[test]
 fn help_lists_every_subcommand_and_exits_zero() {

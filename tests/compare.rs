@@ -1,7 +1,9 @@
 //! `cpulab compare` on literal result documents: which differences are beyond noise, which way
 //! is worse, the CI gate, and every kind of broken input.
 
-use assert_cmd::Command;
+mod common;
+
+use common::cpulab;
 use serde_json::{Value, json};
 use std::path::PathBuf;
 
@@ -23,10 +25,6 @@ fn write(dir: &tempfile::TempDir, name: &str, text: &str) -> PathBuf {
     let p = dir.path().join(name);
     std::fs::write(&p, text).unwrap();
     p
-}
-
-fn cpulab() -> Command {
-    Command::cargo_bin("cpulab").unwrap()
 }
 
 fn compare_json(a: &Value, b: &Value) -> Value {

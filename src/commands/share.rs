@@ -107,7 +107,10 @@ pub fn render(r: &ShareReport) -> String {
             c.version,
             c.path,
             match (c.quota_us, c.period_us) {
-                (Some(q), Some(p)) => format!("quota {q} us per {p} us period"),
+                (Some(q), Some(p)) => match c.limit_dir.as_ref().filter(|d| **d != c.dir) {
+                    Some(d) => format!("quota {q} us per {p} us period, set by {}", d.display()),
+                    None => format!("quota {q} us per {p} us period"),
+                },
                 _ => "no CPU quota".into(),
             }
         )),

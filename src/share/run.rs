@@ -172,8 +172,7 @@ fn measure(
             let h = std::thread::Builder::new()
                 .name(format!("burner-{i}"))
                 .spawn_scoped(sc, move || {
-                    // SAFETY: pthread_self has no preconditions.
-                    let _ = tx.send(load::thread_clock(unsafe { libc::pthread_self() }));
+                    let _ = tx.send(load::thread_clock(nix::sys::pthread::pthread_self()));
                     load::run_burner(stop, duty, pin)
                 })
                 .context("cannot start a burner thread")?;
