@@ -61,8 +61,10 @@ pub struct Comparison {
     pub p_value: Option<f64>,
     pub verdict: Verdict,
     /// Smallest difference the run could have detected (5% level, 80% power), as a fraction of
-    /// the baseline mean.
+    /// the baseline mean (`None` when the baseline's interval reaches zero).
     pub detectable_rel: Option<f64>,
+    /// The same in the figure's unit.
+    pub detectable: Option<f64>,
 }
 
 /// Significance level of the verdict.
@@ -132,11 +134,18 @@ pub fn compare_rounds(rounds: &[Round]) -> Vec<Comparison> {
             direction: f.direction,
             baseline_samples: a.iter().flat_map(|g| g.samples.clone()).collect(),
             changed_samples: b.iter().flat_map(|g| g.samples.clone()).collect(),
-            ratio: mb.ratio(&ma),
+            // A ratio to a baseline whose interval reaches zero (no polling without halt
+            // polling) says nothing: the difference and its unit do.
+            ratio: if ma.ci95_low > 0.0 {
+                mb.ratio(&ma)
+            } else {
+                None
+            },
             verdict: verdict(f.direction, ma.mean, mb.mean, p_value),
             detectable_rel: detectable(&av, &bv)
-                .filter(|_| ma.mean != 0.0)
+                .filter(|_| ma.ci95_low > 0.0)
                 .map(|d| d / ma.mean.abs()),
+            detectable: detectable(&av, &bv),
             p_value,
             baseline: ma,
             changed: mb,

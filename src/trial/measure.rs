@@ -47,8 +47,13 @@ pub fn parse(
                 metric: crate::pair::metric::Metric::parse(m, None, !lower)?,
             }))
         }
-        "pair" | "oscost" | "share" | "scale" => Err(bad_input(format!(
-            "--measure {name}: this build runs only pingpong and cmd:COMMAND through the experiment interface; use `--measure cmd:...` meanwhile"
+        "pair" => {
+            let a = clap_args::<crate::commands::pair::Flags>("pair", &words)?;
+            let s = crate::commands::pair::settings(&a, machine)?;
+            Ok(Box::new(PairRun { settings: s }))
+        }
+        "oscost" | "share" | "scale" => Err(bad_input(format!(
+            "--measure {name}: this build runs pingpong, pair and cmd:COMMAND through the experiment interface; use `--measure cmd:...` meanwhile"
         ))),
         other => Err(bad_input(format!(
             "--measure `{other}` is not an experiment; give pingpong[:FLAGS] or cmd:COMMAND with --metric"
@@ -101,6 +106,53 @@ pub fn describe_default(subject: Subject) -> String {
         Subject::Frequency => "pingpong (pipe) on every placement class plus unpinned (each wakeup pays the frequency ramp)".into(),
         Subject::Scheduler => "pingpong (pipe), unpinned".into(),
         Subject::Process { pid } => format!("process {pid}: context switches and CPU time over 2 s"),
+    }
+}
+
+/// `pair` until it joins the experiment registry: its client's figure under each placement,
+/// one sample per run.
+struct PairRun {
+    settings: crate::pair::PairSettings,
+}
+
+impl Runnable for PairRun {
+    fn kind(&self) -> Kind {
+        Kind::Pair
+    }
+    fn run(&self, machine: &Machine, progress: &Progress) -> Result<Outcome> {
+        let r = crate::pair::run(machine, &self.settings, &|l: &str| progress.line(l))?;
+        let dir = if r.experiment.higher_is_better {
+            Direction::HigherIsBetter
+        } else {
+            Direction::LowerIsBetter
+        };
+        let figures = r
+            .placements
+            .iter()
+            .filter_map(|p| {
+                Figure::from_samples(
+                    format!(
+                        "metric[unit={},placement={}]",
+                        r.experiment.metric_unit, p.placement.label
+                    ),
+                    format!(
+                        "{} ({}), {}",
+                        r.experiment.preset.as_deref().unwrap_or("client"),
+                        r.experiment.metric_unit,
+                        p.placement.label
+                    ),
+                    Unit::PerSecond,
+                    dir,
+                    p.runs.iter().map(|x| x.value).collect(),
+                )
+            })
+            .collect();
+        Ok(Outcome {
+            kind: Kind::Pair,
+            noisy: r.conditions.noisy,
+            document: serde_json::to_value(crate::report::envelope::Envelope::new(Kind::Pair, &r))?,
+            figures,
+        })
     }
 }
 

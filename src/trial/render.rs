@@ -39,12 +39,16 @@ fn ratio_text(c: &Comparison) -> String {
 
 fn verdict_text(c: &Comparison) -> String {
     match c.verdict {
-        Verdict::NoDifference => match c.detectable_rel {
-            Some(d) => format!(
+        Verdict::NoDifference => match (c.detectable_rel, c.detectable) {
+            (Some(d), _) => format!(
                 "no difference beyond noise (could have seen ±{:.0}%)",
                 d * 100.0
             ),
-            None => "no difference beyond noise".into(),
+            (None, Some(d)) => format!(
+                "no difference beyond noise (could have seen ±{})",
+                fmt(c.unit, d)
+            ),
+            _ => "no difference beyond noise".into(),
         },
         v => match c.p_value {
             Some(p) => format!("{} (p={p:.3})", v.as_str()),
@@ -61,12 +65,18 @@ fn is_cost(c: &Comparison) -> bool {
 fn headline(run: &TrialRun) -> Option<&Comparison> {
     let moved = |c: &&Comparison| c.verdict != Verdict::NoDifference;
     let size = |c: &Comparison| c.ratio.as_ref().map_or(0.0, |r| r.mean.ln().abs());
+    let p = |c: &Comparison| c.p_value.unwrap_or(1.0);
     run.comparisons
         .iter()
         .filter(|c| !is_cost(c))
         .filter(moved)
         .max_by(|a, b| size(a).total_cmp(&size(b)))
-        .or_else(|| run.comparisons.iter().find(|c| !is_cost(c)))
+        .or_else(|| {
+            run.comparisons
+                .iter()
+                .filter(|c| !is_cost(c))
+                .min_by(|a, b| p(a).total_cmp(&p(b)))
+        })
 }
 
 /// One finding-style paragraph per line: what changed, by how much, at what cost, how to keep it.
