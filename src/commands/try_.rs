@@ -14,6 +14,14 @@ use std::path::PathBuf;
 
 /// Try a setting: measured A/B, always restored.
 #[derive(Debug, clap::Args)]
+#[command(after_help = "Examples:\n  \
+    cpulab try --list\n  \
+    cpulab try haltpoll.guest_halt_poll_ns=200000 --dry-run\n  \
+    sudo cpulab try haltpoll.guest_halt_poll_ns=200000\n  \
+    sudo cpulab try cpuidle.disable=state1 --measure 'pingpong:--pairs 0:1'\n  \
+    sudo cpulab try haltpoll.guest_halt_poll_ns=200000 --measure 'pair:--preset pgbench --pairs 0:1'\n  \
+    sudo cpulab try tuned:latency-performance --each\n  \
+    sudo cpulab try --restore")]
 pub struct Args {
     /// Settings to try, `NAME=VALUE` (`haltpoll.guest_halt_poll_ns=200000`,
     /// `cpuidle.max_latency_us=10`, `sched.migration_cost_ns=5000000`, `pid:1234.affinity=0`),
