@@ -81,15 +81,15 @@ fn list(roots: &Roots, json: bool) -> Result<()> {
     let mut s = String::new();
     for r in &rows {
         s += &format!(
-            "{:<36} {:<28} {}\n    {}\n",
+            "{:<38} {:<28} {}\n    {}\n",
             r["name"].as_str().unwrap_or(""),
             r["current"].as_str().unwrap_or(""),
             r["changeable"].as_str().unwrap_or(""),
             r["about"].as_str().unwrap_or("")
         );
     }
-    s += "pid:PID.affinity                     CPU affinity of a process and all its threads\n";
-    s += "tuned:PROFILE                        a tuned profile, expanded into the settings above\n";
+    s += "pid:PID.affinity                       CPU affinity of a process and all its threads\n";
+    s += "tuned:PROFILE                          a tuned profile, expanded into the settings above\n";
     output::print_text(&s)
 }
 
