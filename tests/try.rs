@@ -367,6 +367,7 @@ fn not_root_is_one_line_naming_the_setting() {
     for args in [
         vec!["try", "haltpoll.guest_halt_poll_ns=1"],
         vec!["try", "--restore"],
+        vec!["doctor", "--quick", "--try"],
     ] {
         let out = std::process::Command::new(&setpriv)
             .args(["--reuid=65534", "--regid=65534", "--clear-groups"])

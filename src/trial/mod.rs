@@ -18,6 +18,7 @@ pub mod affinity;
 pub mod compare;
 pub mod cpufreq;
 pub mod cpuidle;
+pub mod doctor;
 pub mod journal;
 pub mod knobs;
 pub mod measure;
