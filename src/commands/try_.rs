@@ -74,10 +74,13 @@ fn is_root() -> bool {
 }
 
 fn list(roots: &Roots, json: bool) -> Result<()> {
-    let rows: Vec<serde_json::Value> = setting_rows(roots);
     if json {
-        return output::print_json(&rows);
+        // Every --json document is a result with its envelope; a listing is not one.
+        return Err(bad_input(
+            "--list is text only; use `cpulab probe --json` for the machine's settings as data",
+        ));
     }
+    let rows: Vec<serde_json::Value> = setting_rows(roots);
     let mut s = String::new();
     for r in &rows {
         s += &format!(
@@ -89,6 +92,7 @@ fn list(roots: &Roots, json: bool) -> Result<()> {
         );
     }
     s += "pid:PID.affinity                       CPU affinity of a process and all its threads\n";
+    s += "cgroup:PATH:FILE                       cpu.max, cpu.weight, cpuset.cpus, cpu.cfs_quota_us of a cgroup\n";
     s += "tuned:PROFILE                          a tuned profile, expanded into the settings above\n";
     output::print_text(&s)
 }

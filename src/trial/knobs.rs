@@ -417,6 +417,9 @@ pub fn lookup(roots: &Roots, name: &str) -> Result<Option<Box<dyn Setting>>> {
             super::cpuidle::IdleStates::new(roots, what).map(|k| Box::new(k) as Box<dyn Setting>)
         );
     }
+    if let Some(rest) = name.strip_prefix("cgroup:") {
+        return CgroupFile::lookup(roots, rest).map(|k| Some(Box::new(k) as Box<dyn Setting>));
+    }
     if let Some(rest) = name.strip_prefix("pid:") {
         return super::affinity::ProcessAffinity::lookup(roots, rest)
             .map(|k| Some(Box::new(k) as Box<dyn Setting>));
@@ -501,5 +504,178 @@ mod tests {
         assert!(format!("{e:#}").contains("out of range"));
         assert!(Rule::UInt { max: 9 }.check("x", "-1").is_err());
         assert!(Rule::Choice(vec!["a".into()]).check("x", "b").is_err());
+    }
+}
+
+/// The cgroup files `cgroup:PATH:FILE` may name (v2, and the v1 CFS quota files).
+pub const CGROUP_FILES: &[&str] = &[
+    "cpu.max",
+    "cpu.weight",
+    "cpuset.cpus",
+    "cpu.cfs_quota_us",
+    "cpu.cfs_period_us",
+];
+
+/// A cgroup's CPU limit or cpuset: `cgroup:system.slice/postgresql.service:cpu.max=max 100000`.
+pub struct CgroupFile {
+    name: String,
+    group: String,
+    file: String,
+    path: PathBuf,
+    online: CpuSet,
+}
+
+impl CgroupFile {
+    pub fn lookup(roots: &Roots, rest: &str) -> Result<Self> {
+        let Some((group, file)) = rest.rsplit_once(':') else {
+            return Err(bad_input(format!(
+                "`cgroup:{rest}` names no file; write `cgroup:system.slice/x.service:cpu.max=50000 100000`"
+            )));
+        };
+        if !CGROUP_FILES.contains(&file) {
+            return Err(bad_input(format!(
+                "cgroup file `{file}` is not one cpulab tries; choose one of {}",
+                CGROUP_FILES.join(", ")
+            )));
+        }
+        let group = group.trim_matches('/').to_string();
+        let base = if file.starts_with("cpu.cfs") {
+            "sys/fs/cgroup/cpu"
+        } else {
+            "sys/fs/cgroup"
+        };
+        let path = roots.path(&format!("{base}/{group}/{file}"));
+        if !path.is_file() {
+            return Err(bad_input(format!(
+                "no {} (is the cgroup path right, and is it cgroup v{}?)",
+                path.display(),
+                if base.ends_with("cpu") { 1 } else { 2 }
+            )));
+        }
+        Ok(Self {
+            name: format!("cgroup:{group}:{file}"),
+            group,
+            file: file.to_string(),
+            path,
+            online: online(roots),
+        })
+    }
+}
+
+impl Setting for CgroupFile {
+    fn name(&self) -> String {
+        self.name.clone()
+    }
+    fn about(&self) -> String {
+        format!("{} of cgroup {}", self.file, self.group)
+    }
+    fn current(&self) -> Result<String> {
+        read_file_value(&self.path)
+    }
+    fn availability(&self) -> Availability {
+        Availability::Changeable
+    }
+    fn validate(&self, value: &str) -> Result<String> {
+        let bad = |what: &str| bad_input(format!("{}={value}: {what}", self.name));
+        match self.file.as_str() {
+            "cpu.max" => {
+                let w: Vec<&str> = value.split_whitespace().collect();
+                let quota_ok = w
+                    .first()
+                    .is_some_and(|q| *q == "max" || q.parse::<u64>().is_ok_and(|n| n > 0));
+                let period_ok = w
+                    .get(1)
+                    .is_none_or(|p| p.parse::<u64>().is_ok_and(|n| n > 0));
+                if w.is_empty() || w.len() > 2 || !quota_ok || !period_ok {
+                    return Err(bad("give `max` or `QUOTA [PERIOD]` in microseconds"));
+                }
+                Ok(w.join(" "))
+            }
+            "cpu.weight" => match value.parse::<u64>() {
+                Ok(n) if (1..=10000).contains(&n) => Ok(n.to_string()),
+                _ => Err(bad("a weight is 1 to 10000")),
+            },
+            "cpuset.cpus" => {
+                let c = CpuSet::parse_list(value, false).map_err(|e| bad(&e.to_string()))?;
+                if !c.is_subset(&self.online) {
+                    return Err(bad(&format!(
+                        "names CPUs that are not online ({})",
+                        self.online
+                    )));
+                }
+                Ok(c.to_string())
+            }
+            _ => value
+                .parse::<i64>()
+                .map(|n| n.to_string())
+                .map_err(|_| bad("not a whole number")),
+        }
+    }
+    fn plan(&self, value: &str) -> Result<Vec<Op>> {
+        Ok(vec![Op::file(self.path.clone(), value)])
+    }
+    fn cost(&self) -> Cost {
+        Cost::Unmeasured
+    }
+    fn subject(&self) -> Subject {
+        Subject::Scheduler
+    }
+    fn permanent(&self, value: &str) -> Permanent {
+        let unit = self
+            .group
+            .rsplit('/')
+            .next()
+            .unwrap_or(&self.group)
+            .to_string();
+        let line = match self.file.as_str() {
+            "cpu.max" => {
+                let w: Vec<&str> = value.split_whitespace().collect();
+                match (
+                    w.first().and_then(|q| q.parse::<f64>().ok()),
+                    w.get(1)
+                        .and_then(|p| p.parse::<f64>().ok())
+                        .unwrap_or(100000.0),
+                ) {
+                    (Some(q), p) => format!("CPUQuota={:.0}%", q / p * 100.0),
+                    _ => "CPUQuota=".to_string(),
+                }
+            }
+            "cpu.weight" => format!("CPUWeight={value}"),
+            "cpuset.cpus" => format!("AllowedCPUs={value}"),
+            _ => {
+                return super::knobs::unit(&self.name, value, &self.plan(value).unwrap_or_default());
+            }
+        };
+        Permanent {
+            form: "systemd drop-in".into(),
+            file: Some(format!("/etc/systemd/system/{unit}.d/cpulab.conf")),
+            text: format!(
+                "[{}]\n{line}\n",
+                if unit.ends_with(".slice") {
+                    "Slice"
+                } else {
+                    "Service"
+                }
+            ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod cgroup_tests {
+    use super::*;
+
+    #[test]
+    fn cpu_max_on_a_server_copy() {
+        let d = crate::trial::testing::copy_fixture("intel-2s");
+        let r = Roots::new(d.path(), None);
+        let c = CgroupFile::lookup(&r, "user.slice:cpu.max").unwrap();
+        assert_eq!(c.current().unwrap(), "max 100000");
+        assert_eq!(c.validate("50000  100000").unwrap(), "50000 100000");
+        assert!(c.validate("-1").is_err());
+        assert!(c.permanent("50000 100000").text.contains("CPUQuota=50%"));
+        assert!(c.permanent("50000 100000").text.starts_with("[Slice]"));
+        assert!(CgroupFile::lookup(&r, "nope.slice:cpu.max").is_err());
+        assert!(CgroupFile::lookup(&r, "user.slice:memory.max").is_err());
     }
 }
