@@ -75,6 +75,8 @@ pub enum Command {
     /// Write the man pages, cpulab.1 and one per command, into a directory.
     #[command(hide = true)]
     Manpages(commands::manpages::Args),
+    /// Simulate the hypervisor layer: predictions checked against the field notes (SIMULATED).
+    Sim(commands::sim::Args),
 }
 
 pub fn run(cli: Cli) -> Result<()> {
@@ -93,5 +95,6 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Try(a) => commands::try_::run(a, &g),
         Command::Completions(a) => commands::completions::run(a, Cli::command()),
         Command::Manpages(a) => commands::manpages::run(a, Cli::command(), g.quiet),
+        Command::Sim(a) => commands::sim::run(a, &g),
     }
 }

@@ -11,4 +11,5 @@ pub mod probe;
 pub mod report;
 pub mod scale;
 pub mod share;
+pub mod sim;
 pub mod try_;

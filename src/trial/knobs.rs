@@ -643,7 +643,11 @@ impl Setting for CgroupFile {
             "cpu.weight" => format!("CPUWeight={value}"),
             "cpuset.cpus" => format!("AllowedCPUs={value}"),
             _ => {
-                return super::knobs::unit(&self.name, value, &self.plan(value).unwrap_or_default());
+                return super::knobs::unit(
+                    &self.name,
+                    value,
+                    &self.plan(value).unwrap_or_default(),
+                );
             }
         };
         Permanent {
