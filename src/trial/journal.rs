@@ -184,9 +184,8 @@ pub fn write_back(entries: &[Entry], keep_mounts: bool) -> Result<Vec<String>> {
         Ok(notes)
     } else {
         anyhow::bail!(
-            "restore incomplete: {}; the journal stays in {} for `cpulab try --restore`",
-            failures.join("; "),
-            "/run/cpulab"
+            "restore incomplete: {}; the journal stays for `cpulab try --restore`",
+            failures.join("; ")
         )
     }
 }

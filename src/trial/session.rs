@@ -193,3 +193,41 @@ impl Drop for Session {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_panic_mid_trial_restores_while_unwinding() {
+        let d = tempfile::tempdir().unwrap();
+        let knob = d.path().join("knob");
+        std::fs::write(&knob, "0\n").unwrap();
+        let root = d.path().to_path_buf();
+        let k = knob.clone();
+        let r = std::panic::catch_unwind(move || {
+            let quiet = crate::experiment::silent;
+            let mut s =
+                Session::begin(&root, "test", &crate::experiment::Progress::new(&quiet)).unwrap();
+            s.apply("x", &[Op::file(k.clone(), "7")]).unwrap();
+            assert_eq!(ops::read_file_value(&k).unwrap(), "7");
+            assert!(journal::path(&root).exists(), "journalled before the write");
+            panic!("boom");
+        });
+        assert!(r.is_err());
+        assert_eq!(ops::read_file_value(&knob).unwrap(), "0");
+        assert!(!journal::path(d.path()).exists());
+    }
+
+    #[test]
+    fn a_second_trial_waits_for_none() {
+        let d = tempfile::tempdir().unwrap();
+        let quiet = crate::experiment::silent;
+        let p = crate::experiment::Progress::new(&quiet);
+        let first = Session::begin(d.path(), "one", &p).unwrap();
+        let e = Session::begin(d.path(), "two", &p).err().unwrap();
+        assert_eq!(crate::error::exit_code(&e), 2);
+        assert!(format!("{e:#}").contains("another `cpulab try`"));
+        first.finish().unwrap();
+    }
+}
