@@ -211,6 +211,7 @@ pub fn sample_report() -> DoctorReport {
         facts,
         measurements: m,
         findings,
+        interrupted: None,
     }
 }
 

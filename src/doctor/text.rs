@@ -283,6 +283,12 @@ pub fn render(r: &DoctorReport) -> String {
     if let Some(model) = &f.cpu_model {
         out += &format!("{}\n", s.dim(model));
     }
+    if let Some(i) = &r.interrupted {
+        out += &s.red(&format!(
+            "INTERRUPTED by {} during {}: partial result; that stage and every later one were not measured\n",
+            i.name, i.during
+        ));
+    }
     out += "\n";
     if r.findings.is_empty() {
         out += &s.green("No finding: every effect the doctor measured is within its noise or below the size worth acting on.\n");
