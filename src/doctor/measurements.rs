@@ -42,6 +42,14 @@ pub struct Facts {
     pub cgroup_version: Option<u8>,
     pub online_cpus: CpuSet,
     pub allowed_cpus: CpuSet,
+    /// This process's affinity mask, when read (live machine only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub affinity_cpus: Option<CpuSet>,
+    /// The CPUs the cgroup cpuset allows, and the file that says so.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpuset_cpus: Option<CpuSet>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpuset_file: Option<String>,
     pub smt_active: bool,
     /// Groups of CPUs sharing an L2 that is not the last level (AMD modules), when any.
     pub shared_l2_groups: usize,
