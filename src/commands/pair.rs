@@ -103,6 +103,10 @@ pub struct Flags {
     /// Skip the check for other load before measuring.
     #[arg(long)]
     pub no_load_check: bool,
+    /// Run N busy neighbours (spinning threads, like `stress-ng -c N -l 100`) beside every
+    /// placement: shows whether load makes the pair faster (field notes A).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub neighbour_load: usize,
     /// Allow fewer than 3 runs per placement (tests; the interval is then meaningless).
     #[arg(long, hide = true)]
     pub allow_few_repeats: bool,
@@ -248,6 +252,13 @@ pub fn settings(a: &Flags, machine: &Machine) -> Result<PairSettings> {
             "--ready-timeout must be a positive number of seconds",
         ));
     }
+    let most = 4 * machine.allowed.len().max(1);
+    if a.neighbour_load > most {
+        return Err(bad_input(format!(
+            "--neighbour-load {} is more than {most} (4 per usable CPU); give a smaller number",
+            a.neighbour_load
+        )));
+    }
     Ok(PairSettings {
         experiment: experiment(a)?,
         duration_s: a.duration,
@@ -257,6 +268,7 @@ pub fn settings(a: &Flags, machine: &Machine) -> Result<PairSettings> {
         ready_timeout: Duration::from_secs_f64(a.ready_timeout),
         check_load: !a.no_load_check,
         use_perf: a.perf,
+        neighbour_load: a.neighbour_load,
     })
 }
 

@@ -99,6 +99,7 @@ fn wakeup_run(r: &pingpong::PingpongRun, noisy: bool) -> WakeupRun {
         migrations_per_s: migrations
             .filter(|_| c.window_s > 0.0)
             .map(|m| m as f64 / c.window_s),
+        neighbour_load: None,
     }
 }
 

@@ -137,7 +137,7 @@ pub fn plan(machine: &Machine, s: &DoctorSettings) -> (Vec<(Stage, f64)>, Vec<Sk
     let spin_pairs = (pairs - n).max(1.0);
     stages.push((
         Stage::Wakeup,
-        (pairs + spin_pairs + 1.0) * (b.wakeup_max_s * 0.6 + 0.1),
+        (pairs + spin_pairs + 2.0) * (b.wakeup_max_s * 0.6 + 0.1),
     ));
     let first = allowed.first().unwrap_or(0);
     let mut placements = vec![Placement::Packed(first)];

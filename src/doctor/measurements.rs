@@ -86,6 +86,10 @@ pub struct WakeupRun {
     pub same_cpu_share: Option<f64>,
     /// Unpinned only: CPU migrations of both ends per second.
     pub migrations_per_s: Option<f64>,
+    /// Busy neighbours (spinning threads, one per other usable CPU) running beside this run;
+    /// absent for a run on an otherwise idle machine.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub neighbour_load: Option<usize>,
 }
 
 /// A throughput test where many tasks communicate, under one placement.
@@ -227,11 +231,21 @@ pub struct Measurements {
 }
 
 impl Measurements {
-    /// The wakeup run of `method` and `class` (the first one, when several pairs share a class).
+    /// The wakeup run of `method` and `class` without busy neighbours (the first one, when
+    /// several pairs share a class).
     pub fn wakeup(&self, method: &str, class: PlacementClass) -> Option<&WakeupRun> {
         self.wakeup
             .iter()
-            .find(|w| w.method == method && w.class == class)
+            .find(|w| w.method == method && w.class == class && w.neighbour_load.is_none())
+    }
+
+    /// The unpinned run of `method` with busy neighbours beside it, when measured.
+    pub fn unpinned_with_neighbours(&self, method: &str) -> Option<&WakeupRun> {
+        self.wakeup.iter().find(|w| {
+            w.method == method
+                && w.class == PlacementClass::Unpinned
+                && w.neighbour_load.is_some_and(|n| n > 0)
+        })
     }
 
     pub fn throughput(&self, placement: &str) -> Option<&ThroughputRun> {

@@ -91,6 +91,9 @@ pub fn run(
             ),
         );
     }
+    if let Some(n) = rules::paradox::other_load_note(&m, facts.hypervisor.is_some()) {
+        conditions.notes.push(n);
+    }
     let findings = rules::evaluate(rules::Inputs {
         facts: &facts,
         m: &m,

@@ -78,6 +78,44 @@ pub fn wakeup(machine: &Machine, b: &Budget, p: &Progress) -> Result<Vec<WakeupR
         )?;
         runs.extend(adapt::wakeup(&spin));
     }
+    runs.extend(unpinned_with_neighbours(machine, b, p)?);
+    Ok(runs)
+}
+
+/// The unpinned blocking round trip again, with a busy neighbour (a normal-priority spinning
+/// thread) on every usable CPU but the first: field notes A's "adding load made it faster".
+fn unpinned_with_neighbours(machine: &Machine, b: &Budget, p: &Progress) -> Result<Vec<WakeupRun>> {
+    let others: Vec<Option<u32>> = machine
+        .allowed
+        .to_vec()
+        .into_iter()
+        .skip(1)
+        .map(Some)
+        .collect();
+    if others.is_empty() {
+        return Ok(vec![]);
+    }
+    let line = |l: &str| {
+        p.line(&format!(
+            "pingpong with {} busy neighbour(s): {l}",
+            others.len()
+        ))
+    };
+    let busy = share::load::BusyNeighbours::start(&others);
+    let r = pingpong::run(
+        machine,
+        &pingpong_settings(
+            b,
+            pingpong::Method::Pipe,
+            vec![pingpong::Placement::Unpinned],
+        ),
+        &line,
+    );
+    drop(busy);
+    let mut runs = adapt::wakeup(&r?);
+    for w in &mut runs {
+        w.neighbour_load = Some(others.len());
+    }
     Ok(runs)
 }
 

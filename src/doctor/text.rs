@@ -101,14 +101,22 @@ pub fn measurements(s: &Style, m: &Measurements) -> String {
             "vs same-cpu",
             "halts/rt",
             "IPIs/rt",
+            "same CPU",
         ]);
         for w in &m.wakeup {
             let base = m.wakeup(&w.method, crate::topology::PlacementClass::SameCpu);
+            let shared = w
+                .same_cpu_share
+                .map_or("-".into(), |x| format!("{:.0}%", x * 100.0));
             let ipis = super::rules::wakeup_ipis(w).map_or("-".into(), |v| format!("{v:.2}"));
             t.add_row(vec![
                 w.method.clone(),
                 w.class.to_string(),
-                w.cpus.clone().unwrap_or_else(|| "any".into()),
+                match (&w.cpus, w.neighbour_load) {
+                    (Some(c), _) => c.clone(),
+                    (None, Some(n)) => format!("any, {n} busy"),
+                    (None, None) => "any".into(),
+                },
                 format!(
                     "{} ±{}",
                     fmt_ns(w.rtt_ns.mean),
@@ -121,6 +129,7 @@ pub fn measurements(s: &Style, m: &Measurements) -> String {
                 }),
                 per(&w.per_round_trip, "idle_entries"),
                 ipis,
+                shared,
             ]);
         }
         out += &format!("{t}\n\n");

@@ -14,6 +14,7 @@ mod app;
 mod cpuset;
 mod kernel;
 mod neighbour;
+pub mod paradox;
 mod power;
 mod quota;
 pub mod remedies;
@@ -50,6 +51,7 @@ pub fn all() -> Vec<Box<dyn Rule>> {
     vec![
         Box::new(wakeup::CrossCpuWakeup),
         Box::new(unpinned::UnpinnedPlacement),
+        Box::new(paradox::LoadMakesItFaster),
         Box::new(tradeoff::LatencyThroughput),
         Box::new(app::AppPlacement),
         Box::new(neighbour::NoisyNeighbour),
