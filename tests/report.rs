@@ -60,6 +60,7 @@ fn wake(
         noisy: false,
         same_cpu_share: None,
         migrations_per_s: None,
+        neighbour_load: None,
     }
 }
 
