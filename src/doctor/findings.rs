@@ -98,6 +98,17 @@ pub struct Evidence {
     pub source: String,
 }
 
+/// Where a remedy must be applied.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Site {
+    /// On this machine (inside the guest, when it is one).
+    #[default]
+    ThisMachine,
+    /// On the hypervisor host: out of the guest's reach.
+    Host,
+}
+
 /// One thing to do about it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Remedy {
@@ -107,6 +118,13 @@ pub struct Remedy {
     pub effect: String,
     /// What it costs, and when not to do it.
     pub cost_caveat: String,
+    /// Where it must be done.
+    #[serde(default)]
+    pub site: Site,
+    /// Who can do it (`root in this guest`, `the host's administrator; not a cloud customer`);
+    /// empty when anyone who runs the workload can.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub who: String,
 }
 
 /// A measured effect, its cause and its remedies.
@@ -148,6 +166,35 @@ impl Remedy {
             command: command.into(),
             effect: effect.into(),
             cost_caveat: cost_caveat.into(),
+            site: Site::ThisMachine,
+            who: String::new(),
+        }
+    }
+
+    /// Done on this machine by `who`.
+    pub fn by(mut self, who: impl Into<String>) -> Self {
+        self.who = who.into();
+        self
+    }
+
+    /// Done on the hypervisor host by `who`.
+    pub fn on_host(mut self, who: impl Into<String>) -> Self {
+        self.site = Site::Host;
+        self.who = who.into();
+        self
+    }
+
+    /// "on the host, by X" / "in this guest, by Y", for reporters.
+    pub fn where_who(&self, guest: bool) -> String {
+        let place = match (self.site, guest) {
+            (Site::Host, _) => "on the hypervisor host",
+            (Site::ThisMachine, true) => "in this guest",
+            (Site::ThisMachine, false) => "on this machine",
+        };
+        if self.who.is_empty() {
+            place.to_string()
+        } else {
+            format!("{place}, by {}", self.who)
         }
     }
 }

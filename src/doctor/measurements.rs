@@ -57,6 +57,18 @@ pub struct Facts {
     pub cpu_model: Option<String>,
     /// Whether hardware perf counters can be opened, with the reason when not.
     pub hardware_counters: Option<String>,
+    /// Where this runs, from what the guest can see: decides the mechanism words and remedies.
+    #[serde(default)]
+    pub environment: crate::doctor::rules::environment::Environment,
+    /// What the environment was told from (CPUID, DMI, clocksource, guest modules).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub environment_evidence: Vec<String>,
+    /// The deepest enabled idle state of the first usable CPU: name and exit latency in us.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deepest_idle_state: Option<(String, u64)>,
+    /// The active tuned profile, when tuned is installed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tuned_profile: Option<String>,
 }
 
 /// One wakeup round-trip run (from `pingpong`).

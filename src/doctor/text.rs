@@ -60,6 +60,11 @@ fn severity(s: &Style, v: Severity) -> String {
 
 /// One finding, numbered.
 pub fn finding(s: &Style, n: usize, f: &Finding) -> String {
+    finding_in(s, n, f, true)
+}
+
+/// One finding, numbered; `guest` words where a remedy is done for a VM or a bare machine.
+pub fn finding_in(s: &Style, n: usize, f: &Finding, guest: bool) -> String {
     let mut out = format!(
         "{n}. {} {}   {}\n",
         severity(s, f.severity),
@@ -76,6 +81,9 @@ pub fn finding(s: &Style, n: usize, f: &Finding) -> String {
     out += &format!("   {}\n", s.bold("What to do"));
     for r in &f.remedies {
         out += &format!("     $ {}\n", r.command);
+        if r.site == super::findings::Site::Host || !r.who.is_empty() {
+            out += &wrap(&format!("Where: {}", r.where_who(guest)), 7);
+        }
         out += &wrap(&r.effect, 7);
         out += &wrap(&format!("Cost: {}", r.cost_caveat), 7);
     }
@@ -311,7 +319,7 @@ pub fn render(r: &DoctorReport) -> String {
             r.findings.len()
         ));
         for (i, x) in r.findings.iter().enumerate() {
-            out += &finding(&s, i + 1, x);
+            out += &finding_in(&s, i + 1, x, r.facts.hypervisor.is_some());
             out += "\n";
         }
     }

@@ -12,6 +12,7 @@
 
 mod app;
 mod cpuset;
+pub mod environment;
 mod kernel;
 mod neighbour;
 pub mod paradox;
