@@ -6,7 +6,7 @@
 //! CPU busy, the CPUs it was not allowed to use stayed mostly idle.
 
 use super::{Inputs, Rule};
-use crate::doctor::findings::{Confidence, Evidence, Finding, Magnitude, Remedy, Severity};
+use crate::doctor::findings::{Confidence, Datum, Evidence, Finding, Magnitude, Remedy, Severity};
 
 /// Idle share of the forbidden CPUs above which their capacity counts as wasted.
 pub const IDLE_PCT: f64 = 50.0;
@@ -79,7 +79,7 @@ impl Rule for RestrictedCpuSet {
         }
         evidence.push(Evidence::new(
             format!("idle share of CPUs {forbidden} during the parallel tests"),
-            format!("{idle:.0}%"),
+            Datum::number(idle, "pct", format!("{idle:.0}%")),
             "measured: /proc/stat",
         ));
         let taskset = Remedy::new(

@@ -19,7 +19,7 @@
 //! mitigation list is evidence for the mechanism, never the finding.
 
 use super::{Inputs, Rule, ns_ci};
-use crate::doctor::findings::{Confidence, Evidence, Finding, Magnitude, Remedy, Severity};
+use crate::doctor::findings::{Confidence, Datum, Evidence, Finding, Magnitude, Remedy, Severity};
 use crate::doctor::measurements::PrimitiveCost;
 
 /// Reference ceilings, in cycles, for an unmitigated kernel on bare metal.
@@ -116,7 +116,7 @@ impl Rule for KernelEntryCost {
         }
         let mut ev = vec![Evidence::new(
             "frequency used for cycles",
-            format!("{mhz:.0} MHz"),
+            Datum::number(mhz, "mhz", format!("{mhz:.0} MHz")),
             mhz_src,
         )];
         let mut parts = Vec::new();

@@ -14,7 +14,7 @@
 //! The effect is the worst pinned class against same-CPU, on the blocking method (pipe first).
 
 use super::{Effect, Inputs, Rule, cost_effect, environment, ns_ci, remedies};
-use crate::doctor::findings::{Confidence, Evidence, Finding, Magnitude, Remedy, Severity};
+use crate::doctor::findings::{Confidence, Datum, Evidence, Finding, Magnitude, Remedy, Severity};
 use crate::doctor::measurements::WakeupRun;
 use crate::output::fmt_ns;
 use crate::topology::PlacementClass;
@@ -198,7 +198,11 @@ fn diagnose(
     if worst.per_round_trip.contains_key("idle_entries") {
         ev.push(Evidence::new(
             "idle entries (halts) per round trip",
-            format!("{halts:.2} across {cpu_word}s vs {halts_base:.2} on one"),
+            Datum::number(
+                halts,
+                "per_round_trip",
+                format!("{halts:.2} across {cpu_word}s vs {halts_base:.2} on one"),
+            ),
             src(worst),
         ));
     }
@@ -207,7 +211,7 @@ fn diagnose(
     if let Some(n) = ipi {
         ev.push(Evidence::new(
             "IPIs (RES+CAL) per round trip",
-            format!("{n:.2}"),
+            Datum::number(n, "per_round_trip", format!("{n:.2}")),
             src(worst),
         ));
         agree += usize::from(halting && n >= PER_RT_THRESHOLD);
