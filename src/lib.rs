@@ -24,5 +24,6 @@ pub mod probe;
 pub mod report;
 pub mod scale;
 pub mod share;
+pub mod sim;
 pub mod stats;
 pub mod topology;

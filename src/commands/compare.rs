@@ -10,6 +10,10 @@ use anyhow::Result;
 use std::path::PathBuf;
 
 #[derive(Debug, clap::Args)]
+#[command(after_help = "Examples:\n  \
+    cpulab compare before.json after.json\n  \
+    cpulab compare before.json after.json --fail-on-regression 5\n  \
+    cpulab compare before.json after.json --json > comparison.json")]
 pub struct Args {
     /// The earlier (or reference) result, written by a cpulab command's --json.
     pub a: PathBuf,

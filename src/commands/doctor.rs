@@ -14,6 +14,11 @@ use std::path::{Path, PathBuf};
 pub const PRESETS: &[&str] = &["pgbench", "http"];
 
 #[derive(Debug, clap::Args)]
+#[command(after_help = "Examples:\n  \
+    cpulab doctor\n  \
+    cpulab doctor --quick\n  \
+    cpulab doctor --with pgbench,http\n  \
+    cpulab doctor --json > doctor.json")]
 pub struct Args {
     /// At most about 15 seconds: the essentials at short intervals.
     #[arg(long, conflicts_with = "thorough")]

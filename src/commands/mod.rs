@@ -1,7 +1,9 @@
 //! One file per subcommand: its clap flags, their validation into settings, and `run`.
 
 pub mod compare;
+pub mod completions;
 pub mod doctor;
+pub mod manpages;
 pub mod oscost;
 pub mod pair;
 pub mod pingpong;
@@ -9,3 +11,4 @@ pub mod probe;
 pub mod report;
 pub mod scale;
 pub mod share;
+pub mod sim;

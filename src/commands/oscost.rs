@@ -11,6 +11,10 @@ use comfy_table::{CellAlignment, Table, presets};
 use std::time::Duration;
 
 #[derive(Debug, clap::Args)]
+#[command(after_help = "Examples:\n  \
+    cpulab oscost\n  \
+    cpulab oscost --quick\n  \
+    cpulab oscost --json > before.json")]
 pub struct Args {
     /// CPU to pin every measurement to [default: the first allowed CPU].
     #[arg(long, value_name = "CPU")]

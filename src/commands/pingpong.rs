@@ -16,6 +16,11 @@ use anyhow::Result;
 /// Round-trip cost between two endpoints for every placement class, with the counters that
 /// explain it.
 #[derive(Debug, clap::Args)]
+#[command(after_help = "Examples:\n  \
+    cpulab pingpong\n  \
+    cpulab pingpong --method pipe,futex,spin\n  \
+    cpulab pingpong --pairs all\n  \
+    cpulab pingpong --pairs 0:0,0:1,unpinned --json > pingpong.json")]
 pub struct Args {
     /// Wakeup methods, comma-separated: pipe, unix, tcp, futex, eventfd, spin, or all.
     #[arg(long, short, value_delimiter = ',', default_value = "pipe")]

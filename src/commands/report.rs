@@ -12,6 +12,10 @@ use anyhow::{Context, Result};
 use std::path::PathBuf;
 
 #[derive(Debug, clap::Args)]
+#[command(after_help = "Examples:\n  \
+    cpulab report doctor.json\n  \
+    cpulab report doctor.json --html doctor.html\n  \
+    cpulab report pingpong.json --html pingpong.html")]
 pub struct Args {
     /// A result written by a cpulab command's --json.
     pub result: PathBuf,

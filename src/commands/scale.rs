@@ -13,6 +13,10 @@ use comfy_table::{Table, presets};
 use std::time::Duration;
 
 #[derive(Debug, clap::Args)]
+#[command(after_help = "Examples:\n  \
+    cpulab scale\n  \
+    cpulab scale --policy compact,scatter\n  \
+    cpulab scale --workload triad --threads 1,2")]
 pub struct Args {
     /// `fib` (work-stealing recursive Fibonacci, compute-bound) or `triad` (STREAM triad,
     /// memory-bound).

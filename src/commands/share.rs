@@ -12,6 +12,10 @@ use comfy_table::{Table, presets};
 use std::time::Duration;
 
 #[derive(Debug, clap::Args)]
+#[command(after_help = "Examples:\n  \
+    cpulab share\n  \
+    cpulab share --threads 1 --burners 2\n  \
+    cpulab share --sweep --json > share.json")]
 pub struct Args {
     /// Worker threads running the CPU-bound kernel [default: allowed CPUs].
     #[arg(long, short = 't', value_name = "N")]
