@@ -38,6 +38,7 @@ pub fn run(args: Args, _g: &Global) -> Result<()> {
             "--fail-on-regression {p} is not a percentage; give a number such as 5"
         )));
     }
+    let (an, bn) = (args.a.display().to_string(), args.b.display().to_string());
     let a = envelope::load(&args.a)?;
     let b = envelope::load(&args.b)?;
     check_shape(&a, &args.a)?;
@@ -51,11 +52,20 @@ pub fn run(args: Args, _g: &Global) -> Result<()> {
             b.kind
         )));
     }
-    let (an, bn) = (args.a.display().to_string(), args.b.display().to_string());
+    // An experiment's result is compared on its typed figures, each with its own direction; a
+    // document of the right schema but the wrong shape is bad input here (one line, exit 2).
+    let typed = match crate::experiment::registry::lookup(a.kind) {
+        Some(entry) => Some(compare::Typed {
+            a: (entry.figures)(&a.value).map_err(|e| bad_input(format!("{an}: {e:#}")))?,
+            b: (entry.figures)(&b.value).map_err(|e| bad_input(format!("{bn}: {e:#}")))?,
+        }),
+        None => None,
+    };
     let c = compare::comparison(
         (&an, &a.value),
         (&bn, &b.value),
         a.kind.as_str(),
+        typed,
         args.fail_on_regression,
     );
     if args.json {
@@ -72,7 +82,8 @@ pub fn run(args: Args, _g: &Global) -> Result<()> {
     }
 }
 
-/// Reads a loaded document into its kind's typed result, so a field of the wrong type (a
+/// Reads a loaded document of a kind that is not an experiment's (doctor, probe, sim) into its
+/// typed result, so a field of the wrong type (a
 /// string where a number belongs, an object for a list) is one line and exit 2 instead of a
 /// comparison of whatever the walk finds. Missing fields are tolerated: compare reads the
 /// figures that are present, and results of older cpulab versions lack newer fields.
@@ -83,6 +94,10 @@ fn check_shape(doc: &envelope::Loaded, path: &std::path::Path) -> Result<()> {
             Err(e) if e.to_string().starts_with("missing field") => Ok(()),
             Err(e) => Err(e.to_string()),
         }
+    }
+    // An experiment's result is read into its typed result below, for its figures.
+    if crate::experiment::registry::lookup(doc.kind).is_some() {
+        return Ok(());
     }
     let v = &doc.value;
     let r = match doc.kind {

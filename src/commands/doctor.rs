@@ -139,7 +139,7 @@ pub fn run(args: Args, g: &Global) -> Result<()> {
     let doc = Envelope::new(Kind::Doctor, &report);
     let mut failed = None;
     if let Some(path) = &args.html {
-        let html = crate::report::html::doctor_page(&report);
+        let html = crate::doctor::html::page(&report);
         match write_or_rescue(path, html.as_bytes(), ".html") {
             Ok(()) => output::status(
                 g.quiet,
