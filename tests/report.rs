@@ -491,3 +491,43 @@ fn every_experiment_renders_its_own_page() {
         );
     }
 }
+
+/// An interrupted doctor result says so at the top of its page, and every remedy that must be
+/// done elsewhere (the hypervisor host) or by someone in particular says where and by whom.
+#[test]
+fn html_marks_an_interrupted_run_and_where_each_remedy_is_done() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut r = sample_report();
+    r.interrupted = Some(cpulab::doctor::battery::Interruption {
+        signal: 2,
+        name: "SIGINT".into(),
+        during: "preset pgbench (pair)".into(),
+    });
+    let json = dir.path().join("doctor.json");
+    std::fs::write(
+        &json,
+        serde_json::to_string(&Envelope::new(Kind::Doctor, &r)).unwrap(),
+    )
+    .unwrap();
+    let html = dir.path().join("report.html");
+    cpulab()
+        .arg("report")
+        .arg(&json)
+        .arg("--html")
+        .arg(&html)
+        .assert()
+        .success();
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(page.contains("Interrupted by SIGINT during preset pgbench (pair)"));
+    let host_side = r
+        .findings
+        .iter()
+        .flat_map(|f| &f.remedies)
+        .filter(|x| x.site == cpulab::doctor::findings::Site::Host)
+        .count();
+    assert!(host_side > 0, "the sample has a host-side remedy");
+    assert_eq!(
+        page.matches("Where: on the hypervisor host").count(),
+        host_side
+    );
+}
