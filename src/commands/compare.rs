@@ -109,6 +109,7 @@ fn check_shape(doc: &envelope::Loaded, path: &std::path::Path) -> Result<()> {
         Kind::Scale => typed::<crate::scale::ScaleReport>(v),
         Kind::Oscost => typed::<crate::oscost::OscostReport>(v),
         Kind::Sim => typed::<crate::sim::SimReport>(v),
+        Kind::Try => typed::<crate::trial::TrialReport>(v),
         // A comparison is output only; comparing two of them compares their figures.
         Kind::Compare => Ok(()),
     };

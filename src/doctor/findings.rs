@@ -238,6 +238,12 @@ pub struct Remedy {
     /// empty when anyone who runs the workload can.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub who: String,
+    /// When the remedy is a setting: the `cpulab try ...` line that measures it here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub try_command: Option<String>,
+    /// What `cpulab doctor --try` measured of it ("measured here: 48.2 us -> 5.9 us, ...").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub measured: Option<String>,
 }
 
 /// A measured effect, its cause and its remedies.
@@ -285,6 +291,8 @@ impl Remedy {
             cost_caveat: cost_caveat.into(),
             site: Site::ThisMachine,
             who: String::new(),
+            try_command: None,
+            measured: None,
         }
     }
 
@@ -313,6 +321,12 @@ impl Remedy {
         } else {
             format!("{place}, by {}", self.who)
         }
+    }
+
+    /// The remedy is a setting `cpulab try` can measure: `line` is the exact command.
+    pub fn with_try(mut self, line: impl Into<String>) -> Self {
+        self.try_command = Some(line.into());
+        self
     }
 }
 

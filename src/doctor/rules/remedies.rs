@@ -57,7 +57,8 @@ pub fn halt_polling(facts: &Facts) -> Vec<Remedy> {
              hypervisor. Measure again with `cpulab doctor` to see what it buys here.",
                 polling_cost,
             )
-            .by("root in this guest"),
+            .by("root in this guest")
+            .with_try("cpulab try haltpoll.guest_halt_poll_ns=200000"),
         );
     }
     r.push(Remedy::new(
