@@ -28,3 +28,4 @@ pub mod sim;
 pub mod stats;
 pub mod topology;
 pub mod trial;
+pub mod units;

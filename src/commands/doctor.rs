@@ -86,7 +86,7 @@ pub fn run(args: Args, g: &Global) -> Result<()> {
     }
     let doc = Envelope::new(Kind::Doctor, &report);
     if let Some(path) = &args.html {
-        let html = crate::report::html::doctor_page(&report);
+        let html = crate::doctor::html::page(&report);
         std::fs::write(path, html).with_context(|| format!("cannot write {}", path.display()))?;
         output::status(
             g.quiet,

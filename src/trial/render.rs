@@ -267,5 +267,9 @@ pub fn html(r: &TrialReport) -> String {
     }
     body += "</section>";
     let header = format!("<h1>cpulab try</h1><p>{}</p>", esc(&r.measure));
-    crate::report::html::page("cpulab try", &header, &body)
+    crate::report::html::page(
+        "cpulab try",
+        maud::PreEscaped(header),
+        maud::PreEscaped(body),
+    )
 }
