@@ -246,7 +246,7 @@ pub fn run(args: Args, g: &Global) -> Result<()> {
             .with_context(|| format!("cannot write {}", path.display()))?;
         output::status(quiet, &format!("HTML report written to {}", path.display()));
     }
-    crate::commands::print::emit(args.json, Kind::Try, &report, |r| {
+    super::print::emit(args.json, Kind::Try, &report, |r| {
         trial::render::text(r, &Style::new())
     })
 }
