@@ -60,6 +60,8 @@ pub enum Command {
     Report(commands::report::Args),
     /// Compare two saved results figure by figure, with a significance test.
     Compare(commands::compare::Args),
+    /// What placement costs a live application: wakeups by placement class and their latency.
+    Watch(commands::watch::Args),
 }
 
 pub fn run(cli: Cli) -> Result<()> {
@@ -74,5 +76,6 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Doctor(a) => commands::doctor::run(a, &g),
         Command::Report(a) => commands::report::run(a, &g),
         Command::Compare(a) => commands::compare::run(a, &g),
+        Command::Watch(a) => commands::watch::run(a, &g),
     }
 }

@@ -26,3 +26,4 @@ pub mod scale;
 pub mod share;
 pub mod stats;
 pub mod topology;
+pub mod watch;
