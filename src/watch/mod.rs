@@ -159,6 +159,10 @@ impl Experiment for Watch {
             },
         )?;
         crate::pair::signals::install();
+        // Recording starts before a command is started, so its whole life is seen.
+        let before = SystemSnapshot::take(&machine.root);
+        let started = Instant::now();
+        rings.enable();
         let mut live = target::Live::start(&s.target, &machine.root)?;
         let mut resolver = target::ProcResolver::new(&s.target, &machine.root, live.pids());
         let topo = machine.topology.clone();
@@ -169,9 +173,6 @@ impl Experiment for Watch {
             s.target.describe(),
             s.duration.as_secs_f64()
         ));
-        let before = SystemSnapshot::take(&machine.root);
-        let started = Instant::now();
-        rings.enable();
         let mut records = Vec::new();
         let mut queue: Vec<(u64, u32, Vec<u8>)> = Vec::new();
         let mut lost = 0u64;
@@ -373,7 +374,8 @@ impl Watch {
                 .fold((0u64, 0.0), |(n, s), c| {
                     (n + c.wakeups, s + c.latency.mean_ns * c.wakeups as f64)
                 });
-            (n > 0).then(|| sum / n as f64)
+            // Too few same-CPU wakeups make no baseline.
+            (n >= 100).then(|| sum / n as f64)
         };
         let estimate = pairs.iter().find_map(|p| report::estimate(p, same_cpu));
         WatchReport {

@@ -21,8 +21,19 @@ const RECORD_SAMPLE: u32 = 9;
 const IOC_ENABLE: libc::c_ulong = 0x2400;
 const IOC_SET_OUTPUT: libc::c_ulong = 0x2405;
 const ATTR_SIZE: usize = 120;
-/// Data pages per CPU (a power of two): 2 MiB, about 100 ms of records at a busy CPU.
-pub const DATA_PAGES: usize = 512;
+/// Ring memory over all CPUs: 32 MiB keeps peak memory well under 50 MB.
+const RING_BUDGET_BYTES: usize = 32 << 20;
+
+/// Data pages per CPU: a power of two between 64 and 1024 (4 MiB, about 200 ms of a CPU
+/// switching 100,000 times a second), within [`RING_BUDGET_BYTES`] over all CPUs.
+pub fn data_pages(cpus: usize, page: usize) -> usize {
+    let per_cpu = RING_BUDGET_BYTES / cpus.max(1) / page.max(1);
+    let mut n = 64;
+    while n * 2 <= per_cpu && n < 1024 {
+        n *= 2;
+    }
+    n
+}
 
 /// One record from a ring buffer.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -167,9 +178,10 @@ pub struct Rings {
 impl Rings {
     /// Opens every tracepoint in `ids` on every CPU in `cpus`, one ring per CPU, disabled.
     pub fn open(ids: &[u64], cpus: impl Iterator<Item = u32>) -> Result<Self, OpenError> {
+        let cpus: Vec<u32> = cpus.collect();
         // SAFETY: sysconf has no preconditions.
         let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as usize;
-        let len = page * (1 + DATA_PAGES);
+        let len = page * (1 + data_pages(cpus.len(), page));
         let mut rings = Vec::new();
         for cpu in cpus {
             let mut fds = Vec::new();
@@ -320,6 +332,16 @@ mod tests {
         rec.extend_from_slice(&((body.len() + 8) as u16).to_ne_bytes());
         rec.extend_from_slice(&body);
         rec
+    }
+
+    #[test]
+    fn ring_size_is_a_power_of_two_within_budget() {
+        for cpus in [1, 2, 8, 64, 512, 4096] {
+            let n = data_pages(cpus, 4096);
+            assert!(n.is_power_of_two() && (64..=1024).contains(&n));
+            assert!(cpus > 512 || n * 4096 * cpus <= RING_BUDGET_BYTES);
+        }
+        assert_eq!(data_pages(2, 4096), 1024);
     }
 
     #[test]
