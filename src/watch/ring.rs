@@ -24,11 +24,11 @@ const ATTR_SIZE: usize = 120;
 /// Ring memory over all CPUs: 32 MiB keeps peak memory well under 50 MB.
 const RING_BUDGET_BYTES: usize = 32 << 20;
 
-/// Data pages per CPU: a power of two between 64 and 1024 (4 MiB, about 200 ms of a CPU
+/// Data pages per CPU: a power of two between 16 and 1024 (4 MiB, about 200 ms of a CPU
 /// switching 100,000 times a second), within [`RING_BUDGET_BYTES`] over all CPUs.
 pub fn data_pages(cpus: usize, page: usize) -> usize {
     let per_cpu = RING_BUDGET_BYTES / cpus.max(1) / page.max(1);
-    let mut n = 64;
+    let mut n = 16;
     while n * 2 <= per_cpu && n < 1024 {
         n *= 2;
     }
@@ -338,7 +338,7 @@ mod tests {
     fn ring_size_is_a_power_of_two_within_budget() {
         for cpus in [1, 2, 8, 64, 512, 4096] {
             let n = data_pages(cpus, 4096);
-            assert!(n.is_power_of_two() && (64..=1024).contains(&n));
+            assert!(n.is_power_of_two() && (16..=1024).contains(&n));
             assert!(cpus > 512 || n * 4096 * cpus <= RING_BUDGET_BYTES);
         }
         assert_eq!(data_pages(2, 4096), 1024);
