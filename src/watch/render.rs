@@ -118,6 +118,19 @@ pub fn text(r: &WatchReport, style: &Style) -> String {
             e.try_command
         );
     }
+    if r.estimate.is_none()
+        && r.pairs.iter().any(|p| {
+            p.classes
+                .iter()
+                .any(|c| c.class != crate::topology::PlacementClass::SameCpu)
+        })
+    {
+        let _ = writeln!(
+            s,
+            "\nno co-location estimate: fewer than 100 same-CPU wakeups in the window to compare \
+             with; `cpulab pingpong --pairs 0:0,0:1` measures both here"
+        );
+    }
     for n in &r.conditions.notes {
         let _ = writeln!(s, "note: {n}");
     }
