@@ -69,9 +69,9 @@ pub fn parse_and_validate(text: &str, topo: &Topology, allowed: &CpuSet) -> Resu
 
 /// The CPU the calling thread is running on now.
 pub fn current_cpu() -> Option<u32> {
-    // SAFETY: sched_getcpu has no preconditions.
-    let c = unsafe { libc::sched_getcpu() };
-    (c >= 0).then_some(c as u32)
+    nix::sched::sched_getcpu()
+        .ok()
+        .and_then(|c| u32::try_from(c).ok())
 }
 
 /// The kernel thread id of the calling thread.

@@ -3,13 +3,20 @@
 
 use crate::commands;
 use anyhow::Result;
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use std::path::PathBuf;
 
 /// Measure and explain how CPU placement, scheduling and system settings change an
 /// application's speed, on bare metal and inside virtual machines.
 #[derive(Debug, Parser)]
-#[command(name = "cpulab", version, about, long_about = None)]
+#[command(
+    name = "cpulab",
+    version = env!("CPULAB_VERSION"),
+    about,
+    long_about = None,
+    after_help = "Start with `cpulab doctor`. `cpulab COMMAND --help` shows a command's flags with \
+                  examples; docs/COMMAND.md in the source has its full reference."
+)]
 pub struct Cli {
     #[command(flatten)]
     pub global: Global,
@@ -60,6 +67,13 @@ pub enum Command {
     Report(commands::report::Args),
     /// Compare two saved results figure by figure, with a significance test.
     Compare(commands::compare::Args),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell) on stdout.
+    Completions(commands::completions::Args),
+    /// Write the man pages, cpulab.1 and one per command, into a directory.
+    #[command(hide = true)]
+    Manpages(commands::manpages::Args),
+    /// Simulate the hypervisor layer: predictions checked against the field notes (SIMULATED).
+    Sim(commands::sim::Args),
     /// What placement costs a live application: wakeups by placement class and their latency.
     Watch(commands::watch::Args),
 }
@@ -76,6 +90,9 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Doctor(a) => commands::doctor::run(a, &g),
         Command::Report(a) => commands::report::run(a, &g),
         Command::Compare(a) => commands::compare::run(a, &g),
+        Command::Completions(a) => commands::completions::run(a, Cli::command()),
+        Command::Manpages(a) => commands::manpages::run(a, Cli::command(), g.quiet),
+        Command::Sim(a) => commands::sim::run(a, &g),
         Command::Watch(a) => commands::watch::run(a, &g),
     }
 }

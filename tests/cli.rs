@@ -1,10 +1,10 @@
 //! Command-line conventions shared by every subcommand: help, usage errors, exit codes.
 
-use assert_cmd::Command;
+mod common;
 
-fn cpulab() -> Command {
-    Command::cargo_bin("cpulab").unwrap()
-}
+use clap::{CommandFactory, Parser};
+use common::cpulab;
+use std::collections::BTreeSet;
 
 #[test]
 fn help_lists_every_subcommand_and_exits_zero() {
@@ -25,4 +25,132 @@ fn unknown_subcommand_is_bad_usage() {
 #[test]
 fn unknown_flag_is_bad_usage() {
     cpulab().args(["probe", "--no-such-flag"]).assert().code(2);
+}
+
+/// Every subcommand a user can see (`manpages` is hidden, `help` is clap's own).
+fn visible_subcommands() -> Vec<String> {
+    cpulab::cli::Cli::command()
+        .get_subcommands()
+        .filter(|c| !c.is_hide_set())
+        .map(|c| c.get_name().to_string())
+        .collect()
+}
+
+fn stdout_of(args: &[&str]) -> String {
+    let out = cpulab().args(args).assert().success();
+    String::from_utf8_lossy(&out.get_output().stdout).to_string()
+}
+
+#[test]
+fn bash_completions_offer_every_subcommand() {
+    let script = stdout_of(&["completions", "bash"]);
+    let names = visible_subcommands();
+    assert!(names.len() >= 9, "subcommands found: {names:?}");
+    for name in names {
+        // The case arm that completes `cpulab NAME ...`.
+        assert!(
+            script.contains(&format!("cpulab,{name})")),
+            "bash completions know `cpulab {name}`"
+        );
+    }
+}
+
+#[test]
+fn completions_exist_for_every_shell() {
+    for shell in ["bash", "zsh", "fish", "elvish", "powershell"] {
+        let script = stdout_of(&["completions", shell]);
+        assert!(script.contains("doctor"), "{shell} completions name doctor");
+    }
+    cpulab().args(["completions", "tcsh"]).assert().code(2);
+}
+
+#[test]
+fn manpages_writes_one_page_per_subcommand() {
+    let dir = tempfile::tempdir().unwrap();
+    let man = dir.path().join("man1");
+    cpulab()
+        .args(["manpages", "--quiet"])
+        .arg(&man)
+        .assert()
+        .success();
+    let written: BTreeSet<String> = std::fs::read_dir(&man)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+        .collect();
+    let mut expected: BTreeSet<String> = visible_subcommands()
+        .iter()
+        .map(|n| format!("cpulab-{n}.1"))
+        .collect();
+    expected.insert("cpulab.1".to_string());
+    assert_eq!(written, expected);
+    let doctor = std::fs::read_to_string(man.join("cpulab-doctor.1")).unwrap();
+    assert!(
+        doctor.starts_with(".ie") || doctor.contains(".TH"),
+        "a roff page"
+    );
+    assert!(
+        doctor.contains("cpulab doctor \\-\\-quick"),
+        "examples in the page"
+    );
+}
+
+#[test]
+fn manpages_into_a_file_is_bad_input() {
+    let file = tempfile::NamedTempFile::new().unwrap();
+    cpulab().arg("manpages").arg(file.path()).assert().code(2);
+}
+
+#[test]
+fn every_subcommand_help_has_examples() {
+    for sub in cpulab::cli::Cli::command().get_subcommands() {
+        let name = sub.get_name();
+        let help = stdout_of(&[name, "--help"]);
+        assert!(
+            help.contains("Examples:"),
+            "`cpulab {name} --help` has examples"
+        );
+    }
+}
+
+/// The examples in each command's help are real invocations: each parses with today's flags,
+/// so renaming a flag without updating its examples fails here.
+#[test]
+fn every_help_example_parses() {
+    for sub in cpulab::cli::Cli::command().get_subcommands() {
+        let name = sub.get_name();
+        let text = sub
+            .get_after_help()
+            .map(|h| h.to_string())
+            .unwrap_or_default()
+            .replace("\\\n", " ");
+        let examples: Vec<&str> = text
+            .lines()
+            .map(str::trim)
+            .filter(|l| l.starts_with("cpulab "))
+            .collect();
+        assert!(
+            (2..=4).contains(&examples.len()),
+            "`cpulab {name}` has 2 to 4 examples, not {}",
+            examples.len()
+        );
+        for example in examples {
+            let words = shell_words::split(example).unwrap();
+            // The shell's part (redirection, a pipe) is not cpulab's.
+            let argv: Vec<&String> = words
+                .iter()
+                .take_while(|w| !w.starts_with('>') && *w != "|")
+                .collect();
+            if let Err(e) = cpulab::cli::Cli::try_parse_from(argv) {
+                panic!("example `{example}` does not parse: {e}");
+            }
+        }
+    }
+}
+
+#[test]
+fn version_names_the_release() {
+    let text = stdout_of(&["--version"]);
+    let re = regex::Regex::new(r"^cpulab \d+\.\d+\.\d+( \([0-9a-f]{4,}\))?\n$").unwrap();
+    assert!(re.is_match(&text), "version line: {text:?}");
+    assert!(text.contains(env!("CARGO_PKG_VERSION")));
 }

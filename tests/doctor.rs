@@ -2,12 +2,13 @@
 //! probe, every measurement with raw samples, and findings that each carry evidence and
 //! remedies. Structure and physics only; no timing thresholds.
 
-use assert_cmd::Command;
+mod common;
+
+use common::cpulab;
 use serde_json::Value;
 
 fn doctor(args: &[&str]) -> std::process::Output {
-    Command::cargo_bin("cpulab")
-        .unwrap()
+    cpulab()
         .arg("doctor")
         .args(args)
         .timeout(std::time::Duration::from_secs(180))
@@ -87,31 +88,69 @@ fn quick_json_has_the_documented_structure() {
     }
     let page = std::fs::read_to_string(&html).unwrap();
     assert!(page.starts_with("<!doctype html>") && !page.contains("<script"));
-    // The saved result renders again, and compares with itself as unchanged.
+    // The saved result renders again; compared with itself nothing changes, and compared with
+    // a copy whose round trips are three times slower, those figures are regressions.
     let json = dir.path().join("doctor.json");
     std::fs::write(&json, &out.stdout).unwrap();
-    Command::cargo_bin("cpulab")
-        .unwrap()
-        .arg("report")
-        .arg(&json)
-        .assert()
-        .success();
-    let c = Command::cargo_bin("cpulab")
-        .unwrap()
-        .args(["compare", "--json", "--fail-on-regression", "0"])
-        .arg(&json)
-        .arg(&json)
-        .output()
-        .unwrap();
+    cpulab().arg("report").arg(&json).assert().success();
+    let compare = |b: &std::path::Path| {
+        cpulab()
+            .args(["compare", "--json", "--fail-on-regression", "10"])
+            .arg(&json)
+            .arg(b)
+            .output()
+            .unwrap()
+    };
+    let c = compare(&json);
     assert!(c.status.success());
     let c: Value = serde_json::from_slice(&c.stdout).unwrap();
-    assert!(
-        c["figures"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .all(|f| f["verdict"] != "worse")
+    let tested: Vec<&Value> = c["figures"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["verdict"] != "untested")
+        .collect();
+    assert!(!tested.is_empty(), "some figure carries samples to test");
+    // Identical samples: nothing changed (a ratio is absent when the figure is zero).
+    let changed: Vec<&&Value> = tested
+        .iter()
+        .filter(|f| f["verdict"] != "same" || !(f["ratio"] == 1.0 || f["ratio"].is_null()))
+        .collect();
+    assert!(changed.is_empty(), "{changed:?}");
+    let mut slower = d.clone();
+    let wakeup = slower["measurements"]["wakeup"].as_array_mut().unwrap();
+    assert!(!wakeup.is_empty());
+    for w in wakeup.iter_mut() {
+        for x in w["batch_means_ns"].as_array_mut().unwrap() {
+            *x = (x.as_f64().unwrap() * 3.0).into();
+        }
+        for k in ["mean", "ci95_low", "ci95_high", "ci95_half_width", "stddev"] {
+            w["rtt_ns"][k] = (w["rtt_ns"][k].as_f64().unwrap() * 3.0).into();
+        }
+    }
+    let slower_path = dir.path().join("slower.json");
+    std::fs::write(&slower_path, slower.to_string()).unwrap();
+    let c = compare(&slower_path);
+    assert_eq!(
+        c.status.code(),
+        Some(1),
+        "a threefold round trip is a regression"
     );
+    let c: Value = serde_json::from_slice(&c.stdout).unwrap();
+    let rtt: Vec<&Value> = c["figures"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["path"].as_str().unwrap().ends_with(".rtt_ns") && f["verdict"] != "untested")
+        .collect();
+    assert!(!rtt.is_empty());
+    // Tripling every batch is worse wherever the test can tell; a figure whose batches spread
+    // widely (a few spin batches on a busy host) may stay within noise, but never reads better.
+    assert!(rtt.iter().all(|f| f["verdict"] != "better"), "{rtt:?}");
+    assert!(rtt.iter().any(|f| f["verdict"] == "worse"), "{rtt:?}");
+    for f in &rtt {
+        assert!((f["ratio"].as_f64().unwrap() - 3.0).abs() < 1e-6, "{f:?}");
+    }
 }
 
 #[test]

@@ -1,14 +1,13 @@
 //! `cpulab pair` end to end: the real binary against real PostgreSQL, Apache, nginx and the
 //! built-in HTTP pair, briefly (one second per run, one run per placement through a hidden flag).
 //! Assertions are on structure and physics, never on how fast anything is. Presets whose programs
-//! are missing are skipped with the reason printed. What is left behind when a run fails or is
-//! interrupted is tested in `pair_cleanup.rs`.
+//! are missing print a SKIPPED line (a failure under CI=true). What is left behind when a run
+//! fails or is interrupted is tested in `pair_cleanup.rs`.
 
-use assert_cmd::Command;
+#[macro_use]
 mod common;
 
-use common::{have, skip};
-use cpulab::pair::Preset;
+use common::{cpulab, installed, postgres_installed};
 use serde_json::Value;
 use std::sync::Mutex;
 use std::time::Duration;
@@ -26,15 +25,11 @@ fn w(s: &str) -> Vec<&str> {
     s.split_whitespace().collect()
 }
 
-fn cpulab() -> Command {
-    Command::cargo_bin("cpulab").unwrap()
-}
-
 const BRIEF: &[&str] = &[
     "pair",
     "--duration",
     "1",
-    "--repeat",
+    "--repeats",
     "1",
     "--allow-few-repeats",
     "--no-load-check",
@@ -76,7 +71,19 @@ fn check_report(r: &Value) {
     );
     for p in placements {
         let m = &p["metric"];
-        assert!(f(&m["ci95_low"]) <= f(&m["mean"]) && f(&m["mean"]) <= f(&m["ci95_high"]));
+        // The figure is the mean of the raw runs it keeps (one run here: `--repeat 1`).
+        let values: Vec<f64> = p["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| f(&r["value"]))
+            .collect();
+        assert_eq!(m["n"].as_u64(), Some(values.len() as u64), "{m}");
+        let mean = values.iter().sum::<f64>() / values.len() as f64;
+        assert!(
+            (f(&m["mean"]) - mean).abs() <= 1e-9 * mean,
+            "{m} vs runs {values:?}"
+        );
         assert!(f(&m["mean"]) > 0.0, "throughput is positive");
         assert!(
             f(&p["ratio_to_best"]) >= 1.0 - 1e-9,
@@ -135,7 +142,7 @@ fn placement<'a>(r: &'a Value, class: &str) -> Option<&'a Value> {
 
 #[test]
 fn pgbench_select1_under_every_placement() {
-    if skip(Preset::Pgbench) {
+    if !postgres_installed(test_name!()) {
         return;
     }
     let _g = serial();
@@ -162,7 +169,7 @@ fn pgbench_select1_under_every_placement() {
 
 #[test]
 fn pgbench_readonly_loads_and_runs() {
-    if skip(Preset::Pgbench) {
+    if !postgres_installed(test_name!()) {
         return;
     }
     let _g = serial();
@@ -184,7 +191,10 @@ fn pgbench_readonly_loads_and_runs() {
 
 #[test]
 fn http_apache_with_ab() {
-    if !(have("apache2") && have("ab")) {
+    if !installed(
+        test_name!(),
+        &[("apache2", "apache2"), ("ab", "apache2-utils")],
+    ) {
         return;
     }
     let _g = serial();
@@ -201,12 +211,12 @@ fn http_apache_with_ab() {
 
 #[test]
 fn http_nginx_with_wrk() {
-    if !(have("nginx") && have("wrk")) {
+    if !installed(test_name!(), &[("nginx", "nginx"), ("wrk", "wrk")]) {
         return;
     }
     let _g = serial();
     let r = run_json(&w(
-        "--preset http --http-server nginx --http-client wrk --pairs 0:0,any:any",
+        "--preset http --http-server nginx --http-client wrk --pairs 0:0,unpinned:unpinned",
     ));
     check_report(&r);
     assert_eq!(r["experiment"]["metric_parser"], "wrk");
@@ -216,7 +226,7 @@ fn http_nginx_with_wrk() {
 fn http_builtin_server_and_client_need_nothing_installed() {
     let _g = serial();
     let r = run_json(&w(
-        "--preset http --http-server builtin --http-client builtin --pairs 0:0,any:any",
+        "--preset http --http-server builtin --http-client builtin --pairs 0:0,unpinned:unpinned",
     ));
     check_report(&r);
     let run = &r["placements"][0]["runs"][0];
@@ -228,11 +238,17 @@ fn http_builtin_server_and_client_need_nothing_installed() {
 
 #[test]
 fn redis_preset() {
-    if skip(Preset::Redis) {
+    if !installed(
+        test_name!(),
+        &[
+            ("redis-server", "redis-server"),
+            ("redis-benchmark", "redis-tools"),
+        ],
+    ) {
         return;
     }
     let _g = serial();
-    let r = run_json(&w("--preset redis --pairs 0:0,any:any"));
+    let r = run_json(&w("--preset redis --pairs 0:0,unpinned:unpinned"));
     check_report(&r);
     assert_eq!(r["experiment"]["metric_parser"], "redis-benchmark");
     assert!(
@@ -258,7 +274,7 @@ fn generic_pair_with_custom_metric() {
         "--metric-unit",
         "ops/s",
         "--pairs",
-        "0:0,any:any",
+        "0:0,unpinned:unpinned",
         "--no-warmup",
     ]);
     check_report(&r);

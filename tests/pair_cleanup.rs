@@ -4,10 +4,10 @@
 //! names that directory in its command line or has it as working directory (PostgreSQL backends
 //! rename themselves but keep the data directory as cwd).
 
+#[macro_use]
 mod common;
 
-use common::{have, skip};
-use cpulab::pair::Preset;
+use common::{installed, postgres_installed};
 use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -87,7 +87,7 @@ struct Running {
 fn start_until(args: &[&str], marker: &str) -> Running {
     let dir = tempfile::tempdir().unwrap();
     let stderr = dir.path().join("stderr");
-    let child = std::process::Command::new(env!("CARGO_BIN_EXE_cpulab"))
+    let child = common::cpulab_process()
         .args(args)
         .stdout(std::process::Stdio::null())
         .stderr(std::fs::File::create(&stderr).unwrap())
@@ -156,7 +156,7 @@ fn interrupt_mid_run(preset: &[&str], sig: i32, expect_code: Option<i32>) {
 
 #[test]
 fn ctrl_c_mid_run_stops_postgres_and_removes_everything() {
-    if skip(Preset::Pgbench) {
+    if !postgres_installed(test_name!()) {
         return;
     }
     interrupt_mid_run(&w("--preset pgbench"), libc::SIGINT, Some(130));
@@ -164,7 +164,10 @@ fn ctrl_c_mid_run_stops_postgres_and_removes_everything() {
 
 #[test]
 fn sigterm_mid_run_stops_apache_and_removes_everything() {
-    if !(have("apache2") && have("ab")) {
+    if !installed(
+        test_name!(),
+        &[("apache2", "apache2"), ("ab", "apache2-utils")],
+    ) {
         return;
     }
     interrupt_mid_run(
@@ -176,7 +179,7 @@ fn sigterm_mid_run_stops_apache_and_removes_everything() {
 
 #[test]
 fn sigkill_mid_run_leaves_no_postgres_and_no_directory() {
-    if skip(Preset::Pgbench) {
+    if !postgres_installed(test_name!()) {
         return;
     }
     interrupt_mid_run(&w("--preset pgbench"), libc::SIGKILL, None);
@@ -184,7 +187,10 @@ fn sigkill_mid_run_leaves_no_postgres_and_no_directory() {
 
 #[test]
 fn sigkill_mid_run_leaves_no_apache() {
-    if !(have("apache2") && have("ab")) {
+    if !installed(
+        test_name!(),
+        &[("apache2", "apache2"), ("ab", "apache2-utils")],
+    ) {
         return;
     }
     interrupt_mid_run(
@@ -200,7 +206,7 @@ fn sigkill_mid_run_leaves_no_apache() {
 /// stderr and cpulab's pid.
 fn failing(server: &str, client: &str, flags: &str) -> (i32, String, u32) {
     let _g = serial();
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_cpulab"))
+    let mut child = common::cpulab_process()
         .args([
             "pair",
             "--server",

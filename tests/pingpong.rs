@@ -1,14 +1,13 @@
 //! `cpulab pingpong` end to end: the real binary, briefly (a fraction of a second per pair).
 //! Assertions are on structure and physics, never on how long anything took.
 
-use assert_cmd::Command;
+#[macro_use]
+mod common;
+
+use common::{cpulab, installed};
 use serde_json::Value;
 
 const BRIEF: &[&str] = &["--max-time", "0.2", "--warmup", "0.02", "--no-load-check"];
-
-fn cpulab() -> Command {
-    Command::cargo_bin("cpulab").unwrap()
-}
 
 fn online_cpus() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
@@ -230,7 +229,7 @@ fn bad_cpu_lists_exit_2_with_one_line() {
 fn taskset_cpu0(args: &[&str]) -> std::process::Output {
     std::process::Command::new("taskset")
         .args(["-c", "0"])
-        .arg(assert_cmd::cargo::cargo_bin("cpulab"))
+        .arg(common::cpulab_path())
         .arg("pingpong")
         .args(args)
         .output()
@@ -239,6 +238,9 @@ fn taskset_cpu0(args: &[&str]) -> std::process::Output {
 
 #[test]
 fn under_taskset_one_cpu_it_measures_what_it_can_and_says_so() {
+    if !installed(test_name!(), &[("taskset", "util-linux")]) {
+        return;
+    }
     let out = taskset_cpu0(&[BRIEF, &["--json"]].concat());
     assert!(
         out.status.success(),

@@ -2,12 +2,11 @@
 //! not have, and once on the live machine. Assertions are about structure and the placement
 //! classes each topology implies, never about timing.
 
-use assert_cmd::Command;
-use serde_json::Value;
+#[macro_use]
+mod common;
 
-fn cpulab() -> Command {
-    Command::cargo_bin("cpulab").unwrap()
-}
+use common::{cpulab, installed};
+use serde_json::Value;
 
 fn probe_json(root: Option<&str>) -> Value {
     let mut cmd = cpulab();
@@ -260,11 +259,7 @@ fn live_page_is_grouped_by_section() {
 
 #[test]
 fn one_allowed_cpu_under_taskset() {
-    if std::process::Command::new("taskset")
-        .arg("-V")
-        .output()
-        .is_err()
-    {
+    if !installed(test_name!(), &[("taskset", "util-linux")]) {
         return;
     }
     // The first CPU this test may use (cpu0 may be outside a container's cpuset).
@@ -273,10 +268,9 @@ fn one_allowed_cpu_under_taskset() {
         .as_u64()
         .unwrap()
         .to_string();
-    let bin = assert_cmd::cargo::cargo_bin("cpulab");
     let out = std::process::Command::new("taskset")
         .args(["-c", &first])
-        .arg(bin)
+        .arg(common::cpulab_path())
         .args(["probe", "--json"])
         .output()
         .unwrap();
@@ -297,4 +291,39 @@ fn bad_root_is_bad_input() {
         assert_eq!(err.lines().count(), 1, "{err}");
         assert!(err.contains("--root"), "{err}");
     }
+}
+
+/// Regression: the probe and `share` read the CFS quota with two parsers, and only the probe's
+/// looked at parent groups. Through the binary, a parent's tighter quota is the one reported.
+#[test]
+fn parent_quota_tighter_than_leaf_binds_the_probe() {
+    let t = tempfile::tempdir().unwrap();
+    for (rel, text) in [
+        ("sys/devices/system/cpu/online", "0\n"),
+        ("sys/devices/system/cpu/possible", "0\n"),
+        ("proc/self/cgroup", "0::/pod/app\n"),
+        (
+            "proc/self/mountinfo",
+            "41 31 0:38 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n",
+        ),
+        ("sys/fs/cgroup/pod/cpu.max", "50000 100000\n"),
+        ("sys/fs/cgroup/pod/app/cpu.max", "max 100000\n"),
+        ("sys/fs/cgroup/pod/app/cpu.stat", "nr_periods 0\n"),
+    ] {
+        let p = t.path().join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    }
+    let p = probe_json(Some(t.path().to_str().unwrap()));
+    let cpu = &p["sched"]["cgroup"]["cpu"];
+    assert!(
+        cpu["quota_cpus"].is_null(),
+        "the leaf itself is unlimited: {cpu}"
+    );
+    let (cpus, from) = (&cpu["effective_quota"][0], &cpu["effective_quota"][1]);
+    assert_eq!(cpus.as_f64(), Some(0.5), "{cpu}");
+    assert!(
+        from.as_str().unwrap().ends_with("sys/fs/cgroup/pod"),
+        "{cpu}"
+    );
 }

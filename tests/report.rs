@@ -1,11 +1,14 @@
 //! `cpulab report RESULT.json --html FILE`: the page is self-contained and renders its charts
-//! in a real browser (headless Chromium; skipped with a printed reason when it is absent).
+//! in a real browser (headless Chromium; a visible SKIPPED line when it is absent, a failure in CI).
 //!
 //! The doctor result here is built by hand from the library's types so that every chart kind
 //! appears (scaling curves need SMT, presets need PostgreSQL); it is a test input, never shown
 //! as a measurement.
 
-use assert_cmd::Command;
+#[macro_use]
+mod common;
+
+use common::cpulab;
 use cpulab::cpulist::CpuSet;
 use cpulab::doctor::DoctorReport;
 use cpulab::doctor::battery::Mode;
@@ -221,8 +224,7 @@ fn write_sample(dir: &Path) -> std::path::PathBuf {
 fn render(dir: &Path) -> String {
     let json = write_sample(dir);
     let html = dir.join("report.html");
-    Command::cargo_bin("cpulab")
-        .unwrap()
+    cpulab()
         .arg("report")
         .arg(&json)
         .arg("--html")
@@ -270,8 +272,7 @@ fn html_is_self_contained_and_has_every_chart() {
 fn report_renders_text_and_rejects_broken_files() {
     let dir = tempfile::tempdir().unwrap();
     let json = write_sample(dir.path());
-    let out = Command::cargo_bin("cpulab")
-        .unwrap()
+    let out = cpulab()
         .arg("report")
         .arg(&json)
         .env("NO_COLOR", "1")
@@ -290,19 +291,9 @@ fn report_renders_text_and_rejects_broken_files() {
         r#"{"cpulab_schema": 1, "kind": "doctor", "findings": 3}"#,
     )
     .unwrap();
-    Command::cargo_bin("cpulab")
-        .unwrap()
-        .arg("report")
-        .arg(&bad)
-        .assert()
-        .code(2);
+    cpulab().arg("report").arg(&bad).assert().code(2);
     std::fs::write(&bad, r#"{"cpulab_schema": 1, "kind": "doct"#).unwrap();
-    Command::cargo_bin("cpulab")
-        .unwrap()
-        .arg("report")
-        .arg(&bad)
-        .assert()
-        .code(2);
+    cpulab().arg("report").arg(&bad).assert().code(2);
 }
 
 fn chromium() -> Option<&'static str> {
@@ -354,7 +345,7 @@ fn headless(bin: &str, html: &Path, extra: &[String]) -> std::process::Output {
 #[test]
 fn chromium_renders_the_charts() {
     let Some(bin) = chromium() else {
-        eprintln!("skipped: no chromium on PATH (.ci/run installs it)");
+        common::not_installed(test_name!(), "chromium", "chromium");
         return;
     };
     let dir = tempfile::tempdir().unwrap();
@@ -398,8 +389,7 @@ fn chromium_renders_the_charts() {
 
 #[test]
 fn a_saved_pingpong_result_renders_its_charts() {
-    let out = Command::cargo_bin("cpulab")
-        .unwrap()
+    let out = cpulab()
         .args([
             "pingpong",
             "--json",
@@ -424,8 +414,7 @@ fn a_saved_pingpong_result_renders_its_charts() {
     let dir = tempfile::tempdir().unwrap();
     let (json, html) = (dir.path().join("pp.json"), dir.path().join("pp.html"));
     std::fs::write(&json, doc.to_string()).unwrap();
-    Command::cargo_bin("cpulab")
-        .unwrap()
+    cpulab()
         .arg("report")
         .arg(&json)
         .arg("--html")
@@ -438,4 +427,65 @@ fn a_saved_pingpong_result_renders_its_charts() {
         "wakeup charts drawn"
     );
     assert!(page.matches("<svg").count() >= 2);
+}
+
+/// share, scale and oscost used to fall back to a flat list of figures; each now has its own
+/// page with its charts, and its own text.
+#[test]
+fn every_experiment_renders_its_own_page() {
+    let dir = tempfile::tempdir().unwrap();
+    for (kind, args, chart) in [
+        (
+            "share",
+            &["--duration", "50ms", "--repeats", "2", "-t", "1", "-b", "1"][..],
+            "Worker speed relative to alone",
+        ),
+        (
+            "scale",
+            &["--duration", "20ms", "--repeats", "2", "--threads", "1,2"][..],
+            "speedup by thread count",
+        ),
+        (
+            "oscost",
+            &["--quick", "--no-freq", "--batches", "3"][..],
+            "Cost per operation",
+        ),
+    ] {
+        let out = cpulab()
+            .arg(kind)
+            .args(args)
+            .args(["--json", "--quiet", "--no-load-check"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{kind}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let json = dir.path().join(format!("{kind}.json"));
+        let html = dir.path().join(format!("{kind}.html"));
+        std::fs::write(&json, &out.stdout).unwrap();
+        cpulab()
+            .arg("report")
+            .arg(&json)
+            .arg("--html")
+            .arg(&html)
+            .assert()
+            .success();
+        let page = std::fs::read_to_string(&html).unwrap();
+        assert!(page.contains(chart), "{kind}: missing chart {chart}");
+        assert!(page.contains("<svg"), "{kind}: no chart drawn");
+        assert!(page.contains("Conditions"), "{kind}: no conditions");
+        let text = cpulab()
+            .arg("report")
+            .arg(&json)
+            .env("NO_COLOR", "1")
+            .output()
+            .unwrap();
+        let text = String::from_utf8(text.stdout).unwrap();
+        assert!(
+            text.starts_with(&format!("cpulab {kind}:")),
+            "{kind}: its own text renderer, not a figure list: {text}"
+        );
+    }
 }

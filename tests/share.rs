@@ -3,6 +3,7 @@
 mod common;
 
 use common::{cpulab, run_json};
+use cpulab::share::model::relative_share;
 use serde_json::Value;
 
 fn share_json(args: &[&str]) -> Value {
@@ -28,9 +29,12 @@ fn one_worker_beside_one_burner() {
     assert_eq!(configs.len(), 2, "the alone baseline and the loaded run");
     assert_eq!(configs[0]["burners"], 0);
     assert_eq!(configs[1]["burners"], 1);
-    for c in configs {
+    // The model is the water-filling one over the usable CPUs the report names: alone is the
+    // baseline, and one full-duty burner halves a worker's share only once CPUs run out.
+    let expected = [1.0, relative_share(usable, 1, 1, 1.0)];
+    for (c, want) in configs.iter().zip(expected) {
         let model = c["model_relative"].as_f64().unwrap();
-        assert!((0.0..=1.0).contains(&model));
+        assert!((model - want).abs() < 1e-12, "model {model}, want {want}");
         let rel = c["relative"]["mean"].as_f64().unwrap();
         assert!(rel.is_finite() && rel >= 0.0);
         let runs = c["runs"].as_array().unwrap();
@@ -75,7 +79,9 @@ fn partial_duty_burners_pinned() {
     assert_eq!(v["duty_pct"], 30.0);
     assert_eq!(v["burner_cpus"], "0");
     let loaded = &v["configs"][1];
-    assert!(loaded["model_relative"].as_f64().unwrap() <= 1.0);
+    let usable = v["usable_cpus"].as_f64().unwrap();
+    let want = relative_share(usable, 1, 2, 0.3);
+    assert!((loaded["model_relative"].as_f64().unwrap() - want).abs() < 1e-12);
     assert!(
         !v["conditions"]["notes"].as_array().unwrap().is_empty(),
         "pinning is noted"
@@ -120,5 +126,6 @@ fn bad_input_exits_2_with_one_line() {
     bad(&["--duty", "0"]);
     bad(&["--duty", "150"]);
     bad(&["--duration=-1"]);
+    bad(&["--duration", "1e20"]);
     bad(&["--repeats", "0"]);
 }

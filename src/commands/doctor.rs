@@ -14,6 +14,11 @@ use std::path::PathBuf;
 pub const PRESETS: &[&str] = &["pgbench", "http"];
 
 #[derive(Debug, clap::Args)]
+#[command(after_help = "Examples:\n  \
+    cpulab doctor\n  \
+    cpulab doctor --quick\n  \
+    cpulab doctor --with pgbench,http\n  \
+    cpulab doctor --json > doctor.json")]
 pub struct Args {
     /// At most about 15 seconds: the essentials at short intervals.
     #[arg(long, conflicts_with = "thorough")]
@@ -69,7 +74,7 @@ pub fn run(args: Args, g: &Global) -> Result<()> {
     let report = doctor::run(&machine, &settings, visible, g.quiet);
     let doc = Envelope::new(Kind::Doctor, &report);
     if let Some(path) = &args.html {
-        let html = crate::report::html::doctor_page(&report);
+        let html = crate::doctor::html::page(&report);
         std::fs::write(path, html).with_context(|| format!("cannot write {}", path.display()))?;
         output::status(
             g.quiet,

@@ -11,6 +11,10 @@ use crate::probe;
 use anyhow::Result;
 
 #[derive(Debug, clap::Args)]
+#[command(after_help = "Examples:\n  \
+    cpulab probe\n  \
+    cpulab probe --json > probe.json\n  \
+    cpulab probe --json | jq .topology.matrix")]
 pub struct Args {
     /// One JSON document on stdout.
     #[arg(long)]

@@ -2,14 +2,13 @@
 
 use crate::cli::Global;
 use crate::error::bad_input;
-use crate::experiment::{Experiment, Level, Progress};
+use crate::experiment::{Experiment, Progress};
 use crate::machine::Machine;
 use crate::output::{self, Style};
 use crate::report::envelope::Kind;
 use crate::watch::{Target, Watch, WatchSettings};
 use anyhow::{Context, Result};
 use std::path::PathBuf;
-use std::time::Duration;
 
 /// What placement costs a live application: wakeups by placement class, wakeup-to-run latency,
 /// the waker -> wakee graph, halts and IPIs, without restarting it.
@@ -73,39 +72,28 @@ pub fn settings(args: &Args) -> Result<WatchSettings> {
     } else {
         Target::All
     };
-    let secs = crate::pingpong::parse_seconds(&args.duration)
+    let duration = crate::units::parse_duration(&args.duration)
         .map_err(|e| bad_input(format!("--duration: {e}")))?;
-    if secs <= 0.0 {
+    if duration.is_zero() {
         return Err(bad_input(
             "--duration must be more than 0; give seconds like `10s`",
         ));
     }
-    Ok(WatchSettings {
-        target,
-        duration: Duration::from_secs_f64(secs),
-    })
+    Ok(WatchSettings { target, duration })
 }
 
 pub fn run(args: Args, g: &Global) -> Result<()> {
     let settings = settings(&args)?;
     let machine = Machine::detect(&g.root)?;
     let quiet = g.quiet;
-    let sink = move |level: Level, msg: &str| match level {
-        Level::Step => {
-            if !quiet && output::stderr_is_terminal() {
-                eprintln!("{msg}")
-            }
-        }
-        Level::Note => output::status(quiet, &format!("note: {msg}")),
-        Level::Warning => output::status(quiet, &format!("warning: {msg}")),
-    };
+    let sink = output::progress_printer(quiet);
     let report = Watch::run(&machine, &settings, &Progress::new(&sink))?;
     if let Some(path) = &args.html {
         std::fs::write(path, Watch::render_html(&report))
             .with_context(|| format!("cannot write {}", path.display()))?;
         output::status(quiet, &format!("HTML report written to {}", path.display()));
     }
-    output::emit(args.json, Kind::Watch, &report, |r| {
+    super::print::emit(args.json, Kind::Watch, &report, |r| {
         Watch::render_text(r, &Style::new())
     })
 }

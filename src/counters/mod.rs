@@ -301,6 +301,8 @@ pub struct TaskSnapshot {
     pub utime_ticks: u64,
     pub stime_ticks: u64,
     pub last_cpu: u32,
+    /// Start time in clock ticks after boot: tells a reused thread id from the original.
+    pub start_ticks: u64,
 }
 
 impl TaskSnapshot {
@@ -326,6 +328,7 @@ impl TaskSnapshot {
             utime_ticks: st.utime_ticks,
             stime_ticks: st.stime_ticks,
             last_cpu: st.processor,
+            start_ticks: st.starttime_ticks,
         })
     }
 
@@ -369,9 +372,10 @@ impl TaskDelta {
 }
 
 pub fn clock_ticks_per_sec() -> f64 {
-    // SAFETY: sysconf has no preconditions.
-    let v = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    if v > 0 { v as f64 } else { 100.0 }
+    match nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK) {
+        Ok(Some(v)) if v > 0 => v as f64,
+        _ => 100.0,
+    }
 }
 
 /// Other load seen on the CPUs about to be used, measured while cpulab itself sleeps.

@@ -125,14 +125,22 @@ pub fn parse_sched_migrations(text: &str) -> Option<u64> {
     })
 }
 
-/// Fields of `/proc/<pid>/stat` that cpulab uses.
+/// Fields of `/proc/<pid>/stat` that cpulab uses. This is the one parser of that file: the
+/// counters, the process tree walk and the clean-up all read it here.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ProcStat {
+    /// Field 3: `R`, `S`, `D`, `Z` (zombie), ...
+    pub state: char,
+    /// Field 4.
+    pub ppid: i32,
+    /// Field 14: user time in clock ticks.
     pub utime_ticks: u64,
+    /// Field 15: system time in clock ticks.
     pub stime_ticks: u64,
+    /// Field 22: start time in clock ticks after boot; with the pid it names one task for good.
+    pub starttime_ticks: u64,
     /// CPU the task last ran on (field 39).
     pub processor: u32,
-    pub ppid: i32,
 }
 
 /// Parses `/proc/<pid>/stat`. The command name may contain spaces and parentheses, so fields
@@ -143,10 +151,12 @@ pub fn parse_proc_pid_stat(text: &str) -> Option<ProcStat> {
     // rest starts at field 3 (state); field N is f[N - 3].
     let get = |n: usize| f.get(n - 3).and_then(|v| v.parse::<u64>().ok());
     Some(ProcStat {
+        state: f.first()?.chars().next()?,
         ppid: f.get(1).and_then(|v| v.parse().ok())?,
         utime_ticks: get(14)?,
         stime_ticks: get(15)?,
-        processor: get(39)? as u32,
+        starttime_ticks: get(22)?,
+        processor: u32::try_from(get(39)?).ok()?,
     })
 }
 
@@ -219,5 +229,7 @@ ERR:          0\n";
         assert_eq!(p.utime_ticks, 25);
         assert_eq!(p.stime_ticks, 7);
         assert_eq!(p.processor, 1);
+        assert_eq!((p.state, p.starttime_ticks), ('S', 1000));
+        assert_eq!(parse_proc_pid_stat("1234 (short) S 1 2 3"), None);
     }
 }

@@ -8,7 +8,7 @@
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{FromRawFd, OwnedFd};
 
 const PERF_TYPE_HARDWARE: u32 = 0;
 const PERF_TYPE_SOFTWARE: u32 = 1;
@@ -62,7 +62,8 @@ fn open_event(
         flags |= 1 << 5; // exclude_kernel
     }
     attr[40..48].copy_from_slice(&flags.to_ne_bytes());
-    // SAFETY: attr is a valid, initialised perf_event_attr of the size it declares; the other
+    // SAFETY: neither nix nor std wraps perf_event_open(2). attr is a valid, initialised
+    // perf_event_attr of the size it declares; the other
     // arguments are plain integers. The returned descriptor is checked before use.
     let fd = unsafe {
         libc::syscall(
@@ -132,8 +133,7 @@ fn reason(e: &std::io::Error) -> String {
 
 fn read_counter(fd: &OwnedFd) -> Option<u64> {
     let mut buf = [0u8; 8];
-    // SAFETY: buf is 8 writable bytes; fd is an open perf event descriptor.
-    let n = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), 8) };
+    let n = nix::unistd::read(fd, &mut buf).ok()?;
     (n == 8).then(|| u64::from_ne_bytes(buf))
 }
 
@@ -205,7 +205,6 @@ impl PerfCounters {
 pub struct PerfAvailability {
     pub software: Result<(), OpenFailure>,
     pub hardware: Result<(), OpenFailure>,
-    pub paranoid: Option<i32>,
 }
 
 pub fn availability() -> PerfAvailability {
@@ -226,13 +225,10 @@ pub fn availability() -> PerfAvailability {
         false,
     )
     .map(|_| ());
-    let paranoid = std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
-        .ok()
-        .and_then(|s| s.trim().parse().ok());
+    // `perf_event_paranoid` is read by the probe, under its root ([`crate::probe::counters`]).
     PerfAvailability {
         software: sw,
         hardware: hw,
-        paranoid,
     }
 }
 

@@ -6,6 +6,9 @@
 //! compared fairly when these are recorded beside the figures, so the report carries them.
 //! Pure parsers over text; the reader takes a root directory.
 
+use crate::probe::cmdline::parse_cmdline;
+use crate::probe::mitigations::Mitigations;
+use crate::probe::reading::read_trim;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -34,100 +37,43 @@ pub fn parse_bracketed(text: &str) -> Option<String> {
     Some(text[start + 1..end].to_string())
 }
 
-/// Counts statuses: "Mitigation: ..." as mitigated, "Vulnerable..." as vulnerable, "Not
-/// affected" as not affected, anything else as other.
-pub fn summarise(v: &BTreeMap<String, String>) -> String {
-    let (mut m, mut vul, mut na, mut other) = (0, 0, 0, 0);
-    for s in v.values() {
-        if s.starts_with("Mitigation") {
-            m += 1;
-        } else if s.starts_with("Vulnerable") {
-            vul += 1;
-        } else if s.starts_with("Not affected") {
-            na += 1;
-        } else {
-            other += 1;
-        }
-    }
-    let mut out = format!("{m} mitigated, {vul} vulnerable, {na} not affected");
-    if other > 0 {
-        out.push_str(&format!(", {other} other"));
-    }
-    out
-}
-
-/// Command-line options that switch mitigations on or off.
-pub fn mitigation_options(cmdline: &str) -> Vec<String> {
-    const KEYS: &[&str] = &[
-        "mitigations",
-        "pti",
-        "nopti",
-        "spectre_v2",
-        "spectre_v1",
-        "nospectre_v1",
-        "nospectre_v2",
-        "spec_store_bypass_disable",
-        "retbleed",
-        "mds",
-        "tsx_async_abort",
-        "l1tf",
-        "srbds",
-        "mmio_stale_data",
-        "spec_rstack_overflow",
-        "gather_data_sampling",
-        "nospec_store_bypass_disable",
-    ];
-    cmdline
-        .split_whitespace()
-        .take_while(|t| *t != "--")
-        .filter(|t| KEYS.contains(&t.split('=').next().unwrap_or("")))
-        .map(str::to_string)
-        .collect()
-}
-
 impl OsPlatform {
-    /// Reads everything below `root` (`/` when live); what cannot be read is listed.
+    /// Reads everything below `root` (`/` when live); what cannot be read is listed. The
+    /// vulnerabilities and the kernel command line come from the probe's readers, so `oscost`
+    /// and `probe` report the same mitigations.
     pub fn read(root: &Path) -> Self {
-        let mut p = Self::default();
-        let vdir = root.join("sys/devices/system/cpu/vulnerabilities");
-        match std::fs::read_dir(&vdir) {
-            Ok(entries) => {
-                for e in entries.flatten() {
-                    if let Ok(t) = std::fs::read_to_string(e.path()) {
-                        p.vulnerabilities.insert(
-                            e.file_name().to_string_lossy().to_string(),
-                            t.trim().to_string(),
-                        );
-                    }
-                }
-            }
-            Err(e) => p.unavailable.push(format!("{}: {e}", vdir.display())),
-        }
-        p.mitigations_summary = if p.vulnerabilities.is_empty() {
-            "unknown (no vulnerabilities directory)".into()
-        } else {
-            summarise(&p.vulnerabilities)
-        };
+        let mut unavailable = Vec::new();
         let mut read = |rel: &str| -> Option<String> {
-            let path = root.join(rel);
-            match std::fs::read_to_string(&path) {
-                Ok(t) => Some(t.trim().to_string()),
-                Err(e) => {
-                    p.unavailable.push(format!("{}: {e}", path.display()));
-                    None
-                }
+            let r = read_trim(&root.join(rel));
+            if let Some(u) = r.why() {
+                unavailable.push(format!("{} ({})", u.detail, u.reason.as_str()));
             }
+            r.into_value()
         };
-        let cmdline = read("proc/cmdline");
+        let cmdline = read("proc/cmdline")
+            .map(|t| parse_cmdline(&t))
+            .unwrap_or_default();
         let clocksource = read("sys/devices/system/clocksource/clocksource0/current_clocksource");
         let thp = read("sys/kernel/mm/transparent_hugepage/enabled");
-        p.cmdline_mitigation_options = cmdline
-            .as_deref()
-            .map(mitigation_options)
+        let m = Mitigations::read(root, &cmdline);
+        if let Some(u) = m.vulnerabilities.why() {
+            unavailable.insert(0, format!("{} ({})", u.detail, u.reason.as_str()));
+        }
+        let vulnerabilities = m
+            .vulnerabilities
+            .value()
+            .map(|v| v.iter().map(|(k, x)| (k.clone(), x.text.clone())).collect())
             .unwrap_or_default();
-        p.clocksource = clocksource;
-        p.thp_enabled = thp.as_deref().and_then(parse_bracketed);
-        p
+        Self {
+            vulnerabilities,
+            mitigations_summary: m
+                .summary()
+                .unwrap_or_else(|| "unknown (no vulnerabilities directory)".into()),
+            cmdline_mitigation_options: m.mitigation_options(),
+            clocksource,
+            thp_enabled: thp.as_deref().and_then(parse_bracketed),
+            unavailable,
+        }
     }
 }
 
@@ -142,20 +88,14 @@ mod tests {
             Some("madvise".into())
         );
         assert_eq!(parse_bracketed("tsc"), None);
-        let v = BTreeMap::from([
-            ("meltdown".to_string(), "Not affected".to_string()),
-            (
-                "spectre_v2".into(),
-                "Mitigation: Retpolines; STIBP: disabled".into(),
-            ),
-            ("retbleed".into(), "Vulnerable".into()),
-        ]);
-        assert_eq!(summarise(&v), "1 mitigated, 1 vulnerable, 1 not affected");
-        let cmd = "mitigations=auto,no_guest_host console=ttyS0 pti=off quiet -- mds=off";
-        assert_eq!(
-            mitigation_options(cmd),
-            vec!["mitigations=auto,no_guest_host", "pti=off"]
-        );
+    }
+
+    #[test]
+    fn reads_the_probe_fixture_like_the_probe() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/intel-2s");
+        let p = OsPlatform::read(&root);
+        assert!(!p.vulnerabilities.is_empty());
+        assert!(!p.mitigations_summary.starts_with("unknown"));
     }
 
     #[test]

@@ -17,11 +17,14 @@ fn timed(f: impl FnOnce() -> Result<()>) -> Result<Duration> {
 /// Counters of the calling thread from `getrusage(RUSAGE_THREAD)`: (minor faults, voluntary
 /// switches, involuntary switches).
 pub fn thread_rusage() -> Option<(u64, u64, u64)> {
-    // SAFETY: an all-zero rusage is a valid value to be overwritten.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: ru is valid and writable.
-    let rc = unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) };
-    (rc == 0).then_some((ru.ru_minflt as u64, ru.ru_nvcsw as u64, ru.ru_nivcsw as u64))
+    use nix::sys::resource::{UsageWho, getrusage};
+    let ru = getrusage(UsageWho::RUSAGE_THREAD).ok()?;
+    let n = |v: libc::c_long| u64::try_from(v).unwrap_or(0);
+    Some((
+        n(ru.minor_page_faults()),
+        n(ru.voluntary_context_switches()),
+        n(ru.involuntary_context_switches()),
+    ))
 }
 
 /// `getppid` through `syscall(2)`, so no C library can answer it from a cache.
@@ -37,7 +40,8 @@ impl Primitive for Getppid {
     fn batch(&mut self, ops: u64) -> Result<BatchOutcome> {
         let elapsed = timed(|| {
             for _ in 0..ops {
-                // SAFETY: getppid takes no arguments and cannot fail.
+                // SAFETY: getppid takes no arguments and cannot fail. The raw system call is the
+                // primitive measured, so no wrapper (nor C library cache) stands in between.
                 black_box(unsafe { libc::syscall(libc::SYS_getppid) });
             }
             Ok(())
@@ -67,7 +71,8 @@ impl Primitive for ClockGettime {
         };
         let elapsed = timed(|| {
             for _ in 0..ops {
-                // SAFETY: ts is valid and writable.
+                // SAFETY: ts is valid and writable. The bare vDSO call is what is measured; a
+                // wrapper would add its own cost to the figure.
                 black_box(unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) });
             }
             Ok(())
@@ -112,7 +117,8 @@ impl Primitive for ThreadCreate {
 /// Forks a child that runs `child` (which must only call async-signal-safe functions and should
 /// not return) and waits for it; fails unless it exits with status 0.
 fn fork_and_wait(child: &dyn Fn()) -> Result<()> {
-    // SAFETY: the child branch only calls async-signal-safe functions (via `child`).
+    // SAFETY: fork is unsafe in every wrapper; fork, exit and wait are the measured sequence.
+    // The child branch only calls async-signal-safe functions (via `child`).
     let pid = unsafe { libc::fork() };
     if pid < 0 {
         return Err(std::io::Error::last_os_error()).context("fork failed");
@@ -218,9 +224,10 @@ impl Primitive for ForkExec {
 }
 
 fn page_size() -> usize {
-    // SAFETY: sysconf has no preconditions.
-    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    if p > 0 { p as usize } else { 4096 }
+    match nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE) {
+        Ok(Some(p)) if p > 0 => p as usize,
+        _ => 4096,
+    }
 }
 
 /// An anonymous private mapping, unmapped on drop.
@@ -231,7 +238,8 @@ struct Mapping {
 
 impl Mapping {
     fn new(len: usize) -> Result<Self> {
-        // SAFETY: a fresh anonymous mapping; the kernel picks the address.
+        // SAFETY: mapping memory is unsafe in nix too; mapping and faulting pages is what is
+        // measured. A fresh anonymous mapping; the kernel picks the address.
         let ptr = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),

@@ -15,7 +15,7 @@ use super::primitives::thread_rusage;
 use crate::affinity;
 use crate::share::load::Gate;
 use anyhow::{Context, Result, bail};
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -26,13 +26,11 @@ fn switches() -> Option<u64> {
 }
 
 fn write4(fd: &OwnedFd, buf: &[u8; 4]) -> bool {
-    // SAFETY: buf is 4 readable bytes; fd is open.
-    unsafe { libc::write(fd.as_raw_fd(), buf.as_ptr().cast(), 4) == 4 }
+    nix::unistd::write(fd, buf) == Ok(4)
 }
 
 fn read4(fd: &OwnedFd, buf: &mut [u8; 4]) -> bool {
-    // SAFETY: buf is 4 writable bytes; fd is open.
-    unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), 4) == 4 }
+    nix::unistd::read(fd, buf) == Ok(4)
 }
 
 /// A round trip through two pipes to an echo thread on the same CPU as the caller.
@@ -157,8 +155,7 @@ impl Primitive for YieldSwitch {
                 let before = switches();
                 let t0 = Instant::now();
                 for _ in 0..each {
-                    // SAFETY: sched_yield has no preconditions.
-                    unsafe { libc::sched_yield() };
+                    let _ = nix::sched::sched_yield();
                 }
                 let elapsed = t0.elapsed();
                 Ok((

@@ -45,8 +45,9 @@ fn install_panic_hook() {
             // try_lock: the panicking thread may be the one holding the lock.
             if let Ok(l) = LIVE.try_lock() {
                 for &(pid, sig) in l.iter() {
-                    // SAFETY: kill has no memory-safety preconditions.
-                    unsafe { libc::kill(-pid, sig) };
+                    if let Ok(sig) = nix::sys::signal::Signal::try_from(sig) {
+                        let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pid), sig);
+                    }
                 }
             }
             previous(info);
@@ -139,9 +140,9 @@ pub fn remove_stale(base: &Path) -> Vec<PathBuf> {
         let Some(pid) = owner_pid(&name) else {
             continue;
         };
-        // SAFETY: signal 0 only checks for existence. EPERM means it exists (another user's).
-        let gone = unsafe { libc::kill(pid, 0) } != 0
-            && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+        // No signal only checks for existence. EPERM means it exists (another user's).
+        let gone = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None)
+            == Err(nix::errno::Errno::ESRCH);
         if gone && std::fs::remove_dir_all(e.path()).is_ok() {
             removed.push(e.path());
         }

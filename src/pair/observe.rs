@@ -15,7 +15,7 @@
 //!
 //! The summary accessors prefer perf where it was available and say which source they used.
 
-use crate::counters::{TaskSnapshot, parse, perf::PerfCounters};
+use crate::counters::{TaskSnapshot, perf::PerfCounters};
 use crate::cpulist::CpuSet;
 use crate::pair::proctable;
 use serde::{Deserialize, Serialize};
@@ -268,26 +268,8 @@ impl TreeWatch {
 
 /// One task's counters and its start time (to tell a reused thread id from the original).
 fn read_task(root: &Path, pid: i32, tid: i32) -> Option<(TaskSnapshot, u64)> {
-    let dir = root.join(format!("proc/{pid}/task/{tid}"));
-    let stat = std::fs::read_to_string(dir.join("stat")).ok()?;
-    let st = parse::parse_proc_pid_stat(&stat)?;
-    let start = proctable::parse_starttime(&stat)?;
-    let status = std::fs::read_to_string(dir.join("status")).ok()?;
-    let (voluntary, involuntary) = parse::parse_status_ctxt(&status)?;
-    let migrations = std::fs::read_to_string(dir.join("sched"))
-        .ok()
-        .and_then(|s| parse::parse_sched_migrations(&s));
-    Some((
-        TaskSnapshot {
-            voluntary,
-            involuntary,
-            migrations,
-            utime_ticks: st.utime_ticks,
-            stime_ticks: st.stime_ticks,
-            last_cpu: st.processor,
-        },
-        start,
-    ))
+    let snap = TaskSnapshot::take(root, pid, Some(tid)).ok()?;
+    Some((snap, snap.start_ticks))
 }
 
 /// Counters of a client from its `wait4` resource usage (exact, all threads and reaped children),

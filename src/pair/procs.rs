@@ -24,6 +24,8 @@ use crate::cpulist::CpuSet;
 use crate::pair::cleanup;
 use crate::pair::proctable::{descendants_with_start, remove_orphan_shm, start_time, wait_gone};
 use anyhow::{Context, Result};
+use nix::sys::signal::Signal;
+use nix::unistd::Pid;
 use std::fs::File;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -132,16 +134,11 @@ pub struct Proc {
     exit: Option<Exit>,
 }
 
-fn cpu_set(cpus: &CpuSet) -> Result<libc::cpu_set_t> {
-    // SAFETY: cpu_set_t is plain data; all-zero is the empty set.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+fn cpu_set(cpus: &CpuSet) -> Result<nix::sched::CpuSet> {
+    let mut set = nix::sched::CpuSet::new();
     for c in cpus.iter() {
-        anyhow::ensure!(
-            (c as usize) < libc::CPU_SETSIZE as usize,
-            "CPU {c} is beyond what sched_setaffinity supports"
-        );
-        // SAFETY: c is below CPU_SETSIZE, checked above.
-        unsafe { libc::CPU_SET(c as usize, &mut set) };
+        set.set(c as usize)
+            .map_err(|_| anyhow::anyhow!("CPU {c} is beyond what sched_setaffinity supports"))?;
     }
     Ok(set)
 }
@@ -168,7 +165,9 @@ impl Proc {
         }
         let set = l.cpus.as_ref().map(cpu_set).transpose()?;
         let ids = l.user.as_ref().map(|u| (u.uid, u.gid));
-        let (death, parent) = (l.death_signal, std::process::id() as i32);
+        let death = Signal::try_from(l.death_signal)
+            .with_context(|| format!("signal {} for the parent's death", l.death_signal))?;
+        let parent = std::process::id() as i32;
         // SAFETY: the closure runs between fork and exec and only makes async-signal-safe system
         // calls on values prepared before the fork; it allocates nothing.
         unsafe {
@@ -237,7 +236,9 @@ impl Proc {
     /// the process group are identified by pid *and* start time, so a pid reused by an unrelated
     /// process in the meantime is never signalled.
     pub fn stop(&mut self, grace: Duration) {
-        let tree = descendants_with_start(Path::new("/"), self.pid);
+        // Process control acts on live processes only: the root is always `/` here.
+        let root = Path::new("/");
+        let tree = descendants_with_start(root, self.pid);
         if self.try_wait().is_none() {
             signal_group(self.pid, self.stop_signal);
             self.wait_timeout(grace);
@@ -248,15 +249,14 @@ impl Proc {
             self.try_wait();
         }
         for &(p, start) in &tree {
-            if start_time(p) == Some(start) {
-                // SAFETY: kill has no memory-safety preconditions.
-                unsafe { libc::kill(p, libc::SIGKILL) };
+            if start_time(root, p) == Some(start) {
+                let _ = nix::sys::signal::kill(Pid::from_raw(p), Signal::SIGKILL);
             }
         }
-        wait_gone(&tree, Duration::from_secs(3));
+        wait_gone(root, &tree, Duration::from_secs(3));
         let mut pids: Vec<i32> = tree.iter().map(|t| t.0).collect();
         pids.push(self.pid);
-        remove_orphan_shm(&pids);
+        remove_orphan_shm(root, &pids);
         cleanup::unregister_process(self.pid);
     }
 }
@@ -269,67 +269,53 @@ impl Drop for Proc {
 
 /// Runs in the child between fork and exec: no allocation, only system calls.
 fn child_setup(
-    set: Option<&libc::cpu_set_t>,
+    set: Option<&nix::sched::CpuSet>,
     ids: Option<(u32, u32)>,
-    death_signal: i32,
+    death_signal: Signal,
     parent: i32,
 ) -> std::io::Result<()> {
-    let check = |r: libc::c_int| {
-        if r < 0 {
-            Err(std::io::Error::last_os_error())
-        } else {
-            Ok(())
-        }
-    };
-    // SAFETY: plain system calls on values owned by this (forked) process.
-    unsafe {
-        check(libc::setsid())?;
-        if let Some(s) = set {
-            check(libc::sched_setaffinity(
-                0,
-                std::mem::size_of::<libc::cpu_set_t>(),
-                s,
-            ))?;
-        }
-        if let Some((uid, gid)) = ids {
-            check(libc::setgroups(1, &gid))?;
-            check(libc::setgid(gid))?;
-            check(libc::setuid(uid))?;
-        }
-        // After the credential change, which would clear it.
-        check(libc::prctl(
-            libc::PR_SET_PDEATHSIG,
-            death_signal as libc::c_ulong,
-        ))?;
-        // cpulab may have died between fork and prctl: then nobody will ever signal us.
-        if libc::getppid() != parent {
-            libc::_exit(1);
-        }
+    use nix::unistd::{Gid, Uid};
+    nix::unistd::setsid()?;
+    if let Some(s) = set {
+        nix::sched::sched_setaffinity(Pid::from_raw(0), s)?;
+    }
+    if let Some((uid, gid)) = ids {
+        nix::unistd::setgroups(&[Gid::from_raw(gid)])?;
+        nix::unistd::setgid(Gid::from_raw(gid))?;
+        nix::unistd::setuid(Uid::from_raw(uid))?;
+    }
+    // After the credential change, which would clear it.
+    nix::sys::prctl::set_pdeathsig(death_signal)?;
+    // cpulab may have died between fork and prctl: then nobody will ever signal us.
+    if nix::unistd::getppid().as_raw() != parent {
+        // SAFETY: no safe wrapper for _exit; between fork and exec it ends the child without
+        // running the parent's destructors or atexit handlers.
+        unsafe { libc::_exit(1) }
     }
     Ok(())
 }
 
 /// Whether `pid` (our child) has exited, without reaping it (`waitid` with `WNOWAIT`).
 fn has_exited(pid: i32, block: bool) -> bool {
-    // SAFETY: siginfo_t is plain data; waitid fills it in.
-    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-    let flags = libc::WEXITED | libc::WNOWAIT | if block { 0 } else { libc::WNOHANG };
+    use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid};
+    let mut flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT;
+    if !block {
+        flags |= WaitPidFlag::WNOHANG;
+    }
     loop {
-        // SAFETY: a valid pointer to a local siginfo_t.
-        let r = unsafe { libc::waitid(libc::P_PID, pid as libc::id_t, &mut info, flags) };
-        if r == 0 {
-            // SAFETY: after a successful waitid, si_pid is valid (0 when nothing has exited).
-            return unsafe { info.si_pid() } == pid;
-        }
-        if std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
-            return false;
+        match waitid(Id::Pid(Pid::from_raw(pid)), flags) {
+            Ok(WaitStatus::StillAlive) => return false,
+            Ok(_) => return true,
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(_) => return false,
         }
     }
 }
 
 fn wait4(pid: i32, flags: i32) -> Option<Exit> {
     let mut status = 0;
-    // SAFETY: rusage is plain data; wait4 writes both out-parameters.
+    // SAFETY: nix has no wait4 (reaping one child with its resource usage). rusage is plain
+    // data; wait4 writes both out-parameters.
     let mut rusage: libc::rusage = unsafe { std::mem::zeroed() };
     loop {
         // SAFETY: valid pointers to local variables.
@@ -345,8 +331,9 @@ fn wait4(pid: i32, flags: i32) -> Option<Exit> {
 }
 
 fn signal_group(pgid: i32, sig: i32) {
-    // SAFETY: kill has no memory-safety preconditions; a negative pid names a process group.
-    unsafe { libc::kill(-pgid, sig) };
+    if let Ok(sig) = Signal::try_from(sig) {
+        let _ = nix::sys::signal::killpg(Pid::from_raw(pgid), sig);
+    }
 }
 
 /// The last `n` lines of `text`, indented for an error message.
@@ -393,7 +380,10 @@ mod tests {
         });
         assert!(r.is_err());
         let pid = *pid.lock().unwrap();
-        assert!(pid > 0 && !alive(pid), "process {pid} ended with the panic");
+        assert!(
+            pid > 0 && !alive(Path::new("/"), pid),
+            "process {pid} ended with the panic"
+        );
     }
 
     #[test]
@@ -405,9 +395,9 @@ mod tests {
             crate::affinity::get(p.pid).unwrap(),
             CpuSet::from_iter_u32([cpu])
         );
-        // SAFETY: getpgid has no memory-safety preconditions.
-        assert_eq!(unsafe { libc::getpgid(p.pid) }, p.pid, "own process group");
+        let pgid = nix::unistd::getpgid(Some(Pid::from_raw(p.pid))).unwrap();
+        assert_eq!(pgid.as_raw(), p.pid, "own process group");
         p.stop(Duration::from_secs(2));
-        assert!(p.try_wait().is_some() && !alive(p.pid));
+        assert!(p.try_wait().is_some() && !alive(Path::new("/"), p.pid));
     }
 }

@@ -7,40 +7,30 @@
 //! (`/proc/<pid>/task/<tid>/children` would be cheaper, but needs CONFIG_PROC_CHILDREN, which many
 //! kernels, this project's among them, lack.)
 
+use crate::counters::parse::{ProcStat, parse_proc_pid_stat};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+/// `/proc/<pid>/stat` under `root`, parsed by the one parser of that file.
+fn stat(root: &Path, pid: i32) -> Option<ProcStat> {
+    let text = std::fs::read_to_string(root.join(format!("proc/{pid}/stat"))).ok()?;
+    parse_proc_pid_stat(&text)
+}
+
 /// True while `pid` exists and is not a zombie.
-pub fn alive(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map(|s| {
-            !s.rsplit(')')
-                .next()
-                .unwrap_or("")
-                .trim_start()
-                .starts_with('Z')
-        })
-        .unwrap_or(false)
+pub fn alive(root: &Path, pid: i32) -> bool {
+    stat(root, pid).is_some_and(|s| s.state != 'Z')
 }
 
 /// Start time of `pid` in clock ticks after boot: with the pid, it names one process for good.
-pub fn start_time(pid: i32) -> Option<u64> {
-    parse_starttime(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
-}
-
-/// Field 22 of `/proc/<pid>/stat`: start time in clock ticks after boot.
-pub fn parse_starttime(stat: &str) -> Option<u64> {
-    stat[stat.rfind(')')? + 1..]
-        .split_ascii_whitespace()
-        .nth(22 - 3)?
-        .parse()
-        .ok()
+pub fn start_time(root: &Path, pid: i32) -> Option<u64> {
+    stat(root, pid).map(|s| s.starttime_ticks)
 }
 
 /// Waits until none of `procs` (pid, start time) is still running, at most `timeout`.
-pub fn wait_gone(procs: &[(i32, u64)], timeout: Duration) {
+pub fn wait_gone(root: &Path, procs: &[(i32, u64)], timeout: Duration) {
     let until = Instant::now() + timeout;
-    let running = |&(p, start): &(i32, u64)| start_time(p) == Some(start) && alive(p);
+    let running = |&(p, start): &(i32, u64)| start_time(root, p) == Some(start) && alive(root, p);
     while procs.iter().any(running) && Instant::now() < until {
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -53,20 +43,8 @@ pub fn process_table(root: &Path) -> Vec<(i32, i32)> {
     };
     dir.flatten()
         .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
-        .filter_map(|pid| {
-            let s = std::fs::read_to_string(root.join(format!("proc/{pid}/stat"))).ok()?;
-            Some((pid, parse_ppid(&s)?))
-        })
+        .filter_map(|pid| Some((pid, stat(root, pid)?.ppid)))
         .collect()
-}
-
-/// The parent pid from a `/proc/<pid>/stat` line (the name may contain `)`).
-pub fn parse_ppid(stat: &str) -> Option<i32> {
-    stat[stat.rfind(')')? + 1..]
-        .split_ascii_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()
 }
 
 /// Every process descending from `pid` (not `pid` itself), found through parent links.
@@ -78,7 +56,7 @@ pub fn descendants(root: &Path, pid: i32) -> Vec<i32> {
 pub fn descendants_with_start(root: &Path, pid: i32) -> Vec<(i32, u64)> {
     descendants(root, pid)
         .into_iter()
-        .filter_map(|p| Some((p, start_time(p)?)))
+        .filter_map(|p| Some((p, start_time(root, p)?)))
         .collect()
 }
 
@@ -99,13 +77,13 @@ pub fn descendants_in(table: &[(i32, i32)], pid: i32) -> Vec<i32> {
 
 /// Removes System V shared memory segments created by `pids` that nobody is attached to any
 /// more (what a SIGKILLed PostgreSQL leaves behind).
-pub fn remove_orphan_shm(pids: &[i32]) {
-    let Ok(text) = std::fs::read_to_string("/proc/sysvipc/shm") else {
+pub fn remove_orphan_shm(root: &Path, pids: &[i32]) {
+    let Ok(text) = std::fs::read_to_string(root.join("proc/sysvipc/shm")) else {
         return;
     };
     for (shmid, cpid, nattch) in parse_sysvipc_shm(&text) {
         if nattch == 0 && pids.contains(&cpid) {
-            // SAFETY: IPC_RMID takes no buffer.
+            // SAFETY: nix has no System V shared memory wrapper. IPC_RMID takes no buffer.
             unsafe { libc::shmctl(shmid, libc::IPC_RMID, std::ptr::null_mut()) };
         }
     }
@@ -139,19 +117,41 @@ mod tests {
         assert!(descendants_in(&t, 13).is_empty());
     }
 
-    #[test]
-    fn starttime_field() {
-        let s = "1234 (my (odd) prog) S 1 1234 1234 0 -1 4194560 100 0 0 0 25 7 0 0 20 0 1 0 98765 \
-                 1000000 100";
-        assert_eq!(parse_starttime(s), Some(98765));
-        let me = std::process::id() as i32;
-        assert!(start_time(me).is_some() && alive(me));
+    /// A `/proc/<pid>/stat` line with the fields cpulab reads set.
+    fn stat_line(pid: i32, name: &str, state: char, ppid: i32, start: u64) -> String {
+        format!(
+            "{pid} ({name}) {state} {ppid} {pid} {pid} 0 -1 4194560 100 0 0 0 25 7 0 0 20 0 1 0 \
+             {start} 1000000 100 1 1 1 0 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0"
+        )
     }
 
     #[test]
-    fn ppid_with_odd_names() {
-        assert_eq!(parse_ppid("42 (a) b) S 7 42 42 0"), Some(7));
-        assert_eq!(parse_ppid("garbage"), None);
+    fn reads_a_fixture_process_table() {
+        let t = tempfile::tempdir().unwrap();
+        for (pid, name, state, ppid, start) in [
+            (10, "postgres", 'S', 1, 500),
+            (11, "postgres: a) b", 'S', 10, 600),
+            (12, "gone", 'Z', 10, 700),
+        ] {
+            let d = t.path().join(format!("proc/{pid}"));
+            std::fs::create_dir_all(&d).unwrap();
+            std::fs::write(d.join("stat"), stat_line(pid, name, state, ppid, start)).unwrap();
+        }
+        std::fs::create_dir_all(t.path().join("proc/self")).unwrap();
+        let mut table = process_table(t.path());
+        table.sort();
+        assert_eq!(table, vec![(10, 1), (11, 10), (12, 10)]);
+        assert_eq!(start_time(t.path(), 11), Some(600));
+        assert!(alive(t.path(), 11) && !alive(t.path(), 12) && !alive(t.path(), 13));
+        let mut d = descendants_with_start(t.path(), 10);
+        d.sort();
+        assert_eq!(d, vec![(11, 600), (12, 700)]);
+    }
+
+    #[test]
+    fn this_process_is_alive() {
+        let (root, me) = (Path::new("/"), std::process::id() as i32);
+        assert!(start_time(root, me).is_some() && alive(root, me));
     }
 
     #[test]

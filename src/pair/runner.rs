@@ -199,7 +199,7 @@ fn wait_exit(pidfd: Option<&std::os::fd::OwnedFd>, timeout: Duration) {
 
 fn pidfd_open(pid: i32) -> Option<std::os::fd::OwnedFd> {
     use std::os::fd::FromRawFd;
-    // SAFETY: pidfd_open takes a pid and flags; a non-negative result is a new descriptor we own.
+    // SAFETY: nix 0.31 and stable std have no pidfd_open. It takes a pid and flags; a non-negative result is a new descriptor we own.
     let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
     (fd >= 0).then(|| unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) })
 }

@@ -120,24 +120,24 @@ fn reaper_main(
     parent: i32,
 ) -> ! {
     die_with(parent, libc::SIGKILL);
-    // SAFETY: getpid and fork are plain system calls; the child runs only `responder_main`.
-    let me = unsafe { libc::getpid() };
-    let pid = unsafe { libc::fork() };
-    if pid == 0 {
+    let me = nix::unistd::getpid().as_raw();
+    // SAFETY: no safe fork exists. This process is the single-threaded reaper just forked by
+    // cpulab; the child runs only `responder_main`, which never returns.
+    let forked = unsafe { nix::unistd::fork() };
+    if let Ok(nix::unistd::ForkResult::Child) = forked {
         responder_main(responder, &abort, set, track, control, me);
     }
-    if pid > 0 {
-        let mut status = 0;
-        // SAFETY: waitpid on our own child with a valid status pointer.
-        while unsafe { libc::waitpid(pid, &mut status, 0) } < 0
-            && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted
-        {}
-        let code = if libc::WIFEXITED(status) {
-            1 + libc::WEXITSTATUS(status) as u32
-        } else if libc::WIFSIGNALED(status) {
-            SIGNALLED + libc::WTERMSIG(status) as u32
-        } else {
-            0
+    if let Ok(nix::unistd::ForkResult::Parent { child }) = forked {
+        let status = loop {
+            match waitpid(child, None) {
+                Err(nix::errno::Errno::EINTR) => continue,
+                r => break r,
+            }
+        };
+        let code = match status {
+            Ok(WaitStatus::Exited(_, c)) => 1 + c as u32,
+            Ok(WaitStatus::Signaled(_, sig, _)) => SIGNALLED + sig as u32,
+            _ => 0,
         };
         control
             .u32_at(RESPONDER_STATUS)
@@ -175,8 +175,7 @@ fn responder_main(
     let code = if nix::sched::sched_setaffinity(Pid::from_raw(0), set).is_err() {
         2
     } else {
-        // SAFETY: getpid has no preconditions.
-        let me = unsafe { libc::getpid() };
+        let me = nix::unistd::getpid().as_raw();
         control
             .u32_at(RESPONDER_TID)
             .store(me as u32, Ordering::SeqCst);
@@ -208,12 +207,11 @@ extern "C" fn abort_and_exit(_: libc::c_int) {
 
 /// PR_SET_PDEATHSIG, then make sure the parent did not die before it took effect.
 fn die_with(parent: i32, signal: libc::c_int) {
-    // SAFETY: plain system calls.
-    unsafe {
-        libc::prctl(libc::PR_SET_PDEATHSIG, signal);
-        if libc::getppid() != parent {
-            libc::_exit(0);
-        }
+    let _ = nix::sys::prctl::set_pdeathsig(Signal::try_from(signal).ok());
+    if nix::unistd::getppid().as_raw() != parent {
+        // SAFETY: no safe wrapper for _exit; it ends this forked process without running the
+        // parent's destructors or atexit handlers, which is what a forked child must do.
+        unsafe { libc::_exit(0) }
     }
 }
 

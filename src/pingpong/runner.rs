@@ -83,9 +83,8 @@ pub(super) fn respond(
         None => while responder.answer()? {},
         Some(slot) => {
             while responder.answer()? {
-                // SAFETY: sched_getcpu has no preconditions (a vDSO/rseq read in glibc).
-                let cpu = unsafe { libc::sched_getcpu() };
-                slot.store((cpu + 1).max(0) as u32, Ordering::Relaxed);
+                let cpu = crate::affinity::current_cpu().map_or(0, |c| c + 1);
+                slot.store(cpu, Ordering::Relaxed);
             }
         }
     }

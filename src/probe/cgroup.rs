@@ -4,9 +4,13 @@
 //! anything inside noticing, and both change placement costs: a quota of 1.5 CPUs on a 2-CPU
 //! machine throttles a two-thread client/server pair every period. Which hierarchy holds a
 //! controller depends on the machine (cgroup v1, v2, or a hybrid of both), so the mounts are
-//! read from `/proc/self/mounts` and this process's groups from `/proc/self/cgroup`, rather
-//! than guessed from conventional paths. Quota is also checked up the tree: a parent's limit
-//! binds its children.
+//! read from `/proc/self/mountinfo` (or `/proc/self/mounts` where only that exists) and this
+//! process's groups from `/proc/self/cgroup`, rather than guessed from conventional paths.
+//! Quota is also checked up the tree: a parent's limit binds its children.
+//!
+//! This is the one reader of cgroup limits in cpulab: `probe`, `doctor` and `share` all read
+//! the quota and the throttling counters here, so they cannot disagree in one run (they did
+//! when `share` had its own parser that ignored the parents' quotas).
 
 use super::reading::{Reading, Reason, from_io, read_parsed, read_trim};
 use crate::cpulist::CpuSet;
@@ -29,6 +33,9 @@ pub struct Membership {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Mount {
     pub v2: bool,
+    /// The path inside the hierarchy that is mounted: `/` unless a cgroup namespace or a bind
+    /// mount shows only a subtree (only `mountinfo` tells; `mounts` gives `/`).
+    pub root: String,
     /// Where it is mounted.
     pub point: String,
     /// Mount options; for v1 these name the controllers (`cpu`, `cpuset`).
@@ -68,8 +75,33 @@ pub fn parse_mounts(text: &str) -> Vec<Mount> {
             };
             Some(Mount {
                 v2,
+                root: "/".to_string(),
                 point: point.replace("\\040", " "),
                 options: opts.split(',').map(str::to_string).collect(),
+            })
+        })
+        .collect()
+}
+
+/// The cgroup and cgroup2 lines of `/proc/self/mountinfo`. Unlike `mounts` these carry the
+/// mounted subtree (field 4), which inside a cgroup namespace or a bind mount is not `/`.
+pub fn parse_mountinfo(text: &str) -> Vec<Mount> {
+    text.lines()
+        .filter_map(|l| {
+            let (pre, post) = l.split_once(" - ")?;
+            let pre: Vec<&str> = pre.split_whitespace().collect();
+            let post: Vec<&str> = post.split_whitespace().collect();
+            let (root, point) = (pre.get(3)?, pre.get(4)?);
+            let v2 = match *post.first()? {
+                "cgroup2" => true,
+                "cgroup" => false,
+                _ => return None,
+            };
+            Some(Mount {
+                v2,
+                root: root.replace("\\040", " "),
+                point: point.replace("\\040", " "),
+                options: post.get(2)?.split(',').map(str::to_string).collect(),
             })
         })
         .collect()
@@ -102,16 +134,19 @@ pub struct Layout {
     pub root: PathBuf,
     /// `/proc/self/cgroup`, parsed.
     pub membership: Reading<Vec<Membership>>,
-    /// The cgroup and cgroup2 lines of `/proc/self/mounts`.
+    /// The cgroup and cgroup2 mounts, from `/proc/self/mountinfo` or `/proc/self/mounts`.
     pub mounts: Vec<Mount>,
 }
 
 impl Layout {
     pub fn read(root: &Path) -> Self {
         let membership = read_trim(&root.join("proc/self/cgroup")).map(|t| parse_proc_cgroup(&t));
-        let mounts = std::fs::read_to_string(root.join("proc/self/mounts"))
-            .map(|t| parse_mounts(&t))
-            .unwrap_or_default();
+        let mounts = match std::fs::read_to_string(root.join("proc/self/mountinfo")) {
+            Ok(t) => parse_mountinfo(&t),
+            Err(_) => std::fs::read_to_string(root.join("proc/self/mounts"))
+                .map(|t| parse_mounts(&t))
+                .unwrap_or_default(),
+        };
         Self {
             root: root.to_path_buf(),
             membership,
@@ -163,7 +198,13 @@ impl Layout {
             );
         };
         let base = self.root.join(mount.point.trim_start_matches('/'));
-        let rel = line.path.trim_start_matches('/');
+        // A mount of a subtree (bind mount, or a namespace seen from outside): the group path
+        // is relative to the hierarchy's root, so strip the part the mount already is.
+        let rel = match mount.root.as_str() {
+            "/" => line.path.as_str(),
+            r => line.path.strip_prefix(r).unwrap_or(&line.path),
+        };
+        let rel = rel.trim_start_matches('/');
         let joined = if rel.is_empty() {
             base.clone()
         } else {
@@ -267,6 +308,13 @@ pub struct CpuLimits {
     pub throttled_ns: Option<u64>,
 }
 
+/// v1 `cpu.cfs_quota_us` (`-1` = unlimited) into the quota in microseconds (pure).
+pub fn parse_v1_quota(text: &str) -> Option<Option<u64>> {
+    let v: i64 = text.trim().parse().ok()?;
+    Some((v > 0).then_some(v as u64))
+}
+
+/// (quota_us, period_us) set on one group directory.
 fn quota_at(dir: &Path, v2: bool) -> (Option<u64>, Option<u64>) {
     let read = |n: &str| std::fs::read_to_string(dir.join(n)).ok();
     if v2 {
@@ -274,10 +322,112 @@ fn quota_at(dir: &Path, v2: bool) -> (Option<u64>, Option<u64>) {
             .and_then(|t| parse_cpu_max(&t))
             .map_or((None, None), |(q, p)| (q, Some(p)))
     } else {
-        let q = read("cpu.cfs_quota_us").and_then(|t| t.trim().parse::<i64>().ok());
+        let q = read("cpu.cfs_quota_us").and_then(|t| parse_v1_quota(&t));
         let p = read("cpu.cfs_period_us").and_then(|t| t.trim().parse().ok());
-        (q.filter(|&q| q > 0).map(|q| q as u64), p)
+        (q.flatten(), p)
     }
+}
+
+fn ratio(q: Option<u64>, p: Option<u64>) -> Option<f64> {
+    match (q, p) {
+        (Some(q), Some(p)) if p > 0 => Some(q as f64 / p as f64),
+        _ => None,
+    }
+}
+
+/// The CFS quota that binds a group: its own or an ancestor's, whichever grants fewer CPUs.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Quota {
+    /// Quota per period in microseconds, as the binding group sets it.
+    pub quota_us: u64,
+    /// Period in microseconds, as the binding group sets it.
+    pub period_us: u64,
+    /// quota / period: how many CPUs' worth of time the group may use.
+    pub cpus: f64,
+    /// The group directory that sets it (this group or an ancestor).
+    pub dir: PathBuf,
+}
+
+/// The tightest quota on `g` or any ancestor up to the hierarchy's root; `None` when unlimited.
+pub fn tightest_quota(g: &GroupDir) -> Option<Quota> {
+    let mut best: Option<Quota> = None;
+    for cur in g.chain() {
+        let (q, p) = quota_at(cur, g.v2);
+        if let (Some(cpus), Some(quota_us), Some(period_us)) = (ratio(q, p), q, p)
+            && best.as_ref().is_none_or(|b| cpus < b.cpus)
+        {
+            best = Some(Quota {
+                quota_us,
+                period_us,
+                cpus,
+                dir: cur.to_path_buf(),
+            });
+        }
+    }
+    best
+}
+
+/// Throttling counters of `cpu.stat`, in one unit whichever version wrote them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CpuStat {
+    /// Enforcement periods that elapsed with runnable tasks in the cgroup.
+    pub nr_periods: u64,
+    /// Periods in which the cgroup hit its quota and was throttled.
+    pub nr_throttled: u64,
+    /// Total time the cgroup's tasks spent throttled, in microseconds.
+    pub throttled_us: u64,
+}
+
+/// Throttling during a measured interval.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ThrottleDelta {
+    /// Enforcement periods that elapsed with runnable tasks.
+    pub nr_periods: u64,
+    /// Periods in which the quota ran out and the cgroup was throttled.
+    pub nr_throttled: u64,
+    /// Time spent throttled during the interval, in microseconds (summed over the cgroup's CPUs).
+    pub throttled_us: u64,
+}
+
+impl CpuStat {
+    /// The counters of a parsed `cpu.stat` (v1 `throttled_time` is in ns, v2 `throttled_usec`
+    /// in us); `None` when it has none of them.
+    pub fn from_keyed(stat: &BTreeMap<String, u64>) -> Option<Self> {
+        let throttled_us = stat
+            .get("throttled_usec")
+            .copied()
+            .or_else(|| stat.get("throttled_time").map(|ns| ns / 1000));
+        let (p, t) = (stat.get("nr_periods"), stat.get("nr_throttled"));
+        if p.is_none() && t.is_none() && throttled_us.is_none() {
+            return None;
+        }
+        Some(Self {
+            nr_periods: p.copied().unwrap_or(0),
+            nr_throttled: t.copied().unwrap_or(0),
+            throttled_us: throttled_us.unwrap_or(0),
+        })
+    }
+
+    /// Change from `self` (before) to `after`; saturates at zero.
+    pub fn delta(&self, after: &CpuStat) -> ThrottleDelta {
+        ThrottleDelta {
+            nr_periods: after.nr_periods.saturating_sub(self.nr_periods),
+            nr_throttled: after.nr_throttled.saturating_sub(self.nr_throttled),
+            throttled_us: after.throttled_us.saturating_sub(self.throttled_us),
+        }
+    }
+}
+
+/// Parses `cpu.stat` of either version (pure).
+pub fn parse_cpu_stat(text: &str) -> Option<CpuStat> {
+    CpuStat::from_keyed(&parse_flat_keyed(text))
+}
+
+/// Reads the throttling counters of one group directory (again, for the "after" of a delta).
+pub fn read_cpu_stat(dir: &Path) -> Option<CpuStat> {
+    std::fs::read_to_string(dir.join("cpu.stat"))
+        .ok()
+        .and_then(|t| parse_cpu_stat(&t))
 }
 
 /// Reads quota, period, weight or shares and throttling statistics.
@@ -291,19 +441,7 @@ pub fn read_cpu_limits(layout: &Layout) -> Reading<CpuLimits> {
             Err(_) => BTreeMap::new(),
         };
         let (quota_us, period_us) = quota_at(dir, v2);
-        let ratio = |q: Option<u64>, p: Option<u64>| match (q, p) {
-            (Some(q), Some(p)) if p > 0 => Some(q as f64 / p as f64),
-            _ => None,
-        };
-        let mut effective: Option<(f64, String)> = None;
-        for cur in g.chain() {
-            let (q, p) = quota_at(cur, v2);
-            if let Some(r) = ratio(q, p)
-                && effective.as_ref().is_none_or(|(e, _)| r < *e)
-            {
-                effective = Some((r, cur.display().to_string()));
-            }
-        }
+        let effective = tightest_quota(&g).map(|q| (q.cpus, q.dir.display().to_string()));
         let num = |n: &str| {
             std::fs::read_to_string(dir.join(n))
                 .ok()
@@ -357,5 +495,69 @@ mod tests {
             parse_flat_keyed("usage_usec 10\nnr_periods 5\nnr_throttled 2\nthrottled_usec 300\n");
         assert_eq!(s["nr_throttled"], 2);
         assert_eq!(s["throttled_usec"], 300);
+    }
+
+    #[test]
+    fn mountinfo_carries_the_mounted_subtree() {
+        let text = "32 31 0:29 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu\n\
+                    33 31 0:30 / /sys/fs/cgroup/cpuacct rw - cgroup cgroup rw,cpuacct\n\
+                    40 31 0:37 / /tmp rw - tmpfs tmpfs rw\n\
+                    41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw\n";
+        let m = parse_mountinfo(text);
+        assert_eq!(m.len(), 3, "tmpfs is not a cgroup mount");
+        assert_eq!(m[0].point, "/sys/fs/cgroup/cpu");
+        assert!(!m[0].v2 && m[0].options.iter().any(|o| o == "cpu"));
+        assert!(m[2].v2 && m[2].point == "/sys/fs/cgroup/unified");
+        let joint =
+            "30 25 0:26 /docker/abc /sys/fs/cgroup/cpu,cpuacct ro - cgroup cgroup rw,cpu,cpuacct\n";
+        assert_eq!(parse_mountinfo(joint)[0].root, "/docker/abc");
+    }
+
+    #[test]
+    fn quota_files_and_stat_units() {
+        assert_eq!(parse_v1_quota("-1\n"), Some(None));
+        assert_eq!(parse_v1_quota("50000\n"), Some(Some(50000)));
+        assert_eq!(parse_v1_quota("x"), None);
+        assert_eq!(parse_cpu_max(""), None);
+        let v1 = "nr_periods 10\nnr_throttled 3\nthrottled_time 4500000\nnr_bursts 0\n";
+        let s = parse_cpu_stat(v1).unwrap();
+        assert_eq!(
+            (s.nr_periods, s.nr_throttled, s.throttled_us),
+            (10, 3, 4500)
+        );
+        let v2 = "usage_usec 1\nnr_periods 7\nnr_throttled 2\nthrottled_usec 900\n";
+        let s = parse_cpu_stat(v2).unwrap();
+        assert_eq!((s.nr_periods, s.nr_throttled, s.throttled_us), (7, 2, 900));
+        assert_eq!(parse_cpu_stat("usage_usec 1\n"), None);
+        let d = s.delta(&CpuStat::default());
+        assert_eq!(d.nr_periods, 0, "a reset counter saturates at zero");
+    }
+
+    /// Writes `files` (path, content) under a fresh temporary root.
+    fn tree(files: &[(&str, &str)]) -> tempfile::TempDir {
+        let t = tempfile::tempdir().unwrap();
+        for (rel, text) in files {
+            let p = t.path().join(rel);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, text).unwrap();
+        }
+        t
+    }
+
+    #[test]
+    fn a_namespaced_mount_root_is_stripped_from_the_group_path() {
+        let t = tree(&[
+            ("proc/self/cgroup", "0::/docker/abc/app\n"),
+            (
+                "proc/self/mountinfo",
+                "41 31 0:38 /docker/abc /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n",
+            ),
+            ("sys/fs/cgroup/app/cpu.max", "50000 100000\n"),
+        ]);
+        let l = read_cpu_limits(&Layout::read(t.path()))
+            .into_value()
+            .unwrap();
+        assert!(l.dir.ends_with("sys/fs/cgroup/app"), "{}", l.dir);
+        assert_eq!(l.quota_cpus, Some(0.5));
     }
 }

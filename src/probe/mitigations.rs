@@ -64,6 +64,29 @@ pub struct Mitigations {
     pub cmdline: BTreeMap<String, String>,
 }
 
+/// Boot options that switch a mitigation on or off (a subset of [`NAMES`]).
+const MITIGATION_OPTIONS: &[&str] = &[
+    "mitigations",
+    "pti",
+    "nopti",
+    "spectre_v2",
+    "spectre_v2_user",
+    "spectre_bhi",
+    "nospectre_v1",
+    "nospectre_v2",
+    "spec_store_bypass_disable",
+    "nospec_store_bypass_disable",
+    "spec_rstack_overflow",
+    "retbleed",
+    "mds",
+    "tsx_async_abort",
+    "l1tf",
+    "srbds",
+    "mmio_stale_data",
+    "gather_data_sampling",
+    "reg_file_data_sampling",
+];
+
 /// Boot option names the mitigations section records.
 const NAMES: &[&str] = &[
     "mitigations",
@@ -136,6 +159,35 @@ impl Mitigations {
         self.with_state(VulnState::Vulnerable)
     }
 
+    /// The boot options that switch mitigations, as written (`pti=off`, `nopti`), by name.
+    pub fn mitigation_options(&self) -> Vec<String> {
+        self.cmdline
+            .iter()
+            .filter(|(k, _)| MITIGATION_OPTIONS.contains(&k.as_str()))
+            .map(|(k, v)| match v.as_str() {
+                "" => k.clone(),
+                v => format!("{k}={v}"),
+            })
+            .collect()
+    }
+
+    /// e.g. "3 mitigated, 4 vulnerable, 12 not affected" (and ", 1 other" when some entry is
+    /// neither); `None` when the vulnerabilities directory could not be read.
+    pub fn summary(&self) -> Option<String> {
+        let v = self.vulnerabilities.value()?;
+        let n = |s: VulnState| v.values().filter(|x| x.state == s).count();
+        let mut out = format!(
+            "{} mitigated, {} vulnerable, {} not affected",
+            n(VulnState::Mitigated),
+            n(VulnState::Vulnerable),
+            n(VulnState::NotAffected)
+        );
+        if n(VulnState::Unknown) > 0 {
+            out.push_str(&format!(", {} other", n(VulnState::Unknown)));
+        }
+        Some(out)
+    }
+
     /// The `mitigations=` boot option, if given (`off`, `auto`, `auto,nosmt`).
     pub fn mode(&self) -> Option<&str> {
         self.cmdline.get("mitigations").map(String::as_str)
@@ -161,6 +213,33 @@ mod tests {
         assert_eq!(
             parse_vulnerability("Unknown: no mitigations").state,
             VulnState::Unknown
+        );
+    }
+
+    #[test]
+    fn summary_and_mitigation_options() {
+        let m = Mitigations {
+            vulnerabilities: Reading::Value(BTreeMap::from([
+                ("meltdown".into(), parse_vulnerability("Not affected")),
+                (
+                    "spectre_v2".into(),
+                    parse_vulnerability("Mitigation: Retpolines; STIBP: disabled"),
+                ),
+                ("retbleed".into(), parse_vulnerability("Vulnerable")),
+            ])),
+            cmdline: super::super::cmdline::parse_cmdline(
+                "mitigations=auto,no_guest_host console=ttyS0 nopti isolcpus=1 -- mds=off",
+            )
+            .select(NAMES, &[]),
+        };
+        assert_eq!(
+            m.summary().as_deref(),
+            Some("1 mitigated, 1 vulnerable, 1 not affected")
+        );
+        assert_eq!(
+            m.mitigation_options(),
+            vec!["mitigations=auto,no_guest_host", "nopti"],
+            "isolcpus is no mitigation, and mds=off belongs to init"
         );
     }
 }

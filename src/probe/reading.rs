@@ -85,6 +85,14 @@ impl<T> Reading<T> {
         }
     }
 
+    /// The value, or why there is none, for callers that branch with `?`.
+    pub fn into_result(self) -> Result<T, Unavailable> {
+        match self {
+            Self::Value(v) => Ok(v),
+            Self::Unavailable { unavailable } => Err(unavailable),
+        }
+    }
+
     pub fn why(&self) -> Option<&Unavailable> {
         match self {
             Self::Value(_) => None,

@@ -43,15 +43,8 @@ pub fn thread_cpu_s() -> f64 {
 /// Reads a CPU-time clock (the calling thread's, or another thread's from
 /// `pthread_getcpuclockid`). Zero if the clock cannot be read.
 pub fn cpu_clock_s(clock: libc::clockid_t) -> f64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: ts is a valid, writable timespec.
-    if unsafe { libc::clock_gettime(clock, &mut ts) } != 0 {
-        return 0.0;
-    }
-    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
+    nix::time::clock_gettime(nix::time::ClockId::from_raw(clock))
+        .map_or(0.0, |ts| ts.tv_sec() as f64 + ts.tv_nsec() as f64 * 1e-9)
 }
 
 /// CPU time used so far by the whole process (every thread), in seconds.
@@ -73,7 +66,8 @@ pub fn other_load_cpus(delta: &crate::counters::SystemDelta, own_cpu_s: f64) -> 
 /// The CPU-time clock of another thread, if the system provides one.
 pub fn thread_clock(thread: libc::pthread_t) -> Option<libc::clockid_t> {
     let mut id: libc::clockid_t = 0;
-    // SAFETY: `thread` is a live thread (the caller holds its join handle); `id` is writable.
+    // SAFETY: nix wraps clock_getcpuclockid (processes) but not pthread_getcpuclockid (threads).
+    // `thread` is a live thread (the caller holds its join handle); `id` is writable.
     (unsafe { libc::pthread_getcpuclockid(thread, &mut id) } == 0).then_some(id)
 }
 

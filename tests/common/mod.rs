@@ -1,13 +1,31 @@
 //! Helpers shared by the integration tests that run the real binary.
+//!
+//! Every test file runs cpulab through [`cpulab`] (or [`cpulab_process`] when it must signal
+//! or wrap the process), and a test that needs a program this machine lacks goes through
+//! [`installed`]: it prints a visible `SKIPPED:` line and, under `CI=true` (CI installs every
+//! program), fails instead of passing silently.
 
 #![allow(dead_code)]
 
 use assert_cmd::Command;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
+use std::io::Write;
+use std::path::PathBuf;
 
+/// The cpulab binary under test, for assert_cmd.
 pub fn cpulab() -> Command {
-    Command::cargo_bin("cpulab").unwrap()
+    Command::new(cpulab_path())
+}
+
+/// The cpulab binary under test as a plain process, for tests that spawn it and signal it.
+pub fn cpulab_process() -> std::process::Command {
+    std::process::Command::new(cpulab_path())
+}
+
+/// The path of the binary under test, for tests that run it under another program (taskset).
+pub fn cpulab_path() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_cpulab"))
 }
 
 /// Runs `cpulab <subcommand> --json --quiet ARGS`, checks it succeeds with exactly one JSON
@@ -30,22 +48,49 @@ pub fn run_json<T: DeserializeOwned>(subcommand: &str, args: &[&str], timeout_s:
     v
 }
 
-/// True (with the reason on stderr) when a `pair` preset's programs are not installed here.
-pub fn skip(preset: cpulab::pair::settings::Preset) -> bool {
-    match cpulab::pair::preset_available(preset) {
-        Ok(()) => false,
-        Err(why) => {
-            eprintln!("skipped: {why}");
-            true
-        }
-    }
+/// A test's name from inside it: `test_name!()` in `fn ctrl_c_stops_postgres()` gives
+/// `"ctrl_c_stops_postgres"`.
+#[macro_export]
+macro_rules! test_name {
+    () => {{
+        fn f() {}
+        let full = std::any::type_name_of_val(&f);
+        let full = full.strip_suffix("::f").unwrap_or(full);
+        full.rsplit("::").next().unwrap_or(full)
+    }};
 }
 
-/// True when `program` is installed; says on stderr that the test is skipped otherwise.
-pub fn have(program: &str) -> bool {
-    let found = cpulab::pair::presets::find_program(program).is_some();
-    if !found {
-        eprintln!("skipped: `{program}` is not installed");
+/// Says that `test` cannot run because `program` (from Debian `package`) is missing. The line
+/// goes straight to the process's stderr, past the test harness's capture, so a run that
+/// skipped something shows it. Under `CI=true` it is a failure: CI installs every program.
+pub fn not_installed(test: &str, program: &str, package: &str) {
+    let line = format!("SKIPPED: {test}: {program} not installed (apt-get install {package})");
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("{line}; CI installs every program, so a missing one is a failure");
     }
-    found
+    let _ = writeln!(std::io::stderr(), "{line}");
+}
+
+/// True when every `(program, Debian package)` is installed; otherwise reports the first
+/// missing one through [`not_installed`] and returns false (the test then returns).
+pub fn installed(test: &str, needs: &[(&str, &str)]) -> bool {
+    for &(program, package) in needs {
+        if cpulab::pair::presets::find_program(program).is_none() {
+            not_installed(test, program, package);
+            return false;
+        }
+    }
+    true
+}
+
+/// True when the `pgbench` preset can run here: PostgreSQL's server programs, pgbench and the
+/// `postgres` user, as cpulab itself looks for them.
+pub fn postgres_installed(test: &str) -> bool {
+    match cpulab::pair::preset_available(cpulab::pair::settings::Preset::Pgbench) {
+        Ok(()) => true,
+        Err(_) => {
+            not_installed(test, "PostgreSQL (initdb, postgres, pgbench)", "postgresql");
+            false
+        }
+    }
 }

@@ -3,7 +3,7 @@
 
 use super::{Abort, Connection, Initiator, Responder, peer_gone, read_exact, write_all};
 use std::io;
-use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::sync::Arc;
 
 const ONE: [u8; 8] = 1u64.to_ne_bytes();
@@ -17,13 +17,8 @@ struct EventfdEnd {
 }
 
 fn eventfd() -> io::Result<OwnedFd> {
-    // SAFETY: plain syscall; the result is checked before it is owned.
-    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: fd is a fresh descriptor owned by nobody else.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    use nix::sys::eventfd::{EfdFlags, EventFd};
+    Ok(EventFd::from_flags(EfdFlags::EFD_CLOEXEC)?.into())
 }
 
 fn read_value(fd: &OwnedFd) -> io::Result<u64> {

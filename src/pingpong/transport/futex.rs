@@ -55,7 +55,8 @@ impl FutexEnd {
 }
 
 fn futex(word: &AtomicU32, op: i32, val: u32) {
-    // SAFETY: word is a valid, aligned u32 in memory that outlives the call; no timeout.
+    // SAFETY: neither nix nor std wraps futex(2). word is a valid, aligned u32 in memory that
+    // outlives the call; no timeout.
     unsafe {
         libc::syscall(
             libc::SYS_futex,

@@ -25,7 +25,7 @@ mod unix;
 use super::clock::Timer;
 use super::settings::{Endpoints, Method};
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64};
 
@@ -100,7 +100,8 @@ pub const PAGE_BYTES: usize = 4096;
 
 impl SharedPage {
     pub fn new() -> io::Result<Arc<Self>> {
-        // SAFETY: an anonymous shared mapping with no address hint; the result is checked.
+        // SAFETY: mapping memory is unsafe in nix too (the pointer is ours to manage). An
+        // anonymous shared mapping with no address hint; the result is checked.
         let ptr = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
@@ -143,16 +144,11 @@ impl Drop for SharedPage {
 /// Writes all of `buf` to `fd`, retrying on EINTR.
 pub(crate) fn write_all(fd: &OwnedFd, mut buf: &[u8]) -> io::Result<()> {
     while !buf.is_empty() {
-        // SAFETY: buf is valid for buf.len() bytes; fd is open.
-        let n = unsafe { libc::write(fd.as_raw_fd(), buf.as_ptr().cast(), buf.len()) };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(e);
+        match nix::unistd::write(fd, buf) {
+            Ok(n) => buf = &buf[n..],
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(e) => return Err(e.into()),
         }
-        buf = &buf[n as usize..];
     }
     Ok(())
 }
@@ -161,28 +157,18 @@ pub(crate) fn write_all(fd: &OwnedFd, mut buf: &[u8]) -> io::Result<()> {
 pub(crate) fn read_exact(fd: &OwnedFd, buf: &mut [u8]) -> io::Result<bool> {
     let mut got = 0;
     while got < buf.len() {
-        // SAFETY: the tail of buf is valid for writes of buf.len() - got bytes; fd is open.
-        let n = unsafe {
-            libc::read(
-                fd.as_raw_fd(),
-                buf[got..].as_mut_ptr().cast(),
-                buf.len() - got,
-            )
+        let n = match nix::unistd::read(fd, &mut buf[got..]) {
+            Ok(n) => n,
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(e) => return Err(e.into()),
         };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(e);
-        }
         if n == 0 {
             if got == 0 {
                 return Ok(false);
             }
             return Err(io::ErrorKind::UnexpectedEof.into());
         }
-        got += n as usize;
+        got += n;
     }
     Ok(true)
 }
