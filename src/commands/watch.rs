@@ -13,6 +13,11 @@ use std::path::PathBuf;
 /// What placement costs a live application: wakeups by placement class, wakeup-to-run latency,
 /// the waker -> wakee graph, halts and IPIs, without restarting it.
 #[derive(Debug, clap::Args)]
+#[command(after_help = "Examples:\n  \
+    cpulab watch --comm postgres,pgbench --duration 10s\n  \
+    cpulab watch --pid 1234 --json > watch.json\n  \
+    cpulab watch --duration 5s --html watch.html\n  \
+    cpulab watch -- pgbench -n -c 1 -T 5 postgres")]
 pub struct Args {
     /// Processes to watch (with their descendants), comma-separated pids.
     #[arg(long, value_delimiter = ',', conflicts_with_all = ["comm", "cgroup", "command"])]
