@@ -216,3 +216,96 @@ fn a_saved_watch_result_renders_and_compares() {
         .assert()
         .success();
 }
+
+/// pgbench against a private PostgreSQL (cpulab pair's preset), one CPU apart, under watch: every
+/// SELECT 1 is one pgbench -> postgres wakeup and one back, all across CPUs.
+#[test]
+fn pgbench_and_postgres_one_cpu_apart_wake_each_other_once_per_transaction() {
+    if !is_root() {
+        eprintln!("skipped: cpulab watch needs root here (the refusal is tested above)");
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "CI runs as root"
+        );
+        return;
+    }
+    if !common::postgres_installed("watch pgbench") {
+        return;
+    }
+    let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let me = assert_cmd::cargo::cargo_bin("cpulab");
+    let out = cpulab()
+        .args(["watch", "--json", "--quiet", "--duration", "300s", "--"])
+        .arg(&me)
+        .args([
+            "pair",
+            "--preset",
+            "pgbench",
+            "--pairs",
+            "0:1",
+            "--repeats",
+            "3",
+            "--duration",
+            "1",
+            "--no-warmup",
+            "--no-load-check",
+            "--json",
+            "--quiet",
+        ])
+        .timeout(std::time::Duration::from_secs(300))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut docs = serde_json::Deserializer::from_slice(&out.stdout).into_iter::<Value>();
+    let pair = docs.next().expect("pair document").unwrap();
+    let watch = docs.next().expect("watch document").unwrap();
+    if watch["lost_records"] != 0 {
+        eprintln!(
+            "{} records lost: counts are lower bounds",
+            watch["lost_records"]
+        );
+    }
+    let runs = pair["placements"][0]["runs"].as_array().unwrap();
+    let transactions: u64 = runs
+        .iter()
+        .map(|r| r["transactions"].as_u64().unwrap())
+        .sum();
+    let sum = |from: &str, to: &str| -> (u64, u64) {
+        let mut n = 0;
+        let mut across = 0;
+        for p in watch["pairs"].as_array().unwrap() {
+            let (w, e) = (p["waker"].as_str().unwrap(), p["wakee"].as_str().unwrap());
+            if w.starts_with(from) && e.starts_with(to) {
+                n += p["wakeups"].as_u64().unwrap();
+                for c in p["classes"].as_array().unwrap() {
+                    if c["class"] != "same-cpu" {
+                        across += c["wakeups"].as_u64().unwrap();
+                    }
+                }
+            }
+        }
+        (n, across)
+    };
+    for (from, to) in [("pgbench[", "postgres["), ("postgres[", "pgbench[")] {
+        let (n, across) = sum(from, to);
+        // Connection set-up adds a few round trips per run; none may be missing.
+        assert!(
+            n <= transactions + 100 * runs.len() as u64,
+            "{from} -> {to}: {n} for {transactions}"
+        );
+        if watch["lost_records"] == 0 {
+            assert!(
+                n * 100 >= transactions * 95,
+                "{from} -> {to}: {n} for {transactions}"
+            );
+        }
+        assert!(
+            across * 100 >= n * 95,
+            "{from} -> {to}: {across} of {n} across CPUs"
+        );
+    }
+}
