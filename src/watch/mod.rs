@@ -57,12 +57,9 @@ impl TracefsMount {
             });
         }
         if !nix::unistd::geteuid().is_root() {
-            return Err(bad_input(format!(
-                "tracefs is not mounted at {} and only root can mount it; run `sudo mount -t \
-                 tracefs nodev {}` or run cpulab watch as root",
-                path.display(),
-                path.display()
-            )));
+            // Unreadable (tracefs is root-only by default) or not mounted: either way root is
+            // what it takes.
+            return Err(bad_input(permission_line()));
         }
         let c = |s: &str| std::ffi::CString::new(s).map_err(|e| anyhow::anyhow!("{e}"));
         let target = c(&path.to_string_lossy())?;
@@ -116,8 +113,8 @@ impl Drop for TracefsMount {
 }
 
 fn permission_line() -> String {
-    "cpulab watch needs root, or CAP_PERFMON with read access to tracefs: run it with sudo, or \
-     `sudo setcap cap_perfmon,cap_dac_read_search+ep $(command -v cpulab)`"
+    "cpulab watch needs root (or CAP_PERFMON with tracefs mounted and readable): run it with \
+     sudo, or `sudo setcap cap_perfmon,cap_dac_read_search+ep $(command -v cpulab)`"
         .to_string()
 }
 
