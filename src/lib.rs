@@ -29,3 +29,4 @@ pub mod stats;
 pub mod topology;
 pub mod trial;
 pub mod units;
+pub mod watch;

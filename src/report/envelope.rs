@@ -29,6 +29,7 @@ pub enum Kind {
     Compare,
     Try,
     Sim,
+    Watch,
 }
 
 impl Kind {
@@ -44,6 +45,7 @@ impl Kind {
             Self::Compare => "compare",
             Self::Try => "try",
             Self::Sim => "sim",
+            Self::Watch => "watch",
         }
     }
 
