@@ -77,8 +77,6 @@ pub enum Command {
     Manpages(commands::manpages::Args),
     /// Simulate the hypervisor layer: predictions checked against the field notes (SIMULATED).
     Sim(commands::sim::Args),
-    /// What placement costs a live application: wakeups by placement class and their latency.
-    Watch(commands::watch::Args),
 }
 
 pub fn run(cli: Cli) -> Result<()> {
@@ -98,6 +96,5 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Completions(a) => commands::completions::run(a, Cli::command()),
         Command::Manpages(a) => commands::manpages::run(a, Cli::command(), g.quiet),
         Command::Sim(a) => commands::sim::run(a, &g),
-        Command::Watch(a) => commands::watch::run(a, &g),
     }
 }

@@ -29,4 +29,3 @@ pub mod stats;
 pub mod topology;
 pub mod trial;
 pub mod units;
-pub mod watch;

@@ -45,7 +45,6 @@ pub const ENTRIES: &[Entry] = &[
         figures: crate::sim::render::figures,
     },
     entry::<crate::trial::Trial>(),
-    entry::<crate::watch::Watch>(),
 ];
 
 /// The entry for a kind, if it is an experiment's.

@@ -29,7 +29,6 @@ pub enum Kind {
     Compare,
     Try,
     Sim,
-    Watch,
 }
 
 impl Kind {
@@ -45,7 +44,6 @@ impl Kind {
             Self::Compare => "compare",
             Self::Try => "try",
             Self::Sim => "sim",
-            Self::Watch => "watch",
         }
     }
 
