@@ -72,6 +72,8 @@ pub enum Command {
     /// Write the man pages, cpulab.1 and one per command, into a directory.
     #[command(hide = true)]
     Manpages(commands::manpages::Args),
+    /// Simulate the hypervisor layer: predictions checked against the field notes (SIMULATED).
+    Sim(commands::sim::Args),
 }
 
 pub fn run(cli: Cli) -> Result<()> {
@@ -88,5 +90,6 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Compare(a) => commands::compare::run(a, &g),
         Command::Completions(a) => commands::completions::run(a, Cli::command()),
         Command::Manpages(a) => commands::manpages::run(a, Cli::command(), g.quiet),
+        Command::Sim(a) => commands::sim::run(a, &g),
     }
 }

@@ -27,6 +27,7 @@ pub enum Kind {
     Scale,
     Oscost,
     Compare,
+    Sim,
 }
 
 impl Kind {
@@ -40,6 +41,7 @@ impl Kind {
             Self::Scale => "scale",
             Self::Oscost => "oscost",
             Self::Compare => "compare",
+            Self::Sim => "sim",
         }
     }
 

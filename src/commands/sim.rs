@@ -1,0 +1,269 @@
+//! `cpulab sim`: flags -> validated settings, simulate or validate, print.
+
+use crate::cli::Global;
+use crate::error::bad_input;
+use crate::output;
+use crate::report::envelope::Kind;
+use crate::sim::params::{self, Calibration, Costs};
+use crate::sim::{builtin, render, run_scenario, scenario, validate};
+use anyhow::{Context, Result};
+use serde::Serialize;
+use std::path::PathBuf;
+
+#[derive(Debug, clap::Args)]
+#[command(after_help = "Examples:\n  \
+    cpulab sim validate\n  \
+    cpulab sim builtin c-fair-share --toml > c.toml\n  \
+    cpulab sim c.toml --seed 7 --html c.html\n  \
+    cpulab sim validate --calibrate pingpong.json --json > sim.json")]
+pub struct Args {
+    /// A scenario file (TOML) to simulate, or `validate` (published tables against the model),
+    /// `list` (built-in scenarios), `builtin NAME` (simulate one, or print it with --toml).
+    #[arg(value_name = "SCENARIO.toml | validate | list | builtin NAME", num_args = 0..=2)]
+    pub what: Vec<String>,
+    /// Seed of the simulation's random choices (same seed, same figures).
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Take wakeup costs from a cpulab pingpong or doctor result measured on this machine.
+    #[arg(long, value_name = "RESULT.json")]
+    pub calibrate: Option<PathBuf>,
+    /// With `builtin NAME`: print the scenario file instead of simulating it.
+    #[arg(long)]
+    pub toml: bool,
+    /// One JSON document on stdout.
+    #[arg(long)]
+    pub json: bool,
+    /// Also write a self-contained HTML page here.
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<PathBuf>,
+}
+
+/// What to do, from the positional words.
+#[derive(Debug, PartialEq)]
+enum Action {
+    Validate,
+    List,
+    Builtin {
+        name: String,
+    },
+    /// Events per second of the engine (hidden; for scripts/bench-sim.sh).
+    Bench,
+    Scenario(PathBuf),
+}
+
+/// The validated settings.
+struct Settings {
+    action: Action,
+    seed: u64,
+    calibration: Option<Calibration>,
+    toml: bool,
+    json: bool,
+    html: Option<PathBuf>,
+}
+
+fn action(words: &[String]) -> Result<Action> {
+    let w: Vec<&str> = words.iter().map(String::as_str).collect();
+    Ok(match w.as_slice() {
+        ["validate"] => Action::Validate,
+        ["list"] => Action::List,
+        ["bench"] => Action::Bench,
+        ["builtin", name] => Action::Builtin {
+            name: name.to_string(),
+        },
+        ["builtin"] => {
+            return Err(bad_input(
+                "builtin needs a scenario name; `cpulab sim list` shows them",
+            ));
+        }
+        [file] => Action::Scenario(PathBuf::from(file)),
+        [] => {
+            return Err(bad_input(
+                "give a scenario file, or one of: validate, list, builtin NAME (cpulab sim --help)",
+            ));
+        }
+        _ => {
+            return Err(bad_input(format!(
+                "unexpected arguments {w:?}; give a scenario file, or one of: validate, list, \
+                 builtin NAME"
+            )));
+        }
+    })
+}
+
+fn settings(args: &Args) -> Result<Settings> {
+    let action = action(&args.what)?;
+    let calibration = args
+        .calibrate
+        .as_deref()
+        .map(params::load_calibration)
+        .transpose()?;
+    Ok(Settings {
+        action,
+        seed: args.seed,
+        calibration,
+        toml: args.toml,
+        json: args.json,
+        html: args.html.clone(),
+    })
+}
+
+fn write_html(path: &Option<PathBuf>, page: impl FnOnce() -> String) -> Result<()> {
+    if let Some(p) = path {
+        std::fs::write(p, page()).with_context(|| format!("writing {}", p.display()))?;
+    }
+    Ok(())
+}
+
+pub fn run(args: Args, _g: &Global) -> Result<()> {
+    let s = settings(&args)?;
+    let base = s
+        .calibration
+        .as_ref()
+        .map_or_else(Costs::default, |c| c.apply(&Costs::default()));
+    let cal = || {
+        s.calibration
+            .clone()
+            .unwrap_or_else(Calibration::field_notes)
+    };
+    match &s.action {
+        Action::Validate => {
+            let v = validate::validate(&cal(), s.seed)?;
+            write_html(&s.html, || render::validation_html(&v))?;
+            crate::commands::print::emit(s.json, Kind::Sim, &v, render::validation_text)
+        }
+        Action::List => list(s.json),
+        Action::Builtin { name } => {
+            let sc = builtin::all(&cal())
+                .into_iter()
+                .find(|b| &b.name == name)
+                .ok_or_else(|| {
+                    bad_input(format!(
+                        "no built-in scenario {name:?}; `cpulab sim list` shows them"
+                    ))
+                })?;
+            if s.toml {
+                return output::print_text(&toml::to_string(&sc)?);
+            }
+            simulate(&sc, &base, &s)
+        }
+        Action::Bench => bench(s.json),
+        Action::Scenario(path) => simulate(&scenario::load(path)?, &base, &s),
+    }
+}
+
+fn simulate(sc: &scenario::Scenario, base: &Costs, s: &Settings) -> Result<()> {
+    let r = run_scenario(sc, base, s.calibration.clone(), s.seed)?;
+    write_html(&s.html, || render::report_html(&r))?;
+    crate::commands::print::emit(s.json, Kind::Sim, &r, render::report_text)
+}
+
+#[derive(Serialize)]
+struct Listing {
+    label: &'static str,
+    scenarios: Vec<(String, String, usize)>,
+}
+
+fn list(json: bool) -> Result<()> {
+    let l = Listing {
+        label: crate::sim::SIMULATED,
+        scenarios: builtin::all(&Calibration::field_notes())
+            .into_iter()
+            .map(|s| (s.name, s.description, s.configs.len()))
+            .collect(),
+    };
+    crate::commands::print::emit(json, Kind::Sim, &l, |l| {
+        let mut out = String::from("built-in scenarios (cpulab sim builtin NAME [--toml]):\n");
+        for (n, d, k) in &l.scenarios {
+            out += &format!("  {n:<22} {k:>2} configurations. {d}\n");
+        }
+        out
+    })
+}
+
+/// The engine's speed on this machine: wall time of the built-in scenarios and one long
+/// request/response run, events handled per second.
+#[derive(Serialize)]
+struct Bench {
+    label: &'static str,
+    events: u64,
+    wall_s: f64,
+    /// CPU time of the simulating thread: what "on one core" means when the machine is busy.
+    cpu_s: f64,
+    events_per_s: f64,
+    /// Events per CPU second of the simulating thread.
+    events_per_cpu_s: f64,
+    /// Wall seconds each built-in scenario took.
+    scenarios_s: Vec<(String, f64)>,
+}
+
+fn bench(json: bool) -> Result<()> {
+    let t0 = std::time::Instant::now();
+    let c0 = crate::share::load::thread_cpu_s();
+    let mut events = 0;
+    let mut scenarios_s = Vec::new();
+    let mut all = builtin::all(&Calibration::field_notes());
+    let mut long = builtin::m(&Calibration::field_notes());
+    long.name = "long pair run (20 s simulated)".into();
+    long.duration_ms = 20_000.0;
+    all.push(long);
+    for sc in &all {
+        let t = std::time::Instant::now();
+        let r = run_scenario(sc, &Costs::default(), None, 1)?;
+        events += r.configs.iter().map(|c| c.events).sum::<u64>();
+        scenarios_s.push((sc.name.clone(), t.elapsed().as_secs_f64()));
+    }
+    let wall_s = t0.elapsed().as_secs_f64();
+    let cpu_s = crate::share::load::thread_cpu_s() - c0;
+    let b = Bench {
+        label: "measured wall time of the simulator (the figures it computes are SIMULATED)",
+        events,
+        wall_s,
+        cpu_s,
+        events_per_s: events as f64 / wall_s.max(1e-9),
+        events_per_cpu_s: events as f64 / cpu_s.max(1e-9),
+        scenarios_s,
+    };
+    crate::commands::print::emit(json, Kind::Sim, &b, |b| {
+        let mut out = format!(
+            "{} events in {:.3} s wall, {:.3} s CPU: {:.1} million events per CPU second \
+             ({:.1} per wall second)\n",
+            b.events,
+            b.wall_s,
+            b.cpu_s,
+            b.events_per_cpu_s / 1e6,
+            b.events_per_s / 1e6
+        );
+        for (n, s) in &b.scenarios_s {
+            out += &format!("  {n}: {s:.3} s\n");
+        }
+        out
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn words(w: &[&str]) -> Vec<String> {
+        w.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn words_become_one_action_or_one_line_of_bad_input() {
+        assert_eq!(action(&words(&["validate"])).unwrap(), Action::Validate);
+        assert_eq!(
+            action(&words(&["builtin", "c-fair-share"])).unwrap(),
+            Action::Builtin {
+                name: "c-fair-share".into()
+            }
+        );
+        assert_eq!(
+            action(&words(&["s.toml"])).unwrap(),
+            Action::Scenario("s.toml".into())
+        );
+        for bad in [&[][..], &["builtin"][..], &["a.toml", "b.toml"][..]] {
+            let e = action(&words(bad)).unwrap_err();
+            assert_eq!(crate::error::exit_code(&e), 2);
+        }
+    }
+}

@@ -1,0 +1,191 @@
+//! Property tests of the engine: random hosts, hypervisors, VMs and workloads, checked for the
+//! physics every run must obey whatever the parameters.
+
+use super::hypervisor::HvKind;
+use super::params::Costs;
+use super::scenario::{ConfigSpec, Scenario, VmSpec};
+use super::workload::WorkloadSpec;
+use super::{build, host::HostShape, simulate};
+use proptest::prelude::*;
+
+fn workload() -> impl Strategy<Value = WorkloadSpec> {
+    prop_oneof![
+        (1u32..4, 50.0f64..2000.0).prop_map(|(threads, unit_us)| WorkloadSpec::Cpu {
+            threads,
+            unit_us,
+            vcpus: None
+        }),
+        (1.0f64..50.0, 1.0f64..80.0, any::<bool>(), any::<bool>()).prop_map(|(c, s, pc, ps)| {
+            WorkloadSpec::Pair {
+                client_us: c,
+                server_us: s,
+                client_vcpu: pc.then_some(0),
+                server_vcpu: ps.then_some(0),
+            }
+        }),
+        (1u32..5, 1.0f64..10.0).prop_map(|(threads, work_ms)| WorkloadSpec::ForkJoin {
+            threads,
+            work_ms,
+            chunk_us: 200.0
+        }),
+    ]
+}
+
+fn vm(i: usize) -> impl Strategy<Value = VmSpec> {
+    (1u32..4, prop::collection::vec(workload(), 0..3)).prop_map(move |(vcpus, workload)| VmSpec {
+        name: format!("vm{i}"),
+        vcpus,
+        pcpus: None,
+        workload,
+    })
+}
+
+fn costs() -> impl Strategy<Value = Costs> {
+    (
+        0.0f64..20_000.0,
+        0.0f64..50_000.0,
+        0.0f64..0.5,
+        0.0f64..0.2,
+        prop_oneof![Just(0.0), 1_000.0f64..50_000.0],
+        prop_oneof![Just(0.0), 1_000.0f64..50_000.0],
+    )
+        .prop_map(|(halt, flush, module, turbo, gpoll, hpoll)| Costs {
+            halt_exit_ns: halt,
+            context_flush_ns: flush,
+            module_contention: module,
+            turbo_drop: turbo,
+            guest_poll_ns: gpoll,
+            host_poll_ns: hpoll,
+            slice_ns: 1_000_000.0,
+            ..Costs::default()
+        })
+}
+
+fn scenario() -> impl Strategy<Value = Scenario> {
+    (
+        1u32..3,
+        1u32..4,
+        1u32..3,
+        prop_oneof![
+            Just(HvKind::Root),
+            Just(HvKind::Classic),
+            Just(HvKind::Credit),
+            Just(HvKind::Kvm)
+        ],
+        costs(),
+        (vm(0), vm(1), vm(2)),
+        1usize..4,
+    )
+        .prop_map(|(packages, modules, cores, hv, c, vms, n)| {
+            let vms = [vms.0, vms.1, vms.2];
+            Scenario {
+                name: "random".into(),
+                description: String::new(),
+                duration_ms: 20.0,
+                hypervisor: hv,
+                host: HostShape {
+                    name: String::new(),
+                    packages,
+                    modules_per_package: modules,
+                    cores_per_module: cores,
+                    threads_per_core: 1,
+                },
+                params: toml::Table::try_from(&c).unwrap(),
+                configs: vec![ConfigSpec {
+                    name: "c".into(),
+                    hypervisor: None,
+                    params: toml::Table::new(),
+                    vm: vms[..n].to_vec(),
+                }],
+            }
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// No physical CPU runs two vCPUs, no vCPU runs on two CPUs (checked after every event), and
+    /// the work the CPUs executed is exactly the work the tasks and the guest overheads received.
+    #[test]
+    fn one_thing_per_cpu_and_work_is_conserved(s in scenario(), seed in any::<u64>()) {
+        let r = &s.resolve(&Costs::default()).unwrap()[0];
+        let (mut w, _) = build(r, seed);
+        w.run(20_000_000, true);
+        let executed: f64 = w.p.iter().map(|p| p.exec_work).sum();
+        let received: f64 = w.tally.iter().map(|t| t.work_ns).sum::<f64>() + w.overhead_done;
+        prop_assert!((executed - received).abs() <= 1e-6 * executed.max(1.0), "{executed} vs {received}");
+        // Each CPU-bound or fork-join workload received exactly its completed units plus the
+        // partial bursts of its tasks.
+        for (i, tally) in w.tally.iter().enumerate() {
+            let tasks: Vec<_> = w.t.iter().filter(|t| t.workload as usize == i).collect();
+            if tasks.iter().all(|t| matches!(t.role, super::workload::Role::Cpu | super::workload::Role::Worker)) {
+                let burst = tasks[0].burst;
+                let partial: f64 = tasks.iter().map(|t| if t.blocked { 0.0 } else { burst - t.remaining }).sum();
+                let expect = tally.units as f64 * burst + partial;
+                prop_assert!((tally.work_ns - expect).abs() <= 1e-6 * expect.max(1.0), "{} vs {expect}", tally.work_ns);
+            }
+        }
+        // No CPU executes more than full speed for the whole run.
+        for p in &w.p {
+            prop_assert!(p.exec_work <= 20_000_000.0 + 1.0);
+            prop_assert!(p.occupied_ns <= 20_000_000);
+        }
+    }
+
+    /// Shares never exceed capacity, and a VM with nothing to run takes nothing (field notes C).
+    #[test]
+    fn shares_fit_capacity_and_idle_vms_take_nothing(s in scenario(), seed in any::<u64>()) {
+        let r = &s.resolve(&Costs::default()).unwrap()[0];
+        let out = simulate(r, s.duration_ms, seed, false);
+        let total: f64 = out.vm_cpu.iter().map(|v| v.cpus).sum();
+        prop_assert!(total <= r.host.len() as f64 + 1e-9, "{total}");
+        for ((spec, _), used) in r.vms.iter().zip(&out.vm_cpu) {
+            prop_assert!(used.cpus <= f64::from(spec.vcpus) + 1e-9);
+            if spec.workload.is_empty() {
+                prop_assert_eq!(used.cpus, 0.0);
+            }
+        }
+    }
+
+    /// The same seed gives the same figures, to the last bit.
+    #[test]
+    fn a_seed_determines_the_run(s in scenario(), seed in any::<u64>()) {
+        let r = &s.resolve(&Costs::default()).unwrap()[0];
+        prop_assert_eq!(simulate(r, 20.0, seed, false), simulate(r, 20.0, seed, false));
+    }
+
+    /// Raising any wakeup cost never makes a request/response pair faster.
+    #[test]
+    fn more_cost_is_never_faster(
+        base in costs(),
+        extra in 1.0f64..50_000.0,
+        which in 0usize..5,
+        hv in prop_oneof![Just(HvKind::Classic), Just(HvKind::Kvm), Just(HvKind::Credit)],
+        split in any::<bool>(),
+    ) {
+        let run = |c: &Costs| {
+            let s = Scenario {
+                name: "mono".into(),
+                description: String::new(),
+                duration_ms: 20.0,
+                hypervisor: hv,
+                host: HostShape { name: String::new(), packages: 1, modules_per_package: 4, cores_per_module: 1, threads_per_core: 1 },
+                params: toml::Table::try_from(c).unwrap(),
+                configs: vec![ConfigSpec { name: "p".into(), hypervisor: None, params: toml::Table::new(), vm: vec![VmSpec {
+                    name: "g".into(), vcpus: 2, pcpus: None,
+                    workload: vec![WorkloadSpec::Pair { client_us: 5.0, server_us: 10.0, client_vcpu: Some(u32::from(split)), server_vcpu: Some(0) }],
+                }]}],
+            };
+            simulate(&s.resolve(&Costs::default()).unwrap()[0], 20.0, 1, false).workloads[0].per_s
+        };
+        let mut more = base.clone();
+        match which {
+            0 => more.halt_exit_ns += extra,
+            1 => more.ipi_ns += extra,
+            2 => more.host_resched_ns += extra,
+            3 => more.guest_switch_ns += extra,
+            _ => more.remote_wake_ns += extra,
+        }
+        prop_assert!(run(&more) <= run(&base), "{} > {}", run(&more), run(&base));
+    }
+}

@@ -1,0 +1,321 @@
+//! Text and HTML for simulations and validations.
+//!
+//! A simulated figure must never pass for a measured one, so every figure the simulator made
+//! sits under a heading or column that says SIMULATED, in text, JSON (`label`) and HTML alike,
+//! and every published figure is labelled published with its field-notes section. Renderers
+//! return strings and do no I/O; the command decides where they go.
+
+use super::SimReport;
+use super::validate::{TableCheck, Validation};
+use crate::report::html::page;
+use crate::report::svg::esc;
+use comfy_table::{Table, presets};
+use maud::PreEscaped;
+
+fn fmt_rate(v: f64) -> String {
+    if v >= 100.0 {
+        format!("{v:.0}")
+    } else {
+        format!("{v:.2}")
+    }
+}
+
+fn opt(v: Option<f64>, digits: usize) -> String {
+    v.map_or_else(|| "-".into(), |x| format!("{x:.digits$}"))
+}
+
+/// `cpulab sim SCENARIO` as text.
+pub fn report_text(r: &SimReport) -> String {
+    let mut out = format!(
+        "cpulab sim: {} (SIMULATED: a model's prediction, not a measurement)\n{}\nhost: {}; \
+         seed {}; {:.0} ms simulated per configuration\n",
+        r.scenario, r.description, r.host, r.seed, r.duration_ms
+    );
+    if let Some(c) = &r.calibration {
+        out += &format!(
+            "calibrated from {} ({}: same {:.1} us, cross {:.1} us round trip)\n",
+            c.source,
+            c.method,
+            c.same_rtt_ns / 1e3,
+            c.cross_rtt_ns / 1e3
+        );
+    }
+    let mut t = Table::new();
+    t.load_style(presets::NOTHING);
+    t.set_header(vec![
+        "configuration",
+        "hypervisor",
+        "VM",
+        "workload",
+        "SIMULATED /s",
+        "latency us",
+        "speedup",
+    ]);
+    for c in &r.configs {
+        for w in &c.workloads {
+            t.add_row(vec![
+                c.name.clone(),
+                c.hypervisor.clone(),
+                w.vm.clone(),
+                format!("{} ({})", w.kind, w.unit),
+                fmt_rate(w.per_s),
+                opt(w.mean_latency_us, 1),
+                opt(w.speedup, 2),
+            ]);
+        }
+    }
+    out += &format!("\n{t}\n\nparameters:\n");
+    let mut last = None;
+    for c in &r.configs {
+        if last != Some(&c.params) {
+            out += &format!("  from {:?}: {}\n", c.name, c.params.describe());
+            last = Some(&c.params);
+        }
+    }
+    out
+}
+
+fn table_text(t: &TableCheck) -> String {
+    let pp = t.measure == "share";
+    let mut out = format!(
+        "{} {} (published: {})\n  host {}, {} scheduler; one parameter set: {}\n  \
+         parameters set from: {}\n",
+        t.id,
+        t.title,
+        t.source.cite(),
+        t.host,
+        t.hypervisor,
+        t.params.describe(),
+        t.params_from
+    );
+    let mut tab = Table::new();
+    tab.load_style(presets::NOTHING);
+    tab.set_header(vec!["cell", "published", "SIMULATED", "error", "result"]);
+    for c in &t.cells {
+        let err = if pp {
+            format!("{:+.1} pp", c.error)
+        } else {
+            format!("{:+.1}%", 100.0 * c.error)
+        };
+        let res = match (c.checked, c.pass) {
+            (false, _) => "input / not a target",
+            (true, true) => "ok",
+            (true, false) => "MISS",
+        };
+        tab.add_row(vec![
+            c.cell.clone(),
+            format!("{:.3}", c.published),
+            format!("{:.3}", c.simulated),
+            err,
+            res.into(),
+        ]);
+    }
+    out += &format!("{tab}\n");
+    let (max, target) = if pp {
+        (
+            format!("{:.1} pp", t.max_abs_error_pp.unwrap_or(0.0)),
+            format!("{:.0} pp", t.target),
+        )
+    } else {
+        (
+            format!("{:.1}%", 100.0 * t.max_rel_error.unwrap_or(0.0)),
+            format!("{:.0}%", 100.0 * t.target),
+        )
+    };
+    out += &format!(
+        "  largest checked error {max}, target {target}: {}\n",
+        if t.pass { "MET" } else { "NOT MET" }
+    );
+    for c in &t.curves {
+        let pts: Vec<String> =
+            c.x.iter()
+                .zip(&c.y)
+                .map(|(x, y)| format!("{x:.0}:{y:.2}"))
+                .collect();
+        out += &format!("  SIMULATED {} by threads: {}\n", c.name, pts.join(" "));
+    }
+    for n in &t.notes {
+        out += &format!("  note: {n}\n");
+    }
+    out
+}
+
+/// `cpulab sim validate` as text.
+pub fn validation_text(v: &Validation) -> String {
+    let mut out = format!(
+        "cpulab sim validate: published (field notes) against SIMULATED, seed {}\n\n",
+        v.seed
+    );
+    for t in &v.tables {
+        out += &table_text(t);
+        out.push('\n');
+    }
+    let met: Vec<&str> = v
+        .tables
+        .iter()
+        .filter(|t| t.pass)
+        .map(|t| t.id.as_str())
+        .collect();
+    let missed: Vec<&str> = v
+        .tables
+        .iter()
+        .filter(|t| !t.pass)
+        .map(|t| t.id.as_str())
+        .collect();
+    out += &format!(
+        "targets met: {}; not met: {}\n",
+        if met.is_empty() {
+            "none".into()
+        } else {
+            met.join(", ")
+        },
+        if missed.is_empty() {
+            "none".into()
+        } else {
+            missed.join(", ")
+        }
+    );
+    out
+}
+
+fn html_table(head: &[&str], rows: Vec<Vec<String>>) -> String {
+    let mut s = String::from("<table><tr>");
+    for h in head {
+        s += &format!("<th>{}</th>", esc(h));
+    }
+    s += "</tr>";
+    for r in rows {
+        s += "<tr>";
+        for c in r {
+            s += &format!("<td>{}</td>", esc(&c));
+        }
+        s += "</tr>";
+    }
+    s + "</table>\n"
+}
+
+/// `cpulab sim validate --html`.
+pub fn validation_html(v: &Validation) -> String {
+    let mut body = String::from(
+        "<p><strong>SIMULATED</strong> columns come from a model; <strong>published</strong> \
+         columns are quoted from the field notes, section named per table.</p>\n",
+    );
+    for t in &v.tables {
+        body += &format!(
+            "<h2>{} {}</h2><p>published: {}; host {}, {} scheduler; {}</p><p>parameters: {}; \
+             set from: {}</p>",
+            esc(&t.id),
+            esc(&t.title),
+            esc(t.source.cite()),
+            esc(&t.host),
+            esc(&t.hypervisor),
+            if t.pass {
+                "target met"
+            } else {
+                "target NOT met"
+            },
+            esc(&t.params.describe()),
+            esc(&t.params_from)
+        );
+        let rows = t
+            .cells
+            .iter()
+            .map(|c| {
+                vec![
+                    c.cell.clone(),
+                    format!("{:.3}", c.published),
+                    format!("{:.3}", c.simulated),
+                    format!("{:+.3}", c.error),
+                    if c.checked {
+                        if c.pass { "ok" } else { "MISS" }
+                    } else {
+                        "input"
+                    }
+                    .into(),
+                ]
+            })
+            .collect();
+        body += &html_table(
+            &[
+                "cell",
+                &format!("published ({})", t.source.cite()),
+                "SIMULATED",
+                "error",
+                "result",
+            ],
+            rows,
+        );
+        for c in &t.curves {
+            let rows =
+                c.x.iter()
+                    .zip(&c.y)
+                    .map(|(x, y)| vec![format!("{x:.0}"), format!("{y:.2}")])
+                    .collect();
+            body += &format!("<h3>SIMULATED {}</h3>", esc(&c.name));
+            body += &html_table(&["threads", "SIMULATED speedup"], rows);
+        }
+        for n in &t.notes {
+            body += &format!("<p class=\"note\">{}</p>", esc(n));
+        }
+    }
+    page(
+        "cpulab sim validate (SIMULATED)",
+        PreEscaped("<h1>cpulab sim validate: published against SIMULATED</h1>".to_string()),
+        PreEscaped(body),
+    )
+}
+
+/// `cpulab sim SCENARIO --html`.
+pub fn report_html(r: &SimReport) -> String {
+    let rows = r
+        .configs
+        .iter()
+        .flat_map(|c| {
+            c.workloads.iter().map(move |w| {
+                vec![
+                    c.name.clone(),
+                    c.hypervisor.clone(),
+                    w.vm.clone(),
+                    format!("{} ({})", w.kind, w.unit),
+                    fmt_rate(w.per_s),
+                    opt(w.mean_latency_us, 1),
+                    opt(w.speedup, 2),
+                ]
+            })
+        })
+        .collect();
+    let mut body = format!(
+        "<p><strong>SIMULATED</strong>: a model's prediction, not a measurement. {}</p>\
+         <p>host: {}; seed {}</p>",
+        esc(&r.description),
+        esc(&r.host),
+        r.seed
+    );
+    body += &html_table(
+        &[
+            "configuration",
+            "hypervisor",
+            "VM",
+            "workload",
+            "SIMULATED /s",
+            "latency us",
+            "speedup",
+        ],
+        rows,
+    );
+    for c in &r.configs {
+        body += &format!(
+            "<p class=\"note\">{}: {}</p>",
+            esc(&c.name),
+            esc(&c.params.describe())
+        );
+    }
+    page(
+        &format!("cpulab sim {} (SIMULATED)", r.scenario),
+        PreEscaped(format!(
+            "<h1>cpulab sim: {} (SIMULATED)</h1>",
+            esc(&r.scenario)
+        )),
+        PreEscaped(body),
+    )
+}

@@ -1,0 +1,186 @@
+//! `cpulab sim validate`: published against simulated, cell by cell, with the error.
+//!
+//! A model earns trust only by reproducing what was measured on systems we cannot run. Each
+//! table of the field notes is simulated with its host's one parameter set (stated beside it),
+//! compared cell by cell, and judged against the target: shares within 3 percentage
+//! points (C), ratios within 15% (A, B, this machine) or 10% (E). A cell whose published figure
+//! set a parameter is still shown but marked as an input, since matching it proves nothing. Where
+//! the model misses, the table says so and why; nothing is tuned per cell to hide it.
+
+use super::params::{Calibration, Costs};
+use super::published::{Section, get};
+use super::{SIMULATED, SimReport};
+
+mod tables;
+use anyhow::Result;
+use serde::{Deserialize, Serialize};
+use tables::{check_a, check_b, check_c, check_e, check_m};
+
+/// The result of `cpulab sim validate`; with its envelope, the JSON schema.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Validation {
+    /// Always `"SIMULATED"`: the simulated column was computed, not measured.
+    pub label: String,
+    pub seed: u64,
+    /// Where this machine's wakeup costs came from.
+    pub calibration: Calibration,
+    pub tables: Vec<TableCheck>,
+    /// Every table met its target.
+    pub all_pass: bool,
+}
+
+/// One published table against the model.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct TableCheck {
+    pub id: String,
+    pub title: String,
+    /// The field-notes section its published figures come from.
+    pub source: Section,
+    pub host: String,
+    pub hypervisor: String,
+    /// The one parameter set every cell ran with.
+    pub params: Costs,
+    /// Which published figure set which parameter.
+    pub params_from: String,
+    /// `share` (errors in percentage points) or `ratio` (relative errors).
+    pub measure: String,
+    /// The target: points for shares, a fraction for ratios.
+    pub target: f64,
+    /// Largest |simulated - published| in points over the checked cells (shares).
+    pub max_abs_error_pp: Option<f64>,
+    /// Largest |simulated / published - 1| over the checked cells (ratios).
+    pub max_rel_error: Option<f64>,
+    pub pass: bool,
+    pub cells: Vec<Cell>,
+    /// Simulated curves that have no published counterpart (E), for reading only.
+    pub curves: Vec<Curve>,
+    /// What the model lacks where it misses, and what the table cannot check.
+    pub notes: Vec<String>,
+}
+
+/// One cell: a published figure (derived from the quoted ones) and the simulated one.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Cell {
+    pub cell: String,
+    pub published: f64,
+    /// How `published` is computed from the quoted figures.
+    pub published_from: String,
+    pub simulated: f64,
+    /// Points (shares) or relative error (ratios).
+    pub error: f64,
+    /// False for a cell that set a parameter or is outside the target.
+    pub checked: bool,
+    pub pass: bool,
+}
+
+/// A simulated curve (label SIMULATED), one value per x.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Curve {
+    pub name: String,
+    pub x: Vec<f64>,
+    pub y: Vec<f64>,
+}
+
+fn per_s(r: &SimReport, config: &str, kind: &str) -> f64 {
+    r.configs
+        .iter()
+        .find(|c| c.name == config)
+        .and_then(|c| c.workloads.iter().find(|w| w.kind == kind))
+        .map_or(0.0, |w| w.per_s)
+}
+
+fn speedup(r: &SimReport, config: &str) -> f64 {
+    r.configs
+        .iter()
+        .find(|c| c.name == config)
+        .and_then(|c| c.workloads.first())
+        .and_then(|w| w.speedup)
+        .unwrap_or(0.0)
+}
+
+fn ratio_cell(
+    cell: &str,
+    published: f64,
+    from: String,
+    simulated: f64,
+    checked: bool,
+    target: f64,
+) -> Cell {
+    let error = simulated / published - 1.0;
+    Cell {
+        cell: cell.into(),
+        published,
+        published_from: from,
+        simulated,
+        error,
+        checked,
+        pass: error.abs() <= target,
+    }
+}
+
+fn quoted(id: &str) -> (f64, String) {
+    let f = get(id);
+    (f.value, id.to_string())
+}
+
+/// Pub ratio of two quoted figures, with how it was made.
+fn pub_ratio(num: &str, den: &str) -> (f64, String) {
+    let (a, _) = quoted(num);
+    let (b, _) = quoted(den);
+    (a / b, format!("{num} / {den}"))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn table(
+    id: &str,
+    title: &str,
+    source: Section,
+    report: &SimReport,
+    params_from: &str,
+    measure: &str,
+    target: f64,
+    cells: Vec<Cell>,
+) -> TableCheck {
+    let checked: Vec<&Cell> = cells.iter().filter(|c| c.checked).collect();
+    let max = checked.iter().map(|c| c.error.abs()).fold(0.0, f64::max);
+    let pass = checked.iter().all(|c| c.pass);
+    let first = report.configs.first();
+    TableCheck {
+        id: id.into(),
+        title: title.into(),
+        source,
+        host: report.host.clone(),
+        hypervisor: first.map(|c| c.hypervisor.clone()).unwrap_or_default(),
+        params: first.map(|c| c.params.clone()).unwrap_or_default(),
+        params_from: params_from.into(),
+        measure: measure.into(),
+        target,
+        max_abs_error_pp: (measure == "share").then_some(max),
+        max_rel_error: (measure == "ratio").then_some(max),
+        pass,
+        cells,
+        curves: Vec::new(),
+        notes: Vec::new(),
+    }
+}
+
+/// Simulates every table and judges it.
+pub fn validate(cal: &Calibration, seed: u64) -> Result<Validation> {
+    let tables = vec![
+        check_a(seed)?,
+        check_b(seed)?,
+        check_c(seed)?,
+        check_e(seed)?,
+        check_m(cal, seed)?,
+    ];
+    Ok(Validation {
+        label: SIMULATED.into(),
+        seed,
+        calibration: cal.clone(),
+        all_pass: tables.iter().all(|t| t.pass),
+        tables,
+    })
+}
+
+#[cfg(test)]
+mod tests;
