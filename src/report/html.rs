@@ -17,6 +17,18 @@ const STYLE: &str = include_str!("style.css");
 
 /// The whole page: header (title and the facts line), body, footer.
 pub fn page(title: &str, header: Markup, body: Markup) -> String {
+    page_with_provenance(
+        title,
+        header,
+        body,
+        "Every figure is a measurement from the run described above, with its 95% confidence \
+         interval where one was computed; whiskers on bars show that interval.",
+    )
+}
+
+/// [`page`] whose footer says where its figures come from in the caller's words (a model's page
+/// must not claim its figures were measured).
+pub fn page_with_provenance(title: &str, header: Markup, body: Markup, provenance: &str) -> String {
     let version = env!("CARGO_PKG_VERSION");
     let doc = html! {
         html lang="en" {
@@ -35,9 +47,7 @@ pub fn page(title: &str, header: Markup, body: Markup) -> String {
                 main { (body) }
                 footer {
                     p {
-                        "Written by cpulab " (version) ". Every figure is a measurement from the \
-                         run described above, with its 95% confidence interval where one was \
-                         computed; whiskers on bars show that interval. Nothing in this file \
+                        "Written by cpulab " (version) ". " (provenance) " Nothing in this file \
                          loads anything from the network."
                     }
                 }

@@ -7,9 +7,18 @@
 
 use super::SimReport;
 use super::validate::{TableCheck, Validation};
-use crate::report::html::{page, table};
+use crate::report::html::{page_with_provenance, table};
 use comfy_table::{Table, presets};
-use maud::html;
+use maud::{Markup, html};
+
+/// The footer of every simulated page.
+const SIMULATED: &str = "Every figure marked SIMULATED is a model's prediction, not a measurement; \
+     published figures are quoted with their field-notes section.";
+
+/// A page whose footer says its figures are simulated, never measured.
+fn page(title: &str, header: Markup, body: Markup) -> String {
+    page_with_provenance(title, header, body, SIMULATED)
+}
 
 fn fmt_rate(v: f64) -> String {
     if v >= 100.0 {
