@@ -37,6 +37,13 @@ pub const ENTRIES: &[Entry] = &[
     entry::<crate::share::Share>(),
     entry::<crate::scale::Scale>(),
     entry::<crate::oscost::Oscost>(),
+    // A model, not an experiment: its documents are loaded and rendered like the others, and
+    // every figure it gives is labelled SIMULATED.
+    Entry {
+        kind: Kind::Sim,
+        render: crate::sim::render::render_document,
+        figures: crate::sim::render::figures,
+    },
 ];
 
 /// The entry for a kind, if it is an experiment's.
