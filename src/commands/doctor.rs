@@ -35,6 +35,10 @@ pub struct Args {
     /// Also write a self-contained HTML report to FILE.
     #[arg(long, value_name = "FILE")]
     pub html: Option<PathBuf>,
+    /// After the battery, run `cpulab try` on every remedy that is a setting and add the
+    /// measured effect and cost to it (root only; every setting is restored).
+    #[arg(long = "try")]
+    pub try_remedies: bool,
 }
 
 /// Turns the flags into settings; unknown presets are bad input.
@@ -69,9 +73,17 @@ pub fn settings(a: &Args) -> Result<DoctorSettings> {
 
 pub fn run(args: Args, g: &Global) -> Result<()> {
     let settings = settings(&args)?;
+    if args.try_remedies && !nix::unistd::geteuid().is_root() {
+        return Err(crate::error::bad_input(
+            "doctor --try changes settings for its trials and needs root; run `sudo cpulab doctor --try`",
+        ));
+    }
     let machine = Machine::detect(&g.root)?;
     let visible = !g.quiet && output::stderr_is_terminal();
-    let report = doctor::run(&machine, &settings, visible, g.quiet);
+    let mut report = doctor::run(&machine, &settings, visible, g.quiet);
+    if args.try_remedies {
+        crate::trial::doctor::try_remedies(&machine, &g.root, &mut report.findings, g.quiet)?;
+    }
     let doc = Envelope::new(Kind::Doctor, &report);
     if let Some(path) = &args.html {
         let html = crate::doctor::html::page(&report);

@@ -13,3 +13,4 @@ pub mod report;
 pub mod scale;
 pub mod share;
 pub mod sim;
+pub mod try_;

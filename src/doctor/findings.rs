@@ -107,6 +107,12 @@ pub struct Remedy {
     pub effect: String,
     /// What it costs, and when not to do it.
     pub cost_caveat: String,
+    /// When the remedy is a setting: the `cpulab try ...` line that measures it here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub try_command: Option<String>,
+    /// What `cpulab doctor --try` measured of it ("measured here: 48.2 us -> 5.9 us, ...").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub measured: Option<String>,
 }
 
 /// A measured effect, its cause and its remedies.
@@ -148,7 +154,15 @@ impl Remedy {
             command: command.into(),
             effect: effect.into(),
             cost_caveat: cost_caveat.into(),
+            try_command: None,
+            measured: None,
         }
+    }
+
+    /// The remedy is a setting `cpulab try` can measure: `line` is the exact command.
+    pub fn with_try(mut self, line: impl Into<String>) -> Self {
+        self.try_command = Some(line.into());
+        self
     }
 }
 

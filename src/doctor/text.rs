@@ -78,6 +78,12 @@ pub fn finding(s: &Style, n: usize, f: &Finding) -> String {
         out += &format!("     $ {}\n", r.command);
         out += &wrap(&r.effect, 7);
         out += &wrap(&format!("Cost: {}", r.cost_caveat), 7);
+        if let Some(t) = &r.try_command {
+            out += &wrap(&format!("Measure it here: {t}"), 7);
+        }
+        if let Some(m) = &r.measured {
+            out += &wrap(m, 7);
+        }
     }
     out
 }

@@ -47,13 +47,16 @@ pub fn halt_polling(facts: &Facts) -> Vec<Remedy> {
                         is taken from other guests.";
     let mut r = Vec::new();
     if driver_ok {
-        r.push(Remedy::new(
-            "echo 200000 > /sys/module/haltpoll/parameters/guest_halt_poll_ns",
-            "Now, as root, until reboot: an idle vCPU polls up to 200 us before halting, so \
+        r.push(
+            Remedy::new(
+                "echo 200000 > /sys/module/haltpoll/parameters/guest_halt_poll_ns",
+                "Now, as root, until reboot: an idle vCPU polls up to 200 us before halting, so \
              a wakeup within that window costs neither a halt exit nor an IPI through the \
              hypervisor. Measure again with `cpulab doctor` to see what it buys here.",
-            polling_cost,
-        ));
+                polling_cost,
+            )
+            .with_try("cpulab try haltpoll.guest_halt_poll_ns=200000"),
+        );
     }
     r.push(Remedy::new(
         "kernel command line: cpuidle_haltpoll.force=1 haltpoll.guest_halt_poll_ns=200000",
