@@ -151,18 +151,7 @@ pub fn plain_ci(m: &MeanCi, digits: usize) -> Datum {
     )
 }
 
-/// A whole number with thousands separators: `66,012`.
-pub fn thousands(v: f64) -> String {
-    let s = format!("{:.0}", v.abs());
-    let mut out = String::new();
-    for (i, ch) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(ch);
-    }
-    if v < 0.0 { format!("-{out}") } else { out }
-}
+pub use crate::units::thousands;
 
 #[cfg(test)]
 pub(crate) mod fixtures;
