@@ -81,6 +81,19 @@ pub struct Effect {
     pub p_value: f64,
 }
 
+impl Effect {
+    /// The finding's magnitude: this effect's two means and ratio, with the words for it.
+    pub fn magnitude(&self, text: String, unit: &str) -> crate::doctor::findings::Magnitude {
+        crate::doctor::findings::Magnitude {
+            text,
+            ratio: Some(self.ratio),
+            worse: Some(self.worse.mean),
+            better: Some(self.better.mean),
+            unit: unit.into(),
+        }
+    }
+}
+
 /// `worse` costs more than `better` (times, costs): beyond noise and by `min_ratio` or more.
 pub fn cost_effect(worse: &[f64], better: &[f64], min_ratio: f64) -> Option<Effect> {
     let s: Separation = separation(worse, better)?;
