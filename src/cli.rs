@@ -74,6 +74,8 @@ pub enum Command {
     Manpages(commands::manpages::Args),
     /// Simulate the hypervisor layer: predictions checked against the field notes (SIMULATED).
     Sim(commands::sim::Args),
+    /// Watch a running application's wakeups: where they land, what each placement costs.
+    Watch(commands::watch::Args),
 }
 
 pub fn run(cli: Cli) -> Result<()> {
@@ -91,5 +93,6 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Completions(a) => commands::completions::run(a, Cli::command()),
         Command::Manpages(a) => commands::manpages::run(a, Cli::command(), g.quiet),
         Command::Sim(a) => commands::sim::run(a, &g),
+        Command::Watch(a) => commands::watch::run(a, &g),
     }
 }

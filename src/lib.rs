@@ -27,3 +27,4 @@ pub mod share;
 pub mod sim;
 pub mod stats;
 pub mod topology;
+pub mod watch;

@@ -12,3 +12,4 @@ pub mod report;
 pub mod scale;
 pub mod share;
 pub mod sim;
+pub mod watch;

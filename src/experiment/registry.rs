@@ -31,7 +31,10 @@ pub const fn entry<E: Experiment>() -> Entry {
 }
 
 /// Every experiment whose results cpulab can load, render and compare.
-pub const ENTRIES: &[Entry] = &[entry::<crate::pingpong::Pingpong>()];
+pub const ENTRIES: &[Entry] = &[
+    entry::<crate::pingpong::Pingpong>(),
+    entry::<crate::watch::Watch>(),
+];
 
 /// The entry for a kind, if it is an experiment's.
 pub fn lookup(kind: Kind) -> Option<&'static Entry> {

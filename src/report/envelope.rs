@@ -28,6 +28,7 @@ pub enum Kind {
     Oscost,
     Compare,
     Sim,
+    Watch,
 }
 
 impl Kind {
@@ -42,6 +43,7 @@ impl Kind {
             Self::Oscost => "oscost",
             Self::Compare => "compare",
             Self::Sim => "sim",
+            Self::Watch => "watch",
         }
     }
 
