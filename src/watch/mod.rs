@@ -43,7 +43,7 @@ pub const PERMISSION_LINE: &str = "cpulab watch needs to read scheduler tracepoi
 #[derive(Clone, Debug)]
 pub struct WatchSettings {
     pub target: Target,
-    /// `watch -- COMMAND ARGS`: started after tracing begins, watched with its children.
+    /// `watch -- COMMAND ARGS`: started after tracing begins, watched with its descendants.
     pub command: Option<Vec<String>>,
     pub duration_s: f64,
     /// Data pages per CPU ring (a power of two).

@@ -116,13 +116,18 @@ pub fn text(r: &WatchReport, style: &Style) -> String {
             let _ = writeln!(
                 s,
                 "\n{} co-locating {}: its {:.0} cross-CPU wakeups/s took {} on average, same-CPU wakeups here {}; \
-                 that is {:+.4} s of wakeup latency per second. Verify: {}",
+                 co-located, that would {} about {:.4} s of wakeup latency per second. Verify: {}",
                 style.yellow("ESTIMATE (not measured):"),
                 e.pair,
                 e.cross_wakeups_per_s,
                 fmt_ns(e.cross_latency_ns),
                 fmt_ns(e.same_cpu_latency_ns),
-                -e.latency_saved_s_per_s,
+                if e.latency_saved_s_per_s >= 0.0 {
+                    "save"
+                } else {
+                    "add"
+                },
+                e.latency_saved_s_per_s.abs(),
                 e.verify
             );
         }

@@ -24,7 +24,7 @@ pub enum Target {
     Comms(BTreeSet<String>),
     /// The processes in a cgroup directory (re-read as the watch goes).
     Cgroup(PathBuf),
-    /// A command cpulab started: its process and its direct children.
+    /// A command cpulab started: its process and its descendants.
     Command(i32),
 }
 
@@ -91,6 +91,28 @@ impl LiveTasks {
         }
     }
 
+    /// True when process `p` is `ancestor` or one of its descendants (up to 32 generations).
+    fn descends_from(&self, mut p: i32, ancestor: i32) -> bool {
+        for _ in 0..32 {
+            if p == ancestor {
+                return true;
+            }
+            if p <= 1 {
+                return false;
+            }
+            let path = self.root.join("proc").join(p.to_string()).join("status");
+            match std::fs::read_to_string(path)
+                .ok()
+                .as_deref()
+                .and_then(parse_status)
+            {
+                Some((_, ppid)) => p = ppid,
+                None => return false,
+            }
+        }
+        false
+    }
+
     fn read(&self, tid: i32) -> Option<TaskInfo> {
         let proc = self.root.join("proc");
         let status = std::fs::read_to_string(proc.join(tid.to_string()).join("status")).ok()?;
@@ -104,7 +126,7 @@ impl LiveTasks {
                 Target::Pids(p) => p.contains(&tgid),
                 Target::Comms(c) => c.contains(&comm),
                 Target::Cgroup(_) => self.cgroup_pids.contains(&tgid),
-                Target::Command(pid) => tgid == *pid || ppid == *pid,
+                Target::Command(pid) => tgid == *pid || self.descends_from(ppid, *pid),
             };
         Some(TaskInfo {
             tgid,
