@@ -79,8 +79,11 @@ for placement in "cross:1" "same:0"; do
         l=$(jq '.lost_events' "$dir/watch.$name.$r.json" 2>/dev/null || echo "?")
         w=$(jq '[.processes[].wakeups_per_s] | add // 0 | floor' "$dir/watch.$name.$r.json" 2>/dev/null || echo "?")
         lost=$((lost + ${l/\?/0})); wps+=("$w")
-        printf '  %s round %d: without %.0f tps, with watch %.0f tps (%s), watch saw %s wakeups/s, lost %s\n' \
-            "$name" "$r" "$a" "$b" "${ratios[-1]}" "$w" "$l"
+        cpu_s=$(awk -F': ' '/User time|System time/ {s += $2} END {print s}' "$dir/time.$name.$r")
+        wall=$(jq '.interval_s' "$dir/watch.$name.$r.json" 2>/dev/null || echo 0)
+        printf '  %s round %d: without %.0f tps, with watch %.0f tps (%s), watch saw %s wakeups/s, lost %s, its own CPU %.2f CPU-s/s\n' \
+            "$name" "$r" "$a" "$b" "${ratios[-1]}" "$w" "$l" \
+            "$(awk -v c="$cpu_s" -v w="$wall" 'BEGIN {print (w > 0) ? c / w : 0}')"
     done
     m_off=$(mean "${off[@]}"); m_on=$(mean "${on[@]}")
     printf '  %s-CPU pair: without %.0f tps, with %.0f tps, ratio %.3f (per-round ratios %s), lost events %d\n' \
