@@ -27,4 +27,5 @@ pub mod share;
 pub mod sim;
 pub mod stats;
 pub mod topology;
+pub mod units;
 pub mod watch;

@@ -42,6 +42,16 @@ impl Machine {
     pub fn cpus(&self, text: &str) -> Result<CpuSet> {
         affinity::parse_and_validate(text, &self.topology, &self.allowed)
     }
+
+    /// Narrows this run to a CPU list (`--cpus` of a command that starts unpinned threads):
+    /// the calling thread's affinity becomes the list, so every thread it starts afterwards
+    /// inherits it, as under `taskset -c LIST`. The list is checked like any other.
+    pub fn restrict_to(&mut self, text: &str) -> Result<()> {
+        let set = self.cpus(text)?;
+        affinity::set(0, &set)?;
+        self.allowed = set;
+        Ok(())
+    }
 }
 
 /// The conditions a result was taken under.
@@ -94,6 +104,13 @@ impl Conditions {
     }
 
     /// Records a load check; a noisy one marks the whole result noisy.
+    /// Says that no check for other load preceded the run (`--no-load-check`, or a caller that
+    /// checked once for several runs), so a reader does not take silence for a quiet machine.
+    pub fn load_not_checked(&mut self) {
+        self.notes
+            .push("other load was not checked for before this run (--no-load-check)".to_string());
+    }
+
     pub fn record_load(&mut self, check: LoadCheck) {
         if check.noisy {
             self.noisy = true;

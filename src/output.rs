@@ -83,43 +83,40 @@ impl Default for Style {
     }
 }
 
-/// Formats nanoseconds for people: `812 ns`, `5.03 us`, `1.20 ms`.
-pub fn fmt_ns(ns: f64) -> String {
-    if ns < 1_000.0 {
-        format!("{ns:.0} ns")
-    } else if ns < 1_000_000.0 {
-        format!("{:.2} us", ns / 1e3)
-    } else if ns < 1e9 {
-        format!("{:.2} ms", ns / 1e6)
-    } else {
-        format!("{:.2} s", ns / 1e9)
-    }
+pub use crate::units::fmt_ns;
+
+/// How much a progress message matters. The printer decides what each level shows where.
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum Level {
+    /// The step now running: shown on a terminal only, or as a progress bar's message.
+    Step,
+    /// Something that qualifies the figures: shown unless `--quiet`.
+    Note,
+    /// Something likely wrong with the figures or the run: shown unless `--quiet`.
+    Warning,
 }
 
-/// The progress callback every measuring command hands its experiment: warnings and notes go
-/// to stderr unless `--quiet`; ordinary progress lines only when stderr is a terminal.
-pub fn progress_printer(quiet: bool) -> impl Fn(&str) {
-    let show_progress = !quiet && stderr_is_terminal();
-    move |msg: &str| {
-        if msg.starts_with("warning:") || msg.starts_with("note:") {
-            status(quiet, msg);
-        } else if show_progress {
-            eprintln!("{msg}");
+impl Level {
+    /// The prefix a plain-text line of this level carries (`warning: `), empty for a step.
+    pub fn prefix(self) -> &'static str {
+        match self {
+            Self::Step => "",
+            Self::Note => "note: ",
+            Self::Warning => "warning: ",
         }
     }
 }
 
-/// Prints a result: with `json`, one enveloped document (`cpulab_schema`, `kind`); otherwise
-/// the text `render` makes of it.
-pub fn emit<T: Serialize>(
-    json: bool,
-    kind: crate::report::envelope::Kind,
-    report: &T,
-    render: impl FnOnce(&T) -> String,
-) -> Result<()> {
-    if json {
-        print_json(&crate::report::envelope::Envelope::new(kind, report))
-    } else {
-        print_text(&render(report))
+/// The progress sink every measuring command hands its experiment: warnings and notes go to
+/// stderr unless `--quiet`; steps only when stderr is a terminal.
+pub fn progress_printer(quiet: bool) -> impl Fn(Level, &str) {
+    let show_steps = !quiet && stderr_is_terminal();
+    move |level: Level, msg: &str| match level {
+        Level::Step if show_steps => eprintln!("{msg}"),
+        Level::Step => {}
+        Level::Note | Level::Warning => status(quiet, &format!("{}{msg}", level.prefix())),
     }
 }

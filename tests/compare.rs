@@ -1,5 +1,9 @@
 //! `cpulab compare` on literal result documents: which differences are beyond noise, which way
 //! is worse, the CI gate, and every kind of broken input.
+//!
+//! The literal documents are of kind `probe`, which has no typed figures: they exercise the
+//! generic walk and the name-based direction guess. An experiment's result is compared on its
+//! typed figures and must match its schema.
 
 mod common;
 
@@ -61,7 +65,7 @@ const CROSS: &str = "runs[method=pipe,class=shared-llc,cpus=0:1].batch_means_ns"
 #[test]
 fn significant_and_insignificant_changes_are_told_apart() {
     let a = doc(
-        "pingpong",
+        "probe",
         &[5000., 5010., 4990., 5005., 4995.],
         &[42e3, 43e3, 41e3, 42.5e3],
         &[100., 101., 99.],
@@ -69,7 +73,7 @@ fn significant_and_insignificant_changes_are_told_apart() {
     // Same-CPU 20% slower and tight: worse. Cross-CPU noisy and overlapping: within noise.
     // Throughput up by 10% and tight: better (a rate, so higher is better).
     let b = doc(
-        "pingpong",
+        "probe",
         &[6000., 6010., 5990., 6005., 5995.],
         &[40e3, 45e3, 39e3, 44e3],
         &[110., 111., 109.],
@@ -94,7 +98,7 @@ fn significant_and_insignificant_changes_are_told_apart() {
 
 #[test]
 fn runs_pair_up_by_identity_in_any_order() {
-    let a = doc("pingpong", &[1., 2., 3.], &[10., 11., 12.], &[1., 2.]);
+    let a = doc("probe", &[1., 2., 3.], &[10., 11., 12.], &[1., 2.]);
     let mut b = a.clone();
     b["runs"].as_array_mut().unwrap().reverse();
     b["conditions"]["kernel"] = json!("6.9.0");
@@ -108,13 +112,13 @@ fn runs_pair_up_by_identity_in_any_order() {
 fn fail_on_regression_exits_1_only_beyond_threshold_and_noise() {
     let dir = tempfile::tempdir().unwrap();
     let a = doc(
-        "pingpong",
+        "probe",
         &[5000., 5010., 4990., 5005., 4995.],
         &[1., 2., 3.],
         &[1., 2.],
     );
     let b = doc(
-        "pingpong",
+        "probe",
         &[6000., 6010., 5990., 6005., 5995.],
         &[1., 2., 3.],
         &[1., 2.],
@@ -158,7 +162,7 @@ fn fail_on_regression_exits_1_only_beyond_threshold_and_noise() {
 #[test]
 fn broken_inputs_exit_2_with_one_line() {
     let dir = tempfile::tempdir().unwrap();
-    let good = doc("pingpong", &[1., 2.], &[1., 2.], &[1., 2.]).to_string();
+    let good = doc("probe", &[1., 2.], &[1., 2.], &[1., 2.]).to_string();
     let pg = write(&dir, "good.json", &good);
     let cases = [
         (
@@ -205,4 +209,107 @@ fn broken_inputs_exit_2_with_one_line() {
         .arg(&pg)
         .assert()
         .code(2);
+}
+
+/// An experiment's result with the right schema number but a field of the wrong type is bad
+/// input: one line, exit 2 (it is read into its typed result to find its figures).
+#[test]
+fn an_experiment_result_of_the_wrong_shape_is_one_line_exit_2() {
+    let dir = tempfile::tempdir().unwrap();
+    for kind in ["pingpong", "pair", "share", "scale", "oscost"] {
+        let text = format!(r#"{{"cpulab_schema": 1, "kind": "{kind}", "conditions": 3}}"#);
+        let p = write(&dir, &format!("{kind}.json"), &text);
+        let out = cpulab().arg("compare").arg(&p).arg(&p).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{kind}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("does not match its schema"), "{kind}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{kind}: {err}");
+    }
+}
+
+/// Two real experiment results compare on their typed figures, each figure's direction read
+/// from its type rather than guessed from its name.
+#[test]
+fn experiment_results_compare_on_their_typed_figures() {
+    let run = || {
+        let out = cpulab()
+            .args([
+                "oscost",
+                "--quick",
+                "--no-freq",
+                "--batches",
+                "3",
+                "--json",
+                "-q",
+            ])
+            .args(["--no-load-check"])
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        serde_json::from_slice::<Value>(&out.stdout).unwrap()
+    };
+    let c = compare_json(&run(), &run());
+    let figures = c["figures"].as_array().unwrap();
+    assert!(!figures.is_empty());
+    for f in figures {
+        assert_eq!(f["direction_source"], "typed", "{f}");
+        assert_eq!(f["worse_when"], "higher", "a cost: {f}");
+    }
+    assert!(
+        figure(&c, "cost_ns[name=syscall_getppid]")["a_n"]
+            .as_u64()
+            .unwrap()
+            >= 2
+    );
+}
+
+/// Each experiment's figures carry the direction their meaning gives them: a time or a cost is
+/// worse higher, a rate, a share or a speedup worse lower.
+#[test]
+fn each_experiments_figures_say_which_way_is_worse() {
+    let run = |args: &[&str]| {
+        let out = cpulab()
+            .args(args)
+            .args(["--json", "-q", "--no-load-check"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{args:?}");
+        serde_json::from_slice::<Value>(&out.stdout).unwrap()
+    };
+    let share = run(&[
+        "share",
+        "--duration",
+        "30ms",
+        "-t",
+        "1",
+        "-b",
+        "1",
+        "--repeats",
+        "2",
+    ]);
+    let scale = run(&[
+        "scale",
+        "--duration",
+        "10ms",
+        "--repeats",
+        "2",
+        "--threads",
+        "1,2",
+    ]);
+    for doc in [share, scale] {
+        let c = compare_json(&doc, &doc);
+        let figures = c["figures"].as_array().unwrap();
+        assert!(!figures.is_empty(), "{c}");
+        for f in figures {
+            let path = f["path"].as_str().unwrap();
+            let want = if path.starts_with("time_s") {
+                "higher"
+            } else {
+                "lower"
+            };
+            assert_eq!(f["worse_when"], want, "{path}");
+            assert_eq!(f["direction_source"], "typed", "{path}");
+            assert_ne!(f["verdict"], "worse", "a result against itself: {path}");
+        }
+    }
 }

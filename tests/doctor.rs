@@ -144,7 +144,13 @@ fn quick_json_has_the_documented_structure() {
         .filter(|f| f["path"].as_str().unwrap().ends_with(".rtt_ns") && f["verdict"] != "untested")
         .collect();
     assert!(!rtt.is_empty());
-    assert!(rtt.iter().all(|f| f["verdict"] == "worse"), "{rtt:?}");
+    // Tripling every batch is worse wherever the test can tell; a figure whose batches spread
+    // widely (a few spin batches on a busy host) may stay within noise, but never reads better.
+    assert!(rtt.iter().all(|f| f["verdict"] != "better"), "{rtt:?}");
+    assert!(rtt.iter().any(|f| f["verdict"] == "worse"), "{rtt:?}");
+    for f in &rtt {
+        assert!((f["ratio"].as_f64().unwrap() - 3.0).abs() < 1e-6, "{f:?}");
+    }
 }
 
 #[test]

@@ -90,7 +90,7 @@ fn frequency_probe_can_be_skipped_and_cpu_chosen() {
         "2",
         "--batch-ms",
         "0.2",
-        "--cpu",
+        "--cpus",
         "0",
     ]);
     assert!(v["frequency"].is_null());
@@ -108,7 +108,7 @@ fn bad(args: &[&str]) {
 #[test]
 fn bad_input_exits_2_with_one_line() {
     bad(&["--cpu", "99"]);
-    bad(&["--cpu", "0-1"]);
+    bad(&["--cpus", "1-0"]);
     bad(&["--batches", "1"]);
     bad(&["--batch-ms=-3"]);
 }

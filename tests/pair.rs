@@ -29,7 +29,7 @@ const BRIEF: &[&str] = &[
     "pair",
     "--duration",
     "1",
-    "--repeat",
+    "--repeats",
     "1",
     "--allow-few-repeats",
     "--no-load-check",
@@ -216,7 +216,7 @@ fn http_nginx_with_wrk() {
     }
     let _g = serial();
     let r = run_json(&w(
-        "--preset http --http-server nginx --http-client wrk --pairs 0:0,any:any",
+        "--preset http --http-server nginx --http-client wrk --pairs 0:0,unpinned:unpinned",
     ));
     check_report(&r);
     assert_eq!(r["experiment"]["metric_parser"], "wrk");
@@ -226,7 +226,7 @@ fn http_nginx_with_wrk() {
 fn http_builtin_server_and_client_need_nothing_installed() {
     let _g = serial();
     let r = run_json(&w(
-        "--preset http --http-server builtin --http-client builtin --pairs 0:0,any:any",
+        "--preset http --http-server builtin --http-client builtin --pairs 0:0,unpinned:unpinned",
     ));
     check_report(&r);
     let run = &r["placements"][0]["runs"][0];
@@ -248,7 +248,7 @@ fn redis_preset() {
         return;
     }
     let _g = serial();
-    let r = run_json(&w("--preset redis --pairs 0:0,any:any"));
+    let r = run_json(&w("--preset redis --pairs 0:0,unpinned:unpinned"));
     check_report(&r);
     assert_eq!(r["experiment"]["metric_parser"], "redis-benchmark");
     assert!(
@@ -274,7 +274,7 @@ fn generic_pair_with_custom_metric() {
         "--metric-unit",
         "ops/s",
         "--pairs",
-        "0:0,any:any",
+        "0:0,unpinned:unpinned",
         "--no-warmup",
     ]);
     check_report(&r);

@@ -428,3 +428,64 @@ fn a_saved_pingpong_result_renders_its_charts() {
     );
     assert!(page.matches("<svg").count() >= 2);
 }
+
+/// share, scale and oscost used to fall back to a flat list of figures; each now has its own
+/// page with its charts, and its own text.
+#[test]
+fn every_experiment_renders_its_own_page() {
+    let dir = tempfile::tempdir().unwrap();
+    for (kind, args, chart) in [
+        (
+            "share",
+            &["--duration", "50ms", "--repeats", "2", "-t", "1", "-b", "1"][..],
+            "Worker speed relative to alone",
+        ),
+        (
+            "scale",
+            &["--duration", "20ms", "--repeats", "2", "--threads", "1,2"][..],
+            "speedup by thread count",
+        ),
+        (
+            "oscost",
+            &["--quick", "--no-freq", "--batches", "3"][..],
+            "Cost per operation",
+        ),
+    ] {
+        let out = cpulab()
+            .arg(kind)
+            .args(args)
+            .args(["--json", "--quiet", "--no-load-check"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{kind}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let json = dir.path().join(format!("{kind}.json"));
+        let html = dir.path().join(format!("{kind}.html"));
+        std::fs::write(&json, &out.stdout).unwrap();
+        cpulab()
+            .arg("report")
+            .arg(&json)
+            .arg("--html")
+            .arg(&html)
+            .assert()
+            .success();
+        let page = std::fs::read_to_string(&html).unwrap();
+        assert!(page.contains(chart), "{kind}: missing chart {chart}");
+        assert!(page.contains("<svg"), "{kind}: no chart drawn");
+        assert!(page.contains("Conditions"), "{kind}: no conditions");
+        let text = cpulab()
+            .arg("report")
+            .arg(&json)
+            .env("NO_COLOR", "1")
+            .output()
+            .unwrap();
+        let text = String::from_utf8(text.stdout).unwrap();
+        assert!(
+            text.starts_with(&format!("cpulab {kind}:")),
+            "{kind}: its own text renderer, not a figure list: {text}"
+        );
+    }
+}

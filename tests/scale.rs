@@ -77,10 +77,10 @@ fn triad_with_an_explicit_list() {
         "triad",
         "--triad-mib",
         "4",
-        "--cpus",
+        "--order",
         "0",
         "--duration",
-        "0.01",
+        "10ms",
         "--repeats",
         "2",
     ]);
@@ -100,6 +100,8 @@ fn bad(args: &[&str]) {
 fn bad_input_exits_2_with_one_line() {
     bad(&["--cpus", "99"]);
     bad(&["--cpus", "1-0-"]);
+    bad(&["--order", "99"]);
+    bad(&["--duration", "1e20"]);
     bad(&["--policy", "bogus"]);
     bad(&["--threads", "0"]);
     bad(&["--threads", "100000"]);

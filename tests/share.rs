@@ -126,5 +126,6 @@ fn bad_input_exits_2_with_one_line() {
     bad(&["--duty", "0"]);
     bad(&["--duty", "150"]);
     bad(&["--duration=-1"]);
+    bad(&["--duration", "1e20"]);
     bad(&["--repeats", "0"]);
 }

@@ -38,6 +38,7 @@ pub fn run(args: Args, _g: &Global) -> Result<()> {
             "--fail-on-regression {p} is not a percentage; give a number such as 5"
         )));
     }
+    let (an, bn) = (args.a.display().to_string(), args.b.display().to_string());
     let a = envelope::load(&args.a)?;
     let b = envelope::load(&args.b)?;
     if a.kind != b.kind {
@@ -49,11 +50,20 @@ pub fn run(args: Args, _g: &Global) -> Result<()> {
             b.kind
         )));
     }
-    let (an, bn) = (args.a.display().to_string(), args.b.display().to_string());
+    // An experiment's result is compared on its typed figures, each with its own direction; a
+    // document of the right schema but the wrong shape is bad input here (one line, exit 2).
+    let typed = match crate::experiment::registry::lookup(a.kind) {
+        Some(entry) => Some(compare::Typed {
+            a: (entry.figures)(&a.value).map_err(|e| bad_input(format!("{an}: {e:#}")))?,
+            b: (entry.figures)(&b.value).map_err(|e| bad_input(format!("{bn}: {e:#}")))?,
+        }),
+        None => None,
+    };
     let c = compare::comparison(
         (&an, &a.value),
         (&bn, &b.value),
         a.kind.as_str(),
+        typed,
         args.fail_on_regression,
     );
     if args.json {

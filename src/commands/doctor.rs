@@ -74,7 +74,7 @@ pub fn run(args: Args, g: &Global) -> Result<()> {
     let report = doctor::run(&machine, &settings, visible, g.quiet);
     let doc = Envelope::new(Kind::Doctor, &report);
     if let Some(path) = &args.html {
-        let html = crate::report::html::doctor_page(&report);
+        let html = crate::doctor::html::page(&report);
         std::fs::write(path, html).with_context(|| format!("cannot write {}", path.display()))?;
         output::status(
             g.quiet,

@@ -7,6 +7,7 @@ pub mod manpages;
 pub mod oscost;
 pub mod pair;
 pub mod pingpong;
+pub mod print;
 pub mod probe;
 pub mod report;
 pub mod scale;

@@ -3,23 +3,26 @@
 use crate::cli::Global;
 use crate::cpulist::CpuSet;
 use crate::error::bad_input;
+use crate::experiment::{Experiment as _, Level, Progress};
 use crate::machine::Machine;
 use crate::output;
+use crate::pair::Pair;
 use crate::pair::metric::Metric;
 use crate::pair::settings::{
-    Experiment, HttpClientKind, HttpServerKind, MIN_REPEAT, PairSettings, PgbenchSettings,
-    Placements, Preset, Readiness, Workload,
+    HttpClientKind, HttpServerKind, MIN_REPEAT, PairSettings, PgbenchSettings, Placements, Preset,
+    Programs, Readiness, Workload,
 };
 use crate::pair::signals::Interrupted;
+use crate::units::flag_duration;
 use anyhow::Result;
+use clap::builder::TypedValueParser;
 use std::path::PathBuf;
-use std::time::Duration;
 
 /// `cpulab pair` flags, boxed: they are many, and the subcommand enum stays small.
 #[derive(Debug, clap::Args)]
 #[command(
     after_help = "Examples:\n  cpulab pair --preset pgbench --workload select1\n  \
-    cpulab pair --preset http --duration 5\n  \
+    cpulab pair --preset http --duration 5s\n  \
     cpulab pair --server 'redis-server --bind 127.0.0.1 --port 7777 --save \"\"' --ready-port 7777 \\\n      \
     --client 'redis-benchmark -p 7777 -c 1 -n 200000 -t get -q' --metric redis-benchmark"
 )]
@@ -31,8 +34,9 @@ pub struct Args {
 /// Every flag of `cpulab pair`.
 #[derive(Debug, clap::Args)]
 pub struct Flags {
-    /// A ready-made experiment with real programs.
-    #[arg(long, value_enum, conflicts_with_all = ["server", "client"])]
+    /// A ready-made experiment with real programs: pgbench, http or redis.
+    #[arg(long, value_name = "NAME", value_parser = named::<Preset>(&["pgbench", "http", "redis"]),
+          conflicts_with_all = ["server", "client"])]
     pub preset: Option<Preset>,
     /// Server command (split into words like a shell would, run without one unless --shell).
     #[arg(long, value_name = "CMD", requires = "client")]
@@ -62,34 +66,45 @@ pub struct Flags {
     /// The server is ready when this command exits with status 0.
     #[arg(long, value_name = "CMD", group = "ready")]
     pub ready_cmd: Option<String>,
-    /// Seconds to wait for the server to become ready.
-    #[arg(long, value_name = "SECS", default_value_t = 60.0)]
-    pub ready_timeout: f64,
-    /// pgbench workload.
-    #[arg(long, value_enum)]
+    /// How long to wait for the server to become ready: `60s`, `2m` (a bare number is
+    /// seconds).
+    #[arg(long, value_name = "TIME", default_value = "60s")]
+    pub ready_timeout: String,
+    /// pgbench workload: select1 (`SELECT 1` with -n) or readonly (pgbench -S).
+    #[arg(long, value_name = "NAME", value_parser = named::<Workload>(&["select1", "readonly"]))]
     pub workload: Option<Workload>,
     /// pgbench clients (-c).
     #[arg(long, value_name = "N")]
     pub clients: Option<u32>,
-    /// pgbench threads (-j).
-    #[arg(long, value_name = "N")]
-    pub threads: Option<u32>,
+    /// pgbench worker threads (-j); `--threads` is an old spelling.
+    #[arg(long, value_name = "N", alias = "threads")]
+    pub jobs: Option<u32>,
     /// pgbench scale for the readonly workload (-i -s).
     #[arg(long, value_name = "N")]
     pub scale: Option<u32>,
-    /// Web server of the http preset.
-    #[arg(long, value_enum)]
+    /// Web server of the http preset: auto (apache, else nginx, else built in), apache, nginx,
+    /// builtin.
+    #[arg(long, value_name = "NAME",
+          value_parser = named::<HttpServerKind>(&["auto", "apache", "nginx", "builtin"]))]
     pub http_server: Option<HttpServerKind>,
-    /// Load generator of the http preset.
-    #[arg(long, value_enum)]
+    /// Load generator of the http preset: auto (ab, else wrk, else built in), ab, wrk, builtin.
+    #[arg(long, value_name = "NAME",
+          value_parser = named::<HttpClientKind>(&["auto", "ab", "wrk", "builtin"]))]
     pub http_client: Option<HttpClientKind>,
-    /// Seconds per client run (presets).
-    #[arg(long, value_name = "SECS", default_value_t = 10)]
-    pub duration: u32,
-    /// Runs per placement, interleaved across placements (at least 3).
-    #[arg(long, value_name = "N", default_value_t = MIN_REPEAT)]
-    pub repeat: usize,
-    /// `auto`, or server:client pairs of CPU lists, `any` for unpinned: `0:0,0:1,0:any,any:any`.
+    /// Length of each client run (presets), in whole seconds: `10`, `10s`, `1m` (pgbench,
+    /// ab and wrk take seconds).
+    #[arg(long, value_name = "TIME", default_value = "10s")]
+    pub duration: String,
+    /// Runs per placement, interleaved across placements (at least 3). `--repeat` is an old
+    /// spelling.
+    #[arg(long, value_name = "N", default_value_t = MIN_REPEAT, alias = "repeat")]
+    pub repeats: usize,
+    /// Use only these CPUs (taskset syntax, e.g. `0-3,8`), as under `taskset -c`: automatic
+    /// placements are chosen among them and unpinned programs run on them.
+    #[arg(long, value_name = "LIST")]
+    pub cpus: Option<String>,
+    /// `auto`, or server:client pairs of CPU lists, `unpinned` for the OS's placement:
+    /// `0:0,0:1,0:unpinned,unpinned:unpinned` (`any` and `*` mean unpinned too).
     #[arg(long, value_name = "LIST", default_value = "auto")]
     pub pairs: String,
     /// No discarded warm-up run after each server start.
@@ -111,6 +126,17 @@ pub struct Flags {
     pub json: bool,
 }
 
+/// A flag value that names one of the settings' kebab-case enums; the experiment's types stay
+/// free of clap, and the names are their serde names, so flags and JSON say the same.
+fn named<T>(names: &'static [&'static str]) -> impl TypedValueParser<Value = T>
+where
+    T: serde::de::DeserializeOwned + Clone + Send + Sync + 'static,
+{
+    clap::builder::PossibleValuesParser::new(names).try_map(|s: String| {
+        serde_json::from_value::<T>(serde_json::Value::String(s)).map_err(|e| e.to_string())
+    })
+}
+
 /// Splits a command into words, or wraps it in `sh -c`.
 fn words(what: &str, cmd: &str, shell: bool) -> Result<Vec<String>> {
     if shell {
@@ -126,7 +152,7 @@ fn words(what: &str, cmd: &str, shell: bool) -> Result<Vec<String>> {
 
 fn side(machine: &Machine, text: &str) -> Result<Option<CpuSet>> {
     match text.trim() {
-        "any" | "*" => Ok(None),
+        "unpinned" | "any" | "*" => Ok(None),
         t => machine.cpus(t).map(Some),
     }
 }
@@ -140,7 +166,7 @@ pub fn parse_pairs(machine: &Machine, text: &str) -> Result<Placements> {
     for item in text.split(',') {
         let (s, c) = item.split_once(':').ok_or_else(|| {
             bad_input(format!(
-                "--pairs entry `{item}` is not SERVER:CLIENT; write e.g. `0:0,0:1,0:any,any:any`"
+                "--pairs entry `{item}` is not SERVER:CLIENT; write e.g. `0:0,0:1,0:unpinned`"
             ))
         })?;
         v.push((side(machine, s)?, side(machine, c)?));
@@ -148,12 +174,12 @@ pub fn parse_pairs(machine: &Machine, text: &str) -> Result<Placements> {
     Ok(Placements::Explicit(v))
 }
 
-fn experiment(a: &Flags) -> Result<Experiment> {
+fn programs(a: &Flags) -> Result<Programs> {
     let pg_only =
-        a.workload.is_some() || a.clients.is_some() || a.threads.is_some() || a.scale.is_some();
+        a.workload.is_some() || a.clients.is_some() || a.jobs.is_some() || a.scale.is_some();
     if pg_only && a.preset != Some(Preset::Pgbench) {
         return Err(bad_input(
-            "--workload, --clients, --threads and --scale belong to --preset pgbench",
+            "--workload, --clients, --jobs and --scale belong to --preset pgbench",
         ));
     }
     if (a.http_server.is_some() || a.http_client.is_some()) && a.preset != Some(Preset::Http) {
@@ -166,26 +192,26 @@ fn experiment(a: &Flags) -> Result<Experiment> {
             let p = PgbenchSettings {
                 workload: a.workload.unwrap_or(Workload::Select1),
                 clients: a.clients.unwrap_or(1),
-                threads: a.threads.unwrap_or(1),
+                threads: a.jobs.unwrap_or(1),
                 scale: a.scale.unwrap_or(10),
             };
             if p.clients == 0 || p.threads == 0 || p.scale == 0 || p.threads > p.clients {
                 return Err(bad_input(
-                    "--clients, --threads and --scale must be at least 1, and --threads at most --clients",
+                    "--clients, --jobs and --scale must be at least 1, and --jobs at most --clients",
                 ));
             }
-            Ok(Experiment::Pgbench(p))
+            Ok(Programs::Pgbench(p))
         }
-        Some(Preset::Http) => Ok(Experiment::Http {
+        Some(Preset::Http) => Ok(Programs::Http {
             server: a.http_server.unwrap_or(HttpServerKind::Auto),
             client: a.http_client.unwrap_or(HttpClientKind::Auto),
         }),
-        Some(Preset::Redis) => Ok(Experiment::Redis),
+        Some(Preset::Redis) => Ok(Programs::Redis),
         None => generic(a),
     }
 }
 
-fn generic(a: &Flags) -> Result<Experiment> {
+fn generic(a: &Flags) -> Result<Programs> {
     let (Some(server), Some(client)) = (&a.server, &a.client) else {
         return Err(bad_input(
             "give --preset pgbench|http|redis, or --server CMD --client CMD with a readiness check",
@@ -224,7 +250,7 @@ fn generic(a: &Flags) -> Result<Experiment> {
             })?
         }
     };
-    Ok(Experiment::Generic {
+    Ok(Programs::Generic {
         server,
         client,
         ready,
@@ -234,38 +260,52 @@ fn generic(a: &Flags) -> Result<Experiment> {
 
 /// Flags to settings; every bad value ends here with one line and exit 2.
 pub fn settings(a: &Flags, machine: &Machine) -> Result<PairSettings> {
-    if a.repeat < MIN_REPEAT && !(a.allow_few_repeats && a.repeat >= 1) {
+    if a.repeats < MIN_REPEAT && !(a.allow_few_repeats && a.repeats >= 1) {
         return Err(bad_input(format!(
-            "--repeat {} is too few: at least {MIN_REPEAT} runs per placement are needed for an interval",
-            a.repeat
+            "--repeats {} is too few: at least {MIN_REPEAT} runs per placement are needed for an interval",
+            a.repeats
         )));
     }
-    if a.duration == 0 {
-        return Err(bad_input("--duration must be at least 1 second"));
+    let duration = flag_duration("duration", &a.duration)?;
+    if duration.subsec_nanos() != 0 || duration.is_zero() {
+        return Err(bad_input(format!(
+            "--duration {} is not a whole number of seconds; the clients take seconds (e.g. 10s)",
+            a.duration
+        )));
     }
-    if !(a.ready_timeout > 0.0 && a.ready_timeout.is_finite()) {
-        return Err(bad_input(
-            "--ready-timeout must be a positive number of seconds",
-        ));
+    let ready_timeout = flag_duration("ready-timeout", &a.ready_timeout)?;
+    if ready_timeout.is_zero() {
+        return Err(bad_input("--ready-timeout must be more than 0 (e.g. 60s)"));
     }
     Ok(PairSettings {
-        experiment: experiment(a)?,
-        duration_s: a.duration,
-        repeat: a.repeat,
+        programs: programs(a)?,
+        // invariant: parse_duration bounds every duration to a day, which fits in u32 seconds.
+        duration_s: u32::try_from(duration.as_secs()).unwrap_or(u32::MAX),
+        repeat: a.repeats,
         placements: parse_pairs(machine, &a.pairs)?,
         warmup: !a.no_warmup,
-        ready_timeout: Duration::from_secs_f64(a.ready_timeout),
+        ready_timeout,
         check_load: !a.no_load_check,
         use_perf: a.perf,
     })
 }
 
 pub fn run(args: Args, g: &Global) -> Result<()> {
-    let machine = Machine::detect(&g.root)?;
+    let mut machine = Machine::detect(&g.root)?;
+    if let Some(text) = &args.flags.cpus {
+        machine.restrict_to(text)?;
+    }
     let settings = settings(&args.flags, &machine)?;
+    // A pair run takes minutes: its steps are shown even when stderr is a log file.
     let quiet = g.quiet;
-    let progress = |m: &str| output::status(quiet, &format!("cpulab pair: {m}"));
-    let report = match crate::pair::run(&machine, &settings, &progress) {
+    let sink = |level: Level, m: &str| {
+        output::status(quiet, &format!("cpulab pair: {}{m}", level.prefix()))
+    };
+    let report = match <Pair as crate::experiment::Experiment>::run(
+        &machine,
+        &settings,
+        &Progress::new(&sink),
+    ) {
         Ok(r) => r,
         Err(e) => {
             // Everything has been torn down by now; report the signal as a shell would.
@@ -276,10 +316,91 @@ pub fn run(args: Args, g: &Global) -> Result<()> {
             return Err(e);
         }
     };
-    output::emit(
-        args.flags.json,
-        crate::report::envelope::Kind::Pair,
-        &report,
-        |r| crate::pair::report::render(r, &output::Style::new()),
-    )
+    crate::commands::print::emit(args.flags.json, Pair::KIND, &report, |r| {
+        Pair::render_text(r, &output::Style::new())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::{Cli, Command};
+    use clap::Parser;
+
+    fn parse(args: &[&str]) -> Result<PairSettings> {
+        let cli = Cli::try_parse_from([&["cpulab", "pair"][..], args].concat()).unwrap();
+        let Command::Pair(a) = cli.command else {
+            unreachable!("parsed as pair")
+        };
+        settings(
+            &a.flags,
+            &Machine::detect(std::path::Path::new("/")).unwrap(),
+        )
+    }
+
+    const GENERIC: &[&str] = &["--server", "s", "--client", "pgbench", "--ready-port", "1"];
+
+    /// `--ready-timeout 1e20` reached `Duration::from_secs_f64`, which panics on it.
+    #[test]
+    fn ready_timeout_1e20_is_bad_input_not_a_panic() {
+        for v in ["1e20", "-1", "nan", "0"] {
+            let flag = format!("--ready-timeout={v}");
+            let e = parse(&[GENERIC, &[flag.as_str()]].concat()).unwrap_err();
+            assert_eq!(crate::error::exit_code(&e), 2, "{v}");
+        }
+        let s = parse(&[GENERIC, &["--ready-timeout", "2m"]].concat()).unwrap();
+        assert_eq!(s.ready_timeout, std::time::Duration::from_secs(120));
+    }
+
+    #[test]
+    fn repeats_with_the_old_spelling_as_an_alias() {
+        assert_eq!(
+            parse(&[GENERIC, &["--repeats", "5"]].concat())
+                .unwrap()
+                .repeat,
+            5
+        );
+        assert_eq!(
+            parse(&[GENERIC, &["--repeat", "4"]].concat())
+                .unwrap()
+                .repeat,
+            4
+        );
+    }
+
+    #[test]
+    fn duration_takes_units_in_whole_seconds() {
+        let d = |v: &str| parse(&[GENERIC, &["--duration", v]].concat()).map(|s| s.duration_s);
+        assert_eq!(d("10").unwrap(), 10);
+        assert_eq!(d("2s").unwrap(), 2);
+        assert_eq!(d("1m").unwrap(), 60);
+        assert!(d("500ms").is_err());
+        assert!(d("0").is_err());
+    }
+
+    #[test]
+    fn unpinned_is_the_word_for_os_placement_and_any_still_works() {
+        let p = |v: &str| {
+            parse(&[GENERIC, &["--pairs", v]].concat())
+                .unwrap()
+                .placements
+        };
+        let want = Placements::Explicit(vec![(None, None)]);
+        assert_eq!(p("unpinned:unpinned"), want);
+        assert_eq!(p("any:any"), want);
+        assert_eq!(p("*:unpinned"), want);
+    }
+
+    #[test]
+    fn pgbench_jobs_with_the_old_spelling_as_an_alias() {
+        let jobs = |flag: &str| match parse(&["--preset", "pgbench", "--clients", "4", flag, "2"])
+            .unwrap()
+            .programs
+        {
+            Programs::Pgbench(p) => p.threads,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(jobs("--jobs"), 2);
+        assert_eq!(jobs("--threads"), 2);
+    }
 }

@@ -5,12 +5,13 @@
 
 use crate::affinity;
 use crate::cli::Global;
+use crate::commands::print::run_experiment;
 use crate::cpulist::CpuSet;
 use crate::error::bad_input;
 use crate::machine::Machine;
-use crate::output::{self, Style};
+use crate::pingpong::Pingpong;
 use crate::pingpong::{self, Endpoints, Method, PairSpec, PingpongSettings, Placement};
-use crate::report::envelope::Kind;
+use crate::units::flag_duration;
 use anyhow::Result;
 
 /// Round-trip cost between two endpoints for every placement class, with the counters that
@@ -35,11 +36,11 @@ pub struct Args {
     /// Two processes (cpulab and a forked child) instead of two threads.
     #[arg(long)]
     pub processes: bool,
-    /// Untimed warm-up before each run, in seconds (`0.1`, `100ms`).
-    #[arg(long, default_value = "0.1", value_name = "SECONDS")]
+    /// Untimed warm-up before each run: `100ms`, `0.1` (a bare number is seconds).
+    #[arg(long, default_value = "100ms", value_name = "TIME")]
     pub warmup: String,
-    /// Longest measured time of one run, in seconds (`2`, `0.2`, `500ms`).
-    #[arg(long, default_value = "2", value_name = "SECONDS")]
+    /// Longest measured time of one run: `2s`, `500ms` (a bare number is seconds).
+    #[arg(long, default_value = "2s", value_name = "TIME")]
     pub max_time: String,
     /// Stop a run once the 95% CI half-width is within this percentage of the mean (0 = always
     /// run for --max-time).
@@ -85,14 +86,12 @@ pub fn settings(args: &Args, machine: &Machine) -> Result<PingpongSettings> {
             .collect();
         affinity::validate(&named, &machine.topology, &usable)?;
     }
-    let seconds = |flag: &str, text: &str| {
-        pingpong::parse_seconds(text).map_err(|e| bad_input(format!("--{flag}: {e}")))
-    };
+    let seconds = |flag: &str, text: &str| flag_duration(flag, text).map(|d| d.as_secs_f64());
     let warmup_s = seconds("warmup", &args.warmup)?;
     let max_time_s = seconds("max-time", &args.max_time)?;
     if max_time_s <= 0.0 {
         return Err(bad_input(
-            "--max-time must be more than 0; give seconds like `2`",
+            "--max-time must be more than 0; give a time like `2s`",
         ));
     }
     let target = args.target_ci.trim().trim_end_matches('%');
@@ -126,8 +125,5 @@ pub fn settings(args: &Args, machine: &Machine) -> Result<PingpongSettings> {
 pub fn run(args: Args, g: &Global) -> Result<()> {
     let machine = Machine::detect(&g.root)?;
     let settings = settings(&args, &machine)?;
-    let report = pingpong::run(&machine, &settings, &output::progress_printer(g.quiet))?;
-    output::emit(args.json, Kind::Pingpong, &report, |r| {
-        pingpong::render::render(r, &Style::new())
-    })
+    run_experiment::<Pingpong>(&machine, &settings, g.quiet, args.json)
 }

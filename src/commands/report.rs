@@ -38,7 +38,7 @@ pub fn run(args: Args, g: &Global) -> Result<()> {
     let (page, text) = match l.kind {
         Kind::Doctor => {
             let r = doctor(&l, &name)?;
-            (html::doctor_page(&r), text::render(&r))
+            (crate::doctor::html::page(&r), text::render(&r))
         }
         k => match crate::experiment::registry::lookup(k) {
             // The kind's own renderers; a document of the right kind but the wrong shape is bad
@@ -47,7 +47,7 @@ pub fn run(args: Args, g: &Global) -> Result<()> {
                 let (text, page) = (entry.render)(&l.value, &output::Style::new())?;
                 (page, text)
             }
-            None => (html::generic_page(k.as_str(), &l.value), generic_text(&l)),
+            None => (generic_page(k.as_str(), &l.value), generic_text(&l)),
         },
     };
     match &args.html {
@@ -75,4 +75,44 @@ fn generic_text(l: &Loaded) -> String {
         );
     }
     out
+}
+
+/// Any other result: its figures as a table (what `compare` would compare).
+fn generic_page(kind: &str, doc: &serde_json::Value) -> String {
+    let fmt = crate::compare::text::fmt_value;
+    let flat = crate::compare::walk::flatten(doc);
+    let rows: Vec<Vec<String>> = flat
+        .figures
+        .values()
+        .map(|f| {
+            let ci = f
+                .samples
+                .as_deref()
+                .and_then(crate::stats::MeanCi::of)
+                .map(|m| (m.ci95_low, m.ci95_high))
+                .or(f.ci95)
+                .map_or(String::new(), |(a, b)| {
+                    format!("{} to {}", fmt(&f.path, a), fmt(&f.path, b))
+                });
+            vec![
+                f.path.clone(),
+                fmt(&f.path, f.value),
+                ci,
+                f.samples.as_ref().map_or(0, Vec::len).to_string(),
+            ]
+        })
+        .collect();
+    let conditions = doc
+        .get("conditions")
+        .and_then(|c| serde_json::from_value::<crate::machine::Conditions>(c.clone()).ok());
+    let body = maud::html! {
+        section {
+            h2 { "Figures" }
+            (html::table(&["figure", "value", "95% CI", "samples"], &rows, 1))
+        }
+        @if let Some(c) = &conditions {
+            (html::conditions(c, &[]))
+        }
+    };
+    html::page(&format!("cpulab {kind}"), maud::html! {}, body)
 }

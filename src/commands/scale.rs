@@ -1,16 +1,14 @@
 //! `cpulab scale`: flags -> [`ScaleSettings`], run, print.
 
 use crate::cli::Global;
+use crate::commands::print::run_experiment;
 use crate::cpulist::CpuSet;
 use crate::error::bad_input;
 use crate::machine::Machine;
-use crate::output;
-use crate::report::envelope::Kind;
-use crate::scale::{self, Contention, Policy, ScaleReport, ScaleSettings, Workload};
-use crate::stats::MeanCi;
+use crate::scale::Scale;
+use crate::scale::{Policy, ScaleSettings, Workload};
+use crate::units::flag_duration;
 use anyhow::Result;
-use comfy_table::{Table, presets};
-use std::time::Duration;
 
 #[derive(Debug, clap::Args)]
 #[command(after_help = "Examples:\n  \
@@ -25,19 +23,25 @@ pub struct Args {
     pub workload: String,
     /// Placement policies, comma-separated: os (no pinning), compact (fill SMT siblings and
     /// shared-L2 modules first), scatter (one thread per core and module first)
-    /// [default: os,compact,scatter; only the explicit list when --cpus is given].
+    /// [default: os,compact,scatter; only the explicit order when --order is given].
     #[arg(long, short = 'p', value_name = "LIST", value_delimiter = ',')]
     pub policy: Option<Vec<String>>,
-    /// Explicit placement: thread i on the i-th CPU of this list, in the order written
-    /// (e.g. `0,2,4,6` or `8-15`).
+    /// Use only these CPUs (taskset syntax, e.g. `0-3,8`): every policy places its threads
+    /// among them, and `os` lets the scheduler choose among them.
     #[arg(long, value_name = "LIST")]
     pub cpus: Option<String>,
-    /// Thread counts, comma-separated [default: 1..=allowed CPUs, or 1..=CPUs in --cpus].
+    /// An explicit placement: thread i on the i-th CPU of this list, in the order written
+    /// (e.g. `0,2,4,6` or `8-15`).
+    #[arg(long, value_name = "LIST")]
+    pub order: Option<String>,
+    /// Worker thread counts, comma-separated [default: 1..=allowed CPUs, or 1..=CPUs in
+    /// --order].
     #[arg(long, short = 't', value_name = "LIST", value_delimiter = ',')]
     pub threads: Option<Vec<usize>>,
-    /// Target seconds of one single-thread run (the work is sized to it once, then fixed).
-    #[arg(long, value_name = "SECS", default_value_t = 0.5)]
-    pub duration: f64,
+    /// Target length of one single-thread run (the work is sized to it once, then fixed):
+    /// `500ms`, `2s` (a bare number is seconds).
+    #[arg(long, value_name = "TIME", default_value = "500ms")]
+    pub duration: String,
     /// Runs per point, for the confidence interval.
     #[arg(long, value_name = "N", default_value_t = 3)]
     pub repeats: usize,
@@ -50,6 +54,9 @@ pub struct Args {
     /// Size of each triad array in MiB [default: 4x the LLCs, 64..=1024].
     #[arg(long, value_name = "MIB", hide = true)]
     pub triad_mib: Option<u64>,
+    /// Skip the check for other load before measuring.
+    #[arg(long)]
+    pub no_load_check: bool,
     /// One JSON document on stdout.
     #[arg(long)]
     pub json: bool,
@@ -75,7 +82,7 @@ pub fn settings(args: &Args, machine: &Machine) -> Result<ScaleSettings> {
         Workload::Fib
     };
     let explicit = args
-        .cpus
+        .order
         .as_deref()
         .map(|t| ordered_cpus(t, machine))
         .transpose()?;
@@ -89,7 +96,7 @@ pub fn settings(args: &Args, machine: &Machine) -> Result<ScaleSettings> {
         .map(|n| {
             Policy::parse(n).ok_or_else(|| {
                 bad_input(format!(
-                    "unknown policy `{n}`; use os, compact or scatter (or --cpus LIST)"
+                    "unknown policy `{n}`; use os, compact or scatter (or --order LIST)"
                 ))
             })
         })
@@ -106,116 +113,21 @@ pub fn settings(args: &Args, machine: &Machine) -> Result<ScaleSettings> {
         .threads
         .clone()
         .unwrap_or_else(|| (1..=width).collect());
-    s.duration = Duration::try_from_secs_f64(args.duration)
-        .map_err(|_| bad_input("--duration must be a positive number of seconds"))?;
+    s.duration = flag_duration("duration", &args.duration)?;
     s.repeats = args.repeats;
     s.fib_n = args.fib_n;
     s.fib_cutoff = args.fib_cutoff;
     s.triad_mib = args.triad_mib;
+    s.check_load = !args.no_load_check;
     s.check(machine)?;
     Ok(s)
 }
 
 pub fn run(args: Args, g: &Global) -> Result<()> {
-    let machine = Machine::detect(&g.root)?;
+    let mut machine = Machine::detect(&g.root)?;
+    if let Some(text) = &args.cpus {
+        machine.restrict_to(text)?;
+    }
     let settings = settings(&args, &machine)?;
-    let report = scale::run(&machine, &settings, &output::progress_printer(g.quiet))?;
-    output::emit(args.json, Kind::Scale, &report, render)
-}
-
-fn ci(m: &Option<MeanCi>, digits: usize) -> String {
-    match m {
-        Some(m) => format!("{:.*} ± {:.*}", digits, m.mean, digits, m.ci95_half_width),
-        None => "-".into(),
-    }
-}
-
-fn contended(c: &Option<Contention>) -> String {
-    match c {
-        None => "-".into(),
-        Some(c) if c.smt_cores + c.l2_modules == 0 => "none shared".into(),
-        Some(c) => {
-            let mut parts = Vec::new();
-            if c.smt_cores > 0 {
-                parts.push(format!("{}/{} cores", c.smt_cores_contended, c.smt_cores));
-            }
-            if c.l2_modules > 0 {
-                parts.push(format!(
-                    "{}/{} modules",
-                    c.l2_modules_contended, c.l2_modules
-                ));
-            }
-            parts.join(", ")
-        }
-    }
-}
-
-/// The human report: one table per policy, then how to read it.
-pub fn render(r: &ScaleReport) -> String {
-    let st = output::Style::new();
-    let mut out = format!("{} {}\n", st.bold("cpulab scale:"), r.work);
-    if let Some(l) = r.llc_total_kib {
-        out.push_str(&format!("last-level caches: {} MiB in all\n", l / 1024));
-    }
-    for p in &r.policies {
-        out.push_str(&format!("\n{}\n", st.bold(&format!("policy {}", p.policy))));
-        let mut t = Table::new();
-        t.load_style(presets::NOTHING);
-        t.set_header(vec![
-            "threads".to_string(),
-            "CPUs".into(),
-            "time s".into(),
-            r.throughput_unit.clone(),
-            "speedup ±95%".into(),
-            "efficiency".into(),
-            "doubled up (planned)".into(),
-            "both busy (observed)".into(),
-            "other load".into(),
-        ]);
-        for x in &p.points {
-            t.add_row(vec![
-                x.threads.to_string(),
-                x.cpus
-                    .as_ref()
-                    .map(|c| {
-                        c.iter()
-                            .map(|c| c.to_string())
-                            .collect::<Vec<_>>()
-                            .join(",")
-                    })
-                    .unwrap_or_else(|| "any".into()),
-                format!("{:.3}", x.time_s.mean),
-                format!("{:.2}", x.throughput.mean),
-                ci(&x.speedup, 2),
-                x.efficiency
-                    .as_ref()
-                    .map(|e| format!("{:.0}%", 100.0 * e.mean))
-                    .unwrap_or_else(|| "-".into()),
-                contended(&x.planned),
-                contended(&x.observed),
-                x.other_load_cpus
-                    .map(|o| format!("{o:.2} CPU"))
-                    .unwrap_or_else(|| "n/a".into()),
-            ]);
-        }
-        out.push_str(&t.to_string());
-        out.push('\n');
-        for f in &p.pin_failures {
-            out.push_str(&format!("{} could not pin {f}\n", st.yellow("warning:")));
-        }
-    }
-    out.push_str(&format!(
-        "\n{}\n",
-        st.dim(
-            "speedup = single-thread time / time, same policy (95% CI from the runs); \
-             efficiency = speedup / threads; doubled up = SMT cores or shared-L2 modules with \
-             two threads pinned to them; both busy = the same counted from per-CPU \
-             utilisation (>= 50% busy) during the runs; other load = CPU time other processes took \
-             on the allowed CPUs meanwhile."
-        )
-    ));
-    for n in &r.conditions.notes {
-        out.push_str(&format!("{} {n}\n", st.yellow("note:")));
-    }
-    out
+    run_experiment::<Scale>(&machine, &settings, g.quiet, args.json)
 }

@@ -129,7 +129,7 @@ pub fn run(args: Args, _g: &Global) -> Result<()> {
         Action::Validate => {
             let v = validate::validate(&cal(), s.seed)?;
             write_html(&s.html, || render::validation_html(&v))?;
-            output::emit(s.json, Kind::Sim, &v, render::validation_text)
+            super::print::emit(s.json, Kind::Sim, &v, render::validation_text)
         }
         Action::List => list(s.json),
         Action::Builtin { name } => {
@@ -154,7 +154,7 @@ pub fn run(args: Args, _g: &Global) -> Result<()> {
 fn simulate(sc: &scenario::Scenario, base: &Costs, s: &Settings) -> Result<()> {
     let r = run_scenario(sc, base, s.calibration.clone(), s.seed)?;
     write_html(&s.html, || render::report_html(&r))?;
-    output::emit(s.json, Kind::Sim, &r, render::report_text)
+    super::print::emit(s.json, Kind::Sim, &r, render::report_text)
 }
 
 #[derive(Serialize)]
@@ -171,7 +171,7 @@ fn list(json: bool) -> Result<()> {
             .map(|s| (s.name, s.description, s.configs.len()))
             .collect(),
     };
-    output::emit(json, Kind::Sim, &l, |l| {
+    super::print::emit(json, Kind::Sim, &l, |l| {
         let mut out = String::from("built-in scenarios (cpulab sim builtin NAME [--toml]):\n");
         for (n, d, k) in &l.scenarios {
             out += &format!("  {n:<22} {k:>2} configurations. {d}\n");
@@ -223,7 +223,7 @@ fn bench(json: bool) -> Result<()> {
         events_per_cpu_s: events as f64 / cpu_s.max(1e-9),
         scenarios_s,
     };
-    output::emit(json, Kind::Sim, &b, |b| {
+    super::print::emit(json, Kind::Sim, &b, |b| {
         let mut out = format!(
             "{} events in {:.3} s wall, {:.3} s CPU: {:.1} million events per CPU second \
              ({:.1} per wall second)\n",

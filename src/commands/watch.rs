@@ -61,8 +61,9 @@ pub fn settings(args: &Args, machine: &Machine) -> Result<WatchSettings> {
             "give one target: --pid, --comm, --cgroup or -- COMMAND (none: the whole machine)",
         ));
     }
-    let duration_s = crate::pingpong::parse_seconds(&args.duration)
-        .map_err(|e| bad_input(format!("--duration: {e}")))?;
+    let duration_s = crate::units::parse_duration(&args.duration)
+        .map_err(|e| bad_input(format!("--duration: {e}")))?
+        .as_secs_f64();
     if duration_s <= 0.0 {
         return Err(bad_input(
             "--duration must be more than 0; give one like `10s`",
@@ -109,18 +110,13 @@ pub fn settings(args: &Args, machine: &Machine) -> Result<WatchSettings> {
 pub fn run(args: Args, g: &Global) -> Result<()> {
     let machine = Machine::detect(&g.root)?;
     let settings = settings(&args, &machine)?;
-    let print = output::progress_printer(g.quiet);
-    let sink = |level: crate::experiment::Level, msg: &str| match level {
-        crate::experiment::Level::Step => print(msg),
-        crate::experiment::Level::Note => print(&format!("note: {msg}")),
-        crate::experiment::Level::Warning => print(&format!("warning: {msg}")),
-    };
+    let sink = output::progress_printer(g.quiet);
     let report = Watch::run(&machine, &settings, &Progress::new(&sink))?;
     if let Some(path) = &args.html {
         std::fs::write(path, Watch::render_html(&report))
             .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
     }
-    output::emit(args.json, Watch::KIND, &report, |r| {
+    crate::commands::print::emit(args.json, Watch::KIND, &report, |r| {
         Watch::render_text(r, &Style::new())
     })
 }

@@ -1,12 +1,19 @@
-//! Which way is worse, read from a figure's name.
+//! Which way is worse: from a figure's type where its kind has typed figures, else guessed
+//! from its name (the fallback).
 //!
-//! cpulab names every figure with its unit or its meaning (`rtt_ns`, `round_trips_per_s`,
-//! `speedup`), which is what lets `compare` judge a figure it has never seen: a time or a cost got
-//! worse when it grew, a rate or a share got worse when it shrank. The name is read from the
-//! innermost key outwards, so `tps.samples` is a rate and `wakeup[...].rtt_ns` a time. Rates are
-//! checked first because `per_s` also ends in `_s`. A figure whose name says neither is compared
-//! but never called better or worse, and never fails a `--fail-on-regression` gate.
+//! Every experiment's figures carry their [`Direction`] in their type
+//! ([`crate::experiment::Figure`]); `compare` reads it from there through the registry, and
+//! [`from_direction`] turns it into the direction of worse. Only for kinds without typed
+//! figures (the doctor's report, probe) does `compare` fall back to [`of_path`], which reads
+//! the key's spelling: a time or a cost got worse when it grew, a rate or a share when it
+//! shrank. The name is read from the innermost key outwards, so `tps.samples` is a rate and
+//! `wakeup[...].rtt_ns` a time. A key that names both an overhead and a rate
+//! (`migrations_per_s`: more migrations per second is worse, but `per_s` reads as a rate) is
+//! ambiguous, and the guess says "unknown" rather than pick one: the first version called more
+//! migrations an improvement. A figure of unknown direction is compared but never called better
+//! or worse, and never fails a `--fail-on-regression` gate.
 
+use crate::experiment::Direction;
 use serde::Serialize;
 
 /// The direction in which a figure gets worse.
@@ -17,8 +24,27 @@ pub enum Worse {
     Higher,
     /// Rates, throughput, shares, speedups.
     Lower,
-    /// The name does not say.
+    /// The type says neither is better, or the name does not say: direction unknown.
     Unknown,
+}
+
+/// Where a figure's direction came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DirectionSource {
+    /// The figure's type (its experiment's `figures()`).
+    Typed,
+    /// Guessed from the key's spelling: the fallback for kinds without typed figures.
+    Name,
+}
+
+/// The direction of worse of a typed figure.
+pub fn from_direction(d: Direction) -> Worse {
+    match d {
+        Direction::LowerIsBetter => Worse::Higher,
+        Direction::HigherIsBetter => Worse::Lower,
+        Direction::Neither => Worse::Unknown,
+    }
 }
 
 const LOWER_IS_WORSE: &[&str] = &[
@@ -64,14 +90,16 @@ const TIME_SUFFIXES: &[&str] = &["_ns", "_us", "_ms", "_s", "_cycles"];
 
 fn of_key(key: &str) -> Worse {
     let k = key.to_ascii_lowercase();
-    if LOWER_IS_WORSE.iter().any(|w| k.contains(w)) {
-        Worse::Lower
-    } else if HIGHER_IS_WORSE.iter().any(|w| k.contains(w))
-        || TIME_SUFFIXES.iter().any(|s| k.ends_with(s))
-    {
-        Worse::Higher
-    } else {
-        Worse::Unknown
+    let rate = LOWER_IS_WORSE.iter().any(|w| k.contains(w));
+    let overhead = HIGHER_IS_WORSE.iter().any(|w| k.contains(w));
+    match (rate, overhead) {
+        // Both words: a rate of an overhead (`migrations_per_s`) or worse. Do not guess.
+        (true, true) => Worse::Unknown,
+        (true, false) => Worse::Lower,
+        (false, true) => Worse::Higher,
+        // Rates were ruled out above, so a time suffix means a time (`per_s` ends in `_s`).
+        (false, false) if TIME_SUFFIXES.iter().any(|s| k.ends_with(s)) => Worse::Higher,
+        (false, false) => Worse::Unknown,
     }
 }
 
@@ -91,11 +119,20 @@ pub fn of_path(path: &str) -> Worse {
         }
     }
     keys.push(cur);
-    keys.iter()
-        .rev()
-        .map(|k| of_key(k))
-        .find(|w| *w != Worse::Unknown)
-        .unwrap_or(Worse::Unknown)
+    // The innermost key that says anything decides; an ambiguous one stops the search (an outer
+    // key does not know better).
+    for k in keys.iter().rev() {
+        let k = k.to_ascii_lowercase();
+        let says = LOWER_IS_WORSE
+            .iter()
+            .chain(HIGHER_IS_WORSE)
+            .any(|w| k.contains(w))
+            || TIME_SUFFIXES.iter().any(|s| k.ends_with(s));
+        if says {
+            return of_key(&k);
+        }
+    }
+    Worse::Unknown
 }
 
 #[cfg(test)]
@@ -117,5 +154,21 @@ mod tests {
         assert_eq!(of_path("widgets"), Worse::Unknown);
         // The identity is not the name: `class=shared-l2` says nothing about direction.
         assert_eq!(of_path("x[class=shared-l2,rate=1].widgets"), Worse::Unknown);
+    }
+
+    /// The first version read `migrations_per_s` as a rate (`per_s`), so more migrations
+    /// counted as an improvement. The name alone cannot tell; the guess must say so.
+    #[test]
+    fn migrations_per_s_is_not_guessed_to_be_better_when_it_grows() {
+        assert_eq!(
+            of_path("wakeup[class=unpinned].migrations_per_s"),
+            Worse::Unknown
+        );
+        assert_eq!(of_path("switches_per_s"), Worse::Unknown);
+        assert_eq!(
+            from_direction(Direction::LowerIsBetter),
+            Worse::Higher,
+            "typed: more migrations per second is worse"
+        );
     }
 }

@@ -2,8 +2,10 @@
 //!
 //! Before and after a kernel upgrade, host A against host B, with and without a tuning change:
 //! the question is always which figures moved, by how much, and whether the move is larger than
-//! the run-to-run noise. `compare` answers it for any two cpulab results of the same kind without
-//! knowing their shape ([`walk`] names the figures, [`direction`] reads which way is worse).
+//! the run-to-run noise. For an experiment's result, `compare` reads the kind's typed figures
+//! through the registry (each with its unit, direction and raw samples); for any other kind (the
+//! doctor's report, probe) it works without knowing the shape: [`walk`] names the figures and
+//! [`direction`] guesses which way is worse from their names, saying "unknown" where it cannot.
 //!
 //! **Beyond noise** needs both of these, on figures that kept raw samples:
 //! - Welch's unequal-variances t-test on the two sets of samples gives a two-sided p < 0.05
@@ -21,7 +23,7 @@ pub mod text;
 pub mod walk;
 
 use crate::stats::{MeanCi, welch_t_test};
-use direction::Worse;
+use direction::{DirectionSource, Worse};
 use serde::Serialize;
 use walk::{Figure, Flat};
 
@@ -69,8 +71,10 @@ pub struct FigureDiff {
     pub ratio: Option<f64>,
     /// Change from a to b in percent of a; `null` when a is zero.
     pub change_pct: Option<f64>,
-    /// Which direction is worse, from the figure's name.
+    /// Which direction is worse (`unknown`: never called better or worse).
     pub worse_when: Worse,
+    /// Whether `worse_when` is the figure's typed direction or a guess from its name.
+    pub direction_source: DirectionSource,
     pub test: Test,
     /// Two-sided p-value of Welch's t-test, when both sides kept samples.
     pub p_value: Option<f64>,
@@ -148,10 +152,33 @@ fn overlap(a: (f64, f64), b: (f64, f64)) -> bool {
     a.0 <= b.1 && b.0 <= a.1
 }
 
-/// Compares one figure present in both results.
+/// Compares one figure present in both results, guessing its direction from its name.
 pub fn diff(fa: &Figure, fb: &Figure) -> FigureDiff {
+    diff_as(fa, fb, direction::of_path(&fa.path), DirectionSource::Name)
+}
+
+/// A typed figure in the shape the comparison reads.
+fn untyped(f: &crate::experiment::Figure) -> Figure {
+    Figure {
+        path: f.name.clone(),
+        value: f.value,
+        samples: (f.samples.len() >= 2).then(|| f.samples.clone()),
+        ci95: f.ci.as_ref().map(|m| (m.ci95_low, m.ci95_high)),
+    }
+}
+
+/// Compares one typed figure present in both results, with its own direction.
+pub fn diff_typed(fa: &crate::experiment::Figure, fb: &crate::experiment::Figure) -> FigureDiff {
+    diff_as(
+        &untyped(fa),
+        &untyped(fb),
+        direction::from_direction(fa.direction),
+        DirectionSource::Typed,
+    )
+}
+
+fn diff_as(fa: &Figure, fb: &Figure, worse_when: Worse, source: DirectionSource) -> FigureDiff {
     let (a, b) = (fa.value, fb.value);
-    let worse_when = direction::of_path(&fa.path);
     let (a_ci, b_ci) = (interval(fa), interval(fb));
     let welch = match (&fa.samples, &fb.samples) {
         (Some(x), Some(y)) => welch_t_test(x, y),
@@ -182,6 +209,7 @@ pub fn diff(fa: &Figure, fb: &Figure) -> FigureDiff {
         ratio,
         change_pct: ratio.map(|r| (r - 1.0) * 100.0),
         worse_when,
+        direction_source: source,
         test,
         p_value: welch.map(|w| w.p_value),
         a_ci95: a_ci,
@@ -205,11 +233,21 @@ fn rank(v: Verdict) -> u8 {
 
 /// Compares two flattened results. `fail_pct`: the regression threshold, if any.
 pub fn compare(a: &Flat, b: &Flat, fail_pct: Option<f64>) -> (Vec<FigureDiff>, Vec<String>) {
-    let mut figures: Vec<FigureDiff> = a
+    let figures: Vec<FigureDiff> = a
         .figures
         .iter()
         .filter_map(|(k, fa)| Some(diff(fa, b.figures.get(k)?)))
         .collect();
+    judge(figures, fail_pct)
+}
+
+/// Typed figures on both sides (an experiment's results), paired by name.
+pub struct Typed {
+    pub a: Vec<crate::experiment::Figure>,
+    pub b: Vec<crate::experiment::Figure>,
+}
+
+fn judge(mut figures: Vec<FigureDiff>, fail_pct: Option<f64>) -> (Vec<FigureDiff>, Vec<String>) {
     figures.sort_by_key(|d| rank(d.verdict));
     let regressions = fail_pct
         .map(|pct| {
@@ -223,21 +261,41 @@ pub fn compare(a: &Flat, b: &Flat, fail_pct: Option<f64>) -> (Vec<FigureDiff>, V
     (figures, regressions)
 }
 
-/// Everything `cpulab compare` reports, from two loaded documents.
+/// Everything `cpulab compare` reports, from two loaded documents. `typed`: the kind's typed
+/// figures of both, when it has them; they are what is compared, each with its own direction.
+/// Without them every figure the walk finds is compared, its direction guessed from its name.
 pub fn comparison(
     (a_file, a): (&str, &serde_json::Value),
     (b_file, b): (&str, &serde_json::Value),
     kind: &str,
+    typed: Option<Typed>,
     fail_pct: Option<f64>,
 ) -> Comparison {
     let (fa, fb) = (walk::flatten(a), walk::flatten(b));
-    let (figures, regressions) = compare(&fa, &fb, fail_pct);
-    let only = |x: &Flat, y: &Flat| -> Vec<String> {
-        x.figures
-            .keys()
-            .filter(|k| !y.figures.contains_key(*k))
-            .cloned()
-            .collect()
+    let ((figures, regressions), only_in_a, only_in_b) = match &typed {
+        Some(t) => {
+            let names = |x: &[crate::experiment::Figure], y: &[crate::experiment::Figure]| {
+                x.iter()
+                    .filter(|f| !y.iter().any(|g| g.name == f.name))
+                    .map(|f| f.name.clone())
+                    .collect::<Vec<_>>()
+            };
+            let diffs =
+                t.a.iter()
+                    .filter_map(|x| Some(diff_typed(x, t.b.iter().find(|y| y.name == x.name)?)))
+                    .collect();
+            (judge(diffs, fail_pct), names(&t.a, &t.b), names(&t.b, &t.a))
+        }
+        None => {
+            let only = |x: &Flat, y: &Flat| -> Vec<String> {
+                x.figures
+                    .keys()
+                    .filter(|k| !y.figures.contains_key(*k))
+                    .cloned()
+                    .collect()
+            };
+            (compare(&fa, &fb, fail_pct), only(&fa, &fb), only(&fb, &fa))
+        }
     };
     let context_differences = fa
         .context
@@ -252,8 +310,8 @@ pub fn comparison(
         b_file: b_file.to_string(),
         result_kind: kind.to_string(),
         method: METHOD.to_string(),
-        only_in_a: only(&fa, &fb),
-        only_in_b: only(&fb, &fa),
+        only_in_a,
+        only_in_b,
         figures,
         context_differences,
         regressions,
@@ -294,6 +352,54 @@ mod tests {
         let a = fig("rtt_ns", &[90.0, 110.0, 100.0, 95.0, 105.0]);
         let b = fig("rtt_ns", &[92.0, 112.0, 102.0, 97.0, 107.0]);
         assert_eq!(diff(&a, &b).verdict, Verdict::Same);
+    }
+
+    fn typed(name: &str, d: crate::experiment::Direction, s: &[f64]) -> crate::experiment::Figure {
+        crate::experiment::Figure::from_samples(
+            name,
+            name,
+            crate::experiment::Unit::PerSecond,
+            d,
+            s.to_vec(),
+        )
+        .unwrap()
+    }
+
+    /// The first version guessed directions from key names and read `migrations_per_s` as a
+    /// rate, so twice the migrations counted as an improvement. A typed figure says it is worse.
+    #[test]
+    fn migrations_per_s_going_up_is_a_regression() {
+        use crate::experiment::Direction::LowerIsBetter;
+        let a = typed(
+            "migrations_per_s",
+            LowerIsBetter,
+            &[100.0, 101.0, 99.0, 100.5],
+        );
+        let b = typed(
+            "migrations_per_s",
+            LowerIsBetter,
+            &[200.0, 201.0, 199.0, 200.5],
+        );
+        let d = diff_typed(&a, &b);
+        assert_eq!(d.verdict, Verdict::Worse);
+        assert_eq!(d.direction_source, DirectionSource::Typed);
+        let (_, regressions) = judge(vec![d], Some(10.0));
+        assert_eq!(regressions, vec!["migrations_per_s".to_string()]);
+        // The name-based fallback no longer guesses "better" for it: it says it cannot tell.
+        let d = diff(&untyped(&a), &untyped(&b));
+        assert_eq!(d.worse_when, Worse::Unknown);
+        assert_eq!(d.verdict, Verdict::Changed);
+    }
+
+    #[test]
+    fn a_typed_figure_of_neither_direction_is_never_a_regression() {
+        use crate::experiment::Direction::Neither;
+        let a = typed("cpus_used", Neither, &[1.0, 1.1, 0.9]);
+        let b = typed("cpus_used", Neither, &[3.0, 3.1, 2.9]);
+        let d = diff_typed(&a, &b);
+        assert_eq!(d.worse_when, Worse::Unknown);
+        assert_eq!(d.verdict, Verdict::Changed);
+        assert!(judge(vec![d], Some(0.0)).1.is_empty());
     }
 
     #[test]

@@ -37,7 +37,7 @@ fn verdict_text(d: &FigureDiff) -> String {
     match d.verdict {
         Verdict::Worse => format!("WORSE{p}"),
         Verdict::Better => format!("better{p}"),
-        Verdict::Changed => format!("changed{p}"),
+        Verdict::Changed => format!("changed, direction unknown{p}"),
         Verdict::Same => format!("within noise{p}"),
         Verdict::Untested => "not judged (no samples)".into(),
     }

@@ -4,10 +4,8 @@
 //! ([`super::measurements`]). When an experiment's report grows, only its adapter changes.
 
 use super::measurements::{
-    Facts, FrequencyRamp, Measurements, OsCosts, PresetRun, PrimitiveCost, ScalePoint, ShareCheck,
-    WakeupRun,
+    Facts, FrequencyRamp, OsCosts, PresetRun, PrimitiveCost, ScalePoint, ShareCheck, WakeupRun,
 };
-use crate::machine::Conditions;
 use crate::probe::Probe;
 use crate::stats::MeanCi;
 use crate::{oscost, pair, pingpong, scale, share};
@@ -56,57 +54,7 @@ pub fn facts(p: &Probe) -> Facts {
 
 /// Every run of a pingpong report.
 pub fn wakeup(r: &pingpong::PingpongReport) -> Vec<WakeupRun> {
-    r.runs
-        .iter()
-        .map(|x| wakeup_run(x, r.conditions.noisy))
-        .collect()
-}
-
-fn wakeup_run(r: &pingpong::PingpongRun, noisy: bool) -> WakeupRun {
-    let c = &r.counters;
-    let mut per = c.per_rt.clone();
-    let both = |a: Option<f64>, b: Option<f64>| Some(a? + b?);
-    if let Some(v) = both(
-        c.initiator.voluntary_switches_per_rt,
-        c.responder.voluntary_switches_per_rt,
-    ) {
-        per.insert("voluntary_switches".into(), v);
-    }
-    if let Some(v) = both(
-        c.initiator.involuntary_switches_per_rt,
-        c.responder.involuntary_switches_per_rt,
-    ) {
-        per.insert("involuntary_switches".into(), v);
-    }
-    let w = r.where_ran.as_ref();
-    let migrations = w.and_then(|w| Some(w.initiator_migrations? + w.responder_migrations?));
-    WakeupRun {
-        method: r.method.as_str().to_string(),
-        blocking: r.method != pingpong::Method::Spin,
-        class: r.placement,
-        cpus: r.cpu_a.zip(r.cpu_b).map(|(a, b)| format!("{a}:{b}")),
-        rtt_ns: r.mean_rtt_ns.clone(),
-        p50_ns: r.rtt.p50_ns as f64,
-        p99_ns: r.rtt.p99_ns as f64,
-        batch_means_ns: r.batch_means_ns.clone(),
-        per_round_trip: per,
-        steal_pct: c.system.steal_pct(),
-        noisy,
-        same_cpu_share: w.map(|w| w.same_cpu_share),
-        migrations_per_s: migrations
-            .filter(|_| c.window_s > 0.0)
-            .map(|m| m as f64 / c.window_s),
-    }
-}
-
-/// A saved `pingpong` result as conditions and wakeup measurements, when it parses.
-pub fn pingpong_value(doc: &serde_json::Value) -> Option<(Conditions, Measurements)> {
-    let r: pingpong::PingpongReport = serde_json::from_value(doc.clone()).ok()?;
-    let m = Measurements {
-        wakeup: wakeup(&r),
-        ..Default::default()
-    };
-    Some((r.conditions, m))
+    pingpong::summary::wakeup_runs(r)
 }
 
 /// The primitives with their kept batches, and the frequency ramp in MHz.

@@ -51,34 +51,8 @@ pub struct Facts {
     pub hardware_counters: Option<String>,
 }
 
-/// One wakeup round-trip run (from `pingpong`).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct WakeupRun {
-    /// `pipe`, `unix`, `tcp`, `futex`, `eventfd`, `spin`.
-    pub method: String,
-    /// Blocking wakeup (false for spinning on a shared cache line).
-    pub blocking: bool,
-    pub class: PlacementClass,
-    /// The two CPUs, `"0:1"`; `null` when unpinned.
-    pub cpus: Option<String>,
-    /// Round-trip time: mean and 95% interval over batch means.
-    pub rtt_ns: MeanCi,
-    pub p50_ns: f64,
-    pub p99_ns: f64,
-    /// Raw per-batch mean round-trip times, in nanoseconds.
-    pub batch_means_ns: Vec<f64>,
-    /// Counters per round trip over both CPUs: `idle_entries`, `irq_RES`, `irq_CAL`,
-    /// `voluntary_switches`, ...
-    pub per_round_trip: BTreeMap<String, f64>,
-    /// Mean steal on the CPUs used during the run, percent.
-    pub steal_pct: f64,
-    /// Other load was seen on the CPUs before the run.
-    pub noisy: bool,
-    /// Unpinned only: share of the run both ends spent on one CPU (0..1), when recorded.
-    pub same_cpu_share: Option<f64>,
-    /// Unpinned only: CPU migrations of both ends per second.
-    pub migrations_per_s: Option<f64>,
-}
+/// One wakeup round-trip run (from `pingpong`): condensed by the experiment itself.
+pub use crate::pingpong::summary::WakeupRun;
 
 /// A throughput test where many tasks communicate, under one placement.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -11,6 +11,7 @@
 pub mod adapt;
 pub mod battery;
 pub mod findings;
+pub mod html;
 pub mod measurements;
 pub mod messaging;
 pub mod progress;

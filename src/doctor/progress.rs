@@ -2,6 +2,7 @@
 //! stage's expected duration, with the current step as its message. Hidden when stderr is not a
 //! terminal or with `--quiet`; warnings are printed either way unless quiet.
 
+use crate::output::Level;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::time::Duration;
 
@@ -49,12 +50,12 @@ impl Progress {
         }
     }
 
-    /// Forwards an experiment's progress lines: warnings printed, the rest as the message.
-    pub fn line(&self, line: &str) {
-        if line.starts_with("warning:") {
-            self.warn(line);
-        } else {
-            self.step(line);
+    /// Forwards an experiment's progress by level: a step becomes the bar's message; notes and
+    /// warnings are printed above the bar with their prefix.
+    pub fn emit(&self, level: Level, msg: &str) {
+        match level {
+            Level::Step => self.step(msg),
+            Level::Note | Level::Warning => self.warn(&format!("{}{msg}", level.prefix())),
         }
     }
 

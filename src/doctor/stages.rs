@@ -6,7 +6,13 @@ use super::adapt;
 use super::battery::{Budget, Mode};
 use super::measurements::{OsCosts, PresetRun, ScalePoint, ShareCheck, WakeupRun};
 use super::progress::Progress;
+use crate::experiment::{Experiment, Level, Progress as Sink};
 use crate::machine::Machine;
+use crate::oscost::Oscost;
+use crate::pair::Pair;
+use crate::pingpong::Pingpong;
+use crate::scale::Scale;
+use crate::share::Share;
 use crate::topology::PlacementClass;
 use crate::{oscost, pair, pingpong, scale, share};
 use anyhow::{Result, bail};
@@ -54,13 +60,14 @@ fn pingpong_settings(
 /// Wakeup round trips: blocking (pipe) at every pair plus unpinned, and spinning at one pair
 /// of each cross-CPU class (spinning on one CPU is meaningless).
 pub fn wakeup(machine: &Machine, b: &Budget, p: &Progress) -> Result<Vec<WakeupRun>> {
-    let line = |l: &str| p.line(&format!("pingpong: {l}"));
+    let sink = |level: Level, m: &str| p.emit(level, &format!("pingpong: {m}"));
+    let sink = Sink::new(&sink);
     let mut pairs = blocking_pairs(machine);
     pairs.push(pingpong::Placement::Unpinned);
-    let blocking = pingpong::run(
+    let blocking = Pingpong::run(
         machine,
         &pingpong_settings(b, pingpong::Method::Pipe, pairs),
-        &line,
+        &sink,
     )?;
     let mut runs = adapt::wakeup(&blocking);
     let spin_pairs: Vec<pingpong::Placement> = machine
@@ -71,10 +78,10 @@ pub fn wakeup(machine: &Machine, b: &Budget, p: &Progress) -> Result<Vec<WakeupR
         .map(|c| pingpong::Placement::Pinned { a: c.a, b: c.b })
         .collect();
     if !spin_pairs.is_empty() {
-        let spin = pingpong::run(
+        let spin = Pingpong::run(
             machine,
             &pingpong_settings(b, pingpong::Method::Spin, spin_pairs),
-            &line,
+            &sink,
         )?;
         runs.extend(adapt::wakeup(&spin));
     }
@@ -93,7 +100,7 @@ pub fn oscost(machine: &Machine, mode: Mode, p: &Progress) -> Result<OsCosts> {
             f.trials = 6;
         }
     }
-    let r = oscost::run(machine, &s, &|l| p.line(l))?;
+    let r = Oscost::run(machine, &s, &Sink::new(&|l, m| p.emit(l, m)))?;
     Ok(adapt::oscost(&r))
 }
 
@@ -108,7 +115,7 @@ pub fn share(machine: &Machine, b: &Budget, p: &Progress) -> Result<ShareCheck> 
         repeats: b.share_repetitions,
         ..share::ShareSettings::single(1, 0)
     };
-    let r = share::run(machine, &s, &|l| p.line(l))?;
+    let r = Share::run(machine, &s, &Sink::new(&|l, m| p.emit(l, m)))?;
     adapt::share(&r).ok_or_else(|| anyhow::anyhow!("the share check measured no worker rate"))
 }
 
@@ -117,7 +124,7 @@ pub fn scale(machine: &Machine, b: &Budget, p: &Progress) -> Result<Vec<ScalePoi
     let mut s = scale::ScaleSettings::quick(machine);
     s.policies = vec![scale::Policy::Compact, scale::Policy::Scatter];
     s.duration = Duration::from_secs_f64(b.scale_run_s);
-    let r = scale::run(machine, &s, &|l| p.line(l))?;
+    let r = Scale::run(machine, &s, &Sink::new(&|l, m| p.emit(l, m)))?;
     Ok(adapt::scale(&r))
 }
 
@@ -132,6 +139,7 @@ pub fn preset(machine: &Machine, name: &str, mode: Mode, p: &Progress) -> Result
     let mut s =
         pair::settings::PairSettings::preset(preset, b.preset_run_s.round().max(1.0) as u32);
     s.check_load = false;
-    let r = pair::run(machine, &s, &|l| p.line(&format!("{name}: {l}")))?;
+    let sink = |level: Level, m: &str| p.emit(level, &format!("{name}: {m}"));
+    let r = Pair::run(machine, &s, &Sink::new(&sink))?;
     Ok(adapt::pair(&r, name))
 }

@@ -13,6 +13,10 @@
 //!   direction from here instead of guessing it from a key's spelling.
 //! - the text and HTML renderers of each result, beside the experiment, so `cpulab report` renders
 //!   every kind it can load with that kind's own renderer.
+//! - [`check_load`]: the prologue before measuring (watch the CPUs for other load, warn, record).
+//!
+//! [`Level`] is defined with the terminal printer in `output` (the bottom layer, which must not
+//! import this one) and re-exported here.
 
 pub mod registry;
 
@@ -54,6 +58,8 @@ pub enum Unit {
     Megahertz,
     Cycles,
     Bytes,
+    /// The unit the figure's label names (a custom metric's own unit, like `ms` or `req`).
+    Other,
 }
 
 impl Unit {
@@ -71,6 +77,7 @@ impl Unit {
             Self::Megahertz => "MHz",
             Self::Cycles => "cycles",
             Self::Bytes => "B",
+            Self::Other => "",
         }
     }
 }
@@ -139,17 +146,7 @@ impl Figure {
     }
 }
 
-/// How much a progress message matters. The printer decides what each level shows where.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Level {
-    /// The step now running: shown on a terminal only, or as a progress bar's message.
-    Step,
-    /// Something that qualifies the figures: shown unless `--quiet`.
-    Note,
-    /// Something likely wrong with the figures or the run: shown unless `--quiet`.
-    Warning,
-}
+pub use crate::output::Level;
 
 /// Where an experiment reports what it is doing. Cheap to pass by reference; the sink decides
 /// where messages go (stderr, a progress bar, a collecting test).
@@ -177,18 +174,29 @@ impl<'a> Progress<'a> {
     pub fn emit(&self, level: Level, msg: &str) {
         (self.sink)(level, msg)
     }
+}
 
-    /// A callback for modules that still report plain lines: a leading `warning: ` or `note: `
-    /// becomes the level (and is stripped), anything else is a step.
-    pub fn line(&self, line: &str) {
-        if let Some(rest) = line.strip_prefix("warning: ") {
-            self.warn(rest)
-        } else if let Some(rest) = line.strip_prefix("note: ") {
-            self.note(rest)
-        } else {
-            self.step(line)
-        }
+/// The prologue every experiment runs before measuring: unless `enabled` is false, watch `cpus`
+/// for other load for `window`, warn when there is some, and record the check in `conditions`;
+/// otherwise note in `conditions` that no check was made.
+pub fn check_load(
+    conditions: &mut Conditions,
+    machine: &Machine,
+    cpus: &crate::cpulist::CpuSet,
+    window: std::time::Duration,
+    enabled: bool,
+    progress: &Progress,
+) {
+    if !enabled || cpus.is_empty() {
+        conditions.load_not_checked();
+        return;
     }
+    progress.step(&format!("checking CPUs {cpus} for other load"));
+    let check = crate::counters::check_background_load(&machine.root, cpus, window);
+    if let (true, Some(r)) = (check.noisy, &check.reason) {
+        progress.warn(&format!("{r}; results are marked noisy"));
+    }
+    conditions.record_load(check);
 }
 
 /// A sink that drops everything (tests, nested runs whose caller reports progress itself).

@@ -33,7 +33,18 @@ pub const fn entry<E: Experiment>() -> Entry {
 /// Every experiment whose results cpulab can load, render and compare.
 pub const ENTRIES: &[Entry] = &[
     entry::<crate::pingpong::Pingpong>(),
+    entry::<crate::pair::Pair>(),
+    entry::<crate::share::Share>(),
+    entry::<crate::scale::Scale>(),
+    entry::<crate::oscost::Oscost>(),
     entry::<crate::watch::Watch>(),
+    // A model, not an experiment: its documents are loaded and rendered like the others, and
+    // every figure it gives is labelled SIMULATED.
+    Entry {
+        kind: Kind::Sim,
+        render: crate::sim::render::render_document,
+        figures: crate::sim::render::figures,
+    },
 ];
 
 /// The entry for a kind, if it is an experiment's.

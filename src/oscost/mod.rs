@@ -13,13 +13,17 @@
 //! (`freq`) runs last, on the same CPU.
 
 pub mod batch;
+mod experiment;
 pub mod freq;
 pub mod platform;
 pub mod primitives;
+mod render;
 pub mod switch;
 
-use crate::counters::check_background_load;
+pub use experiment::Oscost;
+
 use crate::error::bad_input;
+use crate::experiment::{Progress, check_load};
 use crate::machine::{Conditions, Machine};
 use crate::stats::MeanCi;
 use anyhow::Result;
@@ -38,6 +42,8 @@ pub struct OscostSettings {
     pub batch_target: Duration,
     /// The effective-frequency probe; `None` skips it.
     pub frequency: Option<freq::FreqSettings>,
+    /// Look for other load on the CPU before measuring.
+    pub check_load: bool,
 }
 
 impl OscostSettings {
@@ -47,6 +53,7 @@ impl OscostSettings {
             batches: 30,
             batch_target: Duration::from_millis(5),
             frequency: Some(freq::FreqSettings::standard()),
+            check_load: true,
         }
     }
 
@@ -57,6 +64,7 @@ impl OscostSettings {
             batches: 10,
             batch_target: Duration::from_millis(2),
             frequency: Some(freq::FreqSettings::quick()),
+            check_load: true,
         }
     }
 
@@ -175,27 +183,29 @@ impl Drop for RestoreAffinity {
 pub fn run(
     machine: &Machine,
     settings: &OscostSettings,
-    progress: &dyn Fn(&str),
+    progress: &Progress,
 ) -> Result<OscostReport> {
-    settings.check(machine)?;
     let cpu = settings
         .cpu
         .or_else(|| machine.allowed.first())
         .ok_or_else(|| bad_input("no CPU is allowed to this process"))?;
     let mut conditions = Conditions::now(machine);
     let one = crate::cpulist::CpuSet::from_iter_u32([cpu]);
-    progress("oscost: checking for background load");
-    conditions.record_load(check_background_load(
-        &machine.root,
+    let window = Duration::from_millis(300);
+    check_load(
+        &mut conditions,
+        machine,
         &one,
-        Duration::from_millis(300),
-    ));
+        window,
+        settings.check_load,
+        progress,
+    );
     let _restore = RestoreAffinity(crate::affinity::get(0).ok());
     crate::affinity::pin_self(cpu)?;
 
     let mut ops = Vec::new();
     for name in PRIMITIVES {
-        progress(&format!("oscost: {name}"));
+        progress.step(&format!("oscost: {name}"));
         let cost = match make(name, cpu) {
             Ok(mut p) => batch::measure(p.as_mut(), settings.batches, settings.batch_target),
             Err(e) => OpCost::unavailable(name, String::new(), format!("{e:#}")),
@@ -203,7 +213,7 @@ pub fn run(
         ops.push(cost);
     }
     let frequency = settings.frequency.as_ref().map(|f| {
-        progress("oscost: effective frequency, cold and warm");
+        progress.step("oscost: effective frequency, cold and warm");
         freq::run(f)
     });
     Ok(OscostReport {

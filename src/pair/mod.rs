@@ -23,6 +23,7 @@
 //! (SIGKILL of cpulab) and `signals` (Ctrl-C and SIGTERM become an orderly teardown).
 
 pub mod cleanup;
+mod experiment;
 pub mod metric;
 pub mod observe;
 pub mod placement;
@@ -35,15 +36,16 @@ pub mod settings;
 pub mod signals;
 pub mod watchdog;
 
+pub use experiment::Pair;
 pub use report::{PairReport, PlacementResult};
 pub use runner::RunResult;
 pub use settings::{PairSettings, Preset};
 
-use crate::counters::check_background_load;
 use crate::cpulist::CpuSet;
+use crate::experiment::{Progress, check_load};
 use crate::machine::{Conditions, Machine};
 use anyhow::Result;
-use settings::{Experiment, Workload};
+use settings::{Programs, Workload};
 use std::time::Duration;
 
 /// Seconds of the discarded warm-up run after each server start (presets).
@@ -60,8 +62,8 @@ pub fn preset_available(preset: Preset) -> Result<(), String> {
 }
 
 fn workload(settings: &PairSettings) -> Option<String> {
-    match &settings.experiment {
-        Experiment::Pgbench(p) => Some(match p.workload {
+    match &settings.programs {
+        Programs::Pgbench(p) => Some(match p.workload {
             Workload::Select1 => format!(
                 "select1 (SELECT 1; with -n), -c {} -j {}",
                 p.clients, p.threads
@@ -71,9 +73,9 @@ fn workload(settings: &PairSettings) -> Option<String> {
                 p.scale, p.clients, p.threads
             ),
         }),
-        Experiment::Http { .. } => Some("GET of a small static page, one connection".to_string()),
-        Experiment::Redis => Some("GET, one connection (redis-benchmark -c 1 -t get)".to_string()),
-        Experiment::Generic { .. } => None,
+        Programs::Http { .. } => Some("GET of a small static page, one connection".to_string()),
+        Programs::Redis => Some("GET, one connection (redis-benchmark -c 1 -t get)".to_string()),
+        Programs::Generic { .. } => None,
     }
 }
 
@@ -81,11 +83,7 @@ fn workload(settings: &PairSettings) -> Option<String> {
 ///
 /// Spawns every server and client from the calling thread, which must live until this returns
 /// (the kernel's parent-death signal fires when the spawning *thread* exits).
-pub fn run(
-    machine: &Machine,
-    settings: &PairSettings,
-    progress: &dyn Fn(&str),
-) -> Result<PairReport> {
+pub fn run(machine: &Machine, settings: &PairSettings, progress: &Progress) -> Result<PairReport> {
     signals::install();
     let placements = placement::plan(machine, &settings.placements);
     let mut conditions = Conditions::now(machine);
@@ -94,18 +92,18 @@ pub fn run(
             "only one CPU may be used: no cross-CPU placement can be measured here".to_string(),
         );
     }
-    if settings.check_load {
-        progress("checking for other load on the CPUs in use");
-        let cpus: CpuSet = machine.allowed.clone();
-        conditions.record_load(check_background_load(
-            &machine.root,
-            &cpus,
-            Duration::from_millis(500),
-        ));
-    }
+    let window = Duration::from_millis(500);
+    check_load(
+        &mut conditions,
+        machine,
+        &machine.allowed,
+        window,
+        settings.check_load,
+        progress,
+    );
     let mut env = presets::Env::create(settings.ready_timeout)?;
     let mut setup = presets::build(settings, &mut env)?;
-    progress(&format!("preparing {}", setup.server.describe()));
+    progress.step(&format!("preparing {}", setup.server.describe()));
     setup.server.prepare(&mut env)?;
     let secs = settings.duration_s;
     let schedule = placement::schedule(placements.len(), settings.repeat);
@@ -121,7 +119,7 @@ pub fn run(
                 .as_ref()
                 .map(|c| format!("CPU {c}"))
                 .unwrap_or("no pinning".into());
-            progress(&format!("starting the server ({on})"));
+            progress.step(&format!("starting the server ({on})"));
             setup.server.start(p.server_cpus.as_ref(), &mut env)?;
             running = Some(p.server_cpus.clone());
             starts += 1;
@@ -131,7 +129,7 @@ pub fn run(
             }
         }
         let r = runner::run_once(machine, p, &mut setup, &mut env, settings, secs, k)?;
-        progress(&format!(
+        progress.step(&format!(
             "[{}/{}] {}: {:.0} {}",
             k + 1,
             schedule.len(),

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 /// Ready-made experiments with real programs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Preset {
     /// A throwaway PostgreSQL cluster and pgbench (field notes A and B).
@@ -22,7 +22,7 @@ pub enum Preset {
 }
 
 /// pgbench workloads.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Workload {
     /// A script of `SELECT 1;` run with `-n`: one round trip per transaction, nothing else.
@@ -44,7 +44,7 @@ pub struct PgbenchSettings {
 }
 
 /// Which web server the http preset uses.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum HttpServerKind {
     /// Apache if installed, else nginx, else built in.
@@ -56,7 +56,7 @@ pub enum HttpServerKind {
 }
 
 /// Which load generator the http preset uses.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum HttpClientKind {
     /// ab if installed, else wrk, else built in.
@@ -82,7 +82,7 @@ pub enum Readiness {
 
 /// What runs.
 #[derive(Clone, Debug)]
-pub enum Experiment {
+pub enum Programs {
     /// Any server and client given on the command line.
     Generic {
         server: Vec<String>,
@@ -111,7 +111,7 @@ pub enum Placements {
 #[derive(Clone, Debug)]
 pub struct PairSettings {
     /// What runs.
-    pub experiment: Experiment,
+    pub programs: Programs,
     /// Seconds each client run lasts (presets; a generic client decides for itself).
     pub duration_s: u32,
     /// Runs per placement, interleaved round-robin across placements.
@@ -137,21 +137,21 @@ pub const MIN_REPEAT: usize = 3;
 impl PairSettings {
     /// A preset with its defaults: 3 runs of `duration_s` per placement, automatic placements.
     pub fn preset(preset: Preset, duration_s: u32) -> Self {
-        let experiment = match preset {
-            Preset::Pgbench => Experiment::Pgbench(PgbenchSettings {
+        let programs = match preset {
+            Preset::Pgbench => Programs::Pgbench(PgbenchSettings {
                 workload: Workload::Select1,
                 clients: 1,
                 threads: 1,
                 scale: 10,
             }),
-            Preset::Http => Experiment::Http {
+            Preset::Http => Programs::Http {
                 server: HttpServerKind::Auto,
                 client: HttpClientKind::Auto,
             },
-            Preset::Redis => Experiment::Redis,
+            Preset::Redis => Programs::Redis,
         };
         Self {
-            experiment,
+            programs,
             duration_s: duration_s.max(1),
             repeat: MIN_REPEAT,
             placements: Placements::Auto,
@@ -163,11 +163,11 @@ impl PairSettings {
     }
 
     pub fn preset_name(&self) -> Option<&'static str> {
-        match self.experiment {
-            Experiment::Generic { .. } => None,
-            Experiment::Pgbench(_) => Some("pgbench"),
-            Experiment::Http { .. } => Some("http"),
-            Experiment::Redis => Some("redis"),
+        match self.programs {
+            Programs::Generic { .. } => None,
+            Programs::Pgbench(_) => Some("pgbench"),
+            Programs::Http { .. } => Some("http"),
+            Programs::Redis => Some("redis"),
         }
     }
 }

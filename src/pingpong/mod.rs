@@ -15,6 +15,7 @@
 
 mod child;
 mod clock;
+pub mod html;
 mod measure;
 mod observe;
 mod plan;
@@ -22,19 +23,18 @@ pub mod render;
 mod report;
 mod runner;
 mod settings;
+pub mod summary;
 mod transport;
 
 pub use clock::Timer;
 pub use measure::EndedBy;
 pub use observe::{EndpointCounters, RunCounters};
 pub use report::{PingpongReport, PingpongRun, SkippedRun, WhereRan};
-pub use settings::{
-    Endpoints, Method, PairSpec, PingpongSettings, Placement, parse_pairs, parse_seconds,
-};
+pub use settings::{Endpoints, Method, PairSpec, PingpongSettings, Placement, parse_pairs};
 
-use crate::counters::check_background_load;
 use crate::cpulist::CpuSet;
 use crate::error::bad_input;
+use crate::experiment::{Experiment, Figure, Progress, check_load};
 use crate::machine::{Conditions, Machine};
 use anyhow::{Result, bail};
 use measure::LoopLimits;
@@ -46,12 +46,11 @@ pub const PERF_OFF: &str = "perf counters were not opened (ask with --perf): a p
      context switches and migrations come from /proc, which costs nothing";
 
 /// Runs every method at every placement the settings name, and reports them with their
-/// counters and conditions. `progress` receives one line per step; lines that start with
-/// `warning:` should be shown even when progress is not.
+/// counters and conditions. `progress` receives one step per run, notes and warnings.
 pub fn run(
     machine: &Machine,
     settings: &PingpongSettings,
-    progress: &dyn Fn(&str),
+    progress: &Progress,
 ) -> Result<PingpongReport> {
     let cpus = settings
         .cpus
@@ -73,7 +72,7 @@ pub fn run(
             "only one CPU ({cpus}) is available: only the same-cpu and unpinned placements can \
              be measured, and unpinned ends share that CPU"
         );
-        progress(&format!("note: {note}"));
+        progress.note(&note);
         conditions.notes.push(note);
     }
     let (planned, mut skipped) =
@@ -82,22 +81,22 @@ pub fn run(
         .iter()
         .flat_map(|p| plan::cpus_in_use(p.placement, &cpus).to_vec())
         .collect();
-    if settings.load_check_s > 0.0 && !in_use.is_empty() {
-        progress(&format!("checking CPUs {in_use} for other load..."));
-        let window = seconds("load_check_s", settings.load_check_s)?;
-        let check = check_background_load(&machine.root, &in_use, window);
-        if let (true, Some(r)) = (check.noisy, &check.reason) {
-            progress(&format!("warning: {r}; results are marked noisy"));
-        }
-        conditions.record_load(check);
-    }
+    let window = seconds("load_check_s", settings.load_check_s)?;
+    check_load(
+        &mut conditions,
+        machine,
+        &in_use,
+        window,
+        !window.is_zero(),
+        progress,
+    );
     let timer = Timer::detect(&machine.root);
     let mut runs = Vec::new();
     let mut failures = Vec::new();
     for (i, p) in planned.iter().enumerate() {
         let (a, b) = plan::cpus_of(p.placement);
         let where_ = a.zip(b).map_or("any".into(), |(a, b)| format!("{a}:{b}"));
-        progress(&format!(
+        progress.step(&format!(
             "[{}/{}] {} {} ({where_})",
             i + 1,
             planned.len(),
@@ -116,7 +115,7 @@ pub fn run(
         match runner::run_one(&spec) {
             Ok(r) => runs.push(r),
             Err(e) => {
-                progress(&format!("warning: {} {} failed: {e:#}", p.method, p.class));
+                progress.warn(&format!("{} {} failed: {e:#}", p.method, p.class));
                 failures.push(format!("{e:#}"));
                 skipped.push(SkippedRun {
                     method: p.method,
@@ -175,7 +174,7 @@ fn note_unavailable(conditions: &mut Conditions, runs: &[PingpongRun]) {
 /// The pingpong experiment behind the common interface.
 pub struct Pingpong;
 
-impl crate::experiment::Experiment for Pingpong {
+impl Experiment for Pingpong {
     type Settings = PingpongSettings;
     type Report = PingpongReport;
     const KIND: crate::report::envelope::Kind = crate::report::envelope::Kind::Pingpong;
@@ -183,16 +182,16 @@ impl crate::experiment::Experiment for Pingpong {
     fn run(
         machine: &Machine,
         settings: &PingpongSettings,
-        progress: &crate::experiment::Progress,
+        progress: &Progress,
     ) -> Result<PingpongReport> {
-        run(machine, settings, &|l| progress.line(l))
+        run(machine, settings, progress)
     }
 
     fn conditions(report: &PingpongReport) -> &crate::machine::Conditions {
         &report.conditions
     }
 
-    fn figures(report: &PingpongReport) -> Vec<crate::experiment::Figure> {
+    fn figures(report: &PingpongReport) -> Vec<Figure> {
         report::figures(report)
     }
 
@@ -201,11 +200,7 @@ impl crate::experiment::Experiment for Pingpong {
     }
 
     fn render_html(report: &PingpongReport) -> String {
-        let m = crate::doctor::measurements::Measurements {
-            wakeup: crate::doctor::adapt::wakeup(report),
-            ..Default::default()
-        };
-        crate::report::html::wakeup_page(&report.conditions, &m)
+        html::page(report)
     }
 }
 
@@ -227,10 +222,8 @@ mod tests {
         s.warmup_s = 0.01;
         s.load_check_s = 0.0;
         let lines = std::cell::RefCell::new(Vec::new());
-        let r = run(&machine, &s, &|l: &str| {
-            lines.borrow_mut().push(l.to_string())
-        })
-        .unwrap();
+        let sink = |_, l: &str| lines.borrow_mut().push(l.to_string());
+        let r = run(&machine, &s, &Progress::new(&sink)).unwrap();
         assert_eq!(r.runs.len(), 1);
         assert_eq!(
             r.runs[0].placement,
@@ -256,7 +249,7 @@ mod tests {
             load_check_s: 0.0,
             ..PingpongSettings::default()
         };
-        let r = run(&machine, &s, &|_| {}).unwrap();
+        let r = run(&machine, &s, &Progress::new(&crate::experiment::silent)).unwrap();
         assert_eq!(r.runs.len(), 2);
         assert!(r.runs[1].where_ran.as_ref().unwrap().samples > 0);
         assert_eq!(crate::affinity::get(0).unwrap(), before);
@@ -269,7 +262,7 @@ mod tests {
             warmup_s: -1.0,
             ..PingpongSettings::default()
         };
-        let e = run(&machine, &s, &|_| {}).unwrap_err();
+        let e = run(&machine, &s, &Progress::new(&crate::experiment::silent)).unwrap_err();
         assert_eq!(crate::error::exit_code(&e), 2);
     }
 }

@@ -196,24 +196,6 @@ pub fn parse_pairs(text: &str) -> Result<PairSpec, String> {
     Ok(PairSpec::List(list))
 }
 
-/// Parses a time in seconds: `2`, `0.2`, `0.2s`, `200ms`.
-pub fn parse_seconds(text: &str) -> Result<f64, String> {
-    let t = text.trim();
-    let (num, scale) = if let Some(ms) = t.strip_suffix("ms") {
-        (ms, 1e-3)
-    } else if let Some(s) = t.strip_suffix('s') {
-        (s, 1.0)
-    } else {
-        (t, 1.0)
-    };
-    match num.trim().parse::<f64>() {
-        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v * scale),
-        _ => Err(format!(
-            "`{t}` is not a time; give seconds like `2`, `0.2` or `200ms`"
-        )),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -232,16 +214,6 @@ mod tests {
         );
         for bad in ["0", "0:", ":1", "a:b", "0-1", "0:1,", ""] {
             assert!(parse_pairs(bad).is_err(), "{bad}");
-        }
-    }
-
-    #[test]
-    fn parses_seconds() {
-        assert_eq!(parse_seconds("2"), Ok(2.0));
-        assert_eq!(parse_seconds("0.2s"), Ok(0.2));
-        assert!((parse_seconds("200ms").unwrap() - 0.2).abs() < 1e-12);
-        for bad in ["-1", "x", "nan", "inf", ""] {
-            assert!(parse_seconds(bad).is_err(), "{bad}");
         }
     }
 

@@ -12,13 +12,16 @@
 //! quadrature (first-order propagation of error for a quotient).
 
 pub mod contention;
+mod experiment;
 pub mod policy;
+mod render;
 mod run;
 #[cfg(test)]
 pub(crate) mod test_topologies;
 pub mod workload;
 
 pub use contention::Contention;
+pub use experiment::Scale;
 pub use policy::Policy;
 pub use run::run;
 
@@ -60,6 +63,8 @@ pub struct ScaleSettings {
     pub fib_cutoff: u32,
     /// Triad array size in MiB (each of three); `None` = 4x the LLCs' total, 64..=1024 MiB.
     pub triad_mib: Option<u64>,
+    /// Look for other load on the allowed CPUs before measuring.
+    pub check_load: bool,
 }
 
 impl ScaleSettings {
@@ -74,6 +79,7 @@ impl ScaleSettings {
             fib_n: None,
             fib_cutoff: 18,
             triad_mib: None,
+            check_load: true,
         }
     }
 
@@ -99,7 +105,7 @@ impl ScaleSettings {
         for p in &self.policies {
             if let Policy::Explicit(list) = p {
                 if list.is_empty() {
-                    return Err(bad_input("--cpus is empty; name at least one CPU"));
+                    return Err(bad_input("--order is empty; name at least one CPU"));
                 }
                 let set = CpuSet::from_iter_u32(list.iter().copied());
                 crate::affinity::validate(&set, &machine.topology, &machine.allowed)?;

@@ -6,8 +6,9 @@ use super::contention::{self, Contention};
 use super::policy::{self, Policy};
 use super::workload::{self, TriadArrays};
 use super::{PolicyResult, ScalePoint, ScaleReport, ScaleSettings, Workload};
-use crate::counters::{SystemSnapshot, check_background_load};
+use crate::counters::SystemSnapshot;
 use crate::cpulist::CpuSet;
+use crate::experiment::{Progress, check_load};
 use crate::machine::{Conditions, Machine};
 use crate::share::load;
 use crate::stats::MeanCi;
@@ -28,22 +29,24 @@ enum Job {
 pub fn run(
     machine: &Machine,
     settings: &ScaleSettings,
-    progress: &dyn Fn(&str),
+    progress: &Progress,
 ) -> Result<ScaleReport> {
-    settings.check(machine)?;
     let mut conditions = Conditions::now(machine);
-    progress("scale: checking for background load");
-    conditions.record_load(check_background_load(
-        &machine.root,
+    let window = Duration::from_millis(300);
+    check_load(
+        &mut conditions,
+        machine,
         &machine.allowed,
-        Duration::from_millis(300),
-    ));
+        window,
+        settings.check_load,
+        progress,
+    );
     let mut counts = settings.threads.clone();
     counts.push(1);
     counts.sort_unstable();
     counts.dedup();
     let llc_total_kib = llc_total_kib(machine);
-    progress("scale: sizing the workload");
+    progress.step("scale: sizing the workload");
     let job = prepare(settings, llc_total_kib, &mut conditions)?;
 
     // Repeats outermost, so a burst of outside load spreads over every point (and widens
@@ -54,7 +57,7 @@ pub fn run(
     for rep in 0..settings.repeats {
         for (pi, p) in settings.policies.iter().enumerate() {
             for (ci, &n) in counts.iter().enumerate() {
-                progress(&format!(
+                progress.step(&format!(
                     "scale: {p}, {n} thread(s), run {}/{}",
                     rep + 1,
                     settings.repeats

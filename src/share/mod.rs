@@ -14,10 +14,13 @@
 //! nothing outlives it.
 
 pub mod cgroup;
+mod experiment;
 pub mod load;
 pub mod model;
+mod render;
 mod run;
 
+pub use experiment::Share;
 pub use run::{OTHER_LOAD_NOISY_CPUS, run};
 
 use crate::cpulist::CpuSet;
@@ -48,6 +51,8 @@ pub struct ShareSettings {
     pub repeats: usize,
     /// Upper bound of the prime search: the size of one work unit.
     pub max_prime: u64,
+    /// Look for other load on the allowed CPUs before measuring.
+    pub check_load: bool,
 }
 
 impl ShareSettings {
@@ -62,6 +67,7 @@ impl ShareSettings {
             duration: Duration::from_secs(1),
             repeats: 3,
             max_prime: 10_000,
+            check_load: true,
         }
     }
 

@@ -5,7 +5,8 @@ use super::cgroup::{CgroupCpu, ThrottleDelta};
 use super::load::{self, Duty, Gate, WorkerOutcome};
 use super::model;
 use super::{ShareConfig, ShareReport, ShareRun, ShareSettings};
-use crate::counters::{SystemSnapshot, check_background_load};
+use crate::counters::SystemSnapshot;
+use crate::experiment::{Progress, check_load};
 use crate::machine::{Conditions, Machine};
 use crate::stats::MeanCi;
 use anyhow::{Context, Result};
@@ -33,16 +34,18 @@ pub const OTHER_LOAD_NOISY_CPUS: f64 = 0.1;
 pub fn run(
     machine: &Machine,
     settings: &ShareSettings,
-    progress: &dyn Fn(&str),
+    progress: &Progress,
 ) -> Result<ShareReport> {
-    settings.check(machine)?;
     let mut conditions = Conditions::now(machine);
-    progress("share: checking for background load");
-    conditions.record_load(check_background_load(
-        &machine.root,
+    let window = Duration::from_millis(300);
+    check_load(
+        &mut conditions,
+        machine,
         &machine.allowed,
-        Duration::from_millis(300),
-    ));
+        window,
+        settings.check_load,
+        progress,
+    );
     let cgroup = match CgroupCpu::read(&machine.root) {
         Ok(c) => Some(c),
         Err(e) => {
@@ -84,7 +87,7 @@ pub fn run(
         let mut runs: Vec<Vec<RawRun>> = vec![Vec::new(); with_alone.len()];
         for rep in 0..settings.repeats {
             for (i, &b) in with_alone.iter().enumerate() {
-                progress(&format!(
+                progress.step(&format!(
                     "share: {t} worker(s), {b} burner(s), run {}/{}",
                     rep + 1,
                     settings.repeats

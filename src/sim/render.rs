@@ -7,7 +7,21 @@
 
 use super::SimReport;
 use super::validate::{TableCheck, Validation};
-use crate::report::html::page;
+use crate::report::html::page_with_provenance;
+use maud::PreEscaped;
+
+/// The footer of every simulated page.
+const SIMULATED: &str = "Every figure marked SIMULATED is a model's prediction, not a measurement; \
+     published figures are quoted with their field-notes section.";
+
+fn page(title: &str, header: &str, body: &str) -> String {
+    page_with_provenance(
+        title,
+        PreEscaped(header.to_string()),
+        PreEscaped(body.to_string()),
+        SIMULATED,
+    )
+}
 use crate::report::svg::esc;
 use comfy_table::{Table, presets};
 
@@ -314,4 +328,52 @@ pub fn report_html(r: &SimReport) -> String {
         &format!("<h1>cpulab sim: {} (SIMULATED)</h1>", esc(&r.scenario)),
         &body,
     )
+}
+
+/// Renders a saved `sim` document (a scenario or a validation) with its own renderers, so
+/// `cpulab report` never shows a simulated figure without its label.
+pub fn render_document(
+    doc: &serde_json::Value,
+    _style: &crate::output::Style,
+) -> anyhow::Result<(String, String)> {
+    if doc.get("tables").is_some() {
+        let v: Validation = sim_typed(doc)?;
+        return Ok((validation_text(&v), validation_html(&v)));
+    }
+    let r: SimReport = sim_typed(doc)?;
+    Ok((report_text(&r), report_html(&r)))
+}
+
+/// The figures of a saved scenario: each workload's rate, labelled SIMULATED.
+pub fn figures(doc: &serde_json::Value) -> anyhow::Result<Vec<crate::experiment::Figure>> {
+    use crate::experiment::{Direction, Figure, Unit};
+    if doc.get("tables").is_some() {
+        return Ok(Vec::new());
+    }
+    let r: SimReport = sim_typed(doc)?;
+    Ok(r.configs
+        .iter()
+        .flat_map(|c| {
+            c.workloads.iter().enumerate().map(move |(i, w)| {
+                Figure::single(
+                    format!(
+                        "simulated_per_s[config={},vm={},workload={i}]",
+                        c.name, w.vm
+                    ),
+                    format!("SIMULATED {} {} in {} ({})", w.kind, w.unit, w.vm, c.name),
+                    Unit::PerSecond,
+                    Direction::HigherIsBetter,
+                    w.per_s,
+                )
+            })
+        })
+        .collect())
+}
+
+fn sim_typed<T: serde::de::DeserializeOwned>(doc: &serde_json::Value) -> anyhow::Result<T> {
+    serde_json::from_value(doc.clone()).map_err(|e| {
+        crate::error::bad_input(format!(
+            "this sim result does not match its schema ({e}); write it again with `cpulab sim ... --json`"
+        ))
+    })
 }

@@ -245,5 +245,9 @@ pub fn html(r: &WatchReport) -> String {
             esc(&e.verify)
         );
     }
-    crate::report::html::page("cpulab watch", "cpulab watch", &b)
+    crate::report::html::page(
+        "cpulab watch",
+        maud::PreEscaped("<h1>cpulab watch</h1>".to_string()),
+        maud::PreEscaped(b),
+    )
 }

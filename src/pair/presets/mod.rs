@@ -19,7 +19,7 @@ use crate::pair::cleanup::Scratch;
 use crate::pair::metric::Metric;
 use crate::pair::observe::Target;
 use crate::pair::procs::{self, Launch, Proc, RunAs};
-use crate::pair::settings::{Experiment, PairSettings, Readiness};
+use crate::pair::settings::{PairSettings, Programs, Readiness};
 use crate::pair::signals;
 use crate::pair::watchdog::Watchdog;
 use anyhow::{Result, bail};
@@ -164,16 +164,16 @@ pub struct Setup {
 
 /// Builds the setup for `settings` (finds programs; starts nothing).
 pub fn build(settings: &PairSettings, env: &mut Env) -> Result<Setup> {
-    match &settings.experiment {
-        Experiment::Generic {
+    match &settings.programs {
+        Programs::Generic {
             server,
             client,
             ready,
             metric,
         } => generic::setup(server, client, ready, metric, env),
-        Experiment::Pgbench(p) => pgbench::setup(p, env),
-        Experiment::Http { server, client } => http::setup(*server, *client, env),
-        Experiment::Redis => redis::setup(env),
+        Programs::Pgbench(p) => pgbench::setup(p, env),
+        Programs::Http { server, client } => http::setup(*server, *client, env),
+        Programs::Redis => redis::setup(env),
     }
 }
 

@@ -1,0 +1,110 @@
+//! Quantities as people write and read them: one parser for every duration flag, and the
+//! number formats every renderer shares. Pure functions, no I/O, at the bottom of the crate so
+//! that both the terminal printer (`output`) and the HTML primitives (`report`) can use them
+//! without importing each other.
+
+use std::time::Duration;
+
+/// The longest duration any flag accepts: a day. Long enough for any measurement, short enough
+/// that no arithmetic on it overflows.
+pub const MAX_DURATION: Duration = Duration::from_secs(86_400);
+
+/// Parses a duration flag: a number with an optional unit, `ns`, `us`, `ms`, `s`, `m` or `h`
+/// (`500ms`, `2s`, `1m`, `0.2`); a bare number is seconds, so `--duration 10` keeps its old
+/// meaning. Negative, non-finite and absurd values (over [`MAX_DURATION`]) are errors, never a
+/// panic in a later conversion.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let t = text.trim();
+    let split = t
+        .find(|c: char| c.is_ascii_alphabetic() && c != 'e' && c != 'E')
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let scale = match unit.trim() {
+        "" | "s" | "sec" | "secs" => 1.0,
+        "ms" => 1e-3,
+        "us" | "µs" => 1e-6,
+        "ns" => 1e-9,
+        "m" | "min" => 60.0,
+        "h" => 3600.0,
+        other => {
+            return Err(format!(
+                "`{t}`: unknown unit `{other}`; give a time like `500ms`, `2s` or `1m`"
+            ));
+        }
+    };
+    let bad =
+        || format!("`{t}` is not a time; give one like `500ms`, `2s`, `1m` (or seconds: `2`)");
+    let v: f64 = num.trim().parse().map_err(|_| bad())?;
+    if !v.is_finite() || v < 0.0 {
+        return Err(bad());
+    }
+    let d = Duration::try_from_secs_f64(v * scale).map_err(|_| bad())?;
+    if d > MAX_DURATION {
+        return Err(format!("`{t}` is longer than a day; give a shorter time"));
+    }
+    Ok(d)
+}
+
+/// [`parse_duration`] for a command-line flag: a bad value is bad input naming the flag (one
+/// line, exit 2).
+pub fn flag_duration(flag: &str, text: &str) -> anyhow::Result<Duration> {
+    parse_duration(text).map_err(|e| crate::error::bad_input(format!("--{flag}: {e}")))
+}
+
+/// Formats nanoseconds for people: `812 ns`, `5.03 us`, `1.20 ms`.
+pub fn fmt_ns(ns: f64) -> String {
+    if ns < 1_000.0 {
+        format!("{ns:.0} ns")
+    } else if ns < 1_000_000.0 {
+        format!("{:.2} us", ns / 1e3)
+    } else if ns < 1e9 {
+        format!("{:.2} ms", ns / 1e6)
+    } else {
+        format!("{:.2} s", ns / 1e9)
+    }
+}
+
+/// A whole number with thousands separators: `12,345`.
+pub fn thousands(v: f64) -> String {
+    let s = format!("{:.0}", v.abs());
+    let mut out = String::new();
+    for (i, ch) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(ch);
+    }
+    if v < 0.0 { format!("-{out}") } else { out }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_take_units_and_bare_seconds() {
+        assert_eq!(parse_duration("2"), Ok(Duration::from_secs(2)));
+        assert_eq!(parse_duration("2s"), Ok(Duration::from_secs(2)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("1m"), Ok(Duration::from_secs(60)));
+        assert_eq!(parse_duration(" 0.2 "), Ok(Duration::from_millis(200)));
+        assert_eq!(parse_duration("250us"), Ok(Duration::from_micros(250)));
+        assert_eq!(parse_duration("1e-3s"), Ok(Duration::from_millis(1)));
+    }
+
+    /// `--ready-timeout 1e20` used to reach `Duration::from_secs_f64`, which panics.
+    #[test]
+    fn huge_negative_and_nonsense_durations_are_errors_not_panics() {
+        for bad in [
+            "1e20", "-1", "nan", "inf", "", "x", "2 days", "1e400", "25h",
+        ] {
+            assert!(parse_duration(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn thousands_groups_digits() {
+        assert_eq!(thousands(1234567.0), "1,234,567");
+        assert_eq!(thousands(-999.0), "-999");
+    }
+}
