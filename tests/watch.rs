@@ -197,3 +197,71 @@ fn a_saved_watch_renders_and_compares() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// PostgreSQL and pgbench started by `cpulab pair` (server on CPU 0, client on CPU 1), watched
+/// as descendants of the command: the graph's edges are pgbench <-> postgres, nearly all across
+/// CPUs, and each query's wakeup of the backend is answered by one wakeup of pgbench.
+#[test]
+fn pgbench_against_postgres_one_cpu_apart_wakes_across_both_ways() {
+    if !can_trace(test_name!()) || !common::postgres_installed(test_name!()) {
+        return;
+    }
+    let bin = common::cpulab_path();
+    let out = cpulab()
+        .args(["watch", "--json", "--quiet", "--duration", "300s", "--"])
+        .arg(&bin)
+        .args([
+            "pair",
+            "--preset",
+            "pgbench",
+            "--workload",
+            "select1",
+            "--duration",
+            "1",
+            "--repeats",
+            "3",
+            "--pairs",
+            "0:1",
+            "--json",
+            "--quiet",
+        ])
+        .timeout(std::time::Duration::from_secs(300))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let docs: Vec<Value> = serde_json::Deserializer::from_slice(&out.stdout)
+        .into_iter::<Value>()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    let w = docs.last().unwrap();
+    assert_eq!(w["kind"], "watch");
+    let (mut to_pg, mut to_bench, mut cross, mut all) = (0u64, 0u64, 0u64, 0u64);
+    for p in w["pairs"].as_array().unwrap() {
+        let n = p["wakeups"].as_u64().unwrap();
+        match (p["waker"].as_str().unwrap(), p["wakee"].as_str().unwrap()) {
+            ("pgbench", "postgres") => to_pg += n,
+            ("postgres", "pgbench") => to_bench += n,
+            _ => continue,
+        }
+        for c in p["classes"].as_array().unwrap() {
+            let k = c["wakeups"].as_u64().unwrap();
+            all += k;
+            if c["class"] != "same-cpu" {
+                cross += k;
+            }
+        }
+    }
+    assert!(to_pg > 0 && to_bench > 0, "{to_pg} {to_bench}");
+    if w["lost_events"].as_u64() == Some(0) {
+        let (lo, hi) = (to_pg.min(to_bench) as f64, to_pg.max(to_bench) as f64);
+        assert!(
+            lo >= 0.95 * hi,
+            "pgbench->postgres {to_pg}, back {to_bench}"
+        );
+    }
+    assert!(cross as f64 >= 0.9 * all as f64, "{cross} of {all} across");
+}
