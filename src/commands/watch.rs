@@ -14,13 +14,13 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 
 /// Watch a running application's wakeups: where they land and what each placement costs.
+/// With no target, the whole machine, one row per process name.
 #[derive(Debug, clap::Args)]
 #[command(after_help = "Examples:\n  \
     cpulab watch --comm postgres,pgbench --duration 10s\n  \
     cpulab watch --pid 1234,5678 --json > watch.json\n  \
     cpulab watch --cgroup /sys/fs/cgroup/system.slice/postgresql.service\n  \
-    cpulab watch --duration 2s -- cpulab pingpong --processes --pairs 0:1\n  \
-    cpulab watch                      # the whole machine, by process name")]
+    cpulab watch --duration 2s -- cpulab pingpong --processes --pairs 0:1")]
 pub struct Args {
     /// Process ids to watch, comma-separated (all their threads).
     #[arg(long, value_delimiter = ',', value_name = "PID")]
