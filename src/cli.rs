@@ -67,6 +67,9 @@ pub enum Command {
     Report(commands::report::Args),
     /// Compare two saved results figure by figure, with a significance test.
     Compare(commands::compare::Args),
+    /// Try a setting (halt polling, idle states, scheduler knobs, cpufreq, affinity, a tuned
+    /// profile): measured A/B, always restored.
+    Try(commands::try_::Args),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell) on stdout.
     Completions(commands::completions::Args),
     /// Write the man pages, cpulab.1 and one per command, into a directory.
@@ -80,6 +83,7 @@ pub enum Command {
 
 pub fn run(cli: Cli) -> Result<()> {
     let g = cli.global;
+    crate::trial::journal::recover_at_start(&g.root, g.quiet);
     match cli.command {
         Command::Probe(a) => commands::probe::run(a, &g),
         Command::Pingpong(a) => commands::pingpong::run(a, &g),
@@ -90,6 +94,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Doctor(a) => commands::doctor::run(a, &g),
         Command::Report(a) => commands::report::run(a, &g),
         Command::Compare(a) => commands::compare::run(a, &g),
+        Command::Try(a) => commands::try_::run(a, &g),
         Command::Completions(a) => commands::completions::run(a, Cli::command()),
         Command::Manpages(a) => commands::manpages::run(a, Cli::command(), g.quiet),
         Command::Sim(a) => commands::sim::run(a, &g),

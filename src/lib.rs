@@ -27,5 +27,6 @@ pub mod share;
 pub mod sim;
 pub mod stats;
 pub mod topology;
+pub mod trial;
 pub mod units;
 pub mod watch;

@@ -211,6 +211,37 @@ fn broken_inputs_exit_2_with_one_line() {
         .code(2);
 }
 
+/// Regression: a document with the right schema number but a field of the wrong type was
+/// compared as if nothing were wrong (exit 0). It is read into its kind's typed result first.
+#[test]
+fn a_field_of_the_wrong_type_is_bad_input_in_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let fixture = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/kvm-guest");
+    let out = cpulab()
+        .args(["--root", fixture, "probe", "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let good: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let mut bad = good.clone();
+    bad["conditions"]["started_unix_s"] = json!("yesterday");
+    let pg = write(&dir, "good.json", &good.to_string());
+    let pb = write(&dir, "bad.json", &bad.to_string());
+    // The well-shaped pair compares.
+    cpulab().arg("compare").arg(&pg).arg(&pg).assert().code(0);
+    for (a, b) in [(&pg, &pb), (&pb, &pg)] {
+        let out = cpulab().arg("compare").arg(a).arg(b).output().unwrap();
+        assert_eq!(out.status.code(), Some(2));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+        assert!(
+            err.contains("bad.json") && err.contains("wrong shape"),
+            "{err}"
+        );
+        assert!(err.contains("invalid type"), "{err}");
+    }
+}
+
 /// An experiment's result with the right schema number but a field of the wrong type is bad
 /// input: one line, exit 2 (it is read into its typed result to find its figures).
 #[test]

@@ -237,6 +237,30 @@ fn http_builtin_server_and_client_need_nothing_installed() {
 }
 
 #[test]
+fn neighbour_load_runs_beside_every_placement_and_is_recorded() {
+    let _g = serial();
+    let r = run_json(&w(
+        "--preset http --http-server builtin --http-client builtin --pairs 0:0 --neighbour-load 1",
+    ));
+    check_report(&r);
+    assert_eq!(r["experiment"]["neighbour_load"], 1);
+    assert!(
+        r["notes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|n| n.as_str().unwrap().contains("busy neighbour")),
+        "{}",
+        r["notes"]
+    );
+    // Without the flag the field is absent: the figures are for an otherwise idle machine.
+    let plain = run_json(&w(
+        "--preset http --http-server builtin --http-client builtin --pairs 0:0",
+    ));
+    assert!(plain["experiment"]["neighbour_load"].is_null());
+}
+
+#[test]
 fn redis_preset() {
     if !installed(
         test_name!(),

@@ -60,6 +60,7 @@ fn wake(
         noisy: false,
         same_cpu_share: None,
         migrations_per_s: None,
+        neighbour_load: None,
     }
 }
 
@@ -211,6 +212,7 @@ pub fn sample_report() -> DoctorReport {
         facts,
         measurements: m,
         findings,
+        interrupted: None,
     }
 }
 
@@ -488,4 +490,44 @@ fn every_experiment_renders_its_own_page() {
             "{kind}: its own text renderer, not a figure list: {text}"
         );
     }
+}
+
+/// An interrupted doctor result says so at the top of its page, and every remedy that must be
+/// done elsewhere (the hypervisor host) or by someone in particular says where and by whom.
+#[test]
+fn html_marks_an_interrupted_run_and_where_each_remedy_is_done() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut r = sample_report();
+    r.interrupted = Some(cpulab::doctor::battery::Interruption {
+        signal: 2,
+        name: "SIGINT".into(),
+        during: "preset pgbench (pair)".into(),
+    });
+    let json = dir.path().join("doctor.json");
+    std::fs::write(
+        &json,
+        serde_json::to_string(&Envelope::new(Kind::Doctor, &r)).unwrap(),
+    )
+    .unwrap();
+    let html = dir.path().join("report.html");
+    cpulab()
+        .arg("report")
+        .arg(&json)
+        .arg("--html")
+        .arg(&html)
+        .assert()
+        .success();
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(page.contains("Interrupted by SIGINT during preset pgbench (pair)"));
+    let host_side = r
+        .findings
+        .iter()
+        .flat_map(|f| &f.remedies)
+        .filter(|x| x.site == cpulab::doctor::findings::Site::Host)
+        .count();
+    assert!(host_side > 0, "the sample has a host-side remedy");
+    assert_eq!(
+        page.matches("Where: on the hypervisor host").count(),
+        host_side
+    );
 }

@@ -41,6 +41,8 @@ pub fn run(args: Args, _g: &Global) -> Result<()> {
     let (an, bn) = (args.a.display().to_string(), args.b.display().to_string());
     let a = envelope::load(&args.a)?;
     let b = envelope::load(&args.b)?;
+    check_shape(&a, &args.a)?;
+    check_shape(&b, &args.b)?;
     if a.kind != b.kind {
         return Err(bad_input(format!(
             "{} is a {} result but {} is a {} result; compare two results of the same kind",
@@ -78,4 +80,40 @@ pub fn run(args: Args, _g: &Global) -> Result<()> {
         ),
         _ => Ok(()),
     }
+}
+
+/// Reads a loaded document of a kind that is not an experiment's (doctor, probe, sim) into its
+/// typed result, so a field of the wrong type (a
+/// string where a number belongs, an object for a list) is one line and exit 2 instead of a
+/// comparison of whatever the walk finds. Missing fields are tolerated: compare reads the
+/// figures that are present, and results of older cpulab versions lack newer fields.
+fn check_shape(doc: &envelope::Loaded, path: &std::path::Path) -> Result<()> {
+    fn typed<T: serde::de::DeserializeOwned>(v: &serde_json::Value) -> Result<(), String> {
+        match serde_json::from_value::<T>(v.clone()) {
+            Ok(_) => Ok(()),
+            Err(e) if e.to_string().starts_with("missing field") => Ok(()),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+    // An experiment's result is read into its typed result below, for its figures.
+    if crate::experiment::registry::lookup(doc.kind).is_some() {
+        return Ok(());
+    }
+    let v = &doc.value;
+    let r = match doc.kind {
+        Kind::Doctor => typed::<crate::doctor::DoctorReport>(v),
+        Kind::Probe => typed::<crate::probe::Probe>(v),
+        // A comparison is output only; comparing two of them compares their figures.
+        Kind::Compare => Ok(()),
+        // Every other kind has a registry entry, which read it into its typed result above.
+        _ => Ok(()),
+    };
+    r.map_err(|e| {
+        bad_input(format!(
+            "{} is a {} result of the right schema but the wrong shape ({e}); write it again with `cpulab {} --json`",
+            path.display(),
+            doc.kind,
+            doc.kind
+        ))
+    })
 }

@@ -13,4 +13,5 @@ pub mod report;
 pub mod scale;
 pub mod share;
 pub mod sim;
+pub mod try_;
 pub mod watch;

@@ -118,6 +118,10 @@ pub struct Flags {
     /// Skip the check for other load before measuring.
     #[arg(long)]
     pub no_load_check: bool,
+    /// Run N busy neighbours (spinning threads, like `stress-ng -c N -l 100`) beside every
+    /// placement: shows whether load makes the pair faster (field notes A).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub neighbour_load: usize,
     /// Allow fewer than 3 runs per placement (tests; the interval is then meaningless).
     #[arg(long, hide = true)]
     pub allow_few_repeats: bool,
@@ -277,6 +281,13 @@ pub fn settings(a: &Flags, machine: &Machine) -> Result<PairSettings> {
     if ready_timeout.is_zero() {
         return Err(bad_input("--ready-timeout must be more than 0 (e.g. 60s)"));
     }
+    let most = 4 * machine.allowed.len().max(1);
+    if a.neighbour_load > most {
+        return Err(bad_input(format!(
+            "--neighbour-load {} is more than {most} (4 per usable CPU); give a smaller number",
+            a.neighbour_load
+        )));
+    }
     Ok(PairSettings {
         programs: programs(a)?,
         // invariant: parse_duration bounds every duration to a day, which fits in u32 seconds.
@@ -287,6 +298,7 @@ pub fn settings(a: &Flags, machine: &Machine) -> Result<PairSettings> {
         ready_timeout,
         check_load: !a.no_load_check,
         use_perf: a.perf,
+        neighbour_load: a.neighbour_load,
     })
 }
 

@@ -12,6 +12,13 @@ use crate::{oscost, pair, pingpong, scale, share};
 
 /// The probe facts the rules use as context.
 pub fn facts(p: &Probe) -> Facts {
+    let mut f = facts_only(p);
+    f.environment = crate::doctor::rules::environment::Environment::detect(&f);
+    f.environment_evidence = p.virt.evidence.clone();
+    f
+}
+
+fn facts_only(p: &Probe) -> Facts {
     let t = &p.topology;
     let policies = p.freq.policies.value();
     let first_policy = policies.and_then(|v| v.first());
@@ -37,9 +44,19 @@ pub fn facts(p: &Probe) -> Facts {
         cgroup_version: limits.and_then(|l| l.version.trim_start_matches('v').parse().ok()),
         online_cpus: t.online.clone(),
         allowed_cpus: t.allowed.clone(),
+        affinity_cpus: t.affinity.value().cloned(),
+        cpuset_cpus: t.cgroup_cpuset.value().map(|c| c.cpus.clone()),
+        cpuset_file: t.cgroup_cpuset.value().map(|c| c.file.clone()),
         smt_active: t.threads_per_core > 1,
         shared_l2_groups: t.modules.len(),
         cpu_model: p.cpu_model.value().cloned(),
+        deepest_idle_state: p.idle.states.value().and_then(|v| {
+            v.iter()
+                .filter(|s| !s.disabled)
+                .filter_map(|s| Some((s.name.clone(), s.latency_us?)))
+                .max_by_key(|s| s.1)
+        }),
+        tuned_profile: p.sched.tuned_profile.value().cloned(),
         hardware_counters: Some(if p.counters.hardware_available() {
             "available".to_string()
         } else {
@@ -49,6 +66,7 @@ pub fn facts(p: &Probe) -> Facts {
                 .map(|u| format!("unavailable: {}", u.detail))
                 .unwrap_or_else(|| "unavailable".into())
         }),
+        ..Default::default()
     }
 }
 

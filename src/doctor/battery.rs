@@ -16,6 +16,7 @@ use super::progress::Progress;
 use super::stages;
 use crate::counters::SystemSnapshot;
 use crate::machine::Machine;
+use crate::pair::signals;
 use crate::probe::cgroup;
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
@@ -136,7 +137,7 @@ pub fn plan(machine: &Machine, s: &DoctorSettings) -> (Vec<(Stage, f64)>, Vec<Sk
     let spin_pairs = (pairs - n).max(1.0);
     stages.push((
         Stage::Wakeup,
-        (pairs + spin_pairs + 1.0) * (b.wakeup_max_s * 0.6 + 0.1),
+        (pairs + spin_pairs + 2.0) * (b.wakeup_max_s * 0.6 + 0.1),
     ));
     let first = allowed.first().unwrap_or(0);
     let mut placements = vec![Placement::Packed(first)];
@@ -177,13 +178,43 @@ pub fn plan(machine: &Machine, s: &DoctorSettings) -> (Vec<(Stage, f64)>, Vec<Sk
     (stages, skipped)
 }
 
-/// Runs the planned battery.
+/// The battery stopped early: which signal, during which stage.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Interruption {
+    /// Signal number (2 for SIGINT, 15 for SIGTERM).
+    pub signal: i32,
+    /// `SIGINT`, `SIGTERM`, `SIGHUP`.
+    pub name: String,
+    /// The stage that was running or about to start; it and every later stage are missing.
+    pub during: String,
+}
+
+impl Interruption {
+    /// The exit status a shell would show: 128 + signal.
+    pub fn exit_code(&self) -> i32 {
+        128 + self.signal
+    }
+}
+
+fn interruption(stage: &Stage) -> Option<Interruption> {
+    let signal = signals::pending()?;
+    Some(Interruption {
+        signal,
+        name: signals::name(signal).to_string(),
+        during: stage.name(),
+    })
+}
+
+/// Runs the planned battery. An interrupt (SIGINT, SIGTERM, SIGHUP) stops it at once: the
+/// running stage tears its processes down and no later stage starts; what was measured before
+/// is kept, and the interruption returned.
 pub fn run(
     machine: &Machine,
     s: &DoctorSettings,
     stages_planned: &[(Stage, f64)],
     progress: &Progress,
-) -> Measurements {
+) -> (Measurements, Option<Interruption>) {
+    let mut stopped = None;
     let b = s.mode.budget();
     let mut m = Measurements::default();
     let forbidden = machine.topology.online.difference(&machine.allowed);
@@ -191,6 +222,10 @@ pub fn run(
     let t0 = Instant::now();
     let mut forbidden_idle: Vec<f64> = Vec::new();
     for (stage, est) in stages_planned {
+        if let Some(i) = interruption(stage) {
+            stopped = Some(i);
+            break;
+        }
         progress.step(&stage.name());
         let before = SystemSnapshot::take(&machine.root);
         let started = Instant::now();
@@ -213,6 +248,12 @@ pub fn run(
             }
         };
         let after = SystemSnapshot::take(&machine.root);
+        // A stage that ended because of a signal (or whose children a terminal's Ctrl-C
+        // killed) is not a skipped experiment: the whole run stops here.
+        if let Some(i) = interruption(stage) {
+            stopped = Some(i);
+            break;
+        }
         if let Err(e) = outcome {
             progress.warn(&format!("warning: {} not measured: {e:#}", stage.name()));
             m.skipped.push(Skipped {
@@ -251,5 +292,5 @@ pub fn run(
             _ => None,
         };
     }
-    m
+    (m, stopped)
 }

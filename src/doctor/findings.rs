@@ -87,15 +87,139 @@ pub struct Magnitude {
     pub unit: String,
 }
 
+/// A figure as data: what `--json` readers use instead of the text.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Quantity {
+    /// The figure (a mean, when `ci95` is given).
+    pub value: f64,
+    /// Its unit: `ns`, `per_s`, `share`, `pct`, `cycles`, `mhz`, `count`, `per_round_trip`.
+    pub unit: String,
+    /// 95% confidence interval, low and high, in `unit`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ci95: Option<[f64; 2]>,
+    /// Samples behind the mean and interval.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub n: Option<usize>,
+}
+
+/// What a piece of evidence rests on.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SourceKind {
+    /// Measured by this run.
+    Measured,
+    /// Read from the machine's configuration.
+    #[default]
+    Probe,
+    /// Quoted from a publication (docs/field-notes.md); never measured here.
+    Published,
+    /// Computed from a stated model.
+    Model,
+}
+
+impl SourceKind {
+    /// From the `measured:` / `probe:` / `published:` / `model:` prefix of a source text.
+    pub fn of(source: &str) -> Self {
+        if source.starts_with("measured") {
+            Self::Measured
+        } else if source.starts_with("published") {
+            Self::Published
+        } else if source.starts_with("model") {
+            Self::Model
+        } else {
+            Self::Probe
+        }
+    }
+}
+
+/// A value for evidence: its text for people, and the figure as data when it is one.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Datum {
+    pub text: String,
+    pub quantity: Option<Quantity>,
+}
+
+impl std::fmt::Display for Datum {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+impl From<String> for Datum {
+    fn from(text: String) -> Self {
+        Self {
+            text,
+            quantity: None,
+        }
+    }
+}
+
+impl From<&str> for Datum {
+    fn from(text: &str) -> Self {
+        text.to_string().into()
+    }
+}
+
+impl From<&String> for Datum {
+    fn from(text: &String) -> Self {
+        text.clone().into()
+    }
+}
+
+impl Datum {
+    /// A plain figure with its unit, shown as `text`.
+    pub fn number(value: f64, unit: &str, text: impl Into<String>) -> Self {
+        Self {
+            text: text.into(),
+            quantity: Some(Quantity {
+                value,
+                unit: unit.to_string(),
+                ci95: None,
+                n: None,
+            }),
+        }
+    }
+
+    /// A mean with its interval.
+    pub fn mean_ci(m: &crate::stats::MeanCi, unit: &str, text: impl Into<String>) -> Self {
+        Self {
+            text: text.into(),
+            quantity: Some(Quantity {
+                value: m.mean,
+                unit: unit.to_string(),
+                ci95: Some([m.ci95_low, m.ci95_high]),
+                n: Some(m.n),
+            }),
+        }
+    }
+}
+
 /// One fact that supports the finding.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Evidence {
     /// What it is: "idle entries per round trip (cross-CPU)".
     pub label: String,
-    /// Its value, as text with its unit or interval.
+    /// Its value as text with its unit or interval, for people (the reporters show it).
     pub value: String,
+    /// The same value as data, when it is a figure: scripts read this, not the text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quantity: Option<Quantity>,
     /// Where it came from: `measured: pingpong pipe 0:1`, `probe: /sys/module/haltpoll/...`.
     pub source: String,
+    /// What kind of source: measured here, probed, published, or a model.
+    #[serde(default)]
+    pub source_kind: SourceKind,
+}
+
+/// Where a remedy must be applied.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Site {
+    /// On this machine (inside the guest, when it is one).
+    #[default]
+    ThisMachine,
+    /// On the hypervisor host: out of the guest's reach.
+    Host,
 }
 
 /// One thing to do about it.
@@ -107,6 +231,19 @@ pub struct Remedy {
     pub effect: String,
     /// What it costs, and when not to do it.
     pub cost_caveat: String,
+    /// When the remedy is a setting: the `cpulab try ...` line that measures it here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub try_command: Option<String>,
+    /// What `cpulab doctor --try` measured of it ("measured here: 48.2 us -> 5.9 us, ...").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub measured: Option<String>,
+    /// Where it must be done.
+    #[serde(default)]
+    pub site: Site,
+    /// Who can do it (`root in this guest`, `the host's administrator; not a cloud customer`);
+    /// empty when anyone who runs the workload can.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub who: String,
 }
 
 /// A measured effect, its cause and its remedies.
@@ -127,13 +264,17 @@ pub struct Finding {
 impl Evidence {
     pub fn new(
         label: impl Into<String>,
-        value: impl Into<String>,
+        value: impl Into<Datum>,
         source: impl Into<String>,
     ) -> Self {
+        let d: Datum = value.into();
+        let source = source.into();
         Self {
             label: label.into(),
-            value: value.into(),
-            source: source.into(),
+            value: d.text,
+            quantity: d.quantity,
+            source_kind: SourceKind::of(&source),
+            source,
         }
     }
 }
@@ -148,7 +289,44 @@ impl Remedy {
             command: command.into(),
             effect: effect.into(),
             cost_caveat: cost_caveat.into(),
+            try_command: None,
+            measured: None,
+            site: Site::ThisMachine,
+            who: String::new(),
         }
+    }
+
+    /// Done on this machine by `who`.
+    pub fn by(mut self, who: impl Into<String>) -> Self {
+        self.who = who.into();
+        self
+    }
+
+    /// Done on the hypervisor host by `who`.
+    pub fn on_host(mut self, who: impl Into<String>) -> Self {
+        self.site = Site::Host;
+        self.who = who.into();
+        self
+    }
+
+    /// "on the host, by X" / "in this guest, by Y", for reporters.
+    pub fn where_who(&self, guest: bool) -> String {
+        let place = match (self.site, guest) {
+            (Site::Host, _) => "on the hypervisor host",
+            (Site::ThisMachine, true) => "in this guest",
+            (Site::ThisMachine, false) => "on this machine",
+        };
+        if self.who.is_empty() {
+            place.to_string()
+        } else {
+            format!("{place}, by {}", self.who)
+        }
+    }
+
+    /// The remedy is a setting `cpulab try` can measure: `line` is the exact command.
+    pub fn with_try(mut self, line: impl Into<String>) -> Self {
+        self.try_command = Some(line.into());
+        self
     }
 }
 

@@ -3,7 +3,7 @@
 //! of the experiments the doctor ran (the wakeup charts are pingpong's own).
 
 use super::DoctorReport;
-use super::findings::Finding;
+use super::findings::{Finding, Site};
 use super::measurements::{Measurements, PrimitiveCost};
 use crate::report::html::{self, chart, section};
 use crate::report::svg::{self, Bar};
@@ -18,7 +18,7 @@ fn capitalise(s: &str) -> String {
         .unwrap_or_default()
 }
 
-fn finding(n: usize, f: &Finding) -> Markup {
+fn finding(n: usize, f: &Finding, guest: bool) -> Markup {
     let sev = f.severity.as_str();
     html! {
         article class={ "finding " (sev) } {
@@ -41,6 +41,9 @@ fn finding(n: usize, f: &Finding) -> Markup {
             @for r in &f.remedies {
                 div.remedy {
                     code { (r.command) }
+                    @if r.site == Site::Host || !r.who.is_empty() {
+                        p.where { "Where: " (r.where_who(guest)) }
+                    }
                     p { (r.effect) }
                     p.cost { "Cost: " (r.cost_caveat) }
                 }
@@ -256,6 +259,12 @@ pub fn page(r: &DoctorReport) -> String {
         .map(|k| (k.what.clone(), k.reason.clone()))
         .collect();
     let body = html! {
+        @if let Some(i) = &r.interrupted {
+            p.verdict.bad {
+                "Interrupted by " (i.name) " during " (i.during)
+                ": partial result; that stage and every later one were not measured."
+            }
+        }
         @if r.findings.is_empty() {
             p.verdict.ok {
                 "No finding: every effect the doctor measured is within its noise or below the \
@@ -268,7 +277,7 @@ pub fn page(r: &DoctorReport) -> String {
             section {
                 h2 { "Findings" }
                 @for (i, x) in r.findings.iter().enumerate() {
-                    (finding(i + 1, x))
+                    (finding(i + 1, x, r.facts.hypervisor.is_some()))
                 }
             }
         }

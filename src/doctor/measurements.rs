@@ -42,6 +42,14 @@ pub struct Facts {
     pub cgroup_version: Option<u8>,
     pub online_cpus: CpuSet,
     pub allowed_cpus: CpuSet,
+    /// This process's affinity mask, when read (live machine only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub affinity_cpus: Option<CpuSet>,
+    /// The CPUs the cgroup cpuset allows, and the file that says so.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpuset_cpus: Option<CpuSet>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpuset_file: Option<String>,
     pub smt_active: bool,
     /// Groups of CPUs sharing an L2 that is not the last level (AMD modules), when any.
     pub shared_l2_groups: usize,
@@ -49,6 +57,18 @@ pub struct Facts {
     pub cpu_model: Option<String>,
     /// Whether hardware perf counters can be opened, with the reason when not.
     pub hardware_counters: Option<String>,
+    /// Where this runs, from what the guest can see: decides the mechanism words and remedies.
+    #[serde(default)]
+    pub environment: crate::doctor::rules::environment::Environment,
+    /// What the environment was told from (CPUID, DMI, clocksource, guest modules).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub environment_evidence: Vec<String>,
+    /// The deepest enabled idle state of the first usable CPU: name and exit latency in us.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deepest_idle_state: Option<(String, u64)>,
+    /// The active tuned profile, when tuned is installed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tuned_profile: Option<String>,
 }
 
 /// One wakeup round-trip run (from `pingpong`): condensed by the experiment itself.
@@ -193,11 +213,21 @@ pub struct Measurements {
 }
 
 impl Measurements {
-    /// The wakeup run of `method` and `class` (the first one, when several pairs share a class).
+    /// The wakeup run of `method` and `class` without busy neighbours (the first one, when
+    /// several pairs share a class).
     pub fn wakeup(&self, method: &str, class: PlacementClass) -> Option<&WakeupRun> {
         self.wakeup
             .iter()
-            .find(|w| w.method == method && w.class == class)
+            .find(|w| w.method == method && w.class == class && w.neighbour_load.is_none())
+    }
+
+    /// The unpinned run of `method` with busy neighbours beside it, when measured.
+    pub fn unpinned_with_neighbours(&self, method: &str) -> Option<&WakeupRun> {
+        self.wakeup.iter().find(|w| {
+            w.method == method
+                && w.class == PlacementClass::Unpinned
+                && w.neighbour_load.is_some_and(|n| n > 0)
+        })
     }
 
     pub fn throughput(&self, placement: &str) -> Option<&ThroughputRun> {

@@ -179,6 +179,7 @@ pub fn run(
     let mut messages = vec![0u64; placements.len()];
     for _ in 0..s.repetitions {
         for (i, p) in placements.iter().enumerate() {
+            crate::pair::signals::check()?;
             let before = SystemSnapshot::take(root);
             let (rate, n) = run_once(p, s)?;
             let d = before.delta(&SystemSnapshot::take(root), &p.cpus());

@@ -43,6 +43,10 @@ pub struct DoctorReport {
     pub measurements: Measurements,
     /// Findings, most important first; empty when no effect exceeded its noise.
     pub findings: Vec<Finding>,
+    /// Set when a signal stopped the run: the measurements and findings are partial (the
+    /// stage named and every later one are missing). Absent on a complete run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interrupted: Option<battery::Interruption>,
 }
 
 /// Probes, measures and judges.
@@ -53,6 +57,9 @@ pub fn run(
     quiet: bool,
 ) -> DoctorReport {
     let t0 = Instant::now();
+    // From here an interrupt is recorded rather than fatal: every stage checks for it, tears
+    // its processes down, and the doctor reports what it measured before it.
+    crate::pair::signals::install();
     let (stages, mut skipped) = battery::plan(machine, settings);
     let total: f64 = 1.0 + stages.iter().map(|(_, s)| s).sum::<f64>();
     let progress = progress::Progress::new(total, progress_visible, quiet);
@@ -69,11 +76,25 @@ pub fn run(
     let other_busy = check.busy_pct.clone();
     conditions.record_load(check);
     progress.done(1.0);
-    let mut m: Measurements = battery::run(machine, settings, &stages, &progress);
+    let (mut m, interrupted): (Measurements, _) =
+        battery::run(machine, settings, &stages, &progress);
     m.counters.other_busy_pct = other_busy;
     skipped.append(&mut m.skipped);
     m.skipped = skipped;
     progress.finish();
+    if let Some(i) = &interrupted {
+        conditions.notes.insert(
+            0,
+            format!(
+                "INTERRUPTED by {} during {}: this result is partial; that stage and every later \
+                 one were not measured",
+                i.name, i.during
+            ),
+        );
+    }
+    if let Some(n) = rules::paradox::other_load_note(&m, facts.hypervisor.is_some()) {
+        conditions.notes.push(n);
+    }
     let findings = rules::evaluate(rules::Inputs {
         facts: &facts,
         m: &m,
@@ -86,5 +107,6 @@ pub fn run(
         facts,
         measurements: m,
         findings,
+        interrupted,
     }
 }

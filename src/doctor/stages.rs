@@ -85,6 +85,42 @@ pub fn wakeup(machine: &Machine, b: &Budget, p: &Progress) -> Result<Vec<WakeupR
         )?;
         runs.extend(adapt::wakeup(&spin));
     }
+    runs.extend(unpinned_with_neighbours(machine, b, p)?);
+    Ok(runs)
+}
+
+/// The unpinned blocking round trip again, with a busy neighbour (a normal-priority spinning
+/// thread) on every usable CPU but the first: field notes A's "adding load made it faster".
+fn unpinned_with_neighbours(machine: &Machine, b: &Budget, p: &Progress) -> Result<Vec<WakeupRun>> {
+    let others: Vec<Option<u32>> = machine
+        .allowed
+        .to_vec()
+        .into_iter()
+        .skip(1)
+        .map(Some)
+        .collect();
+    if others.is_empty() {
+        return Ok(vec![]);
+    }
+    let n = others.len();
+    let sink =
+        |level: Level, m: &str| p.emit(level, &format!("pingpong with {n} busy neighbour(s): {m}"));
+    let sink = Sink::new(&sink);
+    let busy = share::load::BusyNeighbours::start(&others);
+    let r = Pingpong::run(
+        machine,
+        &pingpong_settings(
+            b,
+            pingpong::Method::Pipe,
+            vec![pingpong::Placement::Unpinned],
+        ),
+        &sink,
+    );
+    drop(busy);
+    let mut runs = adapt::wakeup(&r?);
+    for w in &mut runs {
+        w.neighbour_load = Some(others.len());
+    }
     Ok(runs)
 }
 

@@ -60,6 +60,11 @@ fn severity(s: &Style, v: Severity) -> String {
 
 /// One finding, numbered.
 pub fn finding(s: &Style, n: usize, f: &Finding) -> String {
+    finding_in(s, n, f, true)
+}
+
+/// One finding, numbered; `guest` words where a remedy is done for a VM or a bare machine.
+pub fn finding_in(s: &Style, n: usize, f: &Finding, guest: bool) -> String {
     let mut out = format!(
         "{n}. {} {}   {}\n",
         severity(s, f.severity),
@@ -76,8 +81,17 @@ pub fn finding(s: &Style, n: usize, f: &Finding) -> String {
     out += &format!("   {}\n", s.bold("What to do"));
     for r in &f.remedies {
         out += &format!("     $ {}\n", r.command);
+        if r.site == super::findings::Site::Host || !r.who.is_empty() {
+            out += &wrap(&format!("Where: {}", r.where_who(guest)), 7);
+        }
         out += &wrap(&r.effect, 7);
         out += &wrap(&format!("Cost: {}", r.cost_caveat), 7);
+        if let Some(t) = &r.try_command {
+            out += &wrap(&format!("Measure it here: {t}"), 7);
+        }
+        if let Some(m) = &r.measured {
+            out += &wrap(m, 7);
+        }
     }
     out
 }
@@ -101,14 +115,22 @@ pub fn measurements(s: &Style, m: &Measurements) -> String {
             "vs same-cpu",
             "halts/rt",
             "IPIs/rt",
+            "same CPU",
         ]);
         for w in &m.wakeup {
             let base = m.wakeup(&w.method, crate::topology::PlacementClass::SameCpu);
+            let shared = w
+                .same_cpu_share
+                .map_or("-".into(), |x| format!("{:.0}%", x * 100.0));
             let ipis = super::rules::wakeup_ipis(w).map_or("-".into(), |v| format!("{v:.2}"));
             t.add_row(vec![
                 w.method.clone(),
                 w.class.to_string(),
-                w.cpus.clone().unwrap_or_else(|| "any".into()),
+                match (&w.cpus, w.neighbour_load) {
+                    (Some(c), _) => c.clone(),
+                    (None, Some(n)) => format!("any, {n} busy"),
+                    (None, None) => "any".into(),
+                },
                 format!(
                     "{} ±{}",
                     fmt_ns(w.rtt_ns.mean),
@@ -121,6 +143,7 @@ pub fn measurements(s: &Style, m: &Measurements) -> String {
                 }),
                 per(&w.per_round_trip, "idle_entries"),
                 ipis,
+                shared,
             ]);
         }
         out += &format!("{t}\n\n");
@@ -283,6 +306,12 @@ pub fn render(r: &DoctorReport) -> String {
     if let Some(model) = &f.cpu_model {
         out += &format!("{}\n", s.dim(model));
     }
+    if let Some(i) = &r.interrupted {
+        out += &s.red(&format!(
+            "INTERRUPTED by {} during {}: partial result; that stage and every later one were not measured\n",
+            i.name, i.during
+        ));
+    }
     out += "\n";
     if r.findings.is_empty() {
         out += &s.green("No finding: every effect the doctor measured is within its noise or below the size worth acting on.\n");
@@ -296,7 +325,7 @@ pub fn render(r: &DoctorReport) -> String {
             r.findings.len()
         ));
         for (i, x) in r.findings.iter().enumerate() {
-            out += &finding(&s, i + 1, x);
+            out += &finding_in(&s, i + 1, x, r.facts.hypervisor.is_some());
             out += "\n";
         }
     }

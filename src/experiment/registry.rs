@@ -45,6 +45,7 @@ pub const ENTRIES: &[Entry] = &[
         render: crate::sim::render::render_document,
         figures: crate::sim::render::figures,
     },
+    entry::<crate::trial::Trial>(),
 ];
 
 /// The entry for a kind, if it is an experiment's.

@@ -105,6 +105,14 @@ pub fn run(machine: &Machine, settings: &PairSettings, progress: &Progress) -> R
     let mut setup = presets::build(settings, &mut env)?;
     progress.step(&format!("preparing {}", setup.server.describe()));
     setup.server.prepare(&mut env)?;
+    // After the load check and the preparation, so neither is slowed or fooled by them.
+    let neighbours = (settings.neighbour_load > 0).then(|| {
+        progress.step(&format!(
+            "starting {} busy neighbour(s) (spinning threads)",
+            settings.neighbour_load
+        ));
+        crate::share::load::BusyNeighbours::start(&vec![None; settings.neighbour_load])
+    });
     let secs = settings.duration_s;
     let schedule = placement::schedule(placements.len(), settings.repeat);
     let mut runs: Vec<Vec<RunResult>> = vec![Vec::new(); placements.len()];
@@ -140,6 +148,7 @@ pub fn run(machine: &Machine, settings: &PairSettings, progress: &Progress) -> R
         runs[i].push(r);
     }
     setup.server.stop(&mut env);
+    drop(neighbours);
     let mut results: Vec<PlacementResult> = placements
         .into_iter()
         .zip(runs)
@@ -151,6 +160,13 @@ pub fn run(machine: &Machine, settings: &PairSettings, progress: &Progress) -> R
         notes.push(format!(
             "only {} run(s) per placement: the intervals are not meaningful",
             settings.repeat
+        ));
+    }
+    if settings.neighbour_load > 0 {
+        notes.push(format!(
+            "{} busy neighbour(s) (normal-priority spinning threads, unpinned) ran beside every \
+             measured run: these figures are for a machine with that load, not an idle one",
+            settings.neighbour_load
         ));
     }
     if settings.use_perf {
@@ -184,6 +200,7 @@ pub fn run(machine: &Machine, settings: &PairSettings, progress: &Progress) -> R
             "restarted with the new affinity (set before exec) whenever its CPUs change".to_string(),
         server_starts: starts,
         warmup: settings.warmup,
+        neighbour_load: settings.neighbour_load,
     };
     drop(setup);
     drop(env);

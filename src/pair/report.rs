@@ -43,6 +43,10 @@ pub struct ExperimentInfo {
     pub server_starts: usize,
     /// Whether one discarded client run followed every server start.
     pub warmup: bool,
+    /// Busy neighbours (unpinned spinning threads) that ran beside every measured run; absent
+    /// when none did.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub neighbour_load: usize,
 }
 
 /// One placement's figures.
@@ -230,6 +234,10 @@ pub fn render(r: &PairReport, style: &crate::output::Style) -> String {
         let _ = writeln!(s, "{} {n}", style.yellow("note:"));
     }
     s
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 #[cfg(test)]

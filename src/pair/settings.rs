@@ -128,6 +128,9 @@ pub struct PairSettings {
     /// of a counted task pays for it: measured here at 10-15% of a same-CPU pgbench's
     /// throughput). Off by default: the figures must not be changed by watching them.
     pub use_perf: bool,
+    /// Busy neighbours: spinning normal-priority threads, unpinned, running beside every
+    /// measured run (field notes A: adding load can make a request/response pair faster).
+    pub neighbour_load: usize,
 }
 
 /// The smallest number of runs per placement a user may ask for: fewer gives no interval worth
@@ -159,6 +162,7 @@ impl PairSettings {
             ready_timeout: Duration::from_secs(60),
             check_load: true,
             use_perf: false,
+            neighbour_load: 0,
         }
     }
 

@@ -34,7 +34,7 @@ static STATE: OnceLock<Option<State>> = OnceLock::new();
 
 const SIGNALS: &[i32] = &[libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
 
-fn name(sig: i32) -> &'static str {
+pub fn name(sig: i32) -> &'static str {
     match sig {
         libc::SIGINT => "SIGINT",
         libc::SIGTERM => "SIGTERM",

@@ -54,10 +54,20 @@ pub struct Watchdog {
 impl Watchdog {
     /// Starts the watchdog for `dir`. `Err` carries the reason when it cannot run (no /bin/sh).
     pub fn start(dir: &Path) -> Result<Self, String> {
+        let mut w = Self::spawn(SCRIPT, &[])?;
+        w.send(&format!("dir {}", dir.display()));
+        Ok(w)
+    }
+
+    /// Starts `script` the same way (own session, pipe on its standard input, `done` on drop),
+    /// with `args` as its positional parameters: `cpulab try` runs its restore script this way.
+    pub fn spawn(script: &str, args: &[std::ffi::OsString]) -> Result<Self, String> {
         use std::os::unix::process::CommandExt;
         let mut cmd = Command::new("/bin/sh");
         cmd.arg("-c")
-            .arg(SCRIPT)
+            .arg(script)
+            .arg("cpulab-watchdog")
+            .args(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
@@ -72,9 +82,7 @@ impl Watchdog {
             .spawn()
             .map_err(|e| format!("no watchdog (cannot run /bin/sh: {e})"))?;
         let pipe = child.stdin.take();
-        let mut w = Self { child, pipe };
-        w.send(&format!("dir {}", dir.display()));
-        Ok(w)
+        Ok(Self { child, pipe })
     }
 
     fn send(&mut self, line: &str) {
@@ -92,6 +100,13 @@ impl Watchdog {
     /// The group has been stopped by cpulab itself.
     pub fn forget_group(&mut self, pgid: i32) {
         self.send(&format!("ungroup {pgid}"));
+    }
+
+    /// Closes the pipe without `done` and does not wait: the watchdog does its cleanup now, as
+    /// if cpulab had died (used when cpulab's own cleanup failed).
+    pub fn abandon(mut self) {
+        self.pipe = None;
+        std::mem::forget(self);
     }
 
     /// The pid of the watchdog shell (tests kill it to check the next run's stale cleanup).

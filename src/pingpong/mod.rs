@@ -94,6 +94,8 @@ pub fn run(
     let mut runs = Vec::new();
     let mut failures = Vec::new();
     for (i, p) in planned.iter().enumerate() {
+        // An interrupt stops the whole command (the doctor included), not just this run.
+        crate::pair::signals::check()?;
         let (a, b) = plan::cpus_of(p.placement);
         let where_ = a.zip(b).map_or("any".into(), |(a, b)| format!("{a}:{b}"));
         progress.step(&format!(

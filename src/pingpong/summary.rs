@@ -35,6 +35,10 @@ pub struct WakeupRun {
     pub same_cpu_share: Option<f64>,
     /// Unpinned only: CPU migrations of both ends per second.
     pub migrations_per_s: Option<f64>,
+    /// Busy neighbours (spinning threads, one per other usable CPU) running beside this run;
+    /// absent for a run on an otherwise idle machine.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub neighbour_load: Option<usize>,
 }
 
 impl WakeupRun {
@@ -93,5 +97,6 @@ fn wakeup_run(r: &PingpongRun, noisy: bool) -> WakeupRun {
         migrations_per_s: migrations
             .filter(|_| c.window_s > 0.0)
             .map(|m| m as f64 / c.window_s),
+        neighbour_load: None,
     }
 }

@@ -34,6 +34,50 @@ pub struct Virt {
     pub evidence: Vec<String>,
     /// Evidence that this process runs in a container.
     pub container: Container,
+    /// The current clocksource (`kvm-clock`, `hyperv_clocksource_tsc_page`, `xen`, `tsc`):
+    /// each hypervisor's paravirtual clock names it.
+    #[serde(default = "not_recorded")]
+    pub clocksource: Reading<String>,
+    /// Loaded modules that only a given hypervisor's guests load (`hv_vmbus`, `xen_netfront`,
+    /// `vmw_vmci`, `virtio_pci`, ...), from `/sys/module`.
+    #[serde(default)]
+    pub guest_modules: Vec<String>,
+}
+
+fn not_recorded() -> Reading<String> {
+    Reading::unavailable(
+        Reason::Absent,
+        "not recorded by the cpulab that wrote this result",
+    )
+}
+
+/// Guest drivers that name their hypervisor when loaded (built-in drivers show in
+/// `/sys/module` too when they have parameters; absence proves nothing).
+pub const GUEST_MODULES: &[(&str, &str)] = &[
+    ("hv_vmbus", "Microsoft Hyper-V"),
+    ("hv_netvsc", "Microsoft Hyper-V"),
+    ("hv_storvsc", "Microsoft Hyper-V"),
+    ("hv_utils", "Microsoft Hyper-V"),
+    ("xen_netfront", "Xen"),
+    ("xen_blkfront", "Xen"),
+    ("xen_evtchn", "Xen"),
+    ("vmw_vmci", "VMware"),
+    ("vmw_balloon", "VMware"),
+    ("vmxnet3", "VMware"),
+    ("vmw_pvscsi", "VMware"),
+    ("virtio_pci", "KVM"),
+    ("cpuidle_haltpoll", "KVM"),
+];
+
+/// The hypervisor a clocksource name belongs to (pure).
+pub fn hypervisor_from_clocksource(cs: &str) -> Option<&'static str> {
+    match cs {
+        "kvm-clock" => Some("KVM"),
+        "xen" => Some("Xen"),
+        c if c.starts_with("hyperv_clocksource") => Some("Microsoft Hyper-V"),
+        "vmware-tsc" => Some("VMware"),
+        _ => None,
+    }
 }
 
 /// Evidence that this process runs in a container.
@@ -135,6 +179,28 @@ impl Virt {
             evidence.push(format!("DMI names {d}"));
             hypervisor.get_or_insert(d);
         }
+        let clocksource = read_trim(
+            &root.join("sys/devices/system/clocksource/clocksource0/current_clocksource"),
+        );
+        if let Some(h) = clocksource
+            .value()
+            .and_then(|c| hypervisor_from_clocksource(c))
+        {
+            evidence.push(format!(
+                "clocksource {} belongs to {h}",
+                clocksource.value().map_or("", |s| s)
+            ));
+        }
+        let guest_modules: Vec<String> = GUEST_MODULES
+            .iter()
+            .filter(|(m, _)| root.join("sys/module").join(m).is_dir())
+            .map(|(m, _)| m.to_string())
+            .collect();
+        for m in &guest_modules {
+            if let Some((_, h)) = GUEST_MODULES.iter().find(|(n, _)| n == m) {
+                evidence.push(format!("module {m} ({h} guest driver) is loaded"));
+            }
+        }
         Self {
             cpuid,
             sys_hypervisor_type,
@@ -143,6 +209,8 @@ impl Virt {
             hypervisor: hypervisor.filter(|h| !h.is_empty()),
             evidence,
             container: read_container(root),
+            clocksource,
+            guest_modules,
         }
     }
 

@@ -27,6 +27,7 @@ pub enum Kind {
     Scale,
     Oscost,
     Compare,
+    Try,
     Sim,
     Watch,
 }
@@ -42,6 +43,7 @@ impl Kind {
             Self::Scale => "scale",
             Self::Oscost => "oscost",
             Self::Compare => "compare",
+            Self::Try => "try",
             Self::Sim => "sim",
             Self::Watch => "watch",
         }

@@ -164,9 +164,66 @@ pub fn run_burner(stop: &AtomicBool, duty: Duty, cpu: Option<u32>) {
     black_box(x);
 }
 
+/// Busy neighbours: normal-priority threads that spin at 100% (like `stress-ng -c N -l 100`)
+/// until dropped. Each is pinned to its CPU when one is given, else left to the scheduler.
+/// They are threads of this process, so they end with it whatever happens to it.
+pub struct BusyNeighbours {
+    stop: std::sync::Arc<AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl BusyNeighbours {
+    /// One spinning thread per entry of `cpus` (`None`: unpinned).
+    pub fn start(cpus: &[Option<u32>]) -> Self {
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let duty = Duty {
+            fraction: 1.0,
+            period: Duration::from_millis(100),
+        };
+        let threads = cpus
+            .iter()
+            .map(|&cpu| {
+                let stop = stop.clone();
+                std::thread::spawn(move || run_burner(&stop, duty, cpu))
+            })
+            .collect();
+        Self { stop, threads }
+    }
+
+    /// How many are spinning.
+    pub fn len(&self) -> usize {
+        self.threads.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.threads.is_empty()
+    }
+}
+
+impl Drop for BusyNeighbours {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn busy_neighbours_use_cpu_time_and_stop_when_dropped() {
+        let before = process_cpu_s();
+        let n = BusyNeighbours::start(&[None]);
+        assert_eq!(n.len(), 1);
+        std::thread::sleep(Duration::from_millis(100));
+        drop(n);
+        let used = process_cpu_s() - before;
+        assert!(used > 0.0, "a spinning thread used no CPU time");
+        // drop() joined every thread: none is left spinning.
+    }
 
     #[test]
     fn prime_event_counts_primes() {

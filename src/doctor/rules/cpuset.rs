@@ -6,7 +6,7 @@
 //! CPU busy, the CPUs it was not allowed to use stayed mostly idle.
 
 use super::{Inputs, Rule};
-use crate::doctor::findings::{Confidence, Evidence, Finding, Magnitude, Remedy, Severity};
+use crate::doctor::findings::{Confidence, Datum, Evidence, Finding, Magnitude, Remedy, Severity};
 
 /// Idle share of the forbidden CPUs above which their capacity counts as wasted.
 pub const IDLE_PCT: f64 = 50.0;
@@ -28,6 +28,110 @@ impl Rule for RestrictedCpuSet {
         }
         let forbidden = online.difference(allowed);
         let ratio = online.len() as f64 / allowed.len() as f64;
+        let narrower = |c: &Option<crate::cpulist::CpuSet>| {
+            c.as_ref()
+                .filter(|c| !online.difference(c).is_empty())
+                .cloned()
+        };
+        let by_affinity = narrower(&i.facts.affinity_cpus);
+        let by_cpuset = narrower(&i.facts.cpuset_cpus);
+        let cgroup = i
+            .facts
+            .cpuset_file
+            .as_deref()
+            .and_then(|f| f.rsplit_once('/').map(|(d, _)| d.to_string()));
+        let group = cgroup.clone().unwrap_or_else(|| "<group>".into());
+        let mut evidence = vec![Evidence::new(
+            "online CPUs",
+            online.to_string(),
+            "probe: /sys/devices/system/cpu/online",
+        )];
+        if let Some(a) = &i.facts.affinity_cpus {
+            evidence.push(Evidence::new(
+                "affinity mask of this process",
+                format!(
+                    "{a}{}",
+                    if by_affinity.is_some() {
+                        " (restricts)"
+                    } else {
+                        " (every online CPU)"
+                    }
+                ),
+                "probe: sched_getaffinity",
+            ));
+        }
+        if let Some(c) = &i.facts.cpuset_cpus {
+            evidence.push(Evidence::new(
+                format!("cgroup cpuset of {group}"),
+                format!(
+                    "{c}{}",
+                    if by_cpuset.is_some() {
+                        " (restricts)"
+                    } else {
+                        " (every online CPU)"
+                    }
+                ),
+                format!(
+                    "probe: {}",
+                    i.facts.cpuset_file.as_deref().unwrap_or("cgroup cpuset")
+                ),
+            ));
+        }
+        evidence.push(Evidence::new(
+            format!("idle share of CPUs {forbidden} during the parallel tests"),
+            Datum::number(idle, "pct", format!("{idle:.0}%")),
+            "measured: /proc/stat",
+        ));
+        let taskset = Remedy::new(
+            format!("taskset -a -pc {online} <pid>   (or start it with taskset -c {online})"),
+            "Widens the affinity mask so the process may use every online CPU.",
+            "If the restriction was set for isolation (other tenants, real-time CPUs), keep it.",
+        );
+        let widen_cpuset = Remedy::new(
+            format!(
+                "systemctl set-property <unit> AllowedCPUs={online}; docker update --cpuset-cpus {online} <container>; or echo {online} > {group}/cpuset.cpus"
+            ),
+            format!("Widens the cgroup cpuset ({group}) for services and containers."),
+            "Check why it was narrowed first; a parent group's cpuset bounds it too.",
+        );
+        // The remedy that works first: a wider affinity mask cannot pass the cpuset, so when
+        // the cpuset restricts it comes first.
+        let (who, mechanism, remedies) = match (&by_affinity, &by_cpuset) {
+            (_, Some(c)) => (
+                if by_affinity.is_some() {
+                    format!("the cgroup cpuset of {group} ({c}) and the affinity mask")
+                } else {
+                    format!("the cgroup cpuset of {group} ({c})")
+                },
+                format!(
+                    "The cgroup cpuset of {group} confines every task of the group to CPUs {c}; \
+                     parallel work queues on them while the other CPUs have nothing to do. Widening \
+                     the affinity mask alone does nothing: the kernel intersects it with the cpuset."
+                ),
+                if by_affinity.is_some() {
+                    vec![widen_cpuset, taskset]
+                } else {
+                    vec![widen_cpuset]
+                },
+            ),
+            (Some(a), None) => (
+                format!("the affinity mask ({a})"),
+                format!(
+                    "The affinity mask (set by taskset, numactl, a service manager's CPUAffinity \
+                     or the parent process, and inherited) confines every thread to CPUs {a}; the \
+                     cgroup cpuset allows them all. Parallel work queues on the allowed CPUs while \
+                     the others have nothing to do."
+                ),
+                vec![taskset],
+            ),
+            (None, None) => (
+                "the affinity mask or the cgroup cpuset".to_string(),
+                "The affinity mask or the cgroup cpuset confines every thread to the listed \
+                 CPUs; parallel work queues on them while the other CPUs have nothing to do."
+                    .to_string(),
+                vec![widen_cpuset, taskset],
+            ),
+        };
         vec![Finding {
             id: self.id().into(),
             title: format!(
@@ -38,50 +142,16 @@ impl Rule for RestrictedCpuSet {
             severity: Severity::of_ratio(ratio),
             magnitude: Magnitude {
                 text: format!(
-                    "the workload may run on CPUs {allowed} only; during the parallel tests CPUs {forbidden} were {idle:.0}% idle"
+                    "{who} limits the workload to CPUs {allowed}; during the parallel tests CPUs {forbidden} were {idle:.0}% idle"
                 ),
                 ratio: Some(ratio),
                 worse: Some(allowed.len() as f64),
                 better: Some(online.len() as f64),
                 unit: "cpus".into(),
             },
-            evidence: vec![
-                Evidence::new(
-                    "online CPUs",
-                    online.to_string(),
-                    "probe: /sys/devices/system/cpu/online",
-                ),
-                Evidence::new(
-                    "CPUs this process may use",
-                    allowed.to_string(),
-                    "probe: affinity mask and cgroup cpuset",
-                ),
-                Evidence::new(
-                    format!("idle share of CPUs {forbidden} during the parallel tests"),
-                    format!("{idle:.0}%"),
-                    "measured: /proc/stat",
-                ),
-            ],
-            mechanism:
-                "The affinity mask or the cgroup cpuset confines every thread to the listed \
-                CPUs; parallel work queues on them while the other CPUs have nothing to do."
-                    .into(),
-            remedies: vec![
-                Remedy::new(
-                    format!(
-                        "taskset -a -pc {online} <pid>   (or start it with taskset -c {online})"
-                    ),
-                    "Lets the process use every online CPU.",
-                    "If the restriction was set for isolation (other tenants, real-time CPUs), keep it.",
-                ),
-                Remedy::new(
-                    format!(
-                        "systemctl set-property <unit> AllowedCPUs={online}; docker update --cpuset-cpus {online} <container>"
-                    ),
-                    "Widens the cgroup cpuset for services and containers.",
-                    "The same: check why it was narrowed first.",
-                ),
-            ],
+            evidence,
+            mechanism,
+            remedies,
             confidence: Confidence::Medium,
         }]
     }
@@ -91,6 +161,53 @@ impl Rule for RestrictedCpuSet {
 mod tests {
     use super::super::fixtures::*;
     use super::*;
+    use crate::cpulist::CpuSet;
+
+    fn check(facts: &crate::doctor::measurements::Facts) -> Finding {
+        let (_, m) = everything_wrong();
+        RestrictedCpuSet
+            .check(Inputs { facts, m: &m })
+            .pop()
+            .unwrap()
+    }
+
+    #[test]
+    fn names_the_restriction_and_puts_the_remedy_that_works_first() {
+        let (mut facts, _) = everything_wrong();
+        let cpus = |t: &str| CpuSet::parse_list(t, false).unwrap();
+        // Only the affinity mask restricts: taskset, and nothing about cgroups.
+        facts.affinity_cpus = Some(cpus("0-1"));
+        facts.cpuset_cpus = Some(cpus("0-3"));
+        facts.cpuset_file =
+            Some("/sys/fs/cgroup/system.slice/db.service/cpuset.cpus.effective".into());
+        let f = check(&facts);
+        assert!(
+            f.magnitude.text.starts_with("the affinity mask (0-1)"),
+            "{}",
+            f.magnitude.text
+        );
+        assert_eq!(f.remedies.len(), 1);
+        assert!(f.remedies[0].command.starts_with("taskset"));
+        // Only the cpuset restricts: the cgroup named, its remedy first and alone.
+        facts.affinity_cpus = Some(cpus("0-3"));
+        facts.cpuset_cpus = Some(cpus("0-1"));
+        let f = check(&facts);
+        assert!(
+            f.magnitude
+                .text
+                .contains("/sys/fs/cgroup/system.slice/db.service"),
+            "{}",
+            f.magnitude.text
+        );
+        assert!(!f.magnitude.text.contains("affinity"));
+        assert!(f.remedies[0].command.contains("AllowedCPUs=0-3"));
+        assert!(f.remedies.iter().all(|r| !r.command.starts_with("taskset")));
+        // Both: the cpuset first, since a wider mask cannot pass it.
+        facts.affinity_cpus = Some(cpus("0"));
+        let f = check(&facts);
+        assert!(f.remedies[0].command.contains("AllowedCPUs"));
+        assert!(f.remedies[1].command.starts_with("taskset"));
+    }
 
     #[test]
     fn busy_forbidden_cpus_are_no_finding() {

@@ -45,6 +45,7 @@ pub fn wake(
         noisy: false,
         same_cpu_share: None,
         migrations_per_s: None,
+        neighbour_load: None,
     }
 }
 
@@ -190,6 +191,12 @@ pub fn everything_wrong() -> (Facts, Measurements) {
             wake("pipe", true, SharedLlc, "0:1", 42000.0, 2.0),
             unpinned,
             wake("spin", false, SharedLlc, "0:1", 300.0, 0.0),
+            {
+                let mut busy = wake("pipe", true, Unpinned, "", 6000.0, 0.05);
+                busy.same_cpu_share = Some(0.95);
+                busy.neighbour_load = Some(1);
+                busy
+            },
         ],
         throughput: vec![
             throughput("packed", "0", 50e3),

@@ -12,8 +12,10 @@
 
 mod app;
 mod cpuset;
+pub mod environment;
 mod kernel;
 mod neighbour;
+pub mod paradox;
 mod power;
 mod quota;
 pub mod remedies;
@@ -24,7 +26,7 @@ mod wakeup;
 
 pub use wakeup::ipis as wakeup_ipis;
 
-use super::findings::{self, Finding};
+use super::findings::{self, Datum, Finding};
 use super::measurements::{Facts, Measurements};
 use crate::compare::{Separation, separation};
 use crate::output::fmt_ns;
@@ -50,6 +52,7 @@ pub fn all() -> Vec<Box<dyn Rule>> {
     vec![
         Box::new(wakeup::CrossCpuWakeup),
         Box::new(unpinned::UnpinnedPlacement),
+        Box::new(paradox::LoadMakesItFaster),
         Box::new(tradeoff::LatencyThroughput),
         Box::new(app::AppPlacement),
         Box::new(neighbour::NoisyNeighbour),
@@ -102,37 +105,49 @@ pub fn rate_effect(worse: &[f64], better: &[f64], min_ratio: f64) -> Option<Effe
     })
 }
 
-/// `42.1 us (95% CI 41.0 to 43.2 us, n=40)`.
-pub fn ns_ci(m: &MeanCi) -> String {
-    format!(
-        "{} (95% CI {} to {}, n={})",
-        fmt_ns(m.mean),
-        fmt_ns(m.ci95_low),
-        fmt_ns(m.ci95_high),
-        m.n
+/// `42.1 us (95% CI 41.0 to 43.2 us, n=40)`, with the figure in nanoseconds as data.
+pub fn ns_ci(m: &MeanCi) -> Datum {
+    Datum::mean_ci(
+        m,
+        "ns",
+        format!(
+            "{} (95% CI {} to {}, n={})",
+            fmt_ns(m.mean),
+            fmt_ns(m.ci95_low),
+            fmt_ns(m.ci95_high),
+            m.n
+        ),
     )
 }
 
-/// `16,512/s (95% CI 16,100 to 16,900, n=5)`.
-pub fn rate_ci(m: &MeanCi, unit: &str) -> String {
-    format!(
-        "{}{unit} (95% CI {} to {}, n={})",
-        thousands(m.mean),
-        thousands(m.ci95_low),
-        thousands(m.ci95_high),
-        m.n
+/// `16,512/s (95% CI 16,100 to 16,900, n=5)`, with the rate per second as data.
+pub fn rate_ci(m: &MeanCi, unit: &str) -> Datum {
+    Datum::mean_ci(
+        m,
+        "per_s",
+        format!(
+            "{}{unit} (95% CI {} to {}, n={})",
+            thousands(m.mean),
+            thousands(m.ci95_low),
+            thousands(m.ci95_high),
+            m.n
+        ),
     )
 }
 
-/// `0.62 (95% CI 0.58 to 0.66, n=5)`.
-pub fn plain_ci(m: &MeanCi, digits: usize) -> String {
-    format!(
-        "{:.d$} (95% CI {:.d$} to {:.d$}, n={})",
-        m.mean,
-        m.ci95_low,
-        m.ci95_high,
-        m.n,
-        d = digits
+/// `0.62 (95% CI 0.58 to 0.66, n=5)`, a dimensionless figure (a share or a ratio).
+pub fn plain_ci(m: &MeanCi, digits: usize) -> Datum {
+    Datum::mean_ci(
+        m,
+        "ratio",
+        format!(
+            "{:.d$} (95% CI {:.d$} to {:.d$}, n={})",
+            m.mean,
+            m.ci95_low,
+            m.ci95_high,
+            m.n,
+            d = digits
+        ),
     )
 }
 
@@ -174,6 +189,51 @@ mod tests {
         assert!(rate_effect(&[100.0, 101.0, 99.0], &[200.0, 201.0, 199.0], 1.5).is_some());
         assert_eq!(thousands(66012.4), "66,012");
         assert_eq!(thousands(999.0), "999");
+    }
+
+    #[test]
+    fn evidence_carries_figures_and_sources_as_data() {
+        use crate::doctor::findings::SourceKind;
+        let (facts, m) = fixtures::everything_wrong();
+        let f = evaluate(Inputs {
+            facts: &facts,
+            m: &m,
+        });
+        let wake = f.iter().find(|x| x.id == "cross-cpu-wakeup").unwrap();
+        let rtt = &wake.evidence[1];
+        let q = rtt.quantity.as_ref().expect("a round trip is a figure");
+        assert_eq!(q.unit, "ns");
+        assert!((q.value - 42000.0).abs() < 1.0);
+        let [lo, hi] = q.ci95.unwrap();
+        assert!(lo <= q.value && q.value <= hi);
+        assert_eq!(rtt.source_kind, SourceKind::Measured);
+        let ipi = wake
+            .evidence
+            .iter()
+            .find(|e| e.label.starts_with("IPIs"))
+            .unwrap();
+        assert_eq!(ipi.quantity.as_ref().unwrap().unit, "per_round_trip");
+        let hyp = wake
+            .evidence
+            .iter()
+            .find(|e| e.label == "hypervisor")
+            .unwrap();
+        assert!(hyp.quantity.is_none(), "a name is not a figure");
+        assert_eq!(hyp.source_kind, SourceKind::Probe);
+        let paradox = f.iter().find(|x| x.id == "load-makes-it-faster").unwrap();
+        let published = paradox
+            .evidence
+            .iter()
+            .find(|e| e.source_kind == SourceKind::Published)
+            .unwrap();
+        assert!(
+            published.quantity.is_none(),
+            "published figures never pass as measured"
+        );
+        // The JSON carries the figure as a number.
+        let j = serde_json::to_value(rtt).unwrap();
+        assert!(j["quantity"]["value"].is_f64());
+        assert_eq!(j["source_kind"], "measured");
     }
 
     #[test]

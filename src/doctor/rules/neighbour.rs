@@ -10,7 +10,7 @@
 //! its own: it is time measured as taken.
 
 use super::{Inputs, Rule, plain_ci};
-use crate::doctor::findings::{Confidence, Evidence, Finding, Magnitude, Remedy, Severity};
+use crate::doctor::findings::{Confidence, Datum, Evidence, Finding, Magnitude, Remedy, Severity};
 use crate::doctor::measurements::ShareCheck;
 use crate::stats::MeanCi;
 
@@ -84,7 +84,7 @@ fn evidence(s: Option<&ShareCheck>, c: &Culprits) -> Vec<Evidence> {
     if let Some(st) = c.steal.as_ref().filter(|st| c.outside || st.mean >= 1.0) {
         ev.push(Evidence::new(
             "steal time during the run",
-            format!("{} %", plain_ci(st, 1)),
+            Datum::mean_ci(st, "pct", format!("{} %", plain_ci(st, 1))),
             "measured: /proc/stat steal",
         ));
     }

@@ -7,7 +7,7 @@
 //! sustained load). The governor is context for the mechanism, never the finding.
 
 use super::{Inputs, Rule, rate_effect};
-use crate::doctor::findings::{Confidence, Evidence, Finding, Magnitude, Remedy, Severity};
+use crate::doctor::findings::{Confidence, Datum, Evidence, Finding, Magnitude, Remedy, Severity};
 
 pub const MIN_RATIO: f64 = 1.1;
 
@@ -28,19 +28,27 @@ impl Rule for PowerManagement {
         let mut ev = vec![
             Evidence::new(
                 "effective speed after idle",
-                format!("{:.0} MHz-equivalent (n={})", eff.worse.mean, eff.worse.n),
+                Datum::mean_ci(
+                    &eff.worse,
+                    "mhz",
+                    format!("{:.0} MHz-equivalent (n={})", eff.worse.mean, eff.worse.n),
+                ),
                 "measured: oscost dependent loop, cold",
             ),
             Evidence::new(
                 "effective speed under load",
-                format!("{:.0} MHz-equivalent (n={})", eff.better.mean, eff.better.n),
+                Datum::mean_ci(
+                    &eff.better,
+                    "mhz",
+                    format!("{:.0} MHz-equivalent (n={})", eff.better.mean, eff.better.n),
+                ),
                 "measured: oscost dependent loop, warm",
             ),
         ];
         if let Some(r) = f.ramp_up_ms {
             ev.push(Evidence::new(
                 "time to reach 95% of warm speed",
-                format!("{r:.1} ms"),
+                Datum::number(r, "ms", format!("{r:.1} ms")),
                 "measured: oscost ramp",
             ));
         }

@@ -6,7 +6,7 @@
 //! ran, and the time the group spent stopped.
 
 use super::{Inputs, Rule};
-use crate::doctor::findings::{Confidence, Evidence, Finding, Magnitude, Remedy, Severity};
+use crate::doctor::findings::{Confidence, Datum, Evidence, Finding, Magnitude, Remedy, Severity};
 
 pub struct QuotaThrottling;
 
@@ -46,14 +46,18 @@ impl Rule for QuotaThrottling {
             ),
             Evidence::new(
                 "time stopped by the quota",
-                format!("{stopped:.2} s of {:.1} s", c.interval_s),
+                Datum::number(
+                    stopped,
+                    "s",
+                    format!("{stopped:.2} s of {:.1} s", c.interval_s),
+                ),
                 "measured: cgroup cpu.stat",
             ),
         ];
         if let Some(q) = quota {
             ev.push(Evidence::new(
                 "CPU quota",
-                format!("{q:.2} CPUs"),
+                Datum::number(q, "cpus", format!("{q:.2} CPUs")),
                 "probe: cgroup cpu quota / period",
             ));
         }

@@ -29,13 +29,15 @@ pub fn colocate(cpu: u32, facts: &Facts) -> Vec<Remedy> {
             "The same pinning, kept across restarts for services started by systemd; the \
              whole process tree inherits it, PostgreSQL backends included.",
             "As above: both ends share one CPU.",
-        ),
+        )
+        .by("root on this machine"),
         Remedy::new(
             cpuset,
             "Confines every task of the cgroup (container, pod, slice) to that CPU.",
             "Everything in the group competes for one CPU; with containers use the runtime's \
              own knob (docker --cpuset-cpus, Kubernetes static CPU manager).",
-        ),
+        )
+        .by("root on this machine, or the container platform's operator"),
     ]
 }
 
@@ -47,13 +49,17 @@ pub fn halt_polling(facts: &Facts) -> Vec<Remedy> {
                         is taken from other guests.";
     let mut r = Vec::new();
     if driver_ok {
-        r.push(Remedy::new(
-            "echo 200000 > /sys/module/haltpoll/parameters/guest_halt_poll_ns",
-            "Now, as root, until reboot: an idle vCPU polls up to 200 us before halting, so \
+        r.push(
+            Remedy::new(
+                "echo 200000 > /sys/module/haltpoll/parameters/guest_halt_poll_ns",
+                "Now, as root, until reboot: an idle vCPU polls up to 200 us before halting, so \
              a wakeup within that window costs neither a halt exit nor an IPI through the \
              hypervisor. Measure again with `cpulab doctor` to see what it buys here.",
-            polling_cost,
-        ));
+                polling_cost,
+            )
+            .by("root in this guest")
+            .with_try("cpulab try haltpoll.guest_halt_poll_ns=200000"),
+        );
     }
     r.push(Remedy::new(
         "kernel command line: cpuidle_haltpoll.force=1 haltpoll.guest_halt_poll_ns=200000",
@@ -68,7 +74,8 @@ pub fn halt_polling(facts: &Facts) -> Vec<Remedy> {
             }
         ),
         format!("{polling_cost} Needs a reboot."),
-    ));
+    )
+    .by("root in this guest"));
     if facts
         .hypervisor
         .as_deref()
@@ -81,21 +88,28 @@ pub fn halt_polling(facts: &Facts) -> Vec<Remedy> {
         } else {
             ""
         };
-        r.push(Remedy::new(
-            "on the KVM host: echo 200000 > /sys/module/kvm/parameters/halt_poll_ns",
-            "The host polls briefly for a halted vCPU's next wakeup instead of descheduling \
+        r.push(
+            Remedy::new(
+                "on the KVM host: echo 200000 > /sys/module/kvm/parameters/halt_poll_ns",
+                "The host polls briefly for a halted vCPU's next wakeup instead of descheduling \
              it, which shortens the wakeup for every guest on that host.",
-            format!(
-                "For host administrators only; costs host CPU for every guest, and the guest \
+                format!(
+                    "For host administrators only; costs host CPU for every guest, and the guest \
                  cannot set it.{poll_control}"
-            ),
-        ));
+                ),
+            )
+            .on_host("the KVM host's administrator; not a cloud customer"),
+        );
     }
-    r.push(Remedy::new(
-        "give a latency-bound VM fewer vCPUs (e.g. 1)",
-        "With one vCPU client and server always share it, so wakeups never cross vCPUs \
-         (field notes A: 17,842 tps with 1 vCPU against 7,485 with 2).",
-        "Less parallel capacity; only for VMs whose work is one request/response chain.",
-    ));
+    r.push(
+        Remedy::new(
+            "give a latency-bound VM fewer vCPUs (e.g. 1)",
+            "With one vCPU client and server always share it, so wakeups never cross vCPUs \
+         (published, docs/field-notes.md section A: 17,842 tps with 1 vCPU against 7,485 with \
+         2, pgbench -S on Hyper-V).",
+            "Less parallel capacity; only for VMs whose work is one request/response chain.",
+        )
+        .by("whoever sizes the VM"),
+    );
     r
 }

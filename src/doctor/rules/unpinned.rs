@@ -12,7 +12,7 @@
 
 use super::wakeup::{MIN_RATIO, primary_method};
 use super::{Inputs, Rule, cost_effect, ns_ci, remedies};
-use crate::doctor::findings::{Confidence, Evidence, Finding, Magnitude, Severity};
+use crate::doctor::findings::{Confidence, Datum, Evidence, Finding, Magnitude, Severity};
 use crate::output::fmt_ns;
 use crate::topology::PlacementClass;
 
@@ -92,7 +92,7 @@ impl Rule for UnpinnedPlacement {
         if let Some(r) = free.migrations_per_s {
             ev.push(Evidence::new(
                 "migrations per second (both ends)",
-                format!("{r:.0}"),
+                Datum::number(r, "per_s", format!("{r:.0}")),
                 src.clone(),
             ));
         }

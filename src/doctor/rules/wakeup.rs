@@ -13,8 +13,8 @@
 //!
 //! The effect is the worst pinned class against same-CPU, on the blocking method (pipe first).
 
-use super::{Effect, Inputs, Rule, cost_effect, ns_ci, remedies};
-use crate::doctor::findings::{Confidence, Evidence, Finding, Magnitude, Remedy, Severity};
+use super::{Effect, Inputs, Rule, cost_effect, environment, ns_ci, remedies};
+use crate::doctor::findings::{Confidence, Datum, Evidence, Finding, Magnitude, Remedy, Severity};
 use crate::doctor::measurements::WakeupRun;
 use crate::output::fmt_ns;
 use crate::topology::PlacementClass;
@@ -198,7 +198,11 @@ fn diagnose(
     if worst.per_round_trip.contains_key("idle_entries") {
         ev.push(Evidence::new(
             "idle entries (halts) per round trip",
-            format!("{halts:.2} across {cpu_word}s vs {halts_base:.2} on one"),
+            Datum::number(
+                halts,
+                "per_round_trip",
+                format!("{halts:.2} across {cpu_word}s vs {halts_base:.2} on one"),
+            ),
             src(worst),
         ));
     }
@@ -207,7 +211,7 @@ fn diagnose(
     if let Some(n) = ipi {
         ev.push(Evidence::new(
             "IPIs (RES+CAL) per round trip",
-            format!("{n:.2}"),
+            Datum::number(n, "per_round_trip", format!("{n:.2}")),
             src(worst),
         ));
         agree += usize::from(halting && n >= PER_RT_THRESHOLD);
@@ -313,31 +317,10 @@ fn cache_distance<'a>(i: &Inputs<'a>) -> Option<(&'a WakeupRun, &'a WakeupRun)> 
 fn explain(m: &Mechanism, i: &Inputs<'_>, halts: f64, ipi: Option<f64>) -> (String, Vec<Remedy>) {
     let ipi_text = ipi.map(|n| format!(" and {n:.1} IPIs")).unwrap_or_default();
     match m {
-        Mechanism::HaltIpiHypervisor => (
-            format!(
-                "The waiting vCPU has nothing else to run, so it halts; waking it takes an \
-                 inter-processor interrupt that the hypervisor delivers, and the halted vCPU must \
-                 be scheduled again on the host before it runs. Each round trip here pays {halts:.1} \
-                 halts{ipi_text}, exits that a same-vCPU wakeup never makes{}.",
-                match i.facts.guest_halt_poll_ns {
-                    Some(0) => "; guest halt polling is off, so every idle period halts at once",
-                    _ => "",
-                }
-            ),
-            remedies::halt_polling(i.facts),
-        ),
-        Mechanism::IdleExitBareMetal => (
-            format!(
-                "The waiting CPU goes idle and enters a sleep state; the wakeup is an \
-                 inter-processor interrupt and the CPU must leave that state before the woken \
-                 task runs. Each round trip pays {halts:.1} idle entries{ipi_text}."
-            ),
-            vec![Remedy::new(
-                "cpupower idle-set -D 10   (or: tuned-adm profile latency-performance)",
-                "Disables idle states with an exit latency above 10 us, so a woken CPU answers sooner.",
-                "More power and heat while idle; reverse with cpupower idle-set -E.",
-            )],
-        ),
+        Mechanism::HaltIpiHypervisor => environment::halt_in_vm(i.facts, halts, &ipi_text),
+        Mechanism::IdleExitBareMetal => {
+            environment::idle_exit_bare_metal(i.facts, halts, &ipi_text)
+        }
         Mechanism::CacheDistance => (
             "The data each wakeup touches (the pipe buffer, the task structures) lives in the \
              other CPU's cache and must cross to this one; spinning round trips, which move only \

@@ -1,0 +1,297 @@
+//! `cpulab try SETTING=VALUE...`: flags, their validation into [`TrialSettings`], and output.
+//! `--list`, `--dry-run` and `--restore` are answered here without measuring.
+
+use crate::cli::Global;
+use crate::error::bad_input;
+use crate::experiment::{Experiment, Level, Progress};
+use crate::machine::Machine;
+use crate::output::{self, Style};
+use crate::report::envelope::Kind;
+use crate::trial::setting::{self, Availability, Roots};
+use crate::trial::{self, Trial, TrialSettings, journal, measure};
+use anyhow::{Context, Result};
+use std::path::PathBuf;
+
+/// Try a setting: measured A/B, always restored.
+#[derive(Debug, clap::Args)]
+#[command(after_help = "Examples:\n  \
+    cpulab try --list\n  \
+    cpulab try haltpoll.guest_halt_poll_ns=200000 --dry-run\n  \
+    sudo cpulab try haltpoll.guest_halt_poll_ns=200000\n  \
+    sudo cpulab try cpuidle.disable=state1 --measure 'pingpong:--pairs 0:1'\n  \
+    sudo cpulab try haltpoll.guest_halt_poll_ns=200000 --measure 'pair:--preset pgbench --pairs 0:1'\n  \
+    sudo cpulab try tuned:latency-performance --each\n  \
+    sudo cpulab try --restore")]
+pub struct Args {
+    /// Settings to try, `NAME=VALUE` (`haltpoll.guest_halt_poll_ns=200000`,
+    /// `cpuidle.max_latency_us=10`, `sched.migration_cost_ns=5000000`, `pid:1234.affinity=0`),
+    /// or `tuned:PROFILE`. `--list` shows the names.
+    #[arg(value_name = "SETTING=VALUE")]
+    pub settings: Vec<String>,
+    /// List the settings with their current value, and whether they can be changed here.
+    #[arg(long)]
+    pub list: bool,
+    /// Print the plan and the exact writes; write nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Restore what an interrupted trial left changed (the journal in /run/cpulab).
+    #[arg(long)]
+    pub restore: bool,
+    /// Leave the changed values in place at the end, and print how to undo them.
+    #[arg(long)]
+    pub keep: bool,
+    /// Also try each setting alone (which items of a tuned profile matter here).
+    #[arg(long)]
+    pub each: bool,
+    /// Rounds per side (baseline and changed alternate: ABAB...); at least 3.
+    #[arg(long, default_value_t = 3)]
+    pub rounds: usize,
+    /// What to measure each round: `pingpong[:FLAGS]` (its own flags, e.g.
+    /// `pingpong:--pairs 0:1`) or `cmd:COMMAND ARGS` with --metric. Default: the experiment the
+    /// setting is about.
+    #[arg(long, value_name = "SPEC")]
+    pub measure: Option<String>,
+    /// With `--measure cmd:...`: a regex with a named group `value`, or pgbench, ab, wrk.
+    #[arg(long, value_name = "REGEX")]
+    pub metric: Option<String>,
+    /// With `--metric`: smaller values are better (a time rather than a rate).
+    #[arg(long)]
+    pub lower_is_better: bool,
+    /// Directory of tuned profiles (`NAME/tuned.conf`), searched before /etc/tuned and
+    /// /usr/lib/tuned.
+    #[arg(long, value_name = "DIR")]
+    pub profile_dir: Option<PathBuf>,
+    /// One JSON document on stdout (raw round samples of both sides).
+    #[arg(long)]
+    pub json: bool,
+    /// Also write a self-contained HTML report to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<PathBuf>,
+}
+
+fn is_root() -> bool {
+    nix::unistd::geteuid().is_root()
+}
+
+fn list(roots: &Roots, json: bool) -> Result<()> {
+    if json {
+        // Every --json document is a result with its envelope; a listing is not one.
+        return Err(bad_input(
+            "--list is text only; use `cpulab probe --json` for the machine's settings as data",
+        ));
+    }
+    let rows: Vec<serde_json::Value> = setting_rows(roots);
+    let mut s = String::new();
+    for r in &rows {
+        s += &format!(
+            "{:<38} {:<28} {}\n    {}\n",
+            r["name"].as_str().unwrap_or(""),
+            r["current"].as_str().unwrap_or(""),
+            r["changeable"].as_str().unwrap_or(""),
+            r["about"].as_str().unwrap_or("")
+        );
+    }
+    s += "pid:PID.affinity                       CPU affinity of a process and all its threads\n";
+    s += "cgroup:PATH:FILE                       cpu.max, cpu.weight, cpuset.cpus, cpu.cfs_quota_us of a cgroup\n";
+    s += "tuned:PROFILE                          a tuned profile, expanded into the settings above\n";
+    output::print_text(&s)
+}
+
+fn setting_rows(roots: &Roots) -> Vec<serde_json::Value> {
+    setting::catalogue_all(roots)
+        .iter()
+        .map(|k| {
+            let availability = k.availability();
+            let current = match availability {
+                Availability::NotHere(_) => "-".to_string(),
+                _ => k.current().unwrap_or_else(|e| format!("? ({e:#})")),
+            };
+            let changeable = match availability {
+                Availability::Changeable if k.needs_root() && !is_root() => "yes (as root)".into(),
+                Availability::Changeable => "yes".to_string(),
+                Availability::NotHere(why) => format!("no: {why}"),
+                Availability::BootOnly(line) => format!("no: boot-time only ({line})"),
+            };
+            serde_json::json!({
+                "name": k.name(),
+                "current": current,
+                "changeable": changeable,
+                "about": k.about(),
+            })
+        })
+        .collect()
+}
+
+fn restore(root: &std::path::Path, quiet: bool) -> Result<()> {
+    if !is_root() && root == std::path::Path::new("/") {
+        return Err(bad_input(
+            "restoring needs root (the journal in /run/cpulab is root's); run `sudo cpulab try --restore`",
+        ));
+    }
+    if journal::load(root)?.is_none() {
+        output::status(
+            quiet,
+            "nothing to restore: no journal of an interrupted `cpulab try`",
+        );
+        return Ok(());
+    }
+    match journal::restore_leftover(root, std::time::Duration::from_secs(5))? {
+        Some((j, notes)) => {
+            output::status(
+                quiet,
+                &format!(
+                    "restored {} target(s) left changed by `{}` (pid {}); every value read back as journalled",
+                    j.entries.len(),
+                    j.command,
+                    j.pid
+                ),
+            );
+            for n in notes {
+                output::status(quiet, &format!("note: {n}"));
+            }
+            Ok(())
+        }
+        None => match journal::load(root)? {
+            Some(j) => Err(bad_input(format!(
+                "a `cpulab try` (pid {}) is still running and holds the journal; it restores when it ends (stop it with `kill {}`)",
+                j.pid, j.pid
+            ))),
+            None => {
+                output::status(quiet, "nothing to restore");
+                Ok(())
+            }
+        },
+    }
+}
+
+pub fn run(args: Args, g: &Global) -> Result<()> {
+    let roots = Roots::new(&g.root, args.profile_dir.as_deref());
+    if args.restore {
+        return restore(&g.root, g.quiet);
+    }
+    if args.list {
+        return list(&roots, args.json);
+    }
+    if args.settings.is_empty() {
+        return Err(bad_input(
+            "give a setting to try, like `cpulab try haltpoll.guest_halt_poll_ns=200000`; `cpulab try --list` shows them",
+        ));
+    }
+    if args.rounds < 3 {
+        return Err(bad_input(format!(
+            "--rounds {}: a trial needs at least 3 rounds per side",
+            args.rounds
+        )));
+    }
+    let (changes, skipped) = setting::parse_changes(&roots, &args.settings)?;
+    let machine = Machine::detect(&g.root)?;
+    let (measure, measure_label) = match &args.measure {
+        Some(spec) => (
+            measure::parse(spec, args.metric.as_deref(), args.lower_is_better, &machine)?,
+            spec.clone(),
+        ),
+        None => {
+            let subject = changes[0].setting.subject();
+            (
+                measure::default_for(subject),
+                measure::describe_default(subject),
+            )
+        }
+    };
+    if args.dry_run {
+        return output::print_text(&plan(&changes, &skipped, &measure_label, args.rounds));
+    }
+    if let Some(c) = changes.iter().find(|c| c.setting.needs_root())
+        && !is_root()
+    {
+        return Err(bad_input(format!(
+            "{} needs root to change; run `sudo cpulab try ...` (or --dry-run to see the writes)",
+            c.setting.name()
+        )));
+    }
+    let settings = TrialSettings {
+        root: g.root.clone(),
+        changes,
+        skipped,
+        rounds: args.rounds,
+        measure,
+        measure_label,
+        keep: args.keep,
+        each: args.each,
+        command: format!("cpulab try {}", args.settings.join(" ")),
+    };
+    let quiet = g.quiet;
+    let show_steps = !quiet && output::stderr_is_terminal();
+    let sink = move |level: Level, msg: &str| match level {
+        Level::Step if show_steps => eprintln!("{msg}"),
+        Level::Step => {}
+        Level::Note => output::status(quiet, &format!("note: {msg}")),
+        Level::Warning => output::status(quiet, &format!("warning: {msg}")),
+    };
+    let report = match Trial::run(&machine, &settings, &Progress::new(&sink)) {
+        Ok(r) => r,
+        Err(e) => {
+            if let Some(i) = e.downcast_ref::<crate::pair::signals::Interrupted>() {
+                eprintln!(
+                    "cpulab: interrupted by {}; every setting restored and read back",
+                    i.name
+                );
+                std::process::exit(i.exit_code());
+            }
+            return Err(e);
+        }
+    };
+    if let Some(path) = &args.html {
+        std::fs::write(path, Trial::render_html(&report))
+            .with_context(|| format!("cannot write {}", path.display()))?;
+        output::status(quiet, &format!("HTML report written to {}", path.display()));
+    }
+    super::print::emit(args.json, Kind::Try, &report, |r| {
+        trial::render::text(r, &Style::new())
+    })
+}
+
+/// `--dry-run`: what would be written and measured.
+fn plan(changes: &[setting::Change], skipped: &[String], measure: &str, rounds: usize) -> String {
+    let mut s = String::from("cpulab try --dry-run: nothing is written\n\n");
+    for c in changes {
+        s += &format!(
+            "{} = {} (now {}; needs root: {}; survives reboot: {})\n",
+            c.setting.name(),
+            c.value,
+            c.setting
+                .current()
+                .unwrap_or_else(|e| format!("unreadable: {e:#}")),
+            if c.setting.needs_root() { "yes" } else { "no" },
+            if c.setting.survives_reboot() {
+                "yes"
+            } else {
+                "no"
+            }
+        );
+        match c.setting.plan(&c.value) {
+            Ok(ops) => {
+                for op in ops {
+                    s += &format!("    {}\n", op.shell());
+                }
+            }
+            Err(e) => s += &format!("    (cannot plan: {e:#})\n"),
+        }
+        let p = c.setting.permanent(&c.value);
+        s += &format!(
+            "  permanent form ({}{}):\n",
+            p.form,
+            p.file.map(|f| format!(", {f}")).unwrap_or_default()
+        );
+        for l in p.text.lines() {
+            s += &format!("    {l}\n");
+        }
+    }
+    for k in skipped {
+        s += &format!("not tried: {k}\n");
+    }
+    s += &format!(
+        "\nmeasure: {measure}\nrounds: {rounds} baseline and {rounds} changed, interleaved (ABAB...), the writes above before each changed round and the original values before each baseline round\njournal: /run/cpulab/try.journal (0600), written before the first write; restored on exit, signals and (by a watchdog) SIGKILL\n"
+    );
+    s
+}

@@ -1,0 +1,373 @@
+//! What a trial measures in each round: an experiment through the common interface, chosen by
+//! the setting's subject or by `--measure`, plus the cost samplers the settings ask for.
+//!
+//! Everything here yields [`Figure`]s; the trial loop compares figures by name and never knows
+//! which experiment made them. `--measure NAME[:ARGS]` takes the experiment's own flags
+//! (`pingpong:--pairs 0:1 --max-time 1`), parsed by that subcommand's clap struct and validated
+//! by its `settings` function, so the spec means exactly what the subcommand means.
+
+use super::setting::{Cost, Subject};
+use crate::error::bad_input;
+use crate::experiment::registry::{Configured, Outcome, Runnable};
+use crate::experiment::{Direction, Figure, Progress, Unit};
+use crate::machine::Machine;
+use crate::pingpong::{PairSpec, Pingpong, PingpongSettings, Placement};
+use crate::report::envelope::Kind;
+use anyhow::Result;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// Parses `--measure NAME[:ARGS]` into something to run each round.
+pub fn parse(
+    spec: &str,
+    metric: Option<&str>,
+    lower: bool,
+    machine: &Machine,
+) -> Result<Box<dyn Runnable>> {
+    let (name, args) = spec.split_once(':').unwrap_or((spec, ""));
+    let words =
+        shell_words::split(args).map_err(|e| bad_input(format!("--measure `{spec}`: {e}")))?;
+    match name {
+        "pingpong" => {
+            let a = clap_args::<crate::commands::pingpong::Args>("pingpong", &words)?;
+            let s = crate::commands::pingpong::settings(&a, machine)?;
+            Ok(Box::new(Configured::<Pingpong>::new(s)))
+        }
+        "cmd" => {
+            let Some(m) = metric else {
+                return Err(bad_input(
+                    "--measure cmd:... needs --metric REGEX (a named group `value`) or a built-in parser name such as pgbench",
+                ));
+            };
+            if words.is_empty() {
+                return Err(bad_input("--measure cmd: give the command after `cmd:`"));
+            }
+            Ok(Box::new(UserCommand {
+                argv: words,
+                metric: crate::pair::metric::Metric::parse(m, None, !lower)?,
+            }))
+        }
+        "pair" => {
+            let a = clap_args::<crate::commands::pair::Flags>("pair", &words)?;
+            let s = crate::commands::pair::settings(&a, machine)?;
+            Ok(Box::new(Configured::<crate::pair::Pair>::new(s)))
+        }
+        "oscost" | "share" | "scale" => Err(bad_input(format!(
+            "--measure {name}: this build runs pingpong, pair and cmd:COMMAND through the experiment interface; use `--measure cmd:...` meanwhile"
+        ))),
+        other => Err(bad_input(format!(
+            "--measure `{other}` is not an experiment; give pingpong[:FLAGS] or cmd:COMMAND with --metric"
+        ))),
+    }
+}
+
+/// Parses a subcommand's flags from words.
+fn clap_args<A: clap::Args>(name: &'static str, words: &[String]) -> Result<A> {
+    use clap::Parser;
+    #[derive(Parser)]
+    struct Wrap<T: clap::Args> {
+        #[command(flatten)]
+        inner: T,
+    }
+    let cmd = <Wrap<A> as clap::CommandFactory>::command().name(name);
+    let m = cmd
+        .try_get_matches_from(std::iter::once(name.to_string()).chain(words.iter().cloned()))
+        .map_err(|e| {
+            let first = e.to_string().lines().next().unwrap_or("").to_string();
+            bad_input(format!(
+                "--measure {name}: {}",
+                first.trim_start_matches("error: ")
+            ))
+        })?;
+    A::from_arg_matches(&m).map_err(|e| bad_input(format!("--measure {name}: {e}")))
+}
+
+/// The default measurement for what the settings are about.
+pub fn default_for(subject: Subject) -> Box<dyn Runnable> {
+    let short = PingpongSettings {
+        max_time_s: 1.0,
+        warmup_s: 0.05,
+        ..PingpongSettings::default()
+    };
+    match subject {
+        Subject::Wakeup | Subject::Frequency => Box::new(Configured::<Pingpong>::new(short)),
+        Subject::Scheduler => Box::new(Configured::<Pingpong>::new(PingpongSettings {
+            pairs: PairSpec::List(vec![Placement::Unpinned]),
+            ..short
+        })),
+        Subject::Process { pid } => Box::new(ProcessWatch { pid, seconds: 2.0 }),
+    }
+}
+
+/// What the default measurement is, in words.
+pub fn describe_default(subject: Subject) -> String {
+    match subject {
+        Subject::Wakeup => "pingpong (pipe) on every placement class plus unpinned".into(),
+        Subject::Frequency => "pingpong (pipe) on every placement class plus unpinned (each wakeup pays the frequency ramp)".into(),
+        Subject::Scheduler => "pingpong (pipe), unpinned".into(),
+        Subject::Process { pid } => format!("process {pid}: context switches and CPU time over 2 s"),
+    }
+}
+
+/// A user's command run once per round, its metric read from its output.
+struct UserCommand {
+    argv: Vec<String>,
+    metric: crate::pair::metric::Metric,
+}
+
+impl Runnable for UserCommand {
+    fn kind(&self) -> Kind {
+        Kind::Try
+    }
+    fn run(&self, _machine: &Machine, progress: &Progress) -> Result<Outcome> {
+        progress.step(&format!("running {}", self.argv.join(" ")));
+        let t0 = Instant::now();
+        let out = std::process::Command::new(&self.argv[0])
+            .args(&self.argv[1..])
+            .output()
+            .map_err(|e| bad_input(format!("cannot run {}: {e}", self.argv[0])))?;
+        let wall = t0.elapsed().as_secs_f64();
+        let text = format!(
+            "{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        if !out.status.success() {
+            anyhow::bail!("{} failed ({})", self.argv[0], out.status);
+        }
+        let reading = self.metric.read(&text).ok_or_else(|| {
+            anyhow::anyhow!(
+                "the output of {} has no match for the metric {}",
+                self.argv[0],
+                self.metric.describe()
+            )
+        })?;
+        let dir = if self.metric.higher_is_better {
+            Direction::HigherIsBetter
+        } else {
+            Direction::LowerIsBetter
+        };
+        let figures = vec![
+            Figure::single(
+                format!("metric[{}]", self.metric.unit),
+                format!("{} ({})", self.argv[0], self.metric.unit),
+                Unit::Count,
+                dir,
+                reading.value,
+            ),
+            Figure::single(
+                "wall_s",
+                "command wall time",
+                Unit::Seconds,
+                Direction::LowerIsBetter,
+                wall,
+            ),
+        ];
+        Ok(Outcome {
+            kind: Kind::Try,
+            document: serde_json::json!({ "command": self.argv, "metric": reading.value, "wall_s": wall }),
+            figures,
+            noisy: false,
+        })
+    }
+}
+
+/// A live process watched for a while: its context switches and CPU time per second.
+struct ProcessWatch {
+    pid: i32,
+    seconds: f64,
+}
+
+/// Context switches (voluntary + involuntary, all threads) and CPU ticks of a process.
+fn process_counts(pid: i32) -> Option<(u64, u64)> {
+    let mut switches = 0;
+    for t in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .ok()?
+        .flatten()
+    {
+        let status = std::fs::read_to_string(t.path().join("status")).unwrap_or_default();
+        switches += parse_switches(&status);
+    }
+    let ticks = parse_stat_ticks(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)?;
+    Some((switches, ticks))
+}
+
+/// `voluntary_ctxt_switches` + `nonvoluntary_ctxt_switches` of a status file.
+pub fn parse_switches(status: &str) -> u64 {
+    status
+        .lines()
+        .filter(|l| l.contains("ctxt_switches:"))
+        .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .sum()
+}
+
+/// utime + stime (clock ticks) of a `/proc/PID/stat` line; fields after the parenthesised name.
+pub fn parse_stat_ticks(stat: &str) -> Option<u64> {
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
+}
+
+fn ticks_per_s() -> f64 {
+    nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+        .ok()
+        .flatten()
+        .map(|v| v as f64)
+        .unwrap_or(100.0)
+}
+
+impl Runnable for ProcessWatch {
+    fn kind(&self) -> Kind {
+        Kind::Try
+    }
+    fn run(&self, _machine: &Machine, progress: &Progress) -> Result<Outcome> {
+        progress.step(&format!(
+            "watching process {} for {} s",
+            self.pid, self.seconds
+        ));
+        let gone = || anyhow::anyhow!("process {} ended during the trial", self.pid);
+        let (s0, c0) = process_counts(self.pid).ok_or_else(gone)?;
+        let t0 = Instant::now();
+        crate::pair::signals::sleep(Duration::from_secs_f64(self.seconds))?;
+        let (s1, c1) = process_counts(self.pid).ok_or_else(gone)?;
+        let dt = t0.elapsed().as_secs_f64();
+        let figures = vec![
+            Figure::single(
+                "context_switches_per_s",
+                format!("context switches of process {}", self.pid),
+                Unit::PerSecond,
+                Direction::LowerIsBetter,
+                s1.saturating_sub(s0) as f64 / dt,
+            ),
+            Figure::single(
+                "process_cpu_s_per_s",
+                format!("CPU time of process {}", self.pid),
+                Unit::CpuSecondsPerSecond,
+                Direction::Neither,
+                c1.saturating_sub(c0) as f64 / ticks_per_s() / dt,
+            ),
+        ];
+        Ok(Outcome {
+            kind: Kind::Try,
+            document: serde_json::json!({ "pid": self.pid, "seconds": dt }),
+            figures,
+            noisy: false,
+        })
+    }
+}
+
+/// A cost sampler: snapshot before the round, delta after, divided by the measured interval.
+pub struct CostSampler {
+    cost: Cost,
+    root: PathBuf,
+    start: Option<(Instant, f64)>,
+}
+
+impl CostSampler {
+    pub fn new(cost: Cost, root: &Path) -> Self {
+        Self {
+            cost,
+            root: root.to_path_buf(),
+            start: None,
+        }
+    }
+
+    fn read(&self) -> Option<f64> {
+        match self.cost {
+            Cost::PollTime => poll_time_s(&self.root),
+            Cost::ProcessCpu { pid } => std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .ok()
+                .and_then(|s| parse_stat_ticks(&s))
+                .map(|t| t as f64 / ticks_per_s()),
+            Cost::Unmeasured => None,
+        }
+    }
+
+    /// Whether this sampler measures `cost`.
+    pub fn is(&self, cost: Cost) -> bool {
+        self.cost == cost
+    }
+
+    pub fn begin(&mut self) {
+        self.start = self.read().map(|v| (Instant::now(), v));
+    }
+
+    /// The cost figure of the round, if it could be measured.
+    pub fn end(&mut self) -> Option<Figure> {
+        let (t0, v0) = self.start.take()?;
+        let v1 = self.read()?;
+        let dt = t0.elapsed().as_secs_f64();
+        let per_s = (v1 - v0).max(0.0) / dt;
+        Some(match self.cost {
+            Cost::PollTime => Figure::single(
+                "cost.poll_cpu_s_per_s",
+                "CPU time spent polling in idle (cpuidle POLL state), all CPUs",
+                Unit::CpuSecondsPerSecond,
+                Direction::LowerIsBetter,
+                per_s,
+            ),
+            Cost::ProcessCpu { pid } => Figure::single(
+                "cost.process_cpu_s_per_s",
+                format!("CPU time of process {pid}"),
+                Unit::CpuSecondsPerSecond,
+                Direction::Neither,
+                per_s,
+            ),
+            Cost::Unmeasured => return None,
+        })
+    }
+}
+
+/// Seconds spent in the cpuidle poll state (the state named POLL), summed over all CPUs.
+pub fn poll_time_s(root: &Path) -> Option<f64> {
+    let base = root.join("sys/devices/system/cpu");
+    let mut total_us = 0u64;
+    let mut any = false;
+    for e in std::fs::read_dir(&base).ok()?.flatten() {
+        let name = e.file_name();
+        let n = name.to_string_lossy();
+        if !(n.starts_with("cpu") && n[3..].chars().all(|c| c.is_ascii_digit()) && n.len() > 3) {
+            continue;
+        }
+        let d = e.path().join("cpuidle/state0");
+        if std::fs::read_to_string(d.join("name")).is_ok_and(|s| s.trim() == "POLL")
+            && let Some(us) = std::fs::read_to_string(d.join("time"))
+                .ok()
+                .and_then(|t| t.trim().parse::<u64>().ok())
+        {
+            total_us += us;
+            any = true;
+        }
+    }
+    any.then_some(total_us as f64 / 1e6)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn process_counters_parse_from_literal_text() {
+        let status = "Name:\tx\nvoluntary_ctxt_switches:\t10\nnonvoluntary_ctxt_switches:\t3\n";
+        assert_eq!(parse_switches(status), 13);
+        let stat = "42 (a b) S 1 42 42 0 -1 4194560 100 0 0 0 7 5 0 0 20 0 1 0";
+        assert_eq!(parse_stat_ticks(stat), Some(12));
+    }
+
+    #[test]
+    fn bad_measure_specs_are_one_line() {
+        let m = Machine::detect(Path::new("/")).unwrap();
+        for (spec, metric) in [
+            ("nothing", None),
+            ("pingpong:--pairs 0:99", None),
+            ("pingpong:--bogus", None),
+            ("cmd:true", None),
+            ("cmd:", Some("x (?P<value>1)")),
+        ] {
+            let e = parse(spec, metric, false, &m).err().unwrap();
+            assert_eq!(crate::error::exit_code(&e), 2, "{spec}");
+            assert!(!format!("{e:#}").contains('\n'), "{e:#}");
+        }
+        assert!(parse("pingpong:--pairs unpinned --max-time 0.1", None, false, &m).is_ok());
+    }
+}

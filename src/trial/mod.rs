@@ -1,0 +1,323 @@
+//! `cpulab try`: a measured what-if trial of a remedy, with a restore that survives SIGKILL.
+//!
+//! The doctor names causes and lists remedies; a remedy is only advice until it is measured on
+//! the machine in question. A trial applies one or more settings ([`setting::Setting`]), and
+//! measures baseline (A) and changed (B) rounds interleaved, ABAB..., so whatever drifts on the
+//! host during the run falls on both sides. Each round runs an experiment through the common
+//! interface ([`crate::experiment::registry::Runnable`]) and yields [`Figure`]s; the comparison
+//! takes each figure's round-level values (one per round: samples within a round are correlated)
+//! and tests them with Welch's t-test, giving each side's 95% interval, the ratio, a verdict, and
+//! for "no difference" the smallest effect the run could have detected. The cost of a change
+//! (polling CPU time, a process's CPU time) is just another per-round figure.
+//!
+//! Nothing is left changed: [`session`] journals every original value on disk before the first
+//! write and restores it on success, error, panic and signals, and a watchdog restores it when
+//! cpulab is SIGKILLed. See [`journal`] for the file and the lock.
+
+pub mod affinity;
+pub mod compare;
+pub mod cpufreq;
+pub mod cpuidle;
+pub mod doctor;
+pub mod journal;
+pub mod knobs;
+pub mod measure;
+pub mod ops;
+pub mod render;
+pub mod session;
+pub mod setting;
+pub mod tuned;
+
+#[cfg(test)]
+pub mod testing;
+
+use crate::experiment::registry::Runnable;
+use crate::experiment::{Experiment, Figure, Progress};
+use crate::machine::{Conditions, Machine};
+use crate::report::envelope::Kind;
+use anyhow::Result;
+use compare::Comparison;
+use serde::{Deserialize, Serialize};
+use setting::{Change, Permanent};
+use std::path::PathBuf;
+
+/// Validated settings of a trial.
+pub struct TrialSettings {
+    /// Root of /sys and /proc (`/` on the live machine; a fixture copy in tests).
+    pub root: PathBuf,
+    pub changes: Vec<Change>,
+    /// Profile items that were not tried, with the reason.
+    pub skipped: Vec<String>,
+    /// Rounds per side (at least 3).
+    pub rounds: usize,
+    pub measure: Box<dyn Runnable>,
+    /// What `measure` is, in words.
+    pub measure_label: String,
+    /// Leave the changed values in place at the end.
+    pub keep: bool,
+    /// Also try each change alone (tuned profiles: which items matter here).
+    pub each: bool,
+    /// The command line, for the journal.
+    pub command: String,
+}
+
+/// Which side a round measured.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Side {
+    Baseline,
+    Changed,
+}
+
+/// One round: its side and every figure it produced.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Round {
+    pub index: usize,
+    pub side: Side,
+    /// Seconds since the trial started.
+    pub started_s: f64,
+    pub figures: Vec<Figure>,
+    /// The experiment's own verdict on background load for this round.
+    pub noisy: bool,
+}
+
+/// One setting as tried.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ChangeRecord {
+    pub setting: String,
+    /// The value before the trial (as `--list` shows it).
+    pub before: String,
+    pub value: String,
+    /// The profile it came from, if any.
+    pub from: Option<String>,
+    /// The exact writes, as a person would type them.
+    pub writes: Vec<String>,
+    pub survives_reboot: bool,
+    pub permanent: Permanent,
+}
+
+/// One A/B trial: rounds and the comparison of their figures.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct TrialRun {
+    /// The settings changed in the B rounds.
+    pub settings: Vec<String>,
+    pub rounds: Vec<Round>,
+    pub comparisons: Vec<Comparison>,
+}
+
+/// How the trial ended for the machine.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Restore {
+    /// Every original value written back and read back as journalled.
+    pub restored: bool,
+    /// `--keep`: the changed values were left in place on purpose.
+    pub kept: bool,
+    /// With `--keep`: the writes that undo the change.
+    pub undo: Vec<String>,
+    pub notes: Vec<String>,
+}
+
+/// The result of `cpulab try`; this struct is the JSON schema.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct TrialReport {
+    pub conditions: Conditions,
+    /// What each round measured.
+    pub measure: String,
+    pub changes: Vec<ChangeRecord>,
+    /// Items of a profile not tried, with the reason.
+    pub skipped: Vec<String>,
+    pub rounds_per_side: usize,
+    /// All changes together.
+    pub trial: TrialRun,
+    /// Each change alone (`--each`).
+    pub items: Vec<TrialRun>,
+    /// The finding-style summary, one paragraph per line.
+    pub summary: Vec<String>,
+    pub restore: Restore,
+}
+
+/// The experiment kind of `try`.
+pub struct Trial;
+
+fn run_trial(
+    machine: &Machine,
+    session: &mut session::Session,
+    changes: &[&Change],
+    s: &TrialSettings,
+    progress: &Progress,
+) -> Result<TrialRun> {
+    let t0 = std::time::Instant::now();
+    let plans: Vec<(String, Vec<ops::Op>)> = changes
+        .iter()
+        .map(|c| Ok((c.setting.name(), c.setting.plan(&c.value)?)))
+        .collect::<Result<_>>()?;
+    let mut costs: Vec<measure::CostSampler> = Vec::new();
+    for c in changes {
+        let cost = c.setting.cost();
+        if !costs.iter().any(|k| k.is(cost)) {
+            costs.push(measure::CostSampler::new(cost, &s.root));
+        }
+    }
+    // Every write once before measuring, so a setting this machine refuses (a restricted
+    // debugfs, a read-only sysctl) fails before any round rather than after the first.
+    for (name, ops) in &plans {
+        session.apply(name, ops)?;
+    }
+    session.revert()?;
+    let mut rounds = Vec::new();
+    for index in 0..2 * s.rounds {
+        crate::pair::signals::check()?;
+        let side = if index % 2 == 0 {
+            Side::Baseline
+        } else {
+            Side::Changed
+        };
+        match side {
+            Side::Baseline => {
+                session.revert()?;
+            }
+            Side::Changed => {
+                for (name, ops) in &plans {
+                    session.apply(name, ops)?;
+                }
+            }
+        }
+        progress.step(&format!(
+            "round {}/{} ({})",
+            index + 1,
+            2 * s.rounds,
+            if side == Side::Baseline {
+                "baseline"
+            } else {
+                "changed"
+            }
+        ));
+        // Let adaptive mechanisms (halt-poll growth, governors) settle on the new value.
+        crate::pair::signals::sleep(std::time::Duration::from_millis(200))?;
+        let started_s = t0.elapsed().as_secs_f64();
+        costs.iter_mut().for_each(|c| c.begin());
+        let out = s.measure.run(
+            machine,
+            &crate::experiment::Progress::new(&|l, m| progress.emit(l, m)),
+        )?;
+        let mut figures = out.figures;
+        figures.extend(costs.iter_mut().filter_map(|c| c.end()));
+        rounds.push(Round {
+            index,
+            side,
+            started_s,
+            figures,
+            noisy: out.noisy,
+        });
+    }
+    Ok(TrialRun {
+        settings: changes
+            .iter()
+            .map(|c| format!("{}={}", c.setting.name(), c.value))
+            .collect(),
+        comparisons: compare::compare_rounds(&rounds),
+        rounds,
+    })
+}
+
+impl Experiment for Trial {
+    type Settings = TrialSettings;
+    type Report = TrialReport;
+    const KIND: Kind = Kind::Try;
+
+    fn run(machine: &Machine, s: &TrialSettings, progress: &Progress) -> Result<TrialReport> {
+        crate::pair::signals::install();
+        let mut conditions = Conditions::now(machine);
+        let changes: Vec<ChangeRecord> = s
+            .changes
+            .iter()
+            .map(|c| ChangeRecord {
+                setting: c.setting.name(),
+                before: c
+                    .setting
+                    .current()
+                    .unwrap_or_else(|e| format!("unreadable ({e:#})")),
+                value: c.value.clone(),
+                from: c.from.clone(),
+                writes: c
+                    .setting
+                    .plan(&c.value)
+                    .map(|ops| ops.iter().map(ops::Op::shell).collect())
+                    .unwrap_or_default(),
+                survives_reboot: c.setting.survives_reboot(),
+                permanent: c.setting.permanent(&c.value),
+            })
+            .collect();
+        let mut session = session::Session::begin(&s.root, &s.command, progress)?;
+        let all: Vec<&Change> = s.changes.iter().collect();
+        let trial = run_trial(machine, &mut session, &all, s, progress)?;
+        let mut items = Vec::new();
+        if s.each && s.changes.len() > 1 {
+            for c in &s.changes {
+                session.revert()?;
+                progress.note(&format!("trying {} alone", c.setting.name()));
+                items.push(run_trial(machine, &mut session, &[c], s, progress)?);
+            }
+        }
+        let mut restore = Restore::default();
+        if s.keep {
+            // Leave the B values in place: apply them once more (the last round may have been A).
+            for c in &s.changes {
+                session.apply(&c.setting.name(), &c.setting.plan(&c.value)?)?;
+            }
+            let kept = session.keep()?;
+            restore.kept = true;
+            restore.undo = kept
+                .iter()
+                .map(|e| {
+                    ops::Op {
+                        target: e.target.clone(),
+                        value: e.original.clone(),
+                    }
+                    .shell()
+                })
+                .collect();
+        } else {
+            restore.notes = session.finish()?;
+            restore.restored = true;
+        }
+        let noisy_rounds = trial.rounds.iter().filter(|r| r.noisy).count();
+        if noisy_rounds > 0 {
+            conditions.noisy = true;
+            conditions.notes.push(format!(
+                "{noisy_rounds} of {} rounds saw other load before measuring: figures may be spoiled",
+                trial.rounds.len()
+            ));
+        }
+        let mut report = TrialReport {
+            conditions,
+            measure: s.measure_label.clone(),
+            changes,
+            skipped: s.skipped.clone(),
+            rounds_per_side: s.rounds,
+            trial,
+            items,
+            summary: Vec::new(),
+            restore,
+        };
+        report.summary = render::summary(&report);
+        Ok(report)
+    }
+
+    fn conditions(r: &TrialReport) -> &Conditions {
+        &r.conditions
+    }
+
+    /// Each compared figure on both sides (round-level samples), and the ratio.
+    fn figures(r: &TrialReport) -> Vec<Figure> {
+        compare::figures(&r.trial.comparisons)
+    }
+
+    fn render_text(r: &TrialReport, style: &crate::output::Style) -> String {
+        render::text(r, style)
+    }
+
+    fn render_html(r: &TrialReport) -> String {
+        render::html(r)
+    }
+}

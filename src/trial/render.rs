@@ -1,0 +1,275 @@
+//! Text, HTML and the finding-style summary of a trial.
+
+use super::compare::{Comparison, Verdict};
+use super::{TrialReport, TrialRun};
+use crate::experiment::Unit;
+use crate::output::{Style, fmt_ns};
+use crate::report::svg::esc;
+
+/// A value in its unit, for people.
+pub fn fmt(unit: Unit, v: f64) -> String {
+    match unit {
+        Unit::Nanoseconds => fmt_ns(v),
+        Unit::CpuSecondsPerSecond => format!("{v:.3} CPU-s/s"),
+        Unit::Seconds => format!("{v:.3} s"),
+        Unit::PerSecond => format!("{v:.1}/s"),
+        Unit::Share => format!("{:.1}%", v * 100.0),
+        u => format!("{v:.4}{}", u.suffix()),
+    }
+}
+
+fn ci(c: &Comparison, m: &crate::stats::MeanCi) -> String {
+    if m.n >= 2 {
+        format!(
+            "{} ±{}",
+            fmt(c.unit, m.mean),
+            fmt(c.unit, m.ci95_half_width)
+        )
+    } else {
+        fmt(c.unit, m.mean)
+    }
+}
+
+fn ratio_text(c: &Comparison) -> String {
+    match &c.ratio {
+        Some(r) => format!("{:.3}x [{:.3}, {:.3}]", r.mean, r.ci95_low, r.ci95_high),
+        None => "n/a".into(),
+    }
+}
+
+fn verdict_text(c: &Comparison) -> String {
+    match c.verdict {
+        Verdict::NoDifference => match (c.detectable_rel, c.detectable) {
+            (Some(d), _) => format!(
+                "no difference beyond noise (could have seen ±{:.0}%)",
+                d * 100.0
+            ),
+            (None, Some(d)) => format!(
+                "no difference beyond noise (could have seen ±{})",
+                fmt(c.unit, d)
+            ),
+            _ => "no difference beyond noise".into(),
+        },
+        v => match c.p_value {
+            Some(p) => format!("{} (p={p:.3})", v.as_str()),
+            None => v.as_str().into(),
+        },
+    }
+}
+
+fn is_cost(c: &Comparison) -> bool {
+    c.name.starts_with("cost.")
+}
+
+/// The headline: the comparison that moved most beyond noise among the non-cost figures.
+fn headline(run: &TrialRun) -> Option<&Comparison> {
+    let moved = |c: &&Comparison| c.verdict != Verdict::NoDifference;
+    let size = |c: &Comparison| c.ratio.as_ref().map_or(0.0, |r| r.mean.ln().abs());
+    let p = |c: &Comparison| c.p_value.unwrap_or(1.0);
+    run.comparisons
+        .iter()
+        .filter(|c| !is_cost(c))
+        .filter(moved)
+        .max_by(|a, b| size(a).total_cmp(&size(b)))
+        .or_else(|| {
+            run.comparisons
+                .iter()
+                .filter(|c| !is_cost(c))
+                .min_by(|a, b| p(a).total_cmp(&p(b)))
+        })
+}
+
+/// One finding-style paragraph per line: what changed, by how much, at what cost, how to keep it.
+pub fn summary(r: &TrialReport) -> Vec<String> {
+    let mut out = Vec::new();
+    let what: Vec<String> = r
+        .changes
+        .iter()
+        .map(|c| format!("{} {} -> {}", c.setting, c.before, c.value))
+        .collect();
+    let n = r.trial.comparisons.iter().filter(|c| !is_cost(c)).count();
+    let better = r
+        .trial
+        .comparisons
+        .iter()
+        .filter(|c| !is_cost(c) && c.verdict == Verdict::Better)
+        .count();
+    let worse = r
+        .trial
+        .comparisons
+        .iter()
+        .filter(|c| !is_cost(c) && c.verdict == Verdict::Worse)
+        .count();
+    let mut s = format!(
+        "Changing {} ({} rounds each side, interleaved): {better} of {n} figures better, {worse} worse",
+        what.join(", "),
+        r.rounds_per_side
+    );
+    if let Some(h) = headline(&r.trial) {
+        s += &format!(
+            "; {}: {} -> {} ({}, {})",
+            h.label,
+            ci(h, &h.baseline),
+            ci(h, &h.changed),
+            ratio_text(h),
+            verdict_text(h)
+        );
+    }
+    s += ".";
+    out.push(s);
+    let costs: Vec<String> = r
+        .trial
+        .comparisons
+        .iter()
+        .filter(|c| is_cost(c))
+        .map(|c| {
+            format!(
+                "{}: {} -> {}",
+                c.label,
+                fmt(c.unit, c.baseline.mean),
+                fmt(c.unit, c.changed.mean)
+            )
+        })
+        .collect();
+    out.push(if costs.is_empty() {
+        "Cost: not measurable for these settings.".into()
+    } else {
+        format!("Cost: {}.", costs.join("; "))
+    });
+    if r.conditions.noisy {
+        out.push("Other load was seen during some rounds: the figures may be spoiled (interleaving puts it on both sides, but it widens the intervals).".into());
+    }
+    if r.restore.kept {
+        out.push(format!(
+            "Kept on purpose (--keep); undo with: {}",
+            r.restore.undo.join("; ")
+        ));
+    } else if r.restore.restored {
+        out.push("Restored: every original value written back and read back as journalled.".into());
+    }
+    for c in &r.changes {
+        out.push(format!(
+            "To make {}={} permanent ({}{}): {}",
+            c.setting,
+            c.value,
+            c.permanent.form,
+            c.permanent
+                .file
+                .as_ref()
+                .map(|f| format!(", {f}"))
+                .unwrap_or_default(),
+            c.permanent.text.trim_end().replace('\n', " | ")
+        ));
+    }
+    out
+}
+
+fn table(run: &TrialRun) -> String {
+    let mut s = String::new();
+    for c in &run.comparisons {
+        s += &format!(
+            "  {}\n    baseline {}   changed {}   ratio {}   {}\n",
+            c.label,
+            ci(c, &c.baseline),
+            ci(c, &c.changed),
+            ratio_text(c),
+            verdict_text(c)
+        );
+    }
+    s
+}
+
+pub fn text(r: &TrialReport, style: &Style) -> String {
+    let mut s = style.bold("cpulab try") + "\n";
+    for c in &r.changes {
+        s += &format!(
+            "  {} {} -> {}{}\n",
+            c.setting,
+            c.before,
+            c.value,
+            c.from
+                .as_ref()
+                .map(|f| format!("  (from {f})"))
+                .unwrap_or_default()
+        );
+    }
+    s += &format!(
+        "  measured: {}; {} rounds per side, ABAB...\n\n",
+        r.measure, r.rounds_per_side
+    );
+    s += &(style.bold("Figures (95% CI over rounds; ratio = changed / baseline)") + "\n");
+    s += &table(&r.trial);
+    for item in &r.items {
+        s += &format!(
+            "\n{}\n",
+            style.bold(&format!("{} alone", item.settings.join(", ")))
+        );
+        s += &table(item);
+    }
+    if !r.skipped.is_empty() {
+        s += &format!("\n{}\n", style.bold("Not tried"));
+        for k in &r.skipped {
+            s += &format!("  {k}\n");
+        }
+    }
+    s += &format!("\n{}\n", style.bold("Summary"));
+    for l in &r.summary {
+        s += &format!("  {l}\n");
+    }
+    for n in r.conditions.notes.iter().chain(&r.restore.notes) {
+        s += &format!("  note: {n}\n");
+    }
+    s
+}
+
+pub fn html(r: &TrialReport) -> String {
+    let mut body = String::from(
+        "<section><h2>Settings</h2><table><tr><th>setting</th><th>before</th><th>tried</th><th>exact writes</th></tr>",
+    );
+    for c in &r.changes {
+        body += &format!(
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td><code>{}</code></td></tr>",
+            esc(&c.setting),
+            esc(&c.before),
+            esc(&c.value),
+            esc(&c.writes.join("; "))
+        );
+    }
+    body += "</table></section>";
+    let mut runs = vec![("All changes", &r.trial)];
+    let names: Vec<String> = r
+        .items
+        .iter()
+        .map(|i| format!("{} alone", i.settings.join(", ")))
+        .collect();
+    runs.extend(names.iter().map(String::as_str).zip(&r.items));
+    for (title, run) in runs {
+        body += &format!(
+            "<section><h2>{}</h2><p>{} rounds per side, interleaved; 95% CI over round means.</p><table><tr><th>figure</th><th>baseline</th><th>changed</th><th>ratio</th><th>verdict</th></tr>",
+            esc(title),
+            r.rounds_per_side
+        );
+        for c in &run.comparisons {
+            body += &format!(
+                "<tr><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td>{}</td></tr>",
+                esc(&c.label),
+                esc(&ci(c, &c.baseline)),
+                esc(&ci(c, &c.changed)),
+                esc(&ratio_text(c)),
+                esc(&verdict_text(c))
+            );
+        }
+        body += "</table></section>";
+    }
+    body += "<section><h2>Summary</h2>";
+    for l in &r.summary {
+        body += &format!("<p>{}</p>", esc(l));
+    }
+    body += "</section>";
+    let header = format!("<h1>cpulab try</h1><p>{}</p>", esc(&r.measure));
+    crate::report::html::page(
+        "cpulab try",
+        maud::PreEscaped(header),
+        maud::PreEscaped(body),
+    )
+}

@@ -1,0 +1,404 @@
+//! `cpulab try` on copies of fixture trees: the plan, bad input, a whole trial with its journal
+//! and restore, a leftover journal found at start, and the result through `report` and `compare`.
+//! Nothing here touches the live machine's settings (see tests/try_live.rs for that).
+
+mod common;
+
+use common::cpulab;
+use std::path::{Path, PathBuf};
+
+fn copy(name: &str) -> tempfile::TempDir {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name);
+    let dst = tempfile::tempdir().unwrap();
+    let ok = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(format!("{}/.", src.display()))
+        .arg(dst.path())
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok);
+    dst
+}
+
+fn poll_ns(root: &Path) -> PathBuf {
+    root.join("sys/module/haltpoll/parameters/guest_halt_poll_ns")
+}
+
+fn read(p: &Path) -> String {
+    std::fs::read_to_string(p).unwrap().trim().to_string()
+}
+
+/// A measurement that needs nothing from the machine: the trial's mechanics are under test.
+const MEASURE: [&str; 4] = [
+    "--measure",
+    "cmd:echo v 5",
+    "--metric",
+    r"v (?P<value>[0-9]+)",
+];
+
+#[test]
+fn dry_run_prints_the_writes_and_writes_nothing() {
+    let d = copy("kvm-guest");
+    let out = cpulab()
+        .arg("--root")
+        .arg(d.path())
+        .args(["try", "haltpoll.guest_halt_poll_ns=200000", "--dry-run"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(&format!("echo 200000 > {}", poll_ns(d.path()).display())),
+        "{text}"
+    );
+    assert!(
+        text.contains("haltpoll.guest_halt_poll_ns=200000"),
+        "kernel command line form"
+    );
+    assert_eq!(read(&poll_ns(d.path())), "0");
+    assert!(!d.path().join("run/cpulab/try.journal").exists());
+}
+
+#[test]
+fn bad_input_is_one_line_exit_2_and_writes_nothing() {
+    let d = copy("kvm-guest");
+    for (arg, want) in [
+        ("haltpoll.nonsense=1", "unknown setting"),
+        ("haltpoll.guest_halt_poll_ns=-5", "not a whole number"),
+        ("haltpoll.guest_halt_poll_ns=99999999999", "out of range"),
+        ("cpufreq.governor=performance", "not exposed"),
+        ("pid:999999999.affinity=0", "no process"),
+        ("cpuidle_haltpoll.force=1", "kernel command line"),
+        ("smt.control=off", "cannot be tried here"),
+        ("cpuidle.disable=C6", "no idle state"),
+        ("kernel.sched_nonexistent=1", "no sysctl"),
+        ("haltpoll.guest_halt_poll_ns", "not SETTING=VALUE"),
+    ] {
+        let out = cpulab()
+            .arg("--root")
+            .arg(d.path())
+            .args(["try", arg])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{arg}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{arg}: {err}");
+        assert!(err.contains(want), "{arg}: {err}");
+    }
+    assert_eq!(read(&poll_ns(d.path())), "0");
+    assert!(!d.path().join("run/cpulab/try.journal").exists());
+}
+
+#[test]
+fn list_shows_current_values_and_why_not() {
+    let d = copy("kvm-guest");
+    let out = cpulab()
+        .arg("--root")
+        .arg(d.path())
+        .args(["try", "--list"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let row = |n: &str| {
+        text.lines()
+            .find(|l| l.split_whitespace().next() == Some(n))
+            .unwrap_or_else(|| panic!("{n} listed: {text}"))
+            .split_whitespace()
+            .skip(1)
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    assert!(
+        row("haltpoll.guest_halt_poll_ns").starts_with("0 yes"),
+        "{text}"
+    );
+    assert!(row("cpuidle_haltpoll.force").contains("boot-time only"));
+    assert!(row("cpufreq.governor").starts_with("- no:"), "{text}");
+    // A listing is not a result: no envelope, so no --json.
+    let out = cpulab()
+        .arg("--root")
+        .arg(d.path())
+        .args(["try", "--list", "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn a_trial_on_a_copy_restores_and_report_and_compare_read_it() {
+    let d = copy("kvm-guest");
+    let out = cpulab()
+        .arg("--root")
+        .arg(d.path())
+        .args([
+            "try",
+            "haltpoll.guest_halt_poll_ns=200000",
+            "cpuidle.disable=state1@1",
+        ])
+        .args(MEASURE)
+        .args(["--json", "--quiet"])
+        .timeout(std::time::Duration::from_secs(60))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["kind"], "try");
+    assert_eq!(v["cpulab_schema"], 1);
+    let rounds = v["trial"]["rounds"].as_array().unwrap();
+    assert_eq!(rounds.len(), 6);
+    // ABAB...: sides alternate, baseline first.
+    for (i, r) in rounds.iter().enumerate() {
+        let want = if i % 2 == 0 { "baseline" } else { "changed" };
+        assert_eq!(r["side"], want);
+    }
+    let c = &v["trial"]["comparisons"][0];
+    assert_eq!(c["baseline_rounds"].as_array().unwrap().len(), 3);
+    assert_eq!(c["verdict"], "no-difference", "the same echo on both sides");
+    assert_eq!(v["restore"]["restored"], true);
+    assert_eq!(read(&poll_ns(d.path())), "0");
+    let dis = d
+        .path()
+        .join("sys/devices/system/cpu/cpu1/cpuidle/state1/disable");
+    assert_eq!(read(&dis), "0");
+    assert!(!d.path().join("run/cpulab/try.journal").exists());
+
+    let f = d.path().join("t.json");
+    std::fs::write(&f, &out.stdout).unwrap();
+    let html = d.path().join("t.html");
+    let r = cpulab().arg("report").arg(&f).output().unwrap();
+    assert!(r.status.success());
+    assert!(String::from_utf8_lossy(&r.stdout).contains("Summary"));
+    let r = cpulab()
+        .arg("report")
+        .arg(&f)
+        .arg("--html")
+        .arg(&html)
+        .output()
+        .unwrap();
+    assert!(r.status.success());
+    assert!(std::fs::read_to_string(&html).unwrap().contains("<table>"));
+    let r = cpulab().arg("compare").arg(&f).arg(&f).output().unwrap();
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+}
+
+#[test]
+fn keep_leaves_the_value_and_says_how_to_undo() {
+    let d = copy("kvm-guest");
+    let out = cpulab()
+        .arg("--root")
+        .arg(d.path())
+        .args([
+            "try",
+            "haltpoll.guest_halt_poll_ns=150000",
+            "--keep",
+            "--quiet",
+        ])
+        .args(MEASURE)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(read(&poll_ns(d.path())), "150000");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(&format!("echo 0 > {}", poll_ns(d.path()).display())),
+        "{text}"
+    );
+    assert!(!d.path().join("run/cpulab/try.journal").exists());
+}
+
+#[test]
+fn a_leftover_journal_is_restored_by_the_next_start() {
+    let d = copy("kvm-guest");
+    let p = poll_ns(d.path());
+    std::fs::write(&p, "200000\n").unwrap();
+    let dir = d.path().join("run/cpulab");
+    std::fs::create_dir_all(&dir).unwrap();
+    let journal = serde_json::json!({
+        "pid": 4242, "started_unix_s": 0, "command": "cpulab try haltpoll.guest_halt_poll_ns=200000",
+        "entries": [{"setting": "haltpoll.guest_halt_poll_ns",
+                     "target": {"type": "file", "path": p},
+                     "original": "0", "changed": "200000"}]
+    });
+    std::fs::write(dir.join("try.journal"), journal.to_string()).unwrap();
+    // Any command restores it (one stat when there is nothing).
+    let out = cpulab()
+        .arg("--root")
+        .arg(d.path())
+        .args(["try", "--list"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("restored haltpoll.guest_halt_poll_ns") && err.contains("4242"),
+        "{err}"
+    );
+    assert_eq!(read(&p), "0");
+    assert!(!dir.join("try.journal").exists());
+    // And `--restore` then finds nothing.
+    let out = cpulab()
+        .arg("--root")
+        .arg(d.path())
+        .args(["try", "--restore"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("nothing to restore"));
+}
+
+#[test]
+fn a_tuned_profile_is_expanded_on_a_server_copy() {
+    let d = copy("intel-2s");
+    let prof = d.path().join("profiles/latency-performance");
+    std::fs::create_dir_all(&prof).unwrap();
+    std::fs::create_dir_all(d.path().join("profiles/throughput-performance")).unwrap();
+    std::fs::write(
+        d.path().join("profiles/throughput-performance/tuned.conf"),
+        "[main]\nsummary=x\n[cpu]\ngovernor=performance\n[sysctl]\nkernel.sched_autogroup_enabled=1\nvm.swappiness=10\n",
+    )
+    .unwrap();
+    std::fs::write(
+        prof.join("tuned.conf"),
+        "[main]\ninclude=throughput-performance\n[cpu]\nforce_latency=1\n",
+    )
+    .unwrap();
+    let out = cpulab()
+        .arg("--root")
+        .arg(d.path())
+        .args([
+            "try",
+            "tuned:latency-performance",
+            "--dry-run",
+            "--profile-dir",
+        ])
+        .arg(d.path().join("profiles"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("cpufreq.governor = performance"), "{text}");
+    assert!(text.contains("cpuidle.max_latency_us = 1"), "{text}");
+    assert!(
+        text.contains("kernel.sched_autogroup_enabled = 1"),
+        "{text}"
+    );
+    assert!(text.contains("not tried: [sysctl] vm.swappiness"), "{text}");
+    // And tried, on the copy, with each item alone too.
+    let out = cpulab()
+        .arg("--root")
+        .arg(d.path())
+        .args([
+            "try",
+            "tuned:latency-performance",
+            "--each",
+            "--json",
+            "--quiet",
+            "--profile-dir",
+        ])
+        .arg(d.path().join("profiles"))
+        .args(MEASURE)
+        .timeout(std::time::Duration::from_secs(120))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["items"].as_array().unwrap().len(), 3);
+    let gov = d
+        .path()
+        .join("sys/devices/system/cpu/cpufreq/policy5/scaling_governor");
+    assert_eq!(read(&gov), "powersave");
+}
+
+#[test]
+fn smt_on_a_copy_of_a_server() {
+    let d = copy("intel-2s");
+    let ctl = d.path().join("sys/devices/system/cpu/smt/control");
+    let out = cpulab()
+        .arg("--root")
+        .arg(d.path())
+        .args(["try", "smt.control=off", "--quiet", "--json"])
+        .args(MEASURE)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(read(&ctl), "on");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["changes"][0]["permanent"]["text"], "nosmt");
+}
+
+#[test]
+fn not_root_is_one_line_naming_the_setting() {
+    let Ok(setpriv) = which("setpriv") else {
+        eprintln!("skipped: setpriv is not installed");
+        assert!(std::env::var("CI").as_deref() != Ok("true"));
+        return;
+    };
+    if !nix::unistd::geteuid().is_root() {
+        // Already not root: the plain command shows it.
+        let out = cpulab()
+            .args(["try", "haltpoll.guest_halt_poll_ns=1"])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2));
+        return;
+    }
+    for args in [
+        vec!["try", "haltpoll.guest_halt_poll_ns=1"],
+        vec!["try", "--restore"],
+        vec!["doctor", "--quick", "--try"],
+    ] {
+        let out = std::process::Command::new(&setpriv)
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(env!("CARGO_BIN_EXE_cpulab"))
+            .args(&args)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+        assert!(err.contains("root"), "{err}");
+    }
+    let out = std::process::Command::new(&setpriv)
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(env!("CARGO_BIN_EXE_cpulab"))
+        .args(["try", "haltpoll.guest_halt_poll_ns=1"])
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("haltpoll.guest_halt_poll_ns needs root")
+    );
+}
+
+fn which(p: &str) -> Result<PathBuf, ()> {
+    std::env::var_os("PATH")
+        .and_then(|path| {
+            std::env::split_paths(&path)
+                .map(|d| d.join(p))
+                .find(|f| f.is_file())
+        })
+        .ok_or(())
+}
