@@ -6,9 +6,10 @@
 # side (target: they agree within 10%).
 #
 # By hand: `taskset -c A perf bench sched pipe` forks its partner, which is then moved to CPU B
-# with `taskset -p`; the first few hundred round trips before the move are a negligible part
-# of LOOPS. Each hand trial alternates baseline and changed runs (ABAB..., ROUNDS of each), like
-# cpulab does; its ratio is mean(changed) / mean(baseline).
+# with `taskset -p`; the round trips before the move (same-CPU, fast) are cancelled by taking
+# the difference of a LOOPS/4 and a LOOPS run (see cross_pipe). Each hand trial alternates
+# baseline and changed runs (ABAB..., ROUNDS of each), like cpulab does; its ratio is
+# mean(changed) / mean(baseline).
 # cpulab: `cpulab try ... --measure 'pingpong:--pairs A:B --processes ...'` (two processes, one
 # pipe round trip per loop, as perf does), ROUNDS rounds per side; its ratio is the one it reports.
 #
@@ -37,9 +38,11 @@ orig=$(cat "$param")
 tmp=$(mktemp -d)
 trap 'echo "$orig" > "$param"; rm -rf "$tmp"' EXIT INT TERM
 
-# One cross-CPU pipe round trip figure by hand, in microseconds.
-cross_pipe() {
-    taskset -c "$a" perf bench sched pipe -l "$loops" >"$tmp/perf.out" 2>&1 &
+# One perf bench run of N loops with its forked partner moved to CPU b; prints the run's total
+# time in microseconds (perf's usecs/op times N).
+perf_run() {
+    local n=$1
+    taskset -c "$a" perf bench sched pipe -l "$n" >"$tmp/perf.out" 2>&1 &
     local perf_pid=$! child=""
     for _ in $(seq 1 200); do
         child=$(cat /proc/"$perf_pid"/task/*/children 2>/dev/null | tr ' ' '\n' | grep -m1 . || true)
@@ -48,7 +51,21 @@ cross_pipe() {
     done
     [ -n "$child" ] && taskset -p -c "$b" "$child" >/dev/null 2>&1 || true
     wait "$perf_pid"
-    awk '/usecs\/op/ {print $1}' "$tmp/perf.out"
+    awk -v n="$n" '/usecs\/op/ {print $1 * n}' "$tmp/perf.out"
+}
+
+# One cross-CPU pipe round trip figure by hand, in microseconds. perf forks its partner on CPU a
+# and the script can only move it to b a few milliseconds later; at ~5 us per same-CPU round
+# trip, that is 1,000-2,000 fast round trips that would pull a single run's mean down by 5-10%.
+# So two runs are taken, of LOOPS/4 and LOOPS loops, and the figure is the difference of their
+# total times over the difference of their loops: what both runs share (the start before the
+# move, process creation) cancels.
+cross_pipe() {
+    local short=$((loops / 4))
+    local t_short t_long
+    t_short=$(perf_run "$short")
+    t_long=$(perf_run "$loops")
+    echo "$t_long $t_short $loops $short" | awk '{print ($1 - $2) / ($3 - $4)}'
 }
 
 mean() { awk '{s+=$1} END {print s/NR}'; }
@@ -78,7 +95,10 @@ for i in $(seq 1 "$iterations"); do
     cr=$(jq "$sel | .ratio.mean" "$tmp/try.json")
     printf '%-4s %12.2f %12.2f %9.3f   %12.2f %12.2f %9.3f %9.3f\n' "$i" "$ha" "$hb" "$hr" \
         "$ca" "$cb" "$cr" "$(echo "$cr $hr" | awk '{print $1/$2}')"
+    echo "$cr $hr" | awk '{print $1/$2}' >>"$tmp/agree"
 done
+echo
+echo "median cpulab/hand over $iterations iterations: $(sort -g "$tmp/agree" | awk '{v[NR]=$1} END {printf "%.3f (range %.3f-%.3f)", (NR%2 ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2), v[1], v[NR]}')"
 echo
 echo "cpulab/hand near 1.00 (within 0.90-1.10) means cpulab try measures what the manual procedure does"
 echo "load average during the run: $(cut -d' ' -f1-3 /proc/loadavg) (2 vCPUs; figures are only meaningful on a quiet machine)"

@@ -97,7 +97,7 @@ fn interrupted_mid_trial(signal: i32) {
     }
     let mut victim = Command::new("sleep").arg("60").spawn().unwrap();
     let before = snapshot(victim.id());
-    let mut trial = start(victim.id());
+    let trial = start(victim.id());
     // Mid-trial: the writes are checked once (tried value), undone for baseline round 1, then
     // applied for changed round 1; kill inside that round.
     wait_for("the check of the writes", 30, || read(POLL) == TRIED_POLL);
@@ -114,7 +114,9 @@ fn interrupted_mid_trial(signal: i32) {
         nix::sys::signal::Signal::try_from(signal).unwrap(),
     )
     .unwrap();
-    let status = trial.wait().unwrap();
+    let out = trial.wait_with_output().unwrap();
+    let status = out.status;
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
     // SIGKILL: the watchdog restores within seconds; SIGTERM and SIGINT: cpulab itself, before
     // it exits with 128 + the signal.
     wait_for("every value back", 10, || snapshot(victim.id()) == before);
@@ -125,7 +127,7 @@ fn interrupted_mid_trial(signal: i32) {
     if signal == libc::SIGKILL {
         assert_eq!(status.signal(), Some(libc::SIGKILL));
     } else {
-        assert_eq!(status.code(), Some(128 + signal), "{status:?}");
+        assert_eq!(status.code(), Some(128 + signal), "{status:?}: {stderr}");
     }
     assert_eq!(snapshot(victim.id()), before);
     let _ = victim.kill();

@@ -103,10 +103,15 @@ fn check_shape(doc: &envelope::Loaded, path: &std::path::Path) -> Result<()> {
     let r = match doc.kind {
         Kind::Doctor => typed::<crate::doctor::DoctorReport>(v),
         Kind::Probe => typed::<crate::probe::Probe>(v),
+        Kind::Pingpong => typed::<crate::pingpong::PingpongReport>(v),
+        Kind::Pair => typed::<crate::pair::PairReport>(v),
+        Kind::Share => typed::<crate::share::ShareReport>(v),
+        Kind::Scale => typed::<crate::scale::ScaleReport>(v),
+        Kind::Oscost => typed::<crate::oscost::OscostReport>(v),
+        Kind::Sim => typed::<crate::sim::SimReport>(v),
+        Kind::Try => typed::<crate::trial::TrialReport>(v),
         // A comparison is output only; comparing two of them compares their figures.
         Kind::Compare => Ok(()),
-        // Every other kind has a registry entry, which read it into its typed result above.
-        _ => Ok(()),
     };
     r.map_err(|e| {
         bad_input(format!(

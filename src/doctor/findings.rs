@@ -231,12 +231,6 @@ pub struct Remedy {
     pub effect: String,
     /// What it costs, and when not to do it.
     pub cost_caveat: String,
-    /// When the remedy is a setting: the `cpulab try ...` line that measures it here.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub try_command: Option<String>,
-    /// What `cpulab doctor --try` measured of it ("measured here: 48.2 us -> 5.9 us, ...").
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub measured: Option<String>,
     /// Where it must be done.
     #[serde(default)]
     pub site: Site,
@@ -244,6 +238,12 @@ pub struct Remedy {
     /// empty when anyone who runs the workload can.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub who: String,
+    /// When the remedy is a setting: the `cpulab try ...` line that measures it here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub try_command: Option<String>,
+    /// What `cpulab doctor --try` measured of it ("measured here: 48.2 us -> 5.9 us, ...").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub measured: Option<String>,
 }
 
 /// A measured effect, its cause and its remedies.
@@ -289,10 +289,10 @@ impl Remedy {
             command: command.into(),
             effect: effect.into(),
             cost_caveat: cost_caveat.into(),
-            try_command: None,
-            measured: None,
             site: Site::ThisMachine,
             who: String::new(),
+            try_command: None,
+            measured: None,
         }
     }
 

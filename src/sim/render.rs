@@ -7,23 +7,18 @@
 
 use super::SimReport;
 use super::validate::{TableCheck, Validation};
-use crate::report::html::page_with_provenance;
-use maud::PreEscaped;
+use crate::report::html::{page_with_provenance, table};
+use comfy_table::{Table, presets};
+use maud::{Markup, html};
 
 /// The footer of every simulated page.
 const SIMULATED: &str = "Every figure marked SIMULATED is a model's prediction, not a measurement; \
      published figures are quoted with their field-notes section.";
 
-fn page(title: &str, header: &str, body: &str) -> String {
-    page_with_provenance(
-        title,
-        PreEscaped(header.to_string()),
-        PreEscaped(body.to_string()),
-        SIMULATED,
-    )
+/// A page whose footer says its figures are simulated, never measured.
+fn page(title: &str, header: Markup, body: Markup) -> String {
+    page_with_provenance(title, header, body, SIMULATED)
 }
-use crate::report::svg::esc;
-use comfy_table::{Table, presets};
 
 fn fmt_rate(v: f64) -> String {
     if v >= 100.0 {
@@ -191,96 +186,56 @@ pub fn validation_text(v: &Validation) -> String {
     out
 }
 
-fn html_table(head: &[&str], rows: Vec<Vec<String>>) -> String {
-    let mut s = String::from("<table><tr>");
-    for h in head {
-        s += &format!("<th>{}</th>", esc(h));
-    }
-    s += "</tr>";
-    for r in rows {
-        s += "<tr>";
-        for c in r {
-            s += &format!("<td>{}</td>", esc(&c));
-        }
-        s += "</tr>";
-    }
-    s + "</table>\n"
-}
-
 /// `cpulab sim validate --html`.
 pub fn validation_html(v: &Validation) -> String {
-    let mut body = String::from(
-        "<p><strong>SIMULATED</strong> columns come from a model; <strong>published</strong> \
-         columns are quoted from the field notes, section named per table.</p>\n",
-    );
-    for t in &v.tables {
-        body += &format!(
-            "<h2>{} {}</h2><p>published: {}; host {}, {} scheduler; {}</p><p>parameters: {}; \
-             set from: {}</p>",
-            esc(&t.id),
-            esc(&t.title),
-            esc(t.source.cite()),
-            esc(&t.host),
-            esc(&t.hypervisor),
-            if t.pass {
-                "target met"
-            } else {
-                "target NOT met"
-            },
-            esc(&t.params.describe()),
-            esc(&t.params_from)
-        );
-        let rows = t
-            .cells
-            .iter()
-            .map(|c| {
-                vec![
+    let body = html! {
+        p {
+            strong { "SIMULATED" } " columns come from a model; " strong { "published" }
+            " columns are quoted from the field notes, section named per table."
+        }
+        @for t in &v.tables {
+            h2 { (t.id) " " (t.title) }
+            p {
+                "published: " (t.source.cite()) "; host " (t.host) ", " (t.hypervisor)
+                " scheduler; " (if t.pass { "target met" } else { "target NOT met" })
+            }
+            p { "parameters: " (t.params.describe()) "; set from: " (t.params_from) }
+            (table(
+                &["cell", &format!("published ({})", t.source.cite()), "SIMULATED", "error", "result"],
+                &t.cells.iter().map(|c| vec![
                     c.cell.clone(),
                     format!("{:.3}", c.published),
                     format!("{:.3}", c.simulated),
                     format!("{:+.3}", c.error),
-                    if c.checked {
-                        if c.pass { "ok" } else { "MISS" }
-                    } else {
-                        "input"
-                    }
-                    .into(),
-                ]
-            })
-            .collect();
-        body += &html_table(
-            &[
-                "cell",
-                &format!("published ({})", t.source.cite()),
-                "SIMULATED",
-                "error",
-                "result",
-            ],
-            rows,
-        );
-        for c in &t.curves {
-            let rows =
-                c.x.iter()
-                    .zip(&c.y)
-                    .map(|(x, y)| vec![format!("{x:.0}"), format!("{y:.2}")])
-                    .collect();
-            body += &format!("<h3>SIMULATED {}</h3>", esc(&c.name));
-            body += &html_table(&["threads", "SIMULATED speedup"], rows);
+                    if c.checked { if c.pass { "ok" } else { "MISS" } } else { "input" }.into(),
+                ]).collect::<Vec<_>>(),
+                1,
+            ))
+            @for c in &t.curves {
+                h3 { "SIMULATED " (c.name) }
+                (table(
+                    &["threads", "SIMULATED speedup"],
+                    &c.x.iter().zip(&c.y)
+                        .map(|(x, y)| vec![format!("{x:.0}"), format!("{y:.2}")])
+                        .collect::<Vec<_>>(),
+                    0,
+                ))
+            }
+            @for n in &t.notes {
+                p.note { (n) }
+            }
         }
-        for n in &t.notes {
-            body += &format!("<p class=\"note\">{}</p>", esc(n));
-        }
-    }
+    };
     page(
         "cpulab sim validate (SIMULATED)",
-        "<h1>cpulab sim validate: published against SIMULATED</h1>",
-        &body,
+        html! { p.facts { "published against SIMULATED" } },
+        body,
     )
 }
 
 /// `cpulab sim SCENARIO --html`.
 pub fn report_html(r: &SimReport) -> String {
-    let rows = r
+    let rows: Vec<Vec<String>> = r
         .configs
         .iter()
         .flat_map(|c| {
@@ -297,36 +252,22 @@ pub fn report_html(r: &SimReport) -> String {
             })
         })
         .collect();
-    let mut body = format!(
-        "<p><strong>SIMULATED</strong>: a model's prediction, not a measurement. {}</p>\
-         <p>host: {}; seed {}</p>",
-        esc(&r.description),
-        esc(&r.host),
-        r.seed
-    );
-    body += &html_table(
-        &[
-            "configuration",
-            "hypervisor",
-            "VM",
-            "workload",
-            "SIMULATED /s",
-            "latency us",
-            "speedup",
-        ],
-        rows,
-    );
-    for c in &r.configs {
-        body += &format!(
-            "<p class=\"note\">{}: {}</p>",
-            esc(&c.name),
-            esc(&c.params.describe())
-        );
-    }
+    let body = html! {
+        p { strong { "SIMULATED" } ": a model's prediction, not a measurement. " (r.description) }
+        p { "host: " (r.host) "; seed " (r.seed) }
+        (table(
+            &["configuration", "hypervisor", "VM", "workload", "SIMULATED /s", "latency us", "speedup"],
+            &rows,
+            4,
+        ))
+        @for c in &r.configs {
+            p.note { (c.name) ": " (c.params.describe()) }
+        }
+    };
     page(
         &format!("cpulab sim {} (SIMULATED)", r.scenario),
-        &format!("<h1>cpulab sim: {} (SIMULATED)</h1>", esc(&r.scenario)),
-        &body,
+        html! { p.facts { "SIMULATED: a model's prediction, not a measurement" } },
+        body,
     )
 }
 

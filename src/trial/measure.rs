@@ -27,12 +27,38 @@ pub fn parse(
     let (name, args) = spec.split_once(':').unwrap_or((spec, ""));
     let words =
         shell_words::split(args).map_err(|e| bad_input(format!("--measure `{spec}`: {e}")))?;
+    use crate::commands as c;
     match name {
-        "pingpong" => {
-            let a = clap_args::<crate::commands::pingpong::Args>("pingpong", &words)?;
-            let s = crate::commands::pingpong::settings(&a, machine)?;
-            Ok(Box::new(Configured::<Pingpong>::new(s)))
-        }
+        "pingpong" => configured::<c::pingpong::Args, Pingpong>(
+            "pingpong",
+            &words,
+            machine,
+            c::pingpong::settings,
+        ),
+        "pair" => configured::<c::pair::Flags, crate::pair::Pair>(
+            "pair",
+            &words,
+            machine,
+            c::pair::settings,
+        ),
+        "oscost" => configured::<c::oscost::Args, crate::oscost::Oscost>(
+            "oscost",
+            &words,
+            machine,
+            c::oscost::settings,
+        ),
+        "share" => configured::<c::share::Args, crate::share::Share>(
+            "share",
+            &words,
+            machine,
+            c::share::settings,
+        ),
+        "scale" => configured::<c::scale::Args, crate::scale::Scale>(
+            "scale",
+            &words,
+            machine,
+            c::scale::settings,
+        ),
         "cmd" => {
             let Some(m) = metric else {
                 return Err(bad_input(
@@ -47,18 +73,25 @@ pub fn parse(
                 metric: crate::pair::metric::Metric::parse(m, None, !lower)?,
             }))
         }
-        "pair" => {
-            let a = clap_args::<crate::commands::pair::Flags>("pair", &words)?;
-            let s = crate::commands::pair::settings(&a, machine)?;
-            Ok(Box::new(Configured::<crate::pair::Pair>::new(s)))
-        }
-        "oscost" | "share" | "scale" => Err(bad_input(format!(
-            "--measure {name}: this build runs pingpong, pair and cmd:COMMAND through the experiment interface; use `--measure cmd:...` meanwhile"
-        ))),
         other => Err(bad_input(format!(
-            "--measure `{other}` is not an experiment; give pingpong[:FLAGS] or cmd:COMMAND with --metric"
+            "--measure `{other}` is not an experiment; give pingpong, pair, oscost, share or scale [:FLAGS], or cmd:COMMAND with --metric"
         ))),
     }
+}
+
+/// An experiment from the registry, its flags parsed and validated by its own subcommand.
+fn configured<A: clap::Args, E>(
+    name: &'static str,
+    words: &[String],
+    machine: &Machine,
+    settings: fn(&A, &Machine) -> Result<E::Settings>,
+) -> Result<Box<dyn Runnable>>
+where
+    E: crate::experiment::Experiment + 'static,
+    E::Settings: 'static,
+{
+    let a = clap_args::<A>(name, words)?;
+    Ok(Box::new(Configured::<E>::new(settings(&a, machine)?)))
 }
 
 /// Parses a subcommand's flags from words.
@@ -90,7 +123,11 @@ pub fn default_for(subject: Subject) -> Box<dyn Runnable> {
         ..PingpongSettings::default()
     };
     match subject {
-        Subject::Wakeup | Subject::Frequency => Box::new(Configured::<Pingpong>::new(short)),
+        Subject::Wakeup => Box::new(Configured::<Pingpong>::new(short)),
+        // The effective-frequency ramp and the cost of OS primitives.
+        Subject::Frequency => Box::new(Configured::<crate::oscost::Oscost>::new(
+            crate::oscost::OscostSettings::quick(),
+        )),
         Subject::Scheduler => Box::new(Configured::<Pingpong>::new(PingpongSettings {
             pairs: PairSpec::List(vec![Placement::Unpinned]),
             ..short
@@ -103,9 +140,13 @@ pub fn default_for(subject: Subject) -> Box<dyn Runnable> {
 pub fn describe_default(subject: Subject) -> String {
     match subject {
         Subject::Wakeup => "pingpong (pipe) on every placement class plus unpinned".into(),
-        Subject::Frequency => "pingpong (pipe) on every placement class plus unpinned (each wakeup pays the frequency ramp)".into(),
+        Subject::Frequency => {
+            "oscost --quick (OS primitives and the effective-frequency ramp)".into()
+        }
         Subject::Scheduler => "pingpong (pipe), unpinned".into(),
-        Subject::Process { pid } => format!("process {pid}: context switches and CPU time over 2 s"),
+        Subject::Process { pid } => {
+            format!("process {pid}: context switches and CPU time over 2 s")
+        }
     }
 }
 

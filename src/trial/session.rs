@@ -39,7 +39,9 @@ impl Session {
         command: &str,
         progress: &crate::experiment::Progress,
     ) -> Result<Self> {
-        let Some(lock) = journal::lock(root, std::time::Duration::from_millis(200))? else {
+        // A restore that is just finishing (the watchdog's, or a start's leftover check) holds
+        // the lock for a moment: wait for it rather than call it a running trial.
+        let Some(lock) = journal::lock(root, std::time::Duration::from_secs(3))? else {
             let pid = journal::load(root)
                 .ok()
                 .flatten()

@@ -44,7 +44,7 @@ pub enum Subject {
     Wakeup,
     /// Scheduler knobs: unpinned pingpong.
     Scheduler,
-    /// Frequency: pingpong, which pays each ramp (oscost joins when it is in the registry).
+    /// Frequency: oscost (OS primitives and the effective-frequency ramp).
     Frequency,
     /// A live process: its context switches and CPU time.
     Process { pid: i32 },

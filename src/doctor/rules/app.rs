@@ -6,7 +6,7 @@
 //! (field notes A and B: pgbench 3.6x, Apache up to 1.6x).
 
 use super::{Inputs, Rule, rate_ci, rate_effect, remedies};
-use crate::doctor::findings::{Confidence, Evidence, Finding, Magnitude, Severity};
+use crate::doctor::findings::{Confidence, Evidence, Finding, Severity};
 use crate::doctor::measurements::PresetRun;
 use crate::topology::PlacementClass;
 use std::collections::BTreeMap;
@@ -80,8 +80,8 @@ fn finding(id: &str, runs: &[&PresetRun], i: &Inputs<'_>) -> Option<Finding> {
             worst.workload, eff.ratio, best.placement, worst.placement
         ),
         severity: Severity::of_ratio(eff.ratio),
-        magnitude: Magnitude {
-            text: format!(
+        magnitude: eff.magnitude(
+            format!(
                 "{}: {} transactions/s at {} against {} at {}",
                 worst.workload,
                 super::thousands(eff.better.mean),
@@ -89,11 +89,8 @@ fn finding(id: &str, runs: &[&PresetRun], i: &Inputs<'_>) -> Option<Finding> {
                 super::thousands(eff.worse.mean),
                 worst.placement
             ),
-            ratio: Some(eff.ratio),
-            worse: Some(eff.worse.mean),
-            better: Some(eff.better.mean),
-            unit: "per_s".into(),
-        },
+            "per_s",
+        ),
         evidence,
         mechanism: if co_located {
             "Each transaction is a request and a reply between client and server; on one CPU \

@@ -81,6 +81,19 @@ pub struct Effect {
     pub p_value: f64,
 }
 
+impl Effect {
+    /// The finding's magnitude: this effect's two means and ratio, with the words for it.
+    pub fn magnitude(&self, text: String, unit: &str) -> crate::doctor::findings::Magnitude {
+        crate::doctor::findings::Magnitude {
+            text,
+            ratio: Some(self.ratio),
+            worse: Some(self.worse.mean),
+            better: Some(self.better.mean),
+            unit: unit.into(),
+        }
+    }
+}
+
 /// `worse` costs more than `better` (times, costs): beyond noise and by `min_ratio` or more.
 pub fn cost_effect(worse: &[f64], better: &[f64], min_ratio: f64) -> Option<Effect> {
     let s: Separation = separation(worse, better)?;
@@ -151,18 +164,7 @@ pub fn plain_ci(m: &MeanCi, digits: usize) -> Datum {
     )
 }
 
-/// A whole number with thousands separators: `66,012`.
-pub fn thousands(v: f64) -> String {
-    let s = format!("{:.0}", v.abs());
-    let mut out = String::new();
-    for (i, ch) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(ch);
-    }
-    if v < 0.0 { format!("-{out}") } else { out }
-}
+pub use crate::units::thousands;
 
 #[cfg(test)]
 pub(crate) mod fixtures;

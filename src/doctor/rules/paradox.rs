@@ -16,7 +16,7 @@
 
 use super::wakeup::{MIN_RATIO, ipis, primary_method};
 use super::{Inputs, Rule, cost_effect, ns_ci, remedies};
-use crate::doctor::findings::{Confidence, Evidence, Finding, Magnitude, Remedy, Severity};
+use crate::doctor::findings::{Confidence, Evidence, Finding, Remedy, Severity};
 use crate::doctor::measurements::{Measurements, WakeupRun};
 use crate::output::fmt_ns;
 use crate::topology::PlacementClass;
@@ -180,18 +180,15 @@ impl Rule for LoadMakesItFaster {
                 eff.ratio
             ),
             severity: Severity::of_ratio(eff.ratio),
-            magnitude: Magnitude {
-                text: format!(
+            magnitude: eff.magnitude(
+                format!(
                     "an unpinned blocking {method} round trip takes {} on an otherwise idle machine and {} with a spinning thread on {n} other {cpu_word}(s): {:.1}x faster under load",
                     fmt_ns(eff.worse.mean),
                     fmt_ns(eff.better.mean),
                     eff.ratio
                 ),
-                ratio: Some(eff.ratio),
-                worse: Some(eff.worse.mean),
-                better: Some(eff.better.mean),
-                unit: "ns".into(),
-            },
+                "ns",
+            ),
             evidence: ev,
             mechanism,
             remedies: rems,

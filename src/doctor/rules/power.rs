@@ -7,7 +7,7 @@
 //! sustained load). The governor is context for the mechanism, never the finding.
 
 use super::{Inputs, Rule, rate_effect};
-use crate::doctor::findings::{Confidence, Datum, Evidence, Finding, Magnitude, Remedy, Severity};
+use crate::doctor::findings::{Confidence, Datum, Evidence, Finding, Remedy, Severity};
 
 pub const MIN_RATIO: f64 = 1.1;
 
@@ -101,16 +101,13 @@ impl Rule for PowerManagement {
             id: self.id().into(),
             title: format!("Bursty work starts {:.1}x slower after idle: the CPU ramps up", eff.ratio),
             severity: Severity::of_ratio(eff.ratio),
-            magnitude: Magnitude {
-                text: format!(
+            magnitude: eff.magnitude(
+                format!(
                     "a dependent loop runs at {:.0} MHz-equivalent right after idle and {:.0} under sustained load",
                     eff.worse.mean, eff.better.mean
                 ),
-                ratio: Some(eff.ratio),
-                worse: Some(eff.worse.mean),
-                better: Some(eff.better.mean),
-                unit: "mhz".into(),
-            },
+                "mhz",
+            ),
             evidence: ev,
             mechanism: "After idle the core runs at a low frequency and the governor raises it only \
                 after it sees sustained load; work that comes in short bursts runs much of its time \

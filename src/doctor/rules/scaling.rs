@@ -7,7 +7,7 @@
 //! `compact` policy against `scatter` at the same thread count, with compact contending.
 
 use super::{Inputs, Rule, plain_ci, rate_effect};
-use crate::doctor::findings::{Confidence, Evidence, Finding, Magnitude, Remedy, Severity};
+use crate::doctor::findings::{Confidence, Evidence, Finding, Remedy, Severity};
 use crate::doctor::measurements::ScalePoint;
 
 pub const MIN_RATIO: f64 = 1.1;
@@ -76,16 +76,13 @@ impl Rule for ParallelContention {
                 eff.ratio
             ),
             severity: Severity::of_ratio(eff.ratio),
-            magnitude: Magnitude {
-                text: format!(
+            magnitude: eff.magnitude(
+                format!(
                     "{} with {} threads: speedup {:.2} spread against {:.2} packed",
                     c.workload, c.threads, eff.better.mean, eff.worse.mean
                 ),
-                ratio: Some(eff.ratio),
-                worse: Some(eff.worse.mean),
-                better: Some(eff.better.mean),
-                unit: "speedup".into(),
-            },
+                "speedup",
+            ),
             evidence: ev,
             mechanism: format!(
                 "Threads packed onto {what} compete for the resources those CPUs share (execution \

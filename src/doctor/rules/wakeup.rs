@@ -14,7 +14,7 @@
 //! The effect is the worst pinned class against same-CPU, on the blocking method (pipe first).
 
 use super::{Effect, Inputs, Rule, cost_effect, environment, ns_ci, remedies};
-use crate::doctor::findings::{Confidence, Datum, Evidence, Finding, Magnitude, Remedy, Severity};
+use crate::doctor::findings::{Confidence, Datum, Evidence, Finding, Remedy, Severity};
 use crate::doctor::measurements::WakeupRun;
 use crate::output::fmt_ns;
 use crate::topology::PlacementClass;
@@ -135,8 +135,8 @@ impl Rule for CrossCpuWakeup {
                 eff.ratio
             ),
             severity: Severity::of_ratio(eff.ratio),
-            magnitude: Magnitude {
-                text: format!(
+            magnitude: eff.magnitude(
+                format!(
                     "a blocking {} round trip between {cpu_word}s {} ({}) takes {} against {} on one {cpu_word}: {:.1}x",
                     worst.method,
                     worst.cpus.as_deref().unwrap_or("?"),
@@ -145,11 +145,8 @@ impl Rule for CrossCpuWakeup {
                     fmt_ns(eff.better.mean),
                     eff.ratio
                 ),
-                ratio: Some(eff.ratio),
-                worse: Some(eff.worse.mean),
-                better: Some(eff.better.mean),
-                unit: "ns".into(),
-            },
+                "ns",
+            ),
             evidence: ev,
             mechanism,
             remedies,
