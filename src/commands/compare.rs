@@ -110,6 +110,7 @@ fn check_shape(doc: &envelope::Loaded, path: &std::path::Path) -> Result<()> {
         Kind::Oscost => typed::<crate::oscost::OscostReport>(v),
         Kind::Sim => typed::<crate::sim::SimReport>(v),
         Kind::Try => typed::<crate::trial::TrialReport>(v),
+        Kind::Watch => typed::<crate::watch::WatchReport>(v),
         // A comparison is output only; comparing two of them compares their figures.
         Kind::Compare => Ok(()),
     };
