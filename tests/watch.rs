@@ -23,9 +23,20 @@ fn can_trace(test: &str) -> bool {
 /// Runs `cpulab watch --json -- cpulab pingpong --processes --pairs PAIR --json`; returns the
 /// pingpong document and the watch document (the child's output comes first on stdout).
 fn watch_pingpong(pair: &str) -> (Value, Value) {
+    watch_pingpong_with(pair, &[])
+}
+
+/// The watched pairs run one at a time: three pairs at once on a small machine would measure
+/// each other.
+static ONE_PAIR_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn watch_pingpong_with(pair: &str, flags: &[&str]) -> (Value, Value) {
+    let _one = ONE_PAIR_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let bin = common::cpulab_path();
     let out = cpulab()
-        .args(["watch", "--json", "--quiet", "--duration", "60s", "--"])
+        .args(["watch", "--json", "--quiet", "--duration", "60s"])
+        .args(flags)
+        .arg("--")
         .arg(&bin)
         .args([
             "pingpong",
@@ -36,6 +47,8 @@ fn watch_pingpong(pair: &str) -> (Value, Value) {
             pair,
             "--max-time",
             "0.5",
+            "--target-ci",
+            "0",
             "--warmup",
             "0",
             "--no-load-check",
@@ -72,33 +85,105 @@ fn class_wakeups(watch: &Value, same: bool) -> u64 {
         .sum()
 }
 
-fn check_pair(pair: &str, expect_same: bool) {
-    let (pp, w) = watch_pingpong(pair);
+/// The kernel's count of an event against the records delivered, from the watch document.
+fn delivery(w: &Value, event: &str) -> (u64, u64) {
+    let d = w["delivery"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["event"] == event)
+        .unwrap_or_else(|| panic!("no delivery entry for {event}"));
+    (
+        d["counted"].as_u64().unwrap(),
+        d["delivered"].as_u64().unwrap(),
+    )
+}
+
+fn check_pair(pair: &str, expect_same: bool, flags: &[&str]) -> Value {
+    let (pp, w) = watch_pingpong_with(pair, flags);
     let round_trips = pp["runs"][0]["round_trips"].as_u64().unwrap();
     assert!(round_trips > 0);
     assert_eq!(w["ended"], "command exited");
     let same = class_wakeups(&w, true);
     let other = class_wakeups(&w, false);
+    let wakeups = same + other;
     let lost = w["lost_events"].as_u64().unwrap();
-    // Each blocking round trip wakes the responder and then the initiator.
-    if lost == 0 {
+    // Every watched wakeup was a sched_waking the kernel counted; the records the figures
+    // need were delivered, or the report says it is incomplete.
+    let (waking_counted, waking_delivered) = delivery(&w, "sched_waking");
+    let (switch_counted, switch_delivered) = delivery(&w, "sched_switch");
+    assert!(waking_delivered <= waking_counted && switch_delivered <= switch_counted);
+    assert!(
+        wakeups <= waking_counted,
+        "{wakeups} wakeups, {waking_counted} counted"
+    );
+    let complete = waking_delivered as f64 >= 0.99 * waking_counted as f64
+        && switch_delivered as f64 >= 0.99 * switch_counted as f64;
+    assert_eq!(
+        w["incomplete"].is_null(),
+        complete,
+        "incomplete flag: {}",
+        w["incomplete"]
+    );
+    // Every voluntary context switch of an endpoint (it blocked) is ended by one wakeup: the
+    // watched wakeups of the two endpoints match their voluntary switches. With both sides
+    // blocking on every round trip that is two per round trip (one CPU apart on an idle
+    // machine); on one CPU, or on a busy machine, a side preempted before it blocks is still
+    // runnable when its answer comes and needs no wakeup. The watch also sees the pair's
+    // warm-up and setup, which the switch counters (measured window only) do not.
+    let c = &pp["runs"][0]["counters"];
+    let mut voluntary = 0;
+    let mut endpoint_wakeups = 0;
+    for side in ["initiator", "responder"] {
+        let pid = c[side]["task_id"].as_i64().unwrap();
+        voluntary += c[side]["task"]["voluntary_switches"].as_u64().unwrap();
+        endpoint_wakeups += w["processes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|p| p["pids"][0].as_i64() == Some(pid))
+            .map(|p| p["wakeups"].as_u64().unwrap())
+            .sum::<u64>();
+    }
+    let warmup = pp["runs"][0]["warmup_round_trips"].as_u64().unwrap_or(0);
+    assert!(
+        wakeups as f64 <= 2.05 * (round_trips + warmup) as f64 + 50.0,
+        "{pair}: {wakeups} wakeups for {round_trips} round trips"
+    );
+    assert!(
+        endpoint_wakeups as f64 <= 1.05 * voluntary as f64 + 2.0 * warmup as f64 + 50.0,
+        "{pair}: {endpoint_wakeups} wakeups of the endpoints, {voluntary} voluntary switches"
+    );
+    if lost == 0 && complete {
         assert!(
-            same + other >= round_trips,
-            "{} wakeups for {round_trips} round trips",
-            same + other
+            endpoint_wakeups as f64 >= 0.95 * voluntary as f64,
+            "{pair}: {endpoint_wakeups} wakeups of the endpoints, {voluntary} voluntary switches"
         );
+        if !expect_same && voluntary as f64 >= 1.9 * round_trips as f64 {
+            assert!(
+                endpoint_wakeups as f64 >= 1.9 * round_trips as f64,
+                "{pair}: {endpoint_wakeups} wakeups for {round_trips} round trips"
+            );
+        }
     } else {
-        eprintln!("note: {lost} events lost; the wakeup count is a lower bound, not compared");
+        eprintln!("note: {lost} records lost; the wakeup count is a lower bound, not compared");
     }
     let (want, total) = if expect_same {
-        (same, same + other)
+        (same, wakeups)
     } else {
-        (other, same + other)
+        (other, wakeups)
     };
     assert!(
         want as f64 >= 0.9 * total as f64,
         "{pair}: {same} same-CPU and {other} cross-CPU wakeups"
     );
+    // Placement found from the wakeup's migration or the CPU last run on is where the wakee
+    // switched in (no load balancing moves a task pinned to one CPU).
+    let checks = &w["placement"];
+    let n = |k: &str| checks[k].as_u64().unwrap();
+    assert!(n("switch_in_agrees") > 0);
+    assert_eq!(n("switch_in_differs"), 0, "{checks}");
+    assert_eq!(n("wakeup_differs"), 0, "{checks}");
     for p in w["processes"].as_array().unwrap() {
         for c in p["classes"].as_array().unwrap() {
             if let Some(l) = c["latency"].as_object() {
@@ -116,6 +201,7 @@ fn check_pair(pair: &str, expect_same: bool) {
             }
         }
     }
+    w
 }
 
 #[test]
@@ -123,7 +209,7 @@ fn a_pair_on_one_cpu_wakes_on_the_wakers_cpu() {
     if !can_trace(test_name!()) {
         return;
     }
-    check_pair("0:0", true);
+    check_pair("0:0", true, &[]);
 }
 
 #[test]
@@ -131,7 +217,21 @@ fn a_pair_one_cpu_apart_wakes_across() {
     if !can_trace(test_name!()) {
         return;
     }
-    check_pair("0:1", false);
+    check_pair("0:1", false, &[]);
+}
+
+/// With sched_wakeup sampled, every one of its records that arrives names the CPU the watch
+/// placed the wakeup on (from the migration or the CPU last run on), and its count matches the
+/// wakings'.
+#[test]
+fn sampled_sched_wakeup_agrees_with_the_placement_one_cpu_apart() {
+    if !can_trace(test_name!()) {
+        return;
+    }
+    let w = check_pair("0:1", false, &["--sample-wakeups"]);
+    let (counted, delivered) = delivery(&w, "sched_wakeup");
+    assert!(delivered <= counted);
+    assert!(w["placement"]["wakeup_agrees"].as_u64().unwrap() <= delivered);
 }
 
 #[test]

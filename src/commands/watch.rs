@@ -43,6 +43,13 @@ pub struct Args {
     /// Write one drain of CPU 0's ring buffer here (parser fixtures).
     #[arg(long, hide = true, value_name = "FILE")]
     pub dump_records: Option<PathBuf>,
+    /// Also take a record of every sched_wakeup (else only counted): checks each placement
+    /// against its target CPU, at one more record per wakeup.
+    #[arg(long, hide = true)]
+    pub sample_wakeups: bool,
+    /// Do not filter the tracepoints in the kernel (for measuring what the filter saves).
+    #[arg(long, hide = true)]
+    pub no_kernel_filter: bool,
     /// A command to start and watch (without a shell), with its children; it ends with cpulab.
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<String>,
@@ -103,6 +110,8 @@ pub fn settings(args: &Args, machine: &Machine) -> Result<WatchSettings> {
         command: (!args.command.is_empty()).then(|| args.command.clone()),
         duration_s,
         dump_records: args.dump_records.clone(),
+        sample_wakeups: args.sample_wakeups,
+        kernel_filter: !args.no_kernel_filter,
         ..WatchSettings::default()
     })
 }

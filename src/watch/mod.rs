@@ -50,6 +50,12 @@ pub struct WatchSettings {
     pub ring_pages: usize,
     /// Write one drain of the first CPU's ring here (fixtures for the parser's tests).
     pub dump_records: Option<PathBuf>,
+    /// Also take a record of every `sched_wakeup` (else it is only counted): its target CPU
+    /// then checks each placement, at the cost of one more record per wakeup.
+    pub sample_wakeups: bool,
+    /// Filter the tracepoints in the kernel to the watched tasks when the target allows it
+    /// (`--comm`, `--pid`), so other tasks' events cost no record.
+    pub kernel_filter: bool,
 }
 
 impl Default for WatchSettings {
@@ -60,6 +66,8 @@ impl Default for WatchSettings {
             duration_s: 10.0,
             ring_pages: 1024,
             dump_records: None,
+            sample_wakeups: false,
+            kernel_filter: true,
         }
     }
 }
@@ -81,7 +89,84 @@ fn is_denied(e: &std::io::Error) -> bool {
 /// Records newer than this may still be being written on another CPU: they wait for the next
 /// drain so that events of different CPUs are analysed in time order.
 const SETTLE_NS: u64 = 5_000_000;
-const POLL: Duration = Duration::from_millis(10);
+/// How often the rings are drained: each ring holds about a second of records at a hundred
+/// thousand events per second, so a drain every 100 ms wakes the reader (which competes with the
+/// watched application for the same CPUs) only ten times a second; a ring found filling fast is
+/// drained ten times as often.
+const POLL: Duration = Duration::from_millis(20);
+
+/// The tracepoints in the order they are opened (and counted): the ring's leader first.
+pub const EVENT_NAMES: [&str; 4] = [
+    "sched_waking",
+    "sched_switch",
+    "sched_migrate_task",
+    "sched_wakeup",
+];
+
+/// A comm the kernel's filter grammar can hold as a string literal.
+fn filterable_comm(c: &str) -> bool {
+    !c.is_empty()
+        && c.len() <= 15
+        && c.chars()
+            .all(|ch| ch.is_ascii_graphic() && !matches!(ch, '"' | '\\' | '*' | '?' | '['))
+}
+
+/// The in-kernel filter per event (in [`EVENT_NAMES`] order) that keeps only the watched tasks'
+/// events, or `None` when the target cannot be said as a filter (a cgroup, a command and its
+/// future children, the whole machine, too many threads). Returns the filters and a sentence for
+/// the report saying what they keep.
+pub fn kernel_filters(target: &Target, root: &std::path::Path) -> Option<([String; 4], String)> {
+    let any = |fields: &[&str], values: &[String]| -> String {
+        let mut terms = Vec::new();
+        for f in fields {
+            for v in values {
+                terms.push(format!("{f} == {v}"));
+            }
+        }
+        terms.join(" || ")
+    };
+    let (values, what) = match target {
+        Target::Comms(c) if c.iter().all(|c| filterable_comm(c)) => (
+            c.iter().map(|c| format!("\"{c}\"")).collect::<Vec<_>>(),
+            "in-kernel filters keep the events of threads named as the watched processes (a thread \
+             that renamed itself is not seen)"
+                .to_string(),
+        ),
+        Target::Pids(pids) => {
+            let mut tids = Vec::new();
+            for pid in pids {
+                let dir = root.join("proc").join(pid.to_string()).join("task");
+                let entries = std::fs::read_dir(&dir).ok()?;
+                for e in entries.flatten() {
+                    tids.push(e.file_name().to_string_lossy().to_string());
+                }
+            }
+            if tids.is_empty() || tids.len() > 64 {
+                return None;
+            }
+            (
+                tids,
+                "in-kernel filters keep the events of the threads the watched processes had when \
+                 the watch began (threads started later are not seen)"
+                    .to_string(),
+            )
+        }
+        _ => return None,
+    };
+    let pid = match target {
+        Target::Pids(_) => ("pid", "prev_pid", "next_pid"),
+        _ => ("comm", "prev_comm", "next_comm"),
+    };
+    Some((
+        [
+            any(&[pid.0], &values),
+            any(&[pid.1, pid.2], &values),
+            any(&[pid.0], &values),
+            any(&[pid.0], &values),
+        ],
+        what,
+    ))
+}
 
 /// Cuts `bytes` at the last whole record within `limit` bytes.
 fn whole_records(bytes: &[u8], limit: usize) -> &[u8] {
@@ -128,7 +213,25 @@ pub fn run(machine: &Machine, s: &WatchSettings, progress: &Progress) -> Result<
     // 4 MiB per CPU, but at most ~64 MiB in all on large machines (a power of two per ring).
     let budget = (16384 / cpus.len().max(1)).max(16);
     let pages = s.ring_pages.min(1 << budget.ilog2());
-    let mut tracer = ring::Tracer::open(&decoder.ids, &cpus, pages).map_err(|e| {
+    let filters = if s.kernel_filter && s.command.is_none() {
+        kernel_filters(&s.target, &machine.root)
+    } else {
+        None
+    };
+    let ids = [
+        decoder.ids[0],
+        decoder.ids[2],
+        decoder.ids[3],
+        decoder.ids[1],
+    ];
+    let specs: Vec<ring::EventSpec> = (0..4)
+        .map(|i| ring::EventSpec {
+            id: ids[i],
+            sampled: i < 3 || s.sample_wakeups,
+            filter: filters.as_ref().map(|(f, _)| f[i].clone()),
+        })
+        .collect();
+    let mut tracer = ring::Tracer::open(&specs, &cpus, pages).map_err(|e| {
         if is_denied(&e) {
             bad_input(PERMISSION_LINE)
         } else {
@@ -155,7 +258,8 @@ pub fn run(machine: &Machine, s: &WatchSettings, progress: &Progress) -> Result<
     let mut tasks = targets::LiveTasks::new(&machine.root, target.clone());
     let mut analysis = Analysis::new(&machine.topology);
     let mut pending: Vec<Timed> = Vec::new();
-    let (mut lost, mut torn) = (0u64, 0u64);
+    let mut tally = Tally::default();
+    let mut torn = 0u64;
     let mut dump = s.dump_records.clone();
     let deadline = started + Duration::from_secs_f64(s.duration_s);
     progress.step(&format!(
@@ -181,6 +285,11 @@ pub fn run(machine: &Machine, s: &WatchSettings, progress: &Progress) -> Result<
         } else {
             Instant::now() >= deadline
         };
+        if finished {
+            // Stop the events before the last drain, so the counts read after it cover exactly
+            // what could have been delivered.
+            tracer.disable();
+        }
         let cutoff = if finished {
             u64::MAX
         } else {
@@ -192,9 +301,12 @@ pub fn run(machine: &Machine, s: &WatchSettings, progress: &Progress) -> Result<
             let bytes = tracer.drain_bytes();
             std::fs::write(&path, whole_records(&bytes, 32 * 1024))
                 .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-            ring::parse_records(&bytes, |r| collect(&decoder, r, &mut pending, &mut lost));
+            let cpu = cpus.first().copied().unwrap_or(0);
+            ring::parse_records(&bytes, |r| {
+                collect(&decoder, cpu, r, &mut pending, &mut tally)
+            });
         }
-        torn += tracer.drain(|r| collect(&decoder, r, &mut pending, &mut lost)) as u64;
+        torn += tracer.drain(|cpu, r| collect(&decoder, cpu, r, &mut pending, &mut tally)) as u64;
         pending.sort_by_key(|t| t.time_ns);
         let ready = pending.partition_point(|t| t.time_ns <= cutoff);
         for ev in pending.drain(..ready) {
@@ -207,19 +319,52 @@ pub fn run(machine: &Machine, s: &WatchSettings, progress: &Progress) -> Result<
             tasks.refresh();
             last_refresh = Instant::now();
         }
-        std::thread::sleep(POLL.min(deadline.saturating_duration_since(Instant::now())));
+        // A ring an eighth full after one interval would overflow within a few more slow
+        // intervals on a busy machine: drain it sooner.
+        let poll = if tracer.last_fill > 0.125 {
+            POLL / 10
+        } else {
+            POLL
+        };
+        std::thread::sleep(poll.min(deadline.saturating_duration_since(Instant::now())));
     }
     let interval_s = started.elapsed().as_secs_f64();
+    analysis.finish(&mut tasks);
+    let counts = tracer.counts();
     drop(tracer);
     drop(child);
     let after = crate::counters::SystemSnapshot::take(&machine.root);
-    if lost > 0 {
+    let lost: u64 = tally.lost.values().sum();
+    let delivery = report::delivery(&counts, &tally, &specs);
+    if report::incomplete(&delivery).is_some() {
         conditions.noisy = true;
-        conditions.notes.push(format!(
-            "{lost} scheduler events were lost (the reader fell behind): counts are lower bounds"
-        ));
+    }
+    let mut mechanism = format!(
+        "perf_event_open on every CPU: sched:sched_waking, sched_switch, sched_migrate_task \
+         sampled; sched_wakeup {}",
+        if s.sample_wakeups {
+            "sampled (a check of each placement)"
+        } else {
+            "counted only"
+        }
+    );
+    if let Some((_, what)) = &filters {
+        mechanism.push_str("; ");
+        mechanism.push_str(what);
     }
     Ok(report::build(report::Inputs {
+        mechanism,
+        delivery,
+        lost_by_cpu: tally.lost.clone(),
+        idle_switches: tally
+            .idle
+            .iter()
+            .map(|(cpu, (to, from))| report::IdleSwitches {
+                cpu: *cpu,
+                to_idle: *to,
+                from_idle: *from,
+            })
+            .collect(),
         conditions,
         target: &target,
         requested_s: s.duration_s,
@@ -234,7 +379,24 @@ pub fn run(machine: &Machine, s: &WatchSettings, progress: &Progress) -> Result<
     }))
 }
 
-fn collect(d: &Decoder, r: ring::RawRecord<'_>, out: &mut Vec<Timed>, lost: &mut u64) {
+/// Records delivered, per ring CPU and event (in [`EVENT_NAMES`] order), and losses the
+/// kernel reported per ring.
+#[derive(Debug, Default)]
+pub struct Tally {
+    pub delivered: std::collections::BTreeMap<u32, [u64; 4]>,
+    /// Per CPU: switches delivered into the idle task and out of it (they alternate, so the two
+    /// differ by at most one when every switch is delivered).
+    pub idle: std::collections::BTreeMap<u32, (u64, u64)>,
+    pub lost: std::collections::BTreeMap<u32, u64>,
+}
+
+fn collect(
+    d: &Decoder,
+    ring_cpu: u32,
+    r: ring::RawRecord<'_>,
+    out: &mut Vec<Timed>,
+    tally: &mut Tally,
+) {
     match r {
         ring::RawRecord::Sample {
             tid,
@@ -244,10 +406,25 @@ fn collect(d: &Decoder, r: ring::RawRecord<'_>, out: &mut Vec<Timed>, lost: &mut
             ..
         } => {
             if let Some(event) = d.decode(tid, cpu, raw) {
+                let i = match event {
+                    events::Event::Waking { .. } => 0,
+                    events::Event::Switch { .. } => 1,
+                    events::Event::Migrate { .. } => 2,
+                    events::Event::Wakeup { .. } => 3,
+                };
+                tally.delivered.entry(ring_cpu).or_default()[i] += 1;
+                if let events::Event::Switch {
+                    prev_tid, next_tid, ..
+                } = event
+                {
+                    let e = tally.idle.entry(ring_cpu).or_default();
+                    e.0 += u64::from(next_tid == 0);
+                    e.1 += u64::from(prev_tid == 0);
+                }
                 out.push(Timed { time_ns, event });
             }
         }
-        ring::RawRecord::Lost(n) => *lost += n,
+        ring::RawRecord::Lost(n) => *tally.lost.entry(ring_cpu).or_default() += n,
     }
 }
 

@@ -50,6 +50,13 @@ pub fn text(r: &WatchReport, style: &Style) -> String {
             ))
         );
     }
+    if let Some(why) = &r.incomplete {
+        let _ = writeln!(s, "{}", style.yellow(why));
+    }
+    for line in delivery_lines(r) {
+        let _ = writeln!(s, "{line}");
+    }
+    let _ = writeln!(s, "{}", placement_line(r));
     if r.processes.is_empty() {
         let _ = writeln!(s, "no wakeups of the watched tasks were seen");
     }
@@ -144,6 +151,85 @@ pub fn text(r: &WatchReport, style: &Style) -> String {
     s
 }
 
+/// "counted N, delivered M" for each sampled event where they differ, and the one plain
+/// sentence about sched_wakeup, whose records on the target CPU the kernel often does not
+/// deliver (cpulab does not need them).
+pub fn delivery_lines(r: &WatchReport) -> Vec<String> {
+    let mut out = Vec::new();
+    for d in &r.delivery {
+        let Some(counted) = d.counted else {
+            out.push(format!("{}: its count could not be read", d.event));
+            continue;
+        };
+        if !d.sampled {
+            out.push(format!(
+                "{}: counted {counted} (not sampled: placement comes from sched_waking, migrations and switch-in)",
+                d.event
+            ));
+        } else if d.event == "sched_wakeup" && counted != d.delivered {
+            out.push(format!(
+                "sched_wakeup: counted {counted}, delivered {}: the kernel does not deliver the records it emits on an idle target CPU; they only check placements",
+                d.delivered
+            ));
+        } else if counted != d.delivered {
+            let cpus: Vec<String> = d
+                .per_cpu
+                .iter()
+                .filter(|c| c.counted.is_some_and(|n| n != c.delivered))
+                .map(|c| format!("CPU {} {}/{}", c.cpu, c.delivered, c.counted.unwrap_or(0)))
+                .collect();
+            out.push(format!(
+                "{}: counted {counted}, delivered {} ({})",
+                d.event,
+                d.delivered,
+                cpus.join(", ")
+            ));
+        }
+    }
+    for i in &r.idle_switches {
+        let missing = i.missing_from_idle();
+        if missing > 0 {
+            out.push(format!(
+                "sched_switch on CPU {}: {} switches into idle but {} out of it delivered; the kernel counts and delivers none of the other {missing}, so wakeups onto that idle CPU are counted and placed but not timed",
+                i.cpu, i.to_idle, i.from_idle
+            ));
+        }
+    }
+    out
+}
+
+/// Where the wakeups' CPUs came from and how the independent sources agreed.
+pub fn placement_line(r: &WatchReport) -> String {
+    let c = &r.placement;
+    let mut s = format!(
+        "placement: {} by the wakeup's migration, {} on the CPU last run on, {} where first seen running, {} already runnable",
+        c.from_migration, c.from_last_cpu, c.from_switch_in, c.already_runnable
+    );
+    let timed = c.switch_in_agrees + c.switch_in_differs;
+    if timed > 0 {
+        let _ = write!(s, "; switched in there {} of {timed}", c.switch_in_agrees);
+    }
+    if c.switch_in_missing > 0 {
+        let _ = write!(
+            s,
+            "; {} seen running without a delivered switch-in (not timed)",
+            c.switch_in_missing
+        );
+    }
+    let checked = c.wakeup_agrees + c.wakeup_differs;
+    if checked > 0 {
+        let _ = write!(
+            s,
+            "; sched_wakeup's target agreed {} of {checked}",
+            c.wakeup_agrees
+        );
+    }
+    if c.unplaced > 0 {
+        let _ = write!(s, "; {} not placed (never seen on a CPU)", c.unplaced);
+    }
+    s
+}
+
 fn short_pids(p: &[i32]) -> String {
     let v: Vec<String> = p.iter().take(6).map(|p| p.to_string()).collect();
     if p.len() > 6 {
@@ -171,6 +257,17 @@ pub fn html(r: &WatchReport) -> String {
         r.events,
         r.lost_events
     );
+    if let Some(why) = &r.incomplete {
+        let _ = write!(b, "<p><strong>{}</strong></p>", esc(why));
+    }
+    let lines = delivery_lines(r);
+    if !lines.is_empty() {
+        b.push_str("<h2>Events counted and delivered</h2><ul>");
+        for l in lines {
+            let _ = write!(b, "<li>{}</li>", esc(&l));
+        }
+        b.push_str("</ul>");
+    }
     let _ = write!(
         b,
         "<h2>Processes</h2><table><tr><th>process</th><th>class</th><th>share</th><th>wakeups/s</th><th>p50</th><th>p99</th><th>max</th><th>distribution</th></tr>"

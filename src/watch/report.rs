@@ -7,7 +7,8 @@
 //! measured figures under an assumption (that a co-located wakeup would cost what this window's
 //! same-CPU wakeups cost), and comes with the `cpulab try` line that measures it instead.
 
-use super::analyze::{Analysis, ByClass, ClassAcc};
+use super::analyze::{Analysis, ByClass, ClassAcc, PlacementChecks};
+use super::ring::EventSpec;
 use super::targets::Target;
 use crate::counters::SystemSnapshot;
 use crate::cpulist::CpuSet;
@@ -117,6 +118,54 @@ pub struct Estimate {
     pub verify: String,
 }
 
+/// One event on one CPU: what the kernel counted against the records that reached cpulab.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CpuDelivery {
+    pub cpu: u32,
+    /// The event's own count (`read(2)` of its descriptor); None when it could not be read.
+    pub counted: Option<u64>,
+    /// Records of it that reached cpulab.
+    pub delivered: u64,
+}
+
+/// Switches into and out of the idle task delivered on one CPU. They alternate, so they differ
+/// by at most one when the kernel delivers every switch; on some kernels and CPUs the switch out
+/// of idle is neither counted nor delivered, and wakeups onto that idle CPU cannot be timed.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct IdleSwitches {
+    pub cpu: u32,
+    pub to_idle: u64,
+    pub from_idle: u64,
+}
+
+impl IdleSwitches {
+    /// Switches out of idle the kernel did not deliver (nor count), at least.
+    pub fn missing_from_idle(&self) -> u64 {
+        self.to_idle.saturating_sub(self.from_idle + 1)
+    }
+}
+
+/// One event: counted by the kernel, delivered to cpulab, per CPU and in all.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Delivery {
+    pub event: String,
+    /// A record per event (else only counted, by design).
+    pub sampled: bool,
+    pub counted: Option<u64>,
+    pub delivered: u64,
+    pub per_cpu: Vec<CpuDelivery>,
+}
+
+impl Delivery {
+    /// Sampled events the kernel counted but did not deliver (lost or never written).
+    pub fn missing(&self) -> u64 {
+        match (self.sampled, self.counted) {
+            (true, Some(c)) => c.saturating_sub(self.delivered),
+            _ => 0,
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct WatchReport {
     pub conditions: Conditions,
@@ -128,9 +177,25 @@ pub struct WatchReport {
     pub ended: String,
     /// Scheduler events analysed (all tasks, before filtering).
     pub events: u64,
-    /// Events the kernel dropped because cpulab fell behind.
+    /// Records the kernel said it dropped (PERF_RECORD_LOST: the reader fell behind).
     pub lost_events: u64,
+    /// Records lost per CPU's ring (CPUs with none are left out).
+    #[serde(default)]
+    pub lost_by_cpu: BTreeMap<u32, u64>,
     pub torn_bytes: u64,
+    /// Per event: counted by the kernel against delivered to cpulab.
+    #[serde(default)]
+    pub delivery: Vec<Delivery>,
+    /// Set when an event the figures need (sched_waking, sched_switch) was counted but not
+    /// delivered for more than a small share: every figure is then a lower bound.
+    #[serde(default)]
+    pub incomplete: Option<String>,
+    /// Per CPU: switches into and out of the idle task delivered.
+    #[serde(default)]
+    pub idle_switches: Vec<IdleSwitches>,
+    /// How each wakeup's CPU was found and how the sources agreed.
+    #[serde(default)]
+    pub placement: PlacementChecks,
     /// By wakeups, most first.
     pub processes: Vec<ProcessReport>,
     /// Top waker -> wakee pairs by wakeups.
@@ -140,6 +205,10 @@ pub struct WatchReport {
 }
 
 pub struct Inputs<'a> {
+    pub mechanism: String,
+    pub delivery: Vec<Delivery>,
+    pub lost_by_cpu: BTreeMap<u32, u64>,
+    pub idle_switches: Vec<IdleSwitches>,
     pub conditions: Conditions,
     pub target: &'a Target,
     pub requested_s: f64,
@@ -278,9 +347,12 @@ pub fn build(i: Inputs<'_>) -> WatchReport {
     WatchReport {
         conditions: i.conditions,
         target: i.target.describe(),
-        mechanism: "perf_event_open: sched:sched_waking, sched_wakeup, sched_switch, \
-                    sched_migrate_task on every CPU"
-            .into(),
+        incomplete: incomplete(&i.delivery),
+        mechanism: i.mechanism,
+        delivery: i.delivery,
+        lost_by_cpu: i.lost_by_cpu,
+        idle_switches: i.idle_switches,
+        placement: a.checks.clone(),
         requested_s: i.requested_s,
         interval_s: i.interval_s,
         ended: i.ended,
@@ -292,6 +364,67 @@ pub fn build(i: Inputs<'_>) -> WatchReport {
         vm,
         estimate,
     }
+}
+
+/// Per event (in [`super::EVENT_NAMES`] order, as `specs`), the kernel's counts per CPU against
+/// the records delivered.
+pub fn delivery(
+    counts: &[(u32, Vec<Option<u64>>)],
+    tally: &super::Tally,
+    specs: &[EventSpec],
+) -> Vec<Delivery> {
+    super::EVENT_NAMES
+        .iter()
+        .enumerate()
+        .map(|(i, name)| {
+            let per_cpu: Vec<CpuDelivery> = counts
+                .iter()
+                .map(|(cpu, c)| CpuDelivery {
+                    cpu: *cpu,
+                    counted: c.get(i).copied().flatten(),
+                    delivered: tally.delivered.get(cpu).map_or(0, |d| d[i]),
+                })
+                .collect();
+            let counted = per_cpu.iter().map(|c| c.counted).sum::<Option<u64>>();
+            Delivery {
+                event: name.to_string(),
+                sampled: specs.get(i).is_some_and(|s| s.sampled),
+                counted,
+                delivered: per_cpu.iter().map(|c| c.delivered).sum(),
+                per_cpu,
+            }
+        })
+        .collect()
+}
+
+/// Share of a needed event that may go undelivered before the figures are called incomplete.
+pub const INCOMPLETE_SHARE: f64 = 0.01;
+
+/// Why the figures are incomplete (a needed event counted but not delivered beyond
+/// [`INCOMPLETE_SHARE`]), or None.
+pub fn incomplete(delivery: &[Delivery]) -> Option<String> {
+    let short: Vec<String> = delivery
+        .iter()
+        .filter(|d| d.event == "sched_waking" || d.event == "sched_switch")
+        .filter(|d| {
+            d.counted
+                .is_some_and(|c| d.missing() as f64 > INCOMPLETE_SHARE * c.max(1) as f64)
+        })
+        .map(|d| {
+            format!(
+                "{} counted {}, delivered {}",
+                d.event,
+                d.counted.unwrap_or(0),
+                d.delivered
+            )
+        })
+        .collect();
+    (!short.is_empty()).then(|| {
+        format!(
+            "INCOMPLETE: the kernel did not deliver every event the figures need ({}): every count is a lower bound",
+            short.join("; ")
+        )
+    })
 }
 
 fn vm(i: &Inputs<'_>, involved: &std::collections::BTreeSet<u32>, wakeups: u64) -> VmReport {

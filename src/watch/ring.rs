@@ -30,6 +30,9 @@ const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 8;
 const PERF_EVENT_IOC_ENABLE: libc::c_ulong = 0x2400;
 const PERF_EVENT_IOC_DISABLE: libc::c_ulong = 0x2401;
 const PERF_EVENT_IOC_SET_OUTPUT: libc::c_ulong = 0x2405;
+/// `_IOW('$', 6, char *)`: a tracepoint filter string, evaluated in the kernel before a record
+/// is written (and before the event is counted).
+const PERF_EVENT_IOC_SET_FILTER: libc::c_ulong = 0x4008_2406;
 /// PERF_ATTR_SIZE_VER5: large enough to carry `clockid` (offset 92).
 const ATTR_SIZE: usize = 112;
 pub const PERF_RECORD_LOST: u32 = 2;
@@ -99,14 +102,28 @@ pub fn parse_records(bytes: &[u8], mut f: impl FnMut(RawRecord<'_>)) -> usize {
     bytes.len() - at
 }
 
-fn perf_open(id: u64, cpu: u32) -> std::io::Result<OwnedFd> {
+/// One tracepoint to open on every CPU.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EventSpec {
+    pub id: u64,
+    /// Write a record per event (else only count it: no record, a counter increment).
+    pub sampled: bool,
+    /// A tracepoint filter (`next_comm == "postgres" || ...`), if any.
+    pub filter: Option<String>,
+}
+
+fn perf_open(spec: &EventSpec, cpu: u32) -> std::io::Result<OwnedFd> {
     let mut attr = [0u8; ATTR_SIZE];
     attr[0..4].copy_from_slice(&PERF_TYPE_TRACEPOINT.to_ne_bytes());
     attr[4..8].copy_from_slice(&(ATTR_SIZE as u32).to_ne_bytes());
-    attr[8..16].copy_from_slice(&id.to_ne_bytes());
-    attr[16..24].copy_from_slice(&1u64.to_ne_bytes()); // sample_period: every event
-    let sample_type = PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_CPU | PERF_SAMPLE_RAW;
-    attr[24..32].copy_from_slice(&sample_type.to_ne_bytes());
+    attr[8..16].copy_from_slice(&spec.id.to_ne_bytes());
+    if spec.sampled {
+        attr[16..24].copy_from_slice(&1u64.to_ne_bytes()); // sample_period: every event
+        let sample_type = PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_CPU | PERF_SAMPLE_RAW;
+        attr[24..32].copy_from_slice(&sample_type.to_ne_bytes());
+    }
+    // wakeup_events and wakeup_watermark stay 0: the reader polls the rings on a timer and never
+    // sleeps in poll(2), so the kernel only signals when a ring is half full.
     // flags: bit 0 disabled (enabled together once all are open), bit 25 use_clockid.
     let flags: u64 = 1 | (1 << 25);
     attr[40..48].copy_from_slice(&flags.to_ne_bytes());
@@ -127,7 +144,26 @@ fn perf_open(id: u64, cpu: u32) -> std::io::Result<OwnedFd> {
         return Err(std::io::Error::last_os_error());
     }
     // SAFETY: a fresh descriptor returned by the kernel, owned by nobody else.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+    let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+    if let Some(f) = &spec.filter {
+        let c = std::ffi::CString::new(f.as_str())
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+        // SAFETY: a perf event descriptor we own and a NUL-terminated string that outlives the
+        // call.
+        if unsafe { libc::ioctl(fd.as_raw_fd(), PERF_EVENT_IOC_SET_FILTER, c.as_ptr()) } < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(fd)
+}
+
+/// The event's count: `read(2)` of a descriptor opened with `read_format` 0 is one u64, and for
+/// a sampling event it counts every event that fired, including samples the ring never got.
+fn read_count(fd: &OwnedFd) -> Option<u64> {
+    let mut buf = [0u8; 8];
+    // SAFETY: reading 8 bytes into a buffer we own from a descriptor we own.
+    let n = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), 8) };
+    (n == 8).then(|| u64::from_ne_bytes(buf))
 }
 
 fn ioctl(fd: &OwnedFd, request: libc::c_ulong, arg: libc::c_int) -> std::io::Result<()> {
@@ -138,8 +174,9 @@ fn ioctl(fd: &OwnedFd, request: libc::c_ulong, arg: libc::c_int) -> std::io::Res
     Ok(())
 }
 
-/// One CPU's ring buffer and the events writing into it.
+/// One CPU's ring buffer and the events writing into it (and those only counted).
 struct Ring {
+    cpu: u32,
     events: Vec<OwnedFd>,
     base: *mut u8,
     map_len: usize,
@@ -189,20 +226,23 @@ impl Drop for Ring {
 pub struct Tracer {
     rings: Vec<Ring>,
     scratch: Vec<u8>,
+    /// The fullest ring's share of its size at the last drain (0..1).
+    pub last_fill: f64,
 }
 
 impl Tracer {
-    /// Opens every tracepoint id on every CPU in `cpus`, each CPU with a ring of `pages` data
-    /// pages (a power of two). Errors carry the `io::Error` so callers can tell a refusal for
-    /// permission from anything else.
-    pub fn open(ids: &[u64], cpus: &[u32], pages: usize) -> std::io::Result<Self> {
+    /// Opens every tracepoint of `specs` on every CPU in `cpus`, each CPU with a ring of `pages`
+    /// data pages (a power of two) that its sampled events write into; the first spec must be
+    /// sampled. Errors carry the `io::Error` so callers can tell a refusal for permission from
+    /// anything else.
+    pub fn open(specs: &[EventSpec], cpus: &[u32], pages: usize) -> std::io::Result<Self> {
         // SAFETY: sysconf has no preconditions.
         let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as usize;
         let mut rings = Vec::new();
         for &cpu in cpus {
             let mut events = Vec::new();
-            for &id in ids {
-                events.push(perf_open(id, cpu)?);
+            for spec in specs {
+                events.push(perf_open(spec, cpu)?);
             }
             let Some(leader) = events.first() else {
                 continue;
@@ -224,21 +264,43 @@ impl Tracer {
                 return Err(std::io::Error::last_os_error());
             }
             let ring = Ring {
+                cpu,
                 events,
                 base: base as *mut u8,
                 map_len,
                 data_size: page * pages,
                 page,
             };
-            for fd in &ring.events[1..] {
-                ioctl(fd, PERF_EVENT_IOC_SET_OUTPUT, ring.events[0].as_raw_fd())?;
+            for (fd, spec) in ring.events.iter().zip(specs).skip(1) {
+                if spec.sampled {
+                    ioctl(fd, PERF_EVENT_IOC_SET_OUTPUT, ring.events[0].as_raw_fd())?;
+                }
             }
             rings.push(ring);
         }
         Ok(Self {
             rings,
             scratch: Vec::new(),
+            last_fill: 0.0,
         })
+    }
+
+    /// Stops every event, so that a last drain and the counts read after it cover the same
+    /// events.
+    pub fn disable(&self) {
+        for r in &self.rings {
+            for fd in &r.events {
+                let _ = ioctl(fd, PERF_EVENT_IOC_DISABLE, 0);
+            }
+        }
+    }
+
+    /// Each CPU's count of each event (in the order of the specs): `None` where the read failed.
+    pub fn counts(&self) -> Vec<(u32, Vec<Option<u64>>)> {
+        self.rings
+            .iter()
+            .map(|r| (r.cpu, r.events.iter().map(read_count).collect()))
+            .collect()
     }
 
     pub fn enable(&self) -> std::io::Result<()> {
@@ -250,14 +312,18 @@ impl Tracer {
         Ok(())
     }
 
-    /// Copies out what every ring holds and hands its records to `f`. Returns the bytes that did
-    /// not form whole records (should be 0).
-    pub fn drain(&mut self, mut f: impl FnMut(RawRecord<'_>)) -> usize {
+    /// Copies out what every ring holds and hands its records to `f`, with the ring's CPU.
+    /// Returns the bytes that did not form whole records (should be 0).
+    pub fn drain(&mut self, mut f: impl FnMut(u32, RawRecord<'_>)) -> usize {
         let mut torn = 0;
+        self.last_fill = 0.0;
         for r in &self.rings {
             self.scratch.clear();
             r.drain(&mut self.scratch);
-            torn += parse_records(&self.scratch, &mut f);
+            self.last_fill = self
+                .last_fill
+                .max(self.scratch.len() as f64 / r.data_size as f64);
+            torn += parse_records(&self.scratch, |rec| f(r.cpu, rec));
         }
         torn
     }
