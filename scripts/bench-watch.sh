@@ -10,6 +10,8 @@
 # and its peak RSS (/usr/bin/time -v). Target: ratio >= 0.95, peak RSS < 50 MB.
 #
 # Usage: scripts/bench-watch.sh [SECONDS_PER_RUN] [ROUNDS]     (defaults 10 and 3)
+#        WATCH_FLAGS="--no-kernel-filter --sample-wakeups" scripts/bench-watch.sh   (what the
+#        in-kernel filters and counting sched_wakeup instead of sampling it save)
 # Needs root (the watch opens system-wide tracepoints; the server runs as `postgres`),
 # PostgreSQL server programs and pgbench, taskset, jq, /usr/bin/time, CPUs 0 and 1.
 set -euo pipefail
@@ -56,7 +58,7 @@ tps() { # CPU -> tps of one pgbench run
 mean() { printf '%s\n' "$@" | awk '{s += $1} END {printf "%.1f", s / NR}'; }
 spread() { printf '%s\n' "$@" | sort -g | awk 'NR == 1 {lo = $1} {hi = $1} END {printf "%.3f..%.3f", lo, hi}'; }
 
-echo "== cpulab watch overhead: PostgreSQL on CPU 0, pgbench -c 1 SELECT 1, ${secs} s runs, ${rounds} rounds ABAB"
+echo "== cpulab watch overhead: PostgreSQL on CPU 0, pgbench -c 1 SELECT 1, ${secs} s runs, ${rounds} rounds ABAB${WATCH_FLAGS:+ (watch flags: $WATCH_FLAGS)}"
 echo "   (load on the machine when run: $(cut -d' ' -f1-3 /proc/loadavg))"
 peak_kb=0
 for placement in "cross:1" "same:0"; do
@@ -64,7 +66,8 @@ for placement in "cross:1" "same:0"; do
     off=() on=() ratios=() lost=0 wps=()
     for r in $(seq "$rounds"); do
         a=$(tps "$cpu")
-        /usr/bin/time -v -o "$dir/time.$name.$r" "$cpulab" watch --quiet --json \
+        # shellcheck disable=SC2086 # WATCH_FLAGS is a list of flags
+        /usr/bin/time -v -o "$dir/time.$name.$r" "$cpulab" watch --quiet --json ${WATCH_FLAGS:-} \
             --comm postgres,pgbench --duration $((secs + 30))s >"$dir/watch.$name.$r.json" &
         watch_pid=$!
         sleep 1 # tracepoints open before the measured run
