@@ -141,7 +141,7 @@ pub fn text(r: &WatchReport, style: &Style) -> String {
         None => {
             let _ = writeln!(
                 s,
-                "\nno co-location estimate: the top pair needs both cross-CPU and same-CPU wakeups timed here"
+                "\nno co-location estimate: no pair had its cross-CPU and same-CPU wakeups timed (at least half of each) here"
             );
         }
     }

@@ -455,40 +455,47 @@ fn vm(i: &Inputs<'_>, involved: &std::collections::BTreeSet<u32>, wakeups: u64) 
     }
 }
 
+/// Mean latency and wakeups/s of the same-CPU (or the other) classes; None when fewer than half
+/// of those wakeups were timed (the rest had no delivered switch-in): a mean of the few that were
+/// is not that of the wakeups.
 fn mean_latency(classes: &[ClassReport], same: bool) -> Option<(f64, f64)> {
-    let (mut n, mut sum, mut per_s) = (0u64, 0.0, 0.0);
+    let (mut n, mut wakeups, mut sum, mut per_s) = (0u64, 0u64, 0.0, 0.0);
     for c in classes {
         if (c.class == PlacementClass::SameCpu) != same {
             continue;
         }
         per_s += c.wakeups_per_s;
+        wakeups += c.wakeups;
         if let Some(l) = &c.latency {
             n += l.samples;
             sum += l.mean_ns * l.samples as f64;
         }
     }
-    (n > 0).then(|| (sum / n as f64, per_s))
+    (n > 0 && 2 * n >= wakeups).then(|| (sum / n as f64, per_s))
 }
 
 fn estimate(pairs: &[PairReport], processes: &[ProcessReport]) -> Option<Estimate> {
-    let top = pairs
-        .iter()
-        .find(|p| p.waker_pid != 0 && p.waker_pid != p.wakee_pid)?;
-    let (cross_ns, cross_per_s) = mean_latency(&top.classes, false)?;
     let all: Vec<ClassReport> = processes.iter().flat_map(|p| p.classes.clone()).collect();
-    let (same_ns, _) = mean_latency(&top.classes, true).or_else(|| mean_latency(&all, true))?;
-    let cpu = top.waker_cpu?;
-    Some(Estimate {
-        pair: format!(
-            "{} ({}) -> {} ({})",
-            top.waker, top.waker_pid, top.wakee, top.wakee_pid
-        ),
-        cross_wakeups_per_s: cross_per_s,
-        cross_latency_ns: cross_ns,
-        same_cpu_latency_ns: same_ns,
-        latency_saved_s_per_s: (cross_ns - same_ns) * cross_per_s / 1e9,
-        verify: format!("cpulab try pid:{}.affinity={cpu}", top.wakee_pid),
-    })
+    pairs
+        .iter()
+        .filter(|p| p.waker_pid != 0 && p.waker_pid != p.wakee_pid)
+        .find_map(|top| {
+            let (cross_ns, cross_per_s) = mean_latency(&top.classes, false)?;
+            let (same_ns, _) =
+                mean_latency(&top.classes, true).or_else(|| mean_latency(&all, true))?;
+            let cpu = top.waker_cpu?;
+            Some(Estimate {
+                pair: format!(
+                    "{} ({}) -> {} ({})",
+                    top.waker, top.waker_pid, top.wakee, top.wakee_pid
+                ),
+                cross_wakeups_per_s: cross_per_s,
+                cross_latency_ns: cross_ns,
+                same_cpu_latency_ns: same_ns,
+                latency_saved_s_per_s: (cross_ns - same_ns) * cross_per_s / 1e9,
+                verify: format!("cpulab try pid:{}.affinity={cpu}", top.wakee_pid),
+            })
+        })
 }
 
 /// Headline figures: per process, wakeups/s, the same-CPU share and each class's p50/p99.
