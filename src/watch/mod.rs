@@ -213,7 +213,7 @@ pub fn run(machine: &Machine, s: &WatchSettings, progress: &Progress) -> Result<
     // 4 MiB per CPU, but at most ~64 MiB in all on large machines (a power of two per ring).
     let budget = (16384 / cpus.len().max(1)).max(16);
     let pages = s.ring_pages.min(1 << budget.ilog2());
-    let filters = if s.kernel_filter && s.command.is_none() {
+    let mut filters = if s.kernel_filter && s.command.is_none() {
         kernel_filters(&s.target, &machine.root)
     } else {
         None
@@ -224,14 +224,27 @@ pub fn run(machine: &Machine, s: &WatchSettings, progress: &Progress) -> Result<
         decoder.ids[3],
         decoder.ids[1],
     ];
-    let specs: Vec<ring::EventSpec> = (0..4)
-        .map(|i| ring::EventSpec {
-            id: ids[i],
-            sampled: i < 3 || s.sample_wakeups,
-            filter: filters.as_ref().map(|(f, _)| f[i].clone()),
-        })
-        .collect();
-    let mut tracer = ring::Tracer::open(&specs, &cpus, pages).map_err(|e| {
+    let spec_list = |filters: &Option<([String; 4], String)>| -> Vec<ring::EventSpec> {
+        (0..4)
+            .map(|i| ring::EventSpec {
+                id: ids[i],
+                sampled: i < 3 || s.sample_wakeups,
+                filter: filters.as_ref().map(|(f, _)| f[i].clone()),
+            })
+            .collect()
+    };
+    let mut specs = spec_list(&filters);
+    let mut opened = ring::Tracer::open(&specs, &cpus, pages);
+    if let Err(e) = &opened
+        && filters.is_some()
+        && !is_denied(e)
+    {
+        // A kernel that refuses the filter (an older filter grammar) is watched unfiltered.
+        filters = None;
+        specs = spec_list(&filters);
+        opened = ring::Tracer::open(&specs, &cpus, pages);
+    }
+    let mut tracer = opened.map_err(|e| {
         if is_denied(&e) {
             bad_input(PERMISSION_LINE)
         } else {
