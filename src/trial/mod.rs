@@ -177,8 +177,11 @@ fn run_trial(
                 session.revert()?;
             }
             Side::Changed => {
-                for (name, ops) in &plans {
-                    session.apply(name, ops)?;
+                // Planned again at each flip: a process's affinity covers the threads it
+                // started since (each journalled before it is written); a revert gives such
+                // threads the process's original mask (`journal::newcomers`).
+                for c in changes {
+                    session.apply(&c.setting.name(), &c.setting.plan(&c.value)?)?;
                 }
             }
         }
