@@ -21,6 +21,7 @@ pub mod cpuidle;
 pub mod doctor;
 pub mod journal;
 pub mod knobs;
+pub mod lockdown;
 pub mod measure;
 pub mod ops;
 pub mod render;
