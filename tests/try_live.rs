@@ -323,3 +323,87 @@ fn a_thread_started_mid_trial_is_restored() {
 fn a_thread_started_mid_trial_is_restored_by_the_watchdog() {
     a_thread_started_mid_trial_gets_the_original_mask(true);
 }
+
+/// A trial on a process's affinity (no root needed for our own child), measured by short
+/// pingpong rounds with their load check; the JSON rounds.
+fn rounds_of_a_short_trial() -> Vec<serde_json::Value> {
+    let mut victim = Command::new("sleep").arg("60").spawn().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_cpulab"))
+        .args([
+            "try",
+            &format!("pid:{}.affinity=0", victim.id()),
+            "--measure",
+            "pingpong:--pairs 0:1 --max-time 0.2",
+            "--rounds",
+            "3",
+            "--json",
+            "--quiet",
+        ])
+        .output()
+        .unwrap();
+    let _ = victim.kill();
+    let _ = victim.wait();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    v["trial"]["rounds"].as_array().unwrap().clone()
+}
+
+/// Regression (issue 8): on a quiet machine a trial said other load was seen, counting
+/// cpulab's own processes. The check now takes cpulab's own CPU time off; a busy loop cpulab
+/// did not start still marks every round noisy, and each round's check says how busy each CPU
+/// was and how much of it was cpulab's.
+#[test]
+fn other_load_is_a_neighbours_not_cpulabs_own() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !can_run() {
+        return;
+    }
+    let online = cpulab::topology::Topology::read(Path::new("/"))
+        .unwrap()
+        .online;
+    // One busy loop per CPU, started by the test, not by cpulab.
+    let mut loops: Vec<Child> = online
+        .iter()
+        .map(|c| {
+            Command::new("taskset")
+                .args(["-c", &c.to_string(), "sh", "-c", "while :; do :; done"])
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let busy = rounds_of_a_short_trial();
+    for l in &mut loops {
+        let _ = l.kill();
+        let _ = l.wait();
+    }
+    assert!(busy.len() >= 6);
+    for r in &busy {
+        let l = &r["load_before"];
+        assert!(
+            r["noisy"].as_bool().unwrap(),
+            "a busy neighbour is other load: {r}"
+        );
+        assert!(l["reason"].as_str().unwrap().contains("busy"), "{l}");
+    }
+    // Without the neighbour: whatever a round calls noisy is load cpulab did not make.
+    for r in &rounds_of_a_short_trial() {
+        let l = &r["load_before"];
+        let own = l["own_cpu_s"].as_f64().unwrap();
+        assert!(own >= 0.0);
+        for (cpu, other) in l["other_busy_pct"].as_object().unwrap() {
+            let total = l["busy_pct"][cpu].as_f64().unwrap();
+            assert!(other.as_f64().unwrap() <= total + 1e-9, "{l}");
+        }
+        let over = l["other_busy_pct"]
+            .as_object()
+            .unwrap()
+            .values()
+            .any(|v| v.as_f64().unwrap() > 10.0);
+        let steal = l["steal_pct"].as_f64().unwrap() > 10.0;
+        assert_eq!(r["noisy"].as_bool().unwrap(), over || steal, "{l}");
+    }
+}

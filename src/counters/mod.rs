@@ -384,6 +384,14 @@ pub struct LoadCheck {
     pub window_s: f64,
     /// Busy percent per CPU during the window (user + system + irq + softirq).
     pub busy_pct: BTreeMap<u32, f64>,
+    /// CPU seconds cpulab itself and the processes it started used during the window (the
+    /// previous run's children exiting, servers it keeps, its watchdog).
+    #[serde(default)]
+    pub own_cpu_s: f64,
+    /// `busy_pct` less cpulab's own share: what other programs did. The noise verdict is taken
+    /// on this.
+    #[serde(default)]
+    pub other_busy_pct: BTreeMap<u32, f64>,
     pub steal_pct: f64,
     /// True when some CPU in use was busier than the threshold: results may be spoiled.
     pub noisy: bool,
@@ -397,11 +405,15 @@ pub const NOISY_BUSY_PCT: f64 = 10.0;
 /// Samples `/proc/stat` across a short sleep to see whether anything else is running on `cpus`.
 pub fn check_background_load(root: &Path, cpus: &CpuSet, window: Duration) -> LoadCheck {
     let before = SystemSnapshot::take(root);
+    let own_before = own_tree_cpu_s(root);
     std::thread::sleep(window);
+    let own_after = own_tree_cpu_s(root);
     let after = SystemSnapshot::take(root);
     let d = before.delta(&after, cpus);
     let busy_pct: BTreeMap<u32, f64> = d.cpu_time.iter().map(|(c, s)| (*c, s.busy_pct())).collect();
-    let busy: Vec<String> = busy_pct
+    let own_cpu_s = (own_after - own_before).max(0.0);
+    let other_busy_pct = without_own(&busy_pct, own_cpu_s, d.interval_s);
+    let busy: Vec<String> = other_busy_pct
         .iter()
         .filter(|(_, b)| **b > NOISY_BUSY_PCT)
         .map(|(c, b)| format!("cpu{c} {b:.0}% busy"))
@@ -414,6 +426,8 @@ pub fn check_background_load(root: &Path, cpus: &CpuSet, window: Duration) -> Lo
     LoadCheck {
         window_s: d.interval_s,
         busy_pct,
+        own_cpu_s,
+        other_busy_pct,
         steal_pct: steal,
         noisy: !reasons.is_empty(),
         reason: (!reasons.is_empty())
@@ -421,9 +435,147 @@ pub fn check_background_load(root: &Path, cpus: &CpuSet, window: Duration) -> Lo
     }
 }
 
+/// Per-CPU busy percentages less `own_s` CPU seconds of cpulab's own, taken from the busiest
+/// CPUs first: /proc/stat does not say which CPU our time fell on, and this choice can only
+/// clear as much as cpulab really used, so a CPU another program keeps busy stays busy.
+pub fn without_own(
+    busy_pct: &BTreeMap<u32, f64>,
+    own_s: f64,
+    interval_s: f64,
+) -> BTreeMap<u32, f64> {
+    let mut out = busy_pct.clone();
+    if interval_s <= 0.0 {
+        return out;
+    }
+    let mut left_pct = own_s / interval_s * 100.0;
+    let mut order: Vec<u32> = out.keys().copied().collect();
+    order.sort_by(|a, b| out[b].total_cmp(&out[a]));
+    for c in order {
+        if left_pct <= 0.0 {
+            break;
+        }
+        if let Some(v) = out.get_mut(&c) {
+            let take = v.min(left_pct);
+            *v -= take;
+            left_pct -= take;
+        }
+    }
+    out
+}
+
+/// CPU seconds used so far by this process (every thread, ended ones included), the children
+/// it has reaped, and every live descendant with the children they reaped: cpulab's own load.
+/// Descendants are found through parent links in `proc/*/stat` under `root`.
+pub fn own_tree_cpu_s(root: &Path) -> f64 {
+    let me = std::process::id() as i32;
+    let mut table: Vec<(i32, parse::ProcStat)> = Vec::new();
+    if let Ok(dir) = std::fs::read_dir(root.join("proc")) {
+        for e in dir.flatten() {
+            let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+                continue;
+            };
+            if let Some(st) = std::fs::read_to_string(root.join(format!("proc/{pid}/stat")))
+                .ok()
+                .and_then(|t| parse::parse_proc_pid_stat(&t))
+            {
+                table.push((pid, st));
+            }
+        }
+    }
+    let mut tree = vec![me];
+    let mut i = 0;
+    while i < tree.len() {
+        let parent = tree[i];
+        tree.extend(
+            table
+                .iter()
+                .filter(|(_, s)| s.ppid == parent)
+                .map(|(p, _)| *p),
+        );
+        i += 1;
+    }
+    let ticks: u64 = table
+        .iter()
+        .filter(|(p, _)| tree.contains(p))
+        .map(|(_, s)| s.utime_ticks + s.stime_ticks + s.reaped_children_ticks)
+        .sum();
+    ticks as f64 / clock_ticks_per_sec()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn own_time_is_taken_off_the_busiest_cpus_and_no_more() {
+        let busy: BTreeMap<u32, f64> = [(0, 30.0), (1, 100.0)].into();
+        // 0.1 s of our own in a 0.2 s window: 50 points off the busiest CPU.
+        let o = without_own(&busy, 0.1, 0.2);
+        assert_eq!(o[&1], 50.0);
+        assert_eq!(o[&0], 30.0);
+        // More of our own than the busiest CPU had: the rest comes off the next.
+        let o = without_own(&busy, 0.25, 0.2);
+        assert_eq!(o[&1], 0.0);
+        assert!((o[&0] - 5.0).abs() < 1e-9);
+        for v in without_own(&busy, 10.0, 0.2).values() {
+            assert!(*v >= 0.0, "never negative");
+        }
+    }
+
+    /// Regression (issue 8): the check counted cpulab's own work in the window (a previous
+    /// run's processes exiting) as other load.
+    #[test]
+    fn our_own_work_during_the_window_is_not_other_load() {
+        let root = Path::new("/");
+        let cpus = crate::topology::Topology::read(root).unwrap().online;
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let s = stop.clone();
+        let spinner = std::thread::spawn(move || {
+            while !s.load(std::sync::atomic::Ordering::Relaxed) {
+                std::hint::spin_loop();
+            }
+        });
+        let c = check_background_load(root, &cpus, Duration::from_millis(300));
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        spinner.join().unwrap();
+        assert!(
+            c.own_cpu_s > 0.0,
+            "a spinning thread of ours was seen: {c:?}"
+        );
+        let total = |m: &BTreeMap<u32, f64>| m.values().sum::<f64>();
+        // What is left for others is the total less our share, never below zero per CPU.
+        let ours_pct = c.own_cpu_s / c.window_s * 100.0;
+        assert!(
+            total(&c.other_busy_pct)
+                <= total(&c.busy_pct) - ours_pct.min(total(&c.busy_pct)) + 1e-6
+        );
+        assert!(c.other_busy_pct.values().all(|v| *v >= 0.0));
+    }
+
+    #[test]
+    fn own_tree_counts_a_busy_child() {
+        let children_s = || {
+            let r = nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_CHILDREN)
+                .unwrap();
+            let t = |v: nix::sys::time::TimeVal| v.tv_sec() as f64 + v.tv_usec() as f64 / 1e6;
+            t(r.user_time()) + t(r.system_time())
+        };
+        let root = Path::new("/");
+        let (before, kids_before) = (own_tree_cpu_s(root), children_s());
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", "i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done"])
+            .spawn()
+            .unwrap();
+        child.wait().unwrap();
+        let (after, kids) = (own_tree_cpu_s(root), children_s() - kids_before);
+        assert!(kids > 0.0, "the child used CPU time");
+        // Whatever the kernel says the reaped child used is in our own tree's figure (to the
+        // clock tick /proc/*/stat counts in).
+        assert!(
+            after - before + 2.0 / clock_ticks_per_sec() >= kids,
+            "{after} - {before} < {kids}"
+        );
+    }
 
     #[test]
     fn deltas_never_go_negative() {

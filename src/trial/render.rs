@@ -302,6 +302,7 @@ mod tests {
                     *v,
                 )],
                 noisy: false,
+                load_before: None,
             })
             .collect();
         let c = &super::super::compare::compare_rounds(&rounds)[0];
