@@ -33,7 +33,10 @@ pub fn colocate(cpu: u32, facts: &Facts) -> Vec<Remedy> {
              whole process tree inherits it, PostgreSQL backends included.",
             "As above: both ends share one CPU.",
         )
-        .by("root on this machine"),
+        .by("root on this machine")
+        .with_try(format!(
+            "cpulab try pid:<server pid>.affinity={cpu} pid:<client pid>.affinity={cpu}"
+        )),
         Remedy::new(
             cpuset,
             "Confines every task of the cgroup (container, pod, slice) to that CPU.",
