@@ -392,11 +392,23 @@ pub struct LoadCheck {
     /// on this.
     #[serde(default)]
     pub other_busy_pct: BTreeMap<u32, f64>,
+    /// The other processes (kernel threads included) that used the most CPU in the window.
+    #[serde(default)]
+    pub busiest_others: Vec<OtherTask>,
     pub steal_pct: f64,
     /// True when some CPU in use was busier than the threshold: results may be spoiled.
     pub noisy: bool,
     /// Why, in words, when noisy.
     pub reason: Option<String>,
+}
+
+/// A process that is not cpulab's, and the CPU time it used during a load check.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct OtherTask {
+    pub pid: i32,
+    /// Its command name (`kdamond.0`, `rustc`).
+    pub name: String,
+    pub cpu_s: f64,
 }
 
 /// Busy share above which another program is taken to be competing for a CPU.
@@ -405,10 +417,12 @@ pub const NOISY_BUSY_PCT: f64 = 10.0;
 /// Samples `/proc/stat` across a short sleep to see whether anything else is running on `cpus`.
 pub fn check_background_load(root: &Path, cpus: &CpuSet, window: Duration) -> LoadCheck {
     let before = SystemSnapshot::take(root);
-    let own_before = own_tree_cpu_s(root);
+    let procs_before = process_table(root);
     std::thread::sleep(window);
-    let own_after = own_tree_cpu_s(root);
+    let procs_after = process_table(root);
     let after = SystemSnapshot::take(root);
+    let (own_before, own_after) = (own_cpu_s_in(&procs_before), own_cpu_s_in(&procs_after));
+    let busiest = busiest_others(&procs_before, &procs_after, 3);
     let d = before.delta(&after, cpus);
     let busy_pct: BTreeMap<u32, f64> = d.cpu_time.iter().map(|(c, s)| (*c, s.busy_pct())).collect();
     let own_cpu_s = (own_after - own_before).max(0.0);
@@ -420,6 +434,13 @@ pub fn check_background_load(root: &Path, cpus: &CpuSet, window: Duration) -> Lo
         .collect();
     let steal = d.steal_pct();
     let mut reasons = busy;
+    if !reasons.is_empty() && !busiest.is_empty() {
+        let names: Vec<String> = busiest
+            .iter()
+            .map(|t| format!("{} (pid {}) {:.2} CPU-s", t.name, t.pid, t.cpu_s))
+            .collect();
+        reasons.push(format!("busiest: {}", names.join(", ")));
+    }
     if steal > NOISY_BUSY_PCT {
         reasons.push(format!("{steal:.0}% steal"));
     }
@@ -428,6 +449,7 @@ pub fn check_background_load(root: &Path, cpus: &CpuSet, window: Duration) -> Lo
         busy_pct,
         own_cpu_s,
         other_busy_pct,
+        busiest_others: busiest,
         steal_pct: steal,
         noisy: !reasons.is_empty(),
         reason: (!reasons.is_empty())
@@ -463,43 +485,95 @@ pub fn without_own(
     out
 }
 
-/// CPU seconds used so far by this process (every thread, ended ones included), the children
-/// it has reaped, and every live descendant with the children they reaped: cpulab's own load.
-/// Descendants are found through parent links in `proc/*/stat` under `root`.
-pub fn own_tree_cpu_s(root: &Path) -> f64 {
-    let me = std::process::id() as i32;
-    let mut table: Vec<(i32, parse::ProcStat)> = Vec::new();
-    if let Ok(dir) = std::fs::read_dir(root.join("proc")) {
-        for e in dir.flatten() {
-            let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
-                continue;
-            };
-            if let Some(st) = std::fs::read_to_string(root.join(format!("proc/{pid}/stat")))
-                .ok()
-                .and_then(|t| parse::parse_proc_pid_stat(&t))
-            {
-                table.push((pid, st));
-            }
+/// Every process under `root`/proc: pid, command name, and its stat fields.
+pub fn process_table(root: &Path) -> Vec<(i32, String, parse::ProcStat)> {
+    let mut out = Vec::new();
+    let Ok(dir) = std::fs::read_dir(root.join("proc")) else {
+        return out;
+    };
+    for e in dir.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+            continue;
+        };
+        let Ok(text) = std::fs::read_to_string(root.join(format!("proc/{pid}/stat"))) else {
+            continue;
+        };
+        let name = match (text.find('('), text.rfind(')')) {
+            (Some(a), Some(b)) if a < b => text[a + 1..b].to_string(),
+            _ => String::new(),
+        };
+        if let Some(st) = parse::parse_proc_pid_stat(&text) {
+            out.push((pid, name, st));
         }
     }
-    let mut tree = vec![me];
+    out
+}
+
+/// This process and every live descendant in `table`, through parent links.
+fn own_tree(table: &[(i32, String, parse::ProcStat)]) -> Vec<i32> {
+    let mut tree = vec![std::process::id() as i32];
     let mut i = 0;
     while i < tree.len() {
         let parent = tree[i];
         tree.extend(
             table
                 .iter()
-                .filter(|(_, s)| s.ppid == parent)
-                .map(|(p, _)| *p),
+                .filter(|(_, _, s)| s.ppid == parent)
+                .map(|(p, _, _)| *p),
         );
         i += 1;
     }
-    let ticks: u64 = table
+    tree
+}
+
+fn ticks(s: &parse::ProcStat) -> u64 {
+    s.utime_ticks + s.stime_ticks + s.reaped_children_ticks
+}
+
+/// CPU seconds used so far by this process (every thread, ended ones included), the children
+/// it has reaped, and every live descendant with the children they reaped: cpulab's own load.
+/// Descendants are found through parent links in `proc/*/stat` under `root`.
+pub fn own_tree_cpu_s(root: &Path) -> f64 {
+    own_cpu_s_in(&process_table(root))
+}
+
+fn own_cpu_s_in(table: &[(i32, String, parse::ProcStat)]) -> f64 {
+    let tree = own_tree(table);
+    let t: u64 = table
         .iter()
-        .filter(|(p, _)| tree.contains(p))
-        .map(|(_, s)| s.utime_ticks + s.stime_ticks + s.reaped_children_ticks)
+        .filter(|(p, _, _)| tree.contains(p))
+        .map(|(_, _, s)| ticks(s))
         .sum();
-    ticks as f64 / clock_ticks_per_sec()
+    t as f64 / clock_ticks_per_sec()
+}
+
+/// The processes not of cpulab's tree that used the most CPU between two tables (the same
+/// process in both: same pid and start time), most first, at most `n`.
+pub fn busiest_others(
+    before: &[(i32, String, parse::ProcStat)],
+    after: &[(i32, String, parse::ProcStat)],
+    n: usize,
+) -> Vec<OtherTask> {
+    let tree = own_tree(after);
+    let mut out: Vec<OtherTask> = after
+        .iter()
+        .filter(|(p, _, _)| !tree.contains(p))
+        .filter_map(|(pid, name, a)| {
+            let (_, _, b) = before
+                .iter()
+                .find(|(p, _, b)| p == pid && b.starttime_ticks == a.starttime_ticks)?;
+            let used =
+                (a.utime_ticks + a.stime_ticks).checked_sub(b.utime_ticks + b.stime_ticks)?;
+            (used > 0).then(|| OtherTask {
+                pid: *pid,
+                name: name.clone(),
+                cpu_s: used as f64 / clock_ticks_per_sec(),
+            })
+        })
+        .collect();
+    out.sort_by(|a, b| b.cpu_s.total_cmp(&a.cpu_s));
+    out.truncate(n);
+    out
 }
 
 #[cfg(test)]
@@ -550,6 +624,40 @@ mod tests {
                 <= total(&c.busy_pct) - ours_pct.min(total(&c.busy_pct)) + 1e-6
         );
         assert!(c.other_busy_pct.values().all(|v| *v >= 0.0));
+    }
+
+    #[test]
+    fn the_busiest_others_leave_out_our_tree_and_new_processes() {
+        let st = |ppid: i32, t: u64, start: u64| parse::ProcStat {
+            state: 'S',
+            ppid,
+            utime_ticks: t,
+            stime_ticks: 0,
+            reaped_children_ticks: 0,
+            starttime_ticks: start,
+            processor: 0,
+        };
+        let me = std::process::id() as i32;
+        let before = vec![
+            (77, "kdamond.0".to_string(), st(2, 100, 5)),
+            (900, "rustc".to_string(), st(1, 10, 50)),
+            (me, "cpulab".to_string(), st(1, 0, 60)),
+            (901, "sh".to_string(), st(me, 0, 70)),
+            (902, "reused".to_string(), st(1, 0, 80)),
+        ];
+        let after = vec![
+            (77, "kdamond.0".to_string(), st(2, 112, 5)),
+            (900, "rustc".to_string(), st(1, 13, 50)),
+            (me, "cpulab".to_string(), st(1, 30, 60)),
+            (901, "sh".to_string(), st(me, 50, 70)),
+            // The same pid, another process: not compared.
+            (902, "reused".to_string(), st(1, 40, 81)),
+        ];
+        let b = busiest_others(&before, &after, 3);
+        let names: Vec<&str> = b.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(names, ["kdamond.0", "rustc"]);
+        assert!(b[0].cpu_s > b[1].cpu_s && b[1].cpu_s > 0.0);
+        assert!(own_cpu_s_in(&after) > own_cpu_s_in(&before));
     }
 
     #[test]
