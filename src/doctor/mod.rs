@@ -73,7 +73,7 @@ pub fn run(
         &machine.allowed,
         std::time::Duration::from_millis(300),
     );
-    let other_busy = check.busy_pct.clone();
+    let other_busy = check.other_busy_pct.clone();
     conditions.record_load(check);
     progress.done(1.0);
     let (mut m, interrupted): (Measurements, _) =

@@ -117,7 +117,8 @@ fn remedies(c: &Culprits) -> Vec<Remedy> {
             "top -o %CPU (or pidstat 1) to find the other programs; then renice +10 -p <pid>, or systemctl set-property <unit> CPUWeight=20",
             "Lowers the other programs' weight, so the workload's share rises toward a whole CPU.",
             "The other programs slow down in turn.",
-        ));
+        )
+        .with_try("cpulab try cgroup:system.slice/<unit>:cpu.weight=20"));
     }
     r
 }
