@@ -7,6 +7,7 @@
 //! `scale`, `oscost`), and the `doctor` that runs them and names causes.
 
 pub mod affinity;
+pub mod bursty;
 pub mod cli;
 pub mod commands;
 pub mod compare;
@@ -16,6 +17,7 @@ pub mod doctor;
 pub mod error;
 pub mod experiment;
 pub mod machine;
+pub mod messaging;
 pub mod oscost;
 pub mod output;
 pub mod pair;

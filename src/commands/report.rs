@@ -6,7 +6,7 @@ use crate::cli::Global;
 use crate::doctor::{DoctorReport, text};
 use crate::error::bad_input;
 use crate::output;
-use crate::report::envelope::{self, Kind, Loaded};
+use crate::report::envelope::{Kind, Loaded};
 use crate::report::html;
 use anyhow::{Context, Result};
 use std::path::PathBuf;
@@ -34,7 +34,7 @@ fn doctor(l: &Loaded, name: &str) -> Result<DoctorReport> {
 
 pub fn run(args: Args, g: &Global) -> Result<()> {
     let name = args.result.display().to_string();
-    let l = envelope::load(&args.result)?;
+    let l = crate::experiment::registry::load(&args.result)?;
     let (page, text) = match l.kind {
         Kind::Doctor => {
             let r = doctor(&l, &name)?;

@@ -2,15 +2,22 @@
 //!
 //! Everything that needs "any experiment" by kind or by name reads it from here: `cpulab report`
 //! renders a loaded document with its kind's own renderer, `compare` and `try` read a result's
-//! typed [`Figure`]s, and `try --measure` runs an experiment chosen at run time. Adding an
-//! experiment is one line in [`ENTRIES`].
+//! typed [`Figure`]s, `try --measure` runs an experiment chosen at run time, and an experiment
+//! that implements [`super::Command`] is also a subcommand built from here.
+//!
+//! Adding an experiment is one new module (its `Experiment` and `Command`, with
+//! `const KIND: Kind = Kind::Experiment("name")`) plus one line in [`ENTRIES`]:
+//! `command::<crate::name::Name>()`. Its kind is then known to `report` and `compare` (which
+//! also check a document's shape through it), its subcommand, help, completions and man page
+//! exist, and `try --measure name:FLAGS` runs it.
 
-use super::{Experiment, Figure, Progress};
+use super::{Command, Experiment, Figure, Progress};
 use crate::error::bad_input;
 use crate::machine::Machine;
-use crate::output::Style;
-use crate::report::envelope::{Envelope, Kind};
+use crate::output::{self, Style};
+use crate::report::envelope::{self, Envelope, Kind, Loaded};
 use anyhow::Result;
+use std::path::Path;
 
 /// What the registry knows of one kind of result, without its types.
 pub struct Entry {
@@ -19,7 +26,23 @@ pub struct Entry {
     pub render: fn(&serde_json::Value, &Style) -> Result<(String, String)>,
     /// The typed figures of a loaded document.
     pub figures: fn(&serde_json::Value) -> Result<Vec<Figure>>,
+    /// The subcommand, when the experiment is one of [`Command`]'s.
+    pub command: Option<Subcommand>,
 }
+
+/// An experiment's subcommand, without its types.
+pub struct Subcommand {
+    /// The clap definition: flags, help, examples.
+    pub clap: fn() -> clap::Command,
+    /// Runs it from parsed flags: `root` and `quiet` are the global options.
+    pub run: fn(&clap::ArgMatches, &Path, bool) -> Result<()>,
+    /// `try --measure NAME:FLAGS`: the flags (without the name) parsed and validated into
+    /// something to run each round.
+    pub measure: MeasureFn,
+}
+
+/// Flags (without the name) -> an experiment ready to run each round.
+pub type MeasureFn = fn(&[String], &Machine) -> Result<Box<dyn Runnable>>;
 
 /// Builds the entry of one experiment.
 pub const fn entry<E: Experiment>() -> Entry {
@@ -27,6 +50,24 @@ pub const fn entry<E: Experiment>() -> Entry {
         kind: E::KIND,
         render: render_as::<E>,
         figures: figures_as::<E>,
+        command: None,
+    }
+}
+
+/// Builds the entry of an experiment that is also a subcommand.
+pub const fn command<E: Command>() -> Entry
+where
+    E::Settings: 'static,
+{
+    Entry {
+        kind: E::KIND,
+        render: render_as::<E>,
+        figures: figures_as::<E>,
+        command: Some(Subcommand {
+            clap: clap_of::<E>,
+            run: run_command::<E>,
+            measure: measure_of::<E>,
+        }),
     }
 }
 
@@ -43,13 +84,95 @@ pub const ENTRIES: &[Entry] = &[
         kind: Kind::Sim,
         render: crate::sim::render::render_document,
         figures: crate::sim::render::figures,
+        command: None,
     },
     entry::<crate::trial::Trial>(),
+    command::<crate::messaging::Messaging>(),
+    command::<crate::bursty::Bursty>(),
 ];
 
 /// The entry for a kind, if it is an experiment's.
 pub fn lookup(kind: Kind) -> Option<&'static Entry> {
     ENTRIES.iter().find(|e| e.kind == kind)
+}
+
+/// The entry whose subcommand is called `name`.
+pub fn command_named(name: &str) -> Option<(&'static Entry, &'static Subcommand)> {
+    ENTRIES
+        .iter()
+        .filter_map(|e| e.command.as_ref().map(|c| (e, c)))
+        .find(|(e, _)| e.kind.as_str() == name)
+}
+
+/// Every registered kind, for reading documents back.
+pub fn kinds() -> Vec<Kind> {
+    ENTRIES.iter().map(|e| e.kind).collect()
+}
+
+/// Reads a saved result whose kind may be any cpulab kind, registered ones included.
+pub fn load(path: &Path) -> Result<Loaded> {
+    envelope::load(path, &kinds())
+}
+
+/// Reads a document's shape through its kind's typed result, so a field of the wrong type is
+/// one line and exit 2 rather than a comparison of whatever a walk finds. `None` when the kind
+/// is not the registry's.
+pub fn check_shape(doc: &Loaded) -> Option<Result<(), String>> {
+    lookup(doc.kind).map(|e| {
+        (e.figures)(&doc.value)
+            .map(|_| ())
+            .map_err(|e| format!("{e:#}"))
+    })
+}
+
+fn clap_of<E: Command>() -> clap::Command
+where
+    E::Settings: 'static,
+{
+    <E::Args as clap::Args>::augment_args(clap::Command::new(E::NAME)).about(E::ABOUT)
+}
+
+fn parse_args<E: Command>(m: &clap::ArgMatches) -> Result<E::Args>
+where
+    E::Settings: 'static,
+{
+    <E::Args as clap::FromArgMatches>::from_arg_matches(m)
+        .map_err(|e| bad_input(format!("{}: {}", E::NAME, e.to_string().trim())))
+}
+
+fn run_command<E: Command>(m: &clap::ArgMatches, root: &Path, quiet: bool) -> Result<()>
+where
+    E::Settings: 'static,
+{
+    let args = parse_args::<E>(m)?;
+    let machine = Machine::detect(root)?;
+    let settings = E::settings(&args, &machine)?;
+    let sink = output::progress_printer(quiet);
+    let report = E::run(&machine, &settings, &Progress::new(&sink))?;
+    if E::json(&args) {
+        output::print_json(&Envelope::new(E::KIND, &report))
+    } else {
+        output::print_text(&E::render_text(&report, &Style::new()))
+    }
+}
+
+fn measure_of<E: Command>(words: &[String], machine: &Machine) -> Result<Box<dyn Runnable>>
+where
+    E::Settings: 'static,
+{
+    let m = clap_of::<E>()
+        .no_binary_name(true)
+        .try_get_matches_from(words)
+        .map_err(|e| {
+            let first = e.to_string().lines().next().unwrap_or("").to_string();
+            bad_input(format!(
+                "--measure {}: {}",
+                E::NAME,
+                first.trim_start_matches("error: ")
+            ))
+        })?;
+    let args = parse_args::<E>(&m)?;
+    Ok(Box::new(Configured::<E>::new(E::settings(&args, machine)?)))
 }
 
 /// Reads a loaded document back into the kind's typed result: a document with the right schema

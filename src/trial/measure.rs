@@ -73,10 +73,23 @@ pub fn parse(
                 metric: crate::pair::metric::Metric::parse(m, None, !lower)?,
             }))
         }
-        other => Err(bad_input(format!(
-            "--measure `{other}` is not an experiment; give pingpong, pair, oscost, share or scale [:FLAGS], or cmd:COMMAND with --metric"
-        ))),
+        other => match crate::experiment::registry::command_named(other) {
+            Some((_, command)) => (command.measure)(&words, machine),
+            None => Err(bad_input(format!(
+                "--measure `{other}` is not an experiment; give pingpong, pair, oscost, share, scale{} [:FLAGS], or cmd:COMMAND with --metric",
+                registered_names()
+            ))),
+        },
     }
+}
+
+/// The registry's own subcommands, for the list in a message: `, messaging, bursty`.
+fn registered_names() -> String {
+    crate::experiment::registry::ENTRIES
+        .iter()
+        .filter(|e| e.command.is_some())
+        .map(|e| format!(", {}", e.kind))
+        .collect()
 }
 
 /// An experiment from the registry, its flags parsed and validated by its own subcommand.

@@ -48,6 +48,16 @@ pub fn run_json<T: DeserializeOwned>(subcommand: &str, args: &[&str], timeout_s:
     v
 }
 
+/// Runs cpulab with `args` and checks the result is bad input: exit code 2, one line on
+/// stderr, no panic.
+pub fn bad_input(args: &[&str]) {
+    let out = cpulab().args(args).output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "{args:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.trim().lines().count(), 1, "{args:?}: one line: {err}");
+    assert!(!err.contains("panicked"), "{args:?}: {err}");
+}
+
 /// A test's name from inside it: `test_name!()` in `fn ctrl_c_stops_postgres()` gives
 /// `"ctrl_c_stops_postgres"`.
 #[macro_export]
