@@ -41,20 +41,31 @@ pub struct BurstySettings {
     #[serde(rename = "duration_s", with = "crate::units::serde_secs")]
     pub duration: Duration,
     pub repeats: usize,
-    pub cpus: CpuSet,
+    /// The CPUs the tasks may use; `None`: every CPU this process may use (the conditions'
+    /// `allowed_cpus`).
+    pub cpus: Option<CpuSet>,
     pub check_load: bool,
 }
 
 impl BurstySettings {
     /// 1 ms of work every 10 ms, 1 s runs, 3 of them.
-    pub fn standard(machine: &Machine) -> Self {
+    pub fn standard() -> Self {
         Self {
             work: Duration::from_millis(1),
             sleep: Duration::from_millis(10),
             duration: Duration::from_secs(1),
             repeats: 3,
-            cpus: machine.allowed.clone(),
+            cpus: None,
             check_load: true,
+        }
+    }
+
+    /// For a trial round (`cpulab try`): two runs of half a second.
+    pub fn quick() -> Self {
+        Self {
+            duration: Duration::from_millis(500),
+            repeats: 2,
+            ..Self::standard()
         }
     }
 }
@@ -196,7 +207,7 @@ impl Command for Bursty {
                                  after a sleep than on a warm CPU (frequency governors, idle states).";
 
     fn settings(a: &Args, machine: &Machine) -> Result<BurstySettings> {
-        let mut s = BurstySettings::standard(machine);
+        let mut s = BurstySettings::standard();
         s.work = flag_duration("work", &a.work)?;
         s.sleep = flag_duration("sleep", &a.sleep)?;
         s.duration = flag_duration("duration", &a.duration)?;
@@ -223,7 +234,7 @@ impl Command for Bursty {
         }
         s.repeats = a.repeats;
         if let Some(text) = &a.cpus {
-            s.cpus = machine.cpus(text)?;
+            s.cpus = Some(machine.cpus(text)?);
         }
         s.check_load = !a.no_load_check;
         Ok(s)
@@ -254,7 +265,7 @@ fn render_text(r: &BurstyReport, st: &Style) -> String {
         fmt_dur(s.sleep),
         r.runs.len(),
         fmt_dur(s.duration),
-        s.cpus
+        r.conditions.allowed_cpus
     );
     out += &format!("  burst p50   {}\n", ci_ns(&r.p50_ns));
     out += &format!("  burst p99   {}\n", ci_ns(&r.p99_ns));

@@ -91,16 +91,17 @@ fn one_run(s: &BurstySettings, iterations: u64) -> Option<BurstyRun> {
 /// Measures `s.repeats` runs on the calling thread, its affinity the allowed set meanwhile.
 pub fn run(machine: &Machine, s: &BurstySettings, progress: &Progress) -> Result<BurstyReport> {
     let mut conditions = Conditions::now(machine);
+    let cpus = s.cpus.clone().unwrap_or_else(|| machine.allowed.clone());
     check_load(
         &mut conditions,
         machine,
-        &s.cpus,
+        &cpus,
         Duration::from_millis(300),
         s.check_load,
         progress,
     );
     let saved = crate::affinity::get(0)?;
-    crate::affinity::set(0, &s.cpus)?;
+    crate::affinity::set(0, &cpus)?;
     progress.step("calibrating the work on a warm CPU");
     let iterations = calibrate(s.work);
     let mut runs = Vec::new();

@@ -240,3 +240,31 @@ impl<E: Experiment> Runnable for Configured<E> {
         })
     }
 }
+
+/// Several experiments run one after the other as one measurement (what `cpulab try` measures
+/// a scheduler knob or a frequency setting with): their figures side by side, noisy when any
+/// part was. Figure names stay distinct because each experiment names its own.
+pub struct Sequence(pub Vec<Box<dyn Runnable>>);
+
+impl Runnable for Sequence {
+    fn kind(&self) -> Kind {
+        self.0.first().map_or(Kind::Try, |r| r.kind())
+    }
+
+    fn run(&self, machine: &Machine, progress: &Progress) -> Result<Outcome> {
+        let mut parts = Vec::new();
+        let (mut figures, mut noisy) = (Vec::new(), false);
+        for r in &self.0 {
+            let o = r.run(machine, progress)?;
+            figures.extend(o.figures);
+            noisy |= o.noisy;
+            parts.push(o.document);
+        }
+        Ok(Outcome {
+            kind: self.kind(),
+            document: serde_json::json!({ "parts": parts }),
+            figures,
+            noisy,
+        })
+    }
+}

@@ -60,13 +60,15 @@ pub struct MessagingSettings {
     pub channel: Channel,
     pub repeats: usize,
     /// The CPUs the tasks may run on.
-    pub cpus: CpuSet,
+    /// The CPUs the tasks may use; `None`: every CPU this process may use (the conditions'
+    /// `allowed_cpus`).
+    pub cpus: Option<CpuSet>,
     pub check_load: bool,
 }
 
 impl MessagingSettings {
     /// perf's defaults: 10 groups of 20 senders and 20 receivers, 100 messages each.
-    pub fn standard(machine: &Machine) -> Self {
+    pub fn standard() -> Self {
         Self {
             groups: 10,
             senders: 20,
@@ -74,8 +76,17 @@ impl MessagingSettings {
             tasks: Tasks::Processes,
             channel: Channel::Socket,
             repeats: 5,
-            cpus: machine.allowed.clone(),
+            cpus: None,
             check_load: true,
+        }
+    }
+
+    /// For a trial round (`cpulab try`): half perf's groups, 3 runs, about a second here.
+    pub fn quick() -> Self {
+        Self {
+            groups: 5,
+            repeats: 3,
+            ..Self::standard()
         }
     }
 
@@ -207,7 +218,7 @@ impl Command for Messaging {
                                  100-byte messages, as `perf bench sched messaging` (hackbench).";
 
     fn settings(a: &Args, machine: &Machine) -> Result<MessagingSettings> {
-        let mut s = MessagingSettings::standard(machine);
+        let mut s = MessagingSettings::standard();
         for (flag, v) in [
             ("--groups", a.groups),
             ("--senders", a.senders),
@@ -238,7 +249,7 @@ impl Command for Messaging {
             Channel::Socket
         };
         if let Some(text) = &a.cpus {
-            s.cpus = machine.cpus(text)?;
+            s.cpus = Some(machine.cpus(text)?);
         }
         s.check_load = !a.no_load_check;
         Ok(s)
@@ -272,7 +283,7 @@ fn render_text(r: &MessagingReport, st: &Style) -> String {
         s.senders,
         s.senders,
         s.messages,
-        s.cpus
+        r.conditions.allowed_cpus
     );
     out += &format!(
         "  time        {} s (95% CI over {} runs)\n  messages/s  {}\n",

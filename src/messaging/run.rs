@@ -18,17 +18,18 @@ pub fn run(
     progress: &Progress,
 ) -> Result<MessagingReport> {
     let mut conditions = Conditions::now(machine);
+    let cpus = s.cpus.clone().unwrap_or_else(|| machine.allowed.clone());
     check_load(
         &mut conditions,
         machine,
-        &s.cpus,
+        &cpus,
         Duration::from_millis(300),
         s.check_load,
         progress,
     );
     let saved = crate::affinity::get(0)?;
     // Every task inherits this thread's affinity: the allowed set, placed by the scheduler.
-    crate::affinity::set(0, &s.cpus)?;
+    crate::affinity::set(0, &cpus)?;
     let mut runs = Vec::new();
     let mut failed = None;
     for i in 0..s.repeats {
