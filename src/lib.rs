@@ -28,6 +28,8 @@ pub mod scale;
 pub mod share;
 pub mod sim;
 pub mod stats;
+#[cfg(test)]
+pub(crate) mod testing;
 pub mod topology;
 pub mod trial;
 pub mod units;
