@@ -85,7 +85,8 @@ pub fn run(args: Args, _g: &Global) -> Result<()> {
 
 /// Reads a loaded document into its kind's typed result, so a field of the wrong type (a string
 /// where a number belongs, an object for a list) is one line and exit 2 instead of a comparison
-/// of whatever the walk finds. The registry checks its own kinds; for doctor and probe, missing
+/// of whatever the walk finds. The registry's kinds are checked when their figures are read; for
+/// doctor and probe, missing
 /// fields are tolerated: compare reads the figures that are present, and results of older cpulab
 /// versions lack newer fields.
 fn check_shape(doc: &envelope::Loaded, path: &std::path::Path) -> Result<()> {
@@ -97,13 +98,13 @@ fn check_shape(doc: &envelope::Loaded, path: &std::path::Path) -> Result<()> {
         }
     }
     let v = &doc.value;
-    let r = match (registry::check_shape(doc), doc.kind) {
-        (Some(r), _) => r,
-        (None, Kind::Doctor) => typed::<crate::doctor::DoctorReport>(v),
-        (None, Kind::Probe) => typed::<crate::probe::Probe>(v),
-        // A comparison is output only; comparing two of them compares their figures. Every
-        // other kind is the registry's.
-        (None, _) => Ok(()),
+    let r = match doc.kind {
+        Kind::Doctor => typed::<crate::doctor::DoctorReport>(v),
+        Kind::Probe => typed::<crate::probe::Probe>(v),
+        // Every other kind is the registry's, read into its typed result for its figures once
+        // the two kinds are known to match; a comparison is output only, and comparing two of
+        // them compares their figures.
+        _ => Ok(()),
     };
     r.map_err(|e| {
         bad_input(format!(

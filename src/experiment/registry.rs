@@ -8,7 +8,7 @@
 //! Adding an experiment is one new module (its `Experiment` and `Command`, with
 //! `const KIND: Kind = Kind::Experiment("name")`) plus one line in [`ENTRIES`]:
 //! `command::<crate::name::Name>()`. Its kind is then known to `report` and `compare` (which
-//! also check a document's shape through it), its subcommand, help, completions and man page
+//! read a document into its typed result, so a wrong shape is bad input), its subcommand, help, completions and man page
 //! exist, and `try --measure name:FLAGS` runs it.
 
 use super::{Command, Experiment, Figure, Progress};
@@ -112,17 +112,6 @@ pub fn kinds() -> Vec<Kind> {
 /// Reads a saved result whose kind may be any cpulab kind, registered ones included.
 pub fn load(path: &Path) -> Result<Loaded> {
     envelope::load(path, &kinds())
-}
-
-/// Reads a document's shape through its kind's typed result, so a field of the wrong type is
-/// one line and exit 2 rather than a comparison of whatever a walk finds. `None` when the kind
-/// is not the registry's.
-pub fn check_shape(doc: &Loaded) -> Option<Result<(), String>> {
-    lookup(doc.kind).map(|e| {
-        (e.figures)(&doc.value)
-            .map(|_| ())
-            .map_err(|e| format!("{e:#}"))
-    })
 }
 
 fn clap_of<E: Command>() -> clap::Command

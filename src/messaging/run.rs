@@ -6,8 +6,9 @@ use crate::experiment::{Progress, check_load};
 use crate::machine::{Conditions, Machine};
 use crate::stats::MeanCi;
 use anyhow::{Context, Result, anyhow};
+use nix::errno::Errno;
 use nix::sys::resource::{UsageWho, getrusage};
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -137,23 +138,16 @@ unsafe impl Sync for Counters {}
 
 /// Writes `MESSAGE_BYTES` to every `out` fd `messages` times; bytes written go to `sent`.
 /// Only system calls on memory prepared before: safe between fork and _exit.
-fn send(out: &[RawFd], messages: usize, sent: &AtomicU64) -> bool {
+fn send(out: &[BorrowedFd], messages: usize, sent: &AtomicU64) -> bool {
     let msg = [0x5a_u8; MESSAGE_BYTES];
     for _ in 0..messages {
-        for &fd in out {
+        for fd in out {
             let mut done = 0;
             while done < MESSAGE_BYTES {
-                // SAFETY: fd is open for the task's lifetime; the buffer is on the stack.
-                let n =
-                    unsafe { libc::write(fd, msg[done..].as_ptr().cast(), MESSAGE_BYTES - done) };
-                if n > 0 {
-                    done += n as usize;
-                } else if n < 0
-                    && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR)
-                {
-                    continue;
-                } else {
-                    return false;
+                match nix::unistd::write(fd, &msg[done..]) {
+                    Ok(n) if n > 0 => done += n,
+                    Err(Errno::EINTR) => continue,
+                    _ => return false,
                 }
             }
             sent.fetch_add(MESSAGE_BYTES as u64, Ordering::Relaxed);
@@ -163,19 +157,17 @@ fn send(out: &[RawFd], messages: usize, sent: &AtomicU64) -> bool {
 }
 
 /// Reads until `expect` bytes have arrived; bytes read go to `received`.
-fn receive(fd: RawFd, expect: u64, received: &AtomicU64) -> bool {
+fn receive(fd: BorrowedFd, expect: u64, received: &AtomicU64) -> bool {
     let mut buf = [0_u8; MESSAGE_BYTES];
     let mut got = 0_u64;
     while got < expect {
-        // SAFETY: fd is open; the buffer is on the stack.
-        let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
-        if n > 0 {
-            got += n as u64;
-            received.fetch_add(n as u64, Ordering::Relaxed);
-        } else if n < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
-            continue;
-        } else {
-            return false;
+        match nix::unistd::read(fd, &mut buf) {
+            Ok(n) if n > 0 => {
+                got += n as u64;
+                received.fetch_add(n as u64, Ordering::Relaxed);
+            }
+            Err(Errno::EINTR) => continue,
+            _ => return false,
         }
     }
     true
@@ -225,9 +217,9 @@ fn threads(
     let (wall, ok) = std::thread::scope(|scope| {
         let mut handles = Vec::with_capacity(tasks);
         for g in groups {
-            let out: Vec<RawFd> = g.iter().map(|ch| ch.write.as_raw_fd()).collect();
+            let out: Vec<BorrowedFd> = g.iter().map(|ch| ch.write.as_fd()).collect();
             for ch in g {
-                let (fd, gate) = (ch.read.as_raw_fd(), &gate);
+                let (fd, gate) = (ch.read.as_fd(), &gate);
                 handles.push(scope.spawn(move || {
                     gate.wait();
                     receive(fd, per_receiver, c.received())
@@ -274,15 +266,17 @@ fn processes(
     per_receiver: u64,
 ) -> Result<(Duration, Option<u64>)> {
     use nix::unistd::{ForkResult, fork};
+    // The gate: each child reads one byte; cpulab writes them all at once (at most 4096, within
+    // a pipe's buffer).
     let (gate_r, gate_w) = nix::unistd::pipe().context("cannot create the start gate")?;
-    let (gate_r, gate_w) = (gate_r.as_raw_fd(), gate_w);
-    let gate_w_raw = gate_w.as_raw_fd();
-    let parent = std::process::id() as i32;
+    let parent = nix::unistd::getpid();
     // Everything a child touches is prepared here, before any fork.
-    let outs: Vec<Vec<RawFd>> = groups
+    let outs: Vec<Vec<BorrowedFd>> = groups
         .iter()
-        .map(|g| g.iter().map(|ch| ch.write.as_raw_fd()).collect())
+        .map(|g| g.iter().map(|ch| ch.write.as_fd()).collect())
         .collect();
+    let tasks = s.groups * s.senders * 2;
+    let opening = vec![1_u8; tasks];
     let mut children = Children(Vec::with_capacity(s.groups * s.senders * 2));
     let before = switches(UsageWho::RUSAGE_CHILDREN);
     for (g, out) in groups.iter().zip(&outs) {
@@ -292,17 +286,24 @@ fn processes(
             match unsafe { fork() }.context("fork failed")? {
                 ForkResult::Child => {
                     let work = || match role {
-                        Some(i) => receive(g[i].read.as_raw_fd(), per_receiver, c.received()),
+                        Some(i) => receive(g[i].read.as_fd(), per_receiver, c.received()),
                         None => send(out, s.messages, c.sent()),
                     };
-                    child_main(parent, gate_r, gate_w_raw, work)
+                    child_main(parent, gate_r.as_fd(), work)
                 }
                 ForkResult::Parent { child } => children.0.push(child),
             }
         }
     }
-    drop(gate_w);
     let t0 = Instant::now();
+    let mut open = &opening[..];
+    while !open.is_empty() {
+        match nix::unistd::write(&gate_w, open) {
+            Ok(n) => open = &open[n..],
+            Err(Errno::EINTR) => continue,
+            Err(e) => return Err(anyhow!("cannot open the start gate: {e}")),
+        }
+    }
     let mut failed = 0;
     for &p in &children.0 {
         match nix::sys::wait::waitpid(p, None) {
@@ -321,18 +322,24 @@ fn processes(
     Ok((wall, before.zip(after).map(|(b, a)| a.saturating_sub(b))))
 }
 
-/// A forked task: dies with cpulab, waits for the gate, works, exits.
-fn child_main(parent: i32, gate_r: RawFd, gate_w: RawFd, work: impl Fn() -> bool) -> ! {
-    // SAFETY: plain system calls; nothing allocates between fork and _exit.
-    unsafe {
-        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-        if libc::getppid() != parent {
-            libc::_exit(3);
+/// A forked task: dies with cpulab, waits for the gate, works, exits. System calls only, on
+/// memory prepared before the fork.
+fn child_main(parent: nix::unistd::Pid, gate: BorrowedFd, work: impl Fn() -> bool) -> ! {
+    let code = if nix::sys::prctl::set_pdeathsig(nix::sys::signal::SIGKILL).is_err()
+        || nix::unistd::getppid() != parent
+    {
+        3
+    } else {
+        let mut b = [0_u8; 1];
+        loop {
+            match nix::unistd::read(gate, &mut b) {
+                Err(Errno::EINTR) => continue,
+                Ok(1) if work() => break 0,
+                _ => break 1,
+            }
         }
-        libc::close(gate_w);
-        let mut b = 0_u8;
-        // The gate opens when cpulab closes its write end: read returns 0.
-        while libc::read(gate_r, (&mut b as *mut u8).cast(), 1) < 0 {}
-        libc::_exit(if work() { 0 } else { 1 })
-    }
+    };
+    // SAFETY: _exit ends the child without running the parent's atexit handlers or flushing
+    // its stdio buffers, which is what a forked child of a threaded process must do.
+    unsafe { libc::_exit(code) }
 }
