@@ -161,7 +161,9 @@ where
             ))
         })?;
     let args = parse_args::<E>(&m)?;
-    Ok(Box::new(Configured::<E>::new(E::settings(&args, machine)?)))
+    let settings =
+        E::settings(&args, machine).map_err(|e| e.context(format!("--measure {}", E::NAME)))?;
+    Ok(Box::new(Configured::<E>::new(settings)))
 }
 
 /// Reads a loaded document back into the kind's typed result: a document with the right schema
@@ -255,5 +257,40 @@ impl Runnable for Sequence {
             figures,
             noisy,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_registered_kind_is_found_by_its_name_and_its_subcommand() {
+        for e in ENTRIES {
+            let name = e.kind.as_str();
+            assert_eq!(Kind::parse(name, &kinds()), Some(e.kind), "{name}");
+            if let Some(c) = &e.command {
+                assert_eq!((c.clap)().get_name(), name);
+                assert!(command_named(name).is_some());
+            }
+        }
+        // Two kinds never share a name.
+        let mut names: Vec<_> = ENTRIES.iter().map(|e| e.kind.as_str()).collect();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), ENTRIES.len());
+    }
+
+    #[test]
+    fn measure_specs_are_parsed_and_validated_by_the_experiment() {
+        let machine = Machine::detect(Path::new("/")).unwrap();
+        let (_, messaging) = command_named("messaging").unwrap();
+        let words = |s: &str| s.split_whitespace().map(String::from).collect::<Vec<_>>();
+        assert!((messaging.measure)(&words("--groups 2 --repeats 2"), &machine).is_ok());
+        for bad in ["--groups 0", "--bogus", "--cpus 1-0"] {
+            let e = (messaging.measure)(&words(bad), &machine).err().unwrap();
+            assert_eq!(crate::error::exit_code(&e), 2, "{bad}");
+            assert!(format!("{e:#}").contains("--measure messaging"), "{e:#}");
+        }
     }
 }
