@@ -4,7 +4,8 @@
 //! The library holds everything; the binary only parses the command line and maps errors to
 //! exit codes. Layers, bottom up: `cpulist` and `topology` (what the machine is), `counters`
 //! and `stats` (how we observe and summarise), the experiments (`pingpong`, `pair`, `share`,
-//! `scale`, `oscost`), and the `doctor` that runs them and names causes.
+//! `scale`, `oscost`, `messaging`, `bursty`, listed once in `experiment::registry`), and the
+//! `doctor` that runs them and names causes.
 
 pub mod affinity;
 pub mod bursty;
