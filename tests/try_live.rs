@@ -61,7 +61,7 @@ fn snapshot(pid: u32) -> String {
 
 fn start(victim: u32) -> Child {
     let flip = if read(AUTOGROUP) == "1" { "0" } else { "1" };
-    Command::new(env!("CARGO_BIN_EXE_cpulab"))
+    common::cpulab_process()
         .args([
             "try",
             &format!("haltpoll.guest_halt_poll_ns={TRIED_POLL}"),
@@ -162,7 +162,7 @@ fn a_whole_trial_restores_and_reads_back() {
     }
     let mut victim = Command::new("sleep").arg("60").spawn().unwrap();
     let before = snapshot(victim.id());
-    let out = Command::new(env!("CARGO_BIN_EXE_cpulab"))
+    let out = common::cpulab_process()
         .args([
             "try",
             "haltpoll.guest_halt_poll_ns=200000",

@@ -39,6 +39,9 @@ pub struct Args {
     /// measured effect and cost to it (root only; every setting is restored).
     #[arg(long = "try")]
     pub try_remedies: bool,
+    /// Skip the check for other load before measuring.
+    #[arg(long)]
+    pub no_load_check: bool,
 }
 
 /// Turns the flags into settings; unknown presets are bad input.
@@ -68,7 +71,11 @@ pub fn settings(a: &Args) -> Result<DoctorSettings> {
             }
         }
     }
-    Ok(DoctorSettings { mode, presets })
+    Ok(DoctorSettings {
+        mode,
+        presets,
+        check_load: !a.no_load_check,
+    })
 }
 
 /// Fails with one line (exit 2) when `path` cannot be written, so a long run is not lost to a

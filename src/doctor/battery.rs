@@ -90,6 +90,9 @@ pub struct DoctorSettings {
     pub mode: Mode,
     /// Application presets to run (`pgbench`, `http`).
     pub presets: Vec<String>,
+    /// Watch the CPUs for other load before the battery (`--no-load-check` turns it off, and
+    /// the rules then have no other-load figure to judge by).
+    pub check_load: bool,
 }
 
 /// One experiment of the battery.

@@ -41,7 +41,12 @@ impl Rule for QuotaThrottling {
         let mut ev = vec![
             Evidence::new(
                 "throttled periods during the run",
-                format!("{throttled} of {periods} ({:.0}%)", frac * 100.0),
+                Datum::versus(
+                    "count",
+                    ("throttled", throttled as f64),
+                    ("periods", periods as f64),
+                    format!("{throttled} of {periods} ({:.0}%)", frac * 100.0),
+                ),
                 "measured: cgroup cpu.stat",
             ),
             Evidence::new(
