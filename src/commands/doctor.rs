@@ -39,6 +39,9 @@ pub struct Args {
     /// measured effect and cost to it (root only; every setting is restored).
     #[arg(long = "try")]
     pub try_remedies: bool,
+    /// Skip the check for other load before measuring.
+    #[arg(long)]
+    pub no_load_check: bool,
     /// Also watch a live application's wakeups (its processes, comma-separated) and say what
     /// crossing CPUs costs it, with the battery's measured penalty (root: scheduler tracepoints).
     #[arg(
@@ -107,6 +110,7 @@ pub fn settings(a: &Args) -> Result<DoctorSettings> {
         mode,
         presets,
         watch,
+        check_load: !a.no_load_check,
     })
 }
 

@@ -92,6 +92,9 @@ pub struct DoctorSettings {
     pub presets: Vec<String>,
     /// A live application to watch (`--pid`, `--comm`).
     pub watch: Option<crate::watch::Target>,
+    /// Watch the CPUs for other load before the battery (`--no-load-check` turns it off, and
+    /// the rules then have no other-load figure to judge by).
+    pub check_load: bool,
 }
 
 /// One experiment of the battery.

@@ -447,7 +447,7 @@ pub struct Watch;
 impl Experiment for Watch {
     type Settings = WatchSettings;
     type Report = WatchReport;
-    const KIND: Kind = Kind::Watch;
+    const KIND: Kind = Kind::Experiment("watch");
 
     fn run(
         machine: &Machine,

@@ -195,6 +195,31 @@ mod tests {
         assert_eq!(thousands(999.0), "999");
     }
 
+    /// Issue 8: every remedy that is a setting changed now, on this machine, carries the
+    /// `cpulab try` line that measures it.
+    #[test]
+    fn every_runtime_setting_remedy_carries_its_try_line() {
+        let (facts, m) = fixtures::everything_wrong();
+        let f = evaluate(Inputs {
+            facts: &facts,
+            m: &m,
+        });
+        let mut seen = 0;
+        for r in f.iter().flat_map(|f| &f.remedies) {
+            let c = &r.command;
+            let setting = c.starts_with("cpupower ")
+                || c.starts_with("tuned-adm ")
+                || (c.starts_with("echo ") && c.contains("> /sys/"))
+                || c.starts_with("taskset -a -p");
+            if setting && r.site == crate::doctor::findings::Site::ThisMachine {
+                seen += 1;
+                let t = r.try_command.as_deref().unwrap_or_else(|| panic!("{c}"));
+                assert!(t.starts_with("cpulab try "), "{t}");
+            }
+        }
+        assert!(seen >= 3, "the fixture has setting remedies ({seen})");
+    }
+
     #[test]
     fn evidence_carries_figures_and_sources_as_data() {
         use crate::doctor::findings::SourceKind;

@@ -67,15 +67,19 @@ fn evidence(s: Option<&ShareCheck>, c: &Culprits) -> Vec<Evidence> {
         let agrees = (s.share.mean - s.model_share).abs() <= s.share.ci95_half_width.max(0.05);
         ev.push(Evidence::new(
             "fair-share model for the other load seen",
-            format!(
-                "{:.2} with {:.2} CPUs of other load: the measurement {} it",
-                s.model_share,
-                s.other_load_cpus,
-                if agrees {
-                    "agrees with"
-                } else {
-                    "falls short of"
-                }
+            Datum::number(
+                s.model_share * 100.0,
+                "pct",
+                format!(
+                    "{:.2} with {:.2} CPUs of other load: the measurement {} it",
+                    s.model_share,
+                    s.other_load_cpus,
+                    if agrees {
+                        "agrees with"
+                    } else {
+                        "falls short of"
+                    }
+                ),
             ),
             "model: min(1, CPUs / (workers + other busy tasks))",
         ));
@@ -91,7 +95,7 @@ fn evidence(s: Option<&ShareCheck>, c: &Culprits) -> Vec<Evidence> {
     for (cpu, b) in c.local.iter().filter(|(cpu, _)| *cpu != u32::MAX) {
         ev.push(Evidence::new(
             format!("other programs on cpu{cpu} before the run"),
-            format!("{b:.0}% busy"),
+            Datum::number(*b, "pct", format!("{b:.0}% busy")),
             "measured: /proc/stat while cpulab slept",
         ));
     }
@@ -117,7 +121,8 @@ fn remedies(c: &Culprits) -> Vec<Remedy> {
             "top -o %CPU (or pidstat 1) to find the other programs; then renice +10 -p <pid>, or systemctl set-property <unit> CPUWeight=20",
             "Lowers the other programs' weight, so the workload's share rises toward a whole CPU.",
             "The other programs slow down in turn.",
-        ));
+        )
+        .with_try("cpulab try cgroup:system.slice/<unit>:cpu.weight=20"));
     }
     r
 }
