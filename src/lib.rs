@@ -34,3 +34,4 @@ pub(crate) mod testing;
 pub mod topology;
 pub mod trial;
 pub mod units;
+pub mod watch;

@@ -180,6 +180,7 @@ pub fn sample_report() -> DoctorReport {
             what: "preset http".into(),
             reason: "apache2 <not installed> & nginx too".into(),
         }],
+        app_watch: None,
     };
     let facts = Facts {
         hypervisor: Some("KVM".into()),

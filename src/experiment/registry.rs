@@ -78,6 +78,7 @@ pub const ENTRIES: &[Entry] = &[
     entry::<crate::share::Share>(),
     entry::<crate::scale::Scale>(),
     entry::<crate::oscost::Oscost>(),
+    entry::<crate::watch::Watch>(),
     // A model, not an experiment: its documents are loaded and rendered like the others, and
     // every figure it gives is labelled SIMULATED.
     Entry {

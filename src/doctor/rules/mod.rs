@@ -23,6 +23,7 @@ mod scaling;
 mod tradeoff;
 mod unpinned;
 mod wakeup;
+mod watched;
 
 pub use wakeup::ipis as wakeup_ipis;
 
@@ -61,6 +62,7 @@ pub fn all() -> Vec<Box<dyn Rule>> {
         Box::new(power::PowerManagement),
         Box::new(kernel::KernelEntryCost),
         Box::new(scaling::ParallelContention),
+        Box::new(watched::WatchedCrossWakeups),
     ]
 }
 
