@@ -120,6 +120,26 @@ pub fn rate_effect(worse: &[f64], better: &[f64], min_ratio: f64) -> Option<Effe
     })
 }
 
+/// Like [`rate_effect`], for a rule whose evidence can straddle "beyond noise": Welch's test
+/// alone (p < [`crate::compare::ALPHA`]) admits the effect, and the flag says whether it is also
+/// clear of noise by the stricter test (the two 95% intervals apart). Overlapping intervals can
+/// still differ significantly; a rule that reports on the weaker test states the uncertainty
+/// (lower confidence, the p-value) instead of appearing in one run and not the next.
+pub fn rate_effect_banded(worse: &[f64], better: &[f64], min_ratio: f64) -> Option<(Effect, bool)> {
+    let s = separation(worse, better)?;
+    let ratio = s.b.mean / s.a.mean;
+    let admitted = s.p_value < crate::compare::ALPHA && s.a.mean > 0.0 && ratio >= min_ratio;
+    admitted.then_some((
+        Effect {
+            ratio,
+            p_value: s.p_value,
+            worse: s.a,
+            better: s.b,
+        },
+        s.beyond_noise,
+    ))
+}
+
 /// `42.1 us (95% CI 41.0 to 43.2 us, n=40)`, with the figure in nanoseconds as data.
 pub fn ns_ci(m: &MeanCi) -> Datum {
     Datum::mean_ci(
