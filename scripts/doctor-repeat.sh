@@ -8,6 +8,7 @@
 # changes what the doctor measures (and a finding that follows the load is not a flip).
 #
 # Usage: scripts/doctor-repeat.sh [N] [doctor flags...]   e.g. scripts/doctor-repeat.sh 5 --quick
+# (env: KEEP=DIR keeps each run's JSON document in DIR)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -38,4 +39,18 @@ if [ "$stable" -eq 1 ]; then
     echo "the same set of finding ids in all $n runs"
 else
     echo "$stable different sets of finding ids in $n runs"
+    # A flip is only understood with its figures: for each id seen in some runs only, what it
+    # measured in the runs where it appeared.
+    for id in $(jq -r '.findings[].id' "$tmp"/run*.json | sort | uniq -c | awk -v n="$n" '$1 < n {print $2}'); do
+        echo
+        echo "$id, in the runs where it appeared:"
+        for i in $(seq 1 "$n"); do
+            jq -r --arg id "$id" --arg run "$i" '.findings[] | select(.id == $id) |
+                "  run \($run): \(.magnitude.text)",
+                (.evidence[] | "    \(.label): \(.value) [\(.source)]")' "$tmp/run$i.json"
+        done
+    done
+fi
+if [ -n "${KEEP:-}" ]; then
+    mkdir -p "$KEEP" && cp "$tmp"/run*.json "$KEEP"/ && echo "the runs' documents are in $KEEP"
 fi

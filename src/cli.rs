@@ -2,8 +2,10 @@
 //! `commands/`, where its flags are turned into validated settings before anything runs.
 
 use crate::commands;
+use crate::experiment::registry;
 use anyhow::Result;
-use clap::{CommandFactory, Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
+use std::ffi::OsString;
 use std::path::PathBuf;
 
 /// Measure and explain how CPU placement, scheduling and system settings change an
@@ -77,6 +79,64 @@ pub enum Command {
     Manpages(commands::manpages::Args),
     /// Simulate the hypervisor layer: predictions checked against the field notes (SIMULATED).
     Sim(commands::sim::Args),
+    /// Watch a running application's wakeups: where they land, what each placement costs.
+    Watch(commands::watch::Args),
+}
+
+/// The whole command line: the subcommands above plus one per experiment of the registry that
+/// is its own command (its flags defined beside it), so help, completions and man pages see
+/// them all.
+pub fn command() -> clap::Command {
+    registry::ENTRIES
+        .iter()
+        .filter_map(|e| e.command.as_ref())
+        .fold(Cli::command(), |c, s| c.subcommand((s.clap)()))
+}
+
+/// What the command line asked for.
+pub enum Invocation {
+    /// One of the subcommands declared in [`Command`].
+    Builtin(Cli),
+    /// An experiment's subcommand from the registry.
+    Registered {
+        global: Global,
+        matches: clap::ArgMatches,
+        command: &'static registry::Subcommand,
+    },
+}
+
+/// Parses a command line (`argv[0]` is the program name).
+pub fn try_parse_from<I, T>(argv: I) -> Result<Invocation, clap::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let m = command().try_get_matches_from(argv)?;
+    if let Some((name, sub)) = m.subcommand()
+        && let Some((_, command)) = registry::command_named(name)
+    {
+        return Ok(Invocation::Registered {
+            global: Global::from_arg_matches(&m)?,
+            matches: sub.clone(),
+            command,
+        });
+    }
+    Ok(Invocation::Builtin(Cli::from_arg_matches(&m)?))
+}
+
+/// Runs what [`try_parse_from`] parsed.
+pub fn run_invocation(inv: Invocation) -> Result<()> {
+    match inv {
+        Invocation::Builtin(cli) => run(cli),
+        Invocation::Registered {
+            global,
+            matches,
+            command,
+        } => {
+            crate::trial::journal::recover_at_start(&global.root, global.quiet);
+            (command.run)(&matches, &global.root, global.quiet)
+        }
+    }
 }
 
 pub fn run(cli: Cli) -> Result<()> {
@@ -93,8 +153,9 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Report(a) => commands::report::run(a, &g),
         Command::Compare(a) => commands::compare::run(a, &g),
         Command::Try(a) => commands::try_::run(a, &g),
-        Command::Completions(a) => commands::completions::run(a, Cli::command()),
-        Command::Manpages(a) => commands::manpages::run(a, Cli::command(), g.quiet),
+        Command::Completions(a) => commands::completions::run(a, command()),
+        Command::Manpages(a) => commands::manpages::run(a, command(), g.quiet),
         Command::Sim(a) => commands::sim::run(a, &g),
+        Command::Watch(a) => commands::watch::run(a, &g),
     }
 }

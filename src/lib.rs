@@ -4,9 +4,11 @@
 //! The library holds everything; the binary only parses the command line and maps errors to
 //! exit codes. Layers, bottom up: `cpulist` and `topology` (what the machine is), `counters`
 //! and `stats` (how we observe and summarise), the experiments (`pingpong`, `pair`, `share`,
-//! `scale`, `oscost`), and the `doctor` that runs them and names causes.
+//! `scale`, `oscost`, `messaging`, `bursty`, listed once in `experiment::registry`), and the
+//! `doctor` that runs them and names causes.
 
 pub mod affinity;
+pub mod bursty;
 pub mod cli;
 pub mod commands;
 pub mod compare;
@@ -16,6 +18,7 @@ pub mod doctor;
 pub mod error;
 pub mod experiment;
 pub mod machine;
+pub mod messaging;
 pub mod oscost;
 pub mod output;
 pub mod pair;
@@ -26,6 +29,9 @@ pub mod scale;
 pub mod share;
 pub mod sim;
 pub mod stats;
+#[cfg(test)]
+pub(crate) mod testing;
 pub mod topology;
 pub mod trial;
 pub mod units;
+pub mod watch;

@@ -1,8 +1,7 @@
-use clap::Parser;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    let cli = match cpulab::cli::Cli::try_parse() {
+    let cli = match cpulab::cli::try_parse_from(std::env::args_os()) {
         Ok(cli) => cli,
         Err(e) => {
             // Help and version go to stdout with 0; usage errors are bad input: 2.
@@ -11,7 +10,7 @@ fn main() -> ExitCode {
             return ExitCode::from(code);
         }
     };
-    match cpulab::cli::run(cli) {
+    match cpulab::cli::run_invocation(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) if cpulab::error::is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {

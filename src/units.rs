@@ -77,6 +77,20 @@ pub fn thousands(v: f64) -> String {
     if v < 0.0 { format!("-{out}") } else { out }
 }
 
+/// A `Duration` in JSON as seconds (`"work_s": 0.001`), the unit in the field's name.
+pub mod serde_secs {
+    use serde::{Deserialize, Deserializer, Serializer, de::Error};
+    use std::time::Duration;
+
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_f64(d.as_secs_f64())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        Duration::try_from_secs_f64(f64::deserialize(d)?).map_err(D::Error::custom)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

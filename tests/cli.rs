@@ -2,7 +2,6 @@
 
 mod common;
 
-use clap::{CommandFactory, Parser};
 use common::cpulab;
 use std::collections::BTreeSet;
 
@@ -29,7 +28,7 @@ fn unknown_flag_is_bad_usage() {
 
 /// Every subcommand a user can see (`manpages` is hidden, `help` is clap's own).
 fn visible_subcommands() -> Vec<String> {
-    cpulab::cli::Cli::command()
+    cpulab::cli::command()
         .get_subcommands()
         .filter(|c| !c.is_hide_set())
         .map(|c| c.get_name().to_string())
@@ -102,7 +101,7 @@ fn manpages_into_a_file_is_bad_input() {
 
 #[test]
 fn every_subcommand_help_has_examples() {
-    for sub in cpulab::cli::Cli::command().get_subcommands() {
+    for sub in cpulab::cli::command().get_subcommands() {
         let name = sub.get_name();
         let help = stdout_of(&[name, "--help"]);
         assert!(
@@ -116,7 +115,7 @@ fn every_subcommand_help_has_examples() {
 /// so renaming a flag without updating its examples fails here.
 #[test]
 fn every_help_example_parses() {
-    for sub in cpulab::cli::Cli::command().get_subcommands() {
+    for sub in cpulab::cli::command().get_subcommands() {
         let name = sub.get_name();
         let text = sub
             .get_after_help()
@@ -140,7 +139,7 @@ fn every_help_example_parses() {
                 .iter()
                 .take_while(|w| !w.starts_with('>') && *w != "|")
                 .collect();
-            if let Err(e) = cpulab::cli::Cli::try_parse_from(argv) {
+            if let Err(e) = cpulab::cli::try_parse_from(argv) {
                 panic!("example `{example}` does not parse: {e}");
             }
         }

@@ -2,7 +2,6 @@
 //! every relative link in the README, CONTRIBUTING and docs/ leads to a file (and heading) that
 //! exists. Pages move and commands are added often; a dead link is found here, not by a reader.
 
-use clap::CommandFactory;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
@@ -57,7 +56,7 @@ fn anchors(path: &Path) -> BTreeSet<String> {
 }
 
 fn visible_subcommands() -> Vec<String> {
-    cpulab::cli::Cli::command()
+    cpulab::cli::command()
         .get_subcommands()
         .filter(|c| !c.is_hide_set())
         .map(|c| c.get_name().to_string())

@@ -161,3 +161,22 @@ fn bad_presets_are_bad_input() {
     let out = doctor(&["--quick", "--thorough"]);
     assert_eq!(out.status.code(), Some(2));
 }
+
+/// `--no-load-check`, as on every measuring command: no load check recorded, and the result
+/// says so rather than passing silence off as a quiet machine.
+#[test]
+fn no_load_check_is_recorded_as_not_checked() {
+    let v = common::run_json::<cpulab::doctor::DoctorReport>(
+        "doctor",
+        &["--quick", "--no-load-check"],
+        180,
+    );
+    assert!(v["conditions"]["load_before"].is_null());
+    let notes = v["conditions"]["notes"].as_array().unwrap();
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.as_str().unwrap().contains("not checked")),
+        "{notes:?}"
+    );
+}

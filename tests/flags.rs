@@ -3,15 +3,8 @@
 
 mod common;
 
-use common::{cpulab, run_json};
-
-fn bad(args: &[&str]) {
-    let out = cpulab().args(args).output().unwrap();
-    assert_eq!(out.status.code(), Some(2), "{args:?}");
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(err.trim().lines().count(), 1, "{args:?}: one line: {err}");
-    assert!(!err.contains("panicked"), "{args:?}: {err}");
-}
+use common::bad_input as bad;
+use common::run_json;
 
 /// `--ready-timeout 1e20` used to panic in `Duration::from_secs_f64`.
 #[test]

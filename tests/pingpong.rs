@@ -227,13 +227,7 @@ fn bad_cpu_lists_exit_2_with_one_line() {
 }
 
 fn taskset_cpu0(args: &[&str]) -> std::process::Output {
-    std::process::Command::new("taskset")
-        .args(["-c", "0"])
-        .arg(common::cpulab_path())
-        .arg("pingpong")
-        .args(args)
-        .output()
-        .expect("taskset is installed (util-linux)")
+    common::cpulab_under_taskset("0", &[&["pingpong"][..], args].concat())
 }
 
 #[test]

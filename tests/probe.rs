@@ -268,12 +268,7 @@ fn one_allowed_cpu_under_taskset() {
         .as_u64()
         .unwrap()
         .to_string();
-    let out = std::process::Command::new("taskset")
-        .args(["-c", &first])
-        .arg(common::cpulab_path())
-        .args(["probe", "--json"])
-        .output()
-        .unwrap();
+    let out = common::cpulab_under_taskset(&first, &["probe", "--json"]);
     assert!(out.status.success());
     let p: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(p["topology"]["allowed"], first.as_str());

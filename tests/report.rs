@@ -180,6 +180,7 @@ pub fn sample_report() -> DoctorReport {
             what: "preset http".into(),
             reason: "apache2 <not installed> & nginx too".into(),
         }],
+        app_watch: None,
     };
     let facts = Facts {
         hypervisor: Some("KVM".into()),
@@ -530,4 +531,26 @@ fn html_marks_an_interrupted_run_and_where_each_remedy_is_done() {
         page.matches("Where: on the hypervisor host").count(),
         host_side
     );
+}
+
+/// A probe result is rendered as `cpulab probe` prints it, not as a flat list of figures.
+#[test]
+fn a_probe_result_renders_with_its_own_renderer() {
+    let v = common::run_json::<cpulab::probe::Probe>("probe", &[], 60);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("probe.json");
+    std::fs::write(&path, v.to_string()).unwrap();
+    let out = cpulab().arg("report").arg(&path).assert().success();
+    let text = String::from_utf8_lossy(&out.get_output().stdout).to_string();
+    assert!(text.starts_with("cpulab probe:"), "{text}");
+    let html = dir.path().join("probe.html");
+    cpulab()
+        .arg("report")
+        .arg(&path)
+        .arg("--html")
+        .arg(&html)
+        .assert()
+        .success();
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(page.contains("Machine fingerprint") && page.contains("<pre>"));
 }

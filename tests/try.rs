@@ -4,24 +4,8 @@
 
 mod common;
 
-use common::cpulab;
+use common::{cpulab, cpulab_as_nobody, fixture_copy as copy};
 use std::path::{Path, PathBuf};
-
-fn copy(name: &str) -> tempfile::TempDir {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(name);
-    let dst = tempfile::tempdir().unwrap();
-    let ok = std::process::Command::new("cp")
-        .arg("-a")
-        .arg(format!("{}/.", src.display()))
-        .arg(dst.path())
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok);
-    dst
-}
 
 fn poll_ns(root: &Path) -> PathBuf {
     root.join("sys/module/haltpoll/parameters/guest_halt_poll_ns")
@@ -352,11 +336,6 @@ fn smt_on_a_copy_of_a_server() {
 
 #[test]
 fn not_root_is_one_line_naming_the_setting() {
-    let Ok(setpriv) = which("setpriv") else {
-        eprintln!("skipped: setpriv is not installed");
-        assert!(std::env::var("CI").as_deref() != Ok("true"));
-        return;
-    };
     if !nix::unistd::geteuid().is_root() {
         // Already not root: the plain command shows it.
         let out = cpulab()
@@ -367,38 +346,20 @@ fn not_root_is_one_line_naming_the_setting() {
         return;
     }
     for args in [
-        vec!["try", "haltpoll.guest_halt_poll_ns=1"],
-        vec!["try", "--restore"],
-        vec!["doctor", "--quick", "--try"],
+        &["try", "haltpoll.guest_halt_poll_ns=1"][..],
+        &["try", "--restore"],
+        &["doctor", "--quick", "--try"],
     ] {
-        let out = std::process::Command::new(&setpriv)
-            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-            .arg(env!("CARGO_BIN_EXE_cpulab"))
-            .args(&args)
-            .output()
-            .unwrap();
+        let Some(out) = cpulab_as_nobody(test_name!(), args) else {
+            return;
+        };
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
         assert_eq!(err.trim().lines().count(), 1, "{err}");
         assert!(err.contains("root"), "{err}");
     }
-    let out = std::process::Command::new(&setpriv)
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-        .arg(env!("CARGO_BIN_EXE_cpulab"))
-        .args(["try", "haltpoll.guest_halt_poll_ns=1"])
-        .output()
-        .unwrap();
+    let out = cpulab_as_nobody(test_name!(), &["try", "haltpoll.guest_halt_poll_ns=1"]).unwrap();
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("haltpoll.guest_halt_poll_ns needs root")
     );
-}
-
-fn which(p: &str) -> Result<PathBuf, ()> {
-    std::env::var_os("PATH")
-        .and_then(|path| {
-            std::env::split_paths(&path)
-                .map(|d| d.join(p))
-                .find(|f| f.is_file())
-        })
-        .ok_or(())
 }

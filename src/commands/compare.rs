@@ -4,6 +4,7 @@
 use crate::cli::Global;
 use crate::compare::{self, text};
 use crate::error::bad_input;
+use crate::experiment::registry;
 use crate::output;
 use crate::report::envelope::{self, Envelope, Kind};
 use anyhow::Result;
@@ -39,8 +40,8 @@ pub fn run(args: Args, _g: &Global) -> Result<()> {
         )));
     }
     let (an, bn) = (args.a.display().to_string(), args.b.display().to_string());
-    let a = envelope::load(&args.a)?;
-    let b = envelope::load(&args.b)?;
+    let a = registry::load(&args.a)?;
+    let b = registry::load(&args.b)?;
     check_shape(&a, &args.a)?;
     check_shape(&b, &args.b)?;
     if a.kind != b.kind {
@@ -54,7 +55,7 @@ pub fn run(args: Args, _g: &Global) -> Result<()> {
     }
     // An experiment's result is compared on its typed figures, each with its own direction; a
     // document of the right schema but the wrong shape is bad input here (one line, exit 2).
-    let typed = match crate::experiment::registry::lookup(a.kind) {
+    let typed = match registry::lookup(a.kind) {
         Some(entry) => Some(compare::Typed {
             a: (entry.figures)(&a.value).map_err(|e| bad_input(format!("{an}: {e:#}")))?,
             b: (entry.figures)(&b.value).map_err(|e| bad_input(format!("{bn}: {e:#}")))?,
@@ -82,11 +83,12 @@ pub fn run(args: Args, _g: &Global) -> Result<()> {
     }
 }
 
-/// Reads a loaded document of a kind that is not an experiment's (doctor, probe, sim) into its
-/// typed result, so a field of the wrong type (a
-/// string where a number belongs, an object for a list) is one line and exit 2 instead of a
-/// comparison of whatever the walk finds. Missing fields are tolerated: compare reads the
-/// figures that are present, and results of older cpulab versions lack newer fields.
+/// Reads a loaded document into its kind's typed result, so a field of the wrong type (a string
+/// where a number belongs, an object for a list) is one line and exit 2 instead of a comparison
+/// of whatever the walk finds. The registry's kinds are checked when their figures are read; for
+/// doctor and probe, missing
+/// fields are tolerated: compare reads the figures that are present, and results of older cpulab
+/// versions lack newer fields.
 fn check_shape(doc: &envelope::Loaded, path: &std::path::Path) -> Result<()> {
     fn typed<T: serde::de::DeserializeOwned>(v: &serde_json::Value) -> Result<(), String> {
         match serde_json::from_value::<T>(v.clone()) {
@@ -95,23 +97,14 @@ fn check_shape(doc: &envelope::Loaded, path: &std::path::Path) -> Result<()> {
             Err(e) => Err(e.to_string()),
         }
     }
-    // An experiment's result is read into its typed result below, for its figures.
-    if crate::experiment::registry::lookup(doc.kind).is_some() {
-        return Ok(());
-    }
     let v = &doc.value;
     let r = match doc.kind {
         Kind::Doctor => typed::<crate::doctor::DoctorReport>(v),
         Kind::Probe => typed::<crate::probe::Probe>(v),
-        Kind::Pingpong => typed::<crate::pingpong::PingpongReport>(v),
-        Kind::Pair => typed::<crate::pair::PairReport>(v),
-        Kind::Share => typed::<crate::share::ShareReport>(v),
-        Kind::Scale => typed::<crate::scale::ScaleReport>(v),
-        Kind::Oscost => typed::<crate::oscost::OscostReport>(v),
-        Kind::Sim => typed::<crate::sim::SimReport>(v),
-        Kind::Try => typed::<crate::trial::TrialReport>(v),
-        // A comparison is output only; comparing two of them compares their figures.
-        Kind::Compare => Ok(()),
+        // Every other kind is the registry's, read into its typed result for its figures once
+        // the two kinds are known to match; a comparison is output only, and comparing two of
+        // them compares their figures.
+        _ => Ok(()),
     };
     r.map_err(|e| {
         bad_input(format!(

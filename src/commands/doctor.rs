@@ -39,6 +39,21 @@ pub struct Args {
     /// measured effect and cost to it (root only; every setting is restored).
     #[arg(long = "try")]
     pub try_remedies: bool,
+    /// Skip the check for other load before measuring.
+    #[arg(long)]
+    pub no_load_check: bool,
+    /// Also watch a live application's wakeups (its processes, comma-separated) and say what
+    /// crossing CPUs costs it, with the battery's measured penalty (root: scheduler tracepoints).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        value_name = "PID",
+        conflicts_with = "comm"
+    )]
+    pub pid: Vec<String>,
+    /// Like --pid, by process name (as in /proc/PID/comm).
+    #[arg(long, value_delimiter = ',', value_name = "NAME")]
+    pub comm: Vec<String>,
 }
 
 /// Turns the flags into settings; unknown presets are bad input.
@@ -68,7 +83,35 @@ pub fn settings(a: &Args) -> Result<DoctorSettings> {
             }
         }
     }
-    Ok(DoctorSettings { mode, presets })
+    let watch = if !a.pid.is_empty() {
+        let mut pids = std::collections::BTreeSet::new();
+        for p in &a.pid {
+            let pid: i32 = p.trim().parse().ok().filter(|p| *p > 0).ok_or_else(|| {
+                bad_input(format!(
+                    "--pid `{p}` is not a process id; give one like `1234`"
+                ))
+            })?;
+            if !Path::new("/proc").join(pid.to_string()).is_dir() {
+                return Err(bad_input(format!(
+                    "no process with pid {pid} (it may have exited); see `ps -e`"
+                )));
+            }
+            pids.insert(pid);
+        }
+        Some(crate::watch::Target::Pids(pids))
+    } else if !a.comm.is_empty() {
+        Some(crate::watch::Target::Comms(
+            a.comm.iter().map(|c| c.trim().to_string()).collect(),
+        ))
+    } else {
+        None
+    };
+    Ok(DoctorSettings {
+        mode,
+        presets,
+        watch,
+        check_load: !a.no_load_check,
+    })
 }
 
 /// Fails with one line (exit 2) when `path` cannot be written, so a long run is not lost to a

@@ -14,3 +14,4 @@ pub mod scale;
 pub mod share;
 pub mod sim;
 pub mod try_;
+pub mod watch;

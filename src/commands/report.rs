@@ -6,7 +6,7 @@ use crate::cli::Global;
 use crate::doctor::{DoctorReport, text};
 use crate::error::bad_input;
 use crate::output;
-use crate::report::envelope::{self, Kind, Loaded};
+use crate::report::envelope::{Kind, Loaded};
 use crate::report::html;
 use anyhow::{Context, Result};
 use std::path::PathBuf;
@@ -34,11 +34,22 @@ fn doctor(l: &Loaded, name: &str) -> Result<DoctorReport> {
 
 pub fn run(args: Args, g: &Global) -> Result<()> {
     let name = args.result.display().to_string();
-    let l = envelope::load(&args.result)?;
+    let l = crate::experiment::registry::load(&args.result)?;
     let (page, text) = match l.kind {
         Kind::Doctor => {
             let r = doctor(&l, &name)?;
             (crate::doctor::html::page(&r), text::render(&r))
+        }
+        Kind::Probe => {
+            let p: crate::probe::Probe = serde_json::from_value(l.value.clone()).map_err(|e| {
+                bad_input(format!(
+                    "{name} says it is a probe result but does not match its schema ({e})"
+                ))
+            })?;
+            (
+                probe_page(&p),
+                crate::probe::render(&p, &output::Style::new()),
+            )
         }
         k => match crate::experiment::registry::lookup(k) {
             // The kind's own renderers; a document of the right kind but the wrong shape is bad
@@ -62,6 +73,19 @@ pub fn run(args: Args, g: &Global) -> Result<()> {
         }
         None => output::print_text(&text),
     }
+}
+
+/// A probe result as a page: the fingerprint as `cpulab probe` prints it, and its conditions.
+fn probe_page(p: &crate::probe::Probe) -> String {
+    let plain = output::Style { on: false };
+    let body = maud::html! {
+        section {
+            h2 { "Machine fingerprint" }
+            pre { (crate::probe::render(p, &plain)) }
+        }
+        (html::conditions(&p.conditions, &[]))
+    };
+    html::page("cpulab probe", html::facts_line(&p.conditions), body)
 }
 
 fn generic_text(l: &Loaded) -> String {

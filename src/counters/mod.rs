@@ -384,11 +384,31 @@ pub struct LoadCheck {
     pub window_s: f64,
     /// Busy percent per CPU during the window (user + system + irq + softirq).
     pub busy_pct: BTreeMap<u32, f64>,
+    /// CPU seconds cpulab itself and the processes it started used during the window (the
+    /// previous run's children exiting, servers it keeps, its watchdog).
+    #[serde(default)]
+    pub own_cpu_s: f64,
+    /// `busy_pct` less cpulab's own share: what other programs did. The noise verdict is taken
+    /// on this.
+    #[serde(default)]
+    pub other_busy_pct: BTreeMap<u32, f64>,
+    /// The other processes (kernel threads included) that used the most CPU in the window.
+    #[serde(default)]
+    pub busiest_others: Vec<OtherTask>,
     pub steal_pct: f64,
     /// True when some CPU in use was busier than the threshold: results may be spoiled.
     pub noisy: bool,
     /// Why, in words, when noisy.
     pub reason: Option<String>,
+}
+
+/// A process that is not cpulab's, and the CPU time it used during a load check.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct OtherTask {
+    pub pid: i32,
+    /// Its command name (`kdamond.0`, `rustc`).
+    pub name: String,
+    pub cpu_s: f64,
 }
 
 /// Busy share above which another program is taken to be competing for a CPU.
@@ -397,23 +417,39 @@ pub const NOISY_BUSY_PCT: f64 = 10.0;
 /// Samples `/proc/stat` across a short sleep to see whether anything else is running on `cpus`.
 pub fn check_background_load(root: &Path, cpus: &CpuSet, window: Duration) -> LoadCheck {
     let before = SystemSnapshot::take(root);
+    let procs_before = process_table(root);
     std::thread::sleep(window);
+    let procs_after = process_table(root);
     let after = SystemSnapshot::take(root);
+    let (own_before, own_after) = (own_cpu_s_in(&procs_before), own_cpu_s_in(&procs_after));
+    let busiest = busiest_others(&procs_before, &procs_after, 3);
     let d = before.delta(&after, cpus);
     let busy_pct: BTreeMap<u32, f64> = d.cpu_time.iter().map(|(c, s)| (*c, s.busy_pct())).collect();
-    let busy: Vec<String> = busy_pct
+    let own_cpu_s = (own_after - own_before).max(0.0);
+    let other_busy_pct = without_own(&busy_pct, own_cpu_s, d.interval_s);
+    let busy: Vec<String> = other_busy_pct
         .iter()
         .filter(|(_, b)| **b > NOISY_BUSY_PCT)
         .map(|(c, b)| format!("cpu{c} {b:.0}% busy"))
         .collect();
     let steal = d.steal_pct();
     let mut reasons = busy;
+    if !reasons.is_empty() && !busiest.is_empty() {
+        let names: Vec<String> = busiest
+            .iter()
+            .map(|t| format!("{} (pid {}) {:.2} CPU-s", t.name, t.pid, t.cpu_s))
+            .collect();
+        reasons.push(format!("busiest: {}", names.join(", ")));
+    }
     if steal > NOISY_BUSY_PCT {
         reasons.push(format!("{steal:.0}% steal"));
     }
     LoadCheck {
         window_s: d.interval_s,
         busy_pct,
+        own_cpu_s,
+        other_busy_pct,
+        busiest_others: busiest,
         steal_pct: steal,
         noisy: !reasons.is_empty(),
         reason: (!reasons.is_empty())
@@ -421,9 +457,233 @@ pub fn check_background_load(root: &Path, cpus: &CpuSet, window: Duration) -> Lo
     }
 }
 
+/// Per-CPU busy percentages less `own_s` CPU seconds of cpulab's own, taken from the busiest
+/// CPUs first: /proc/stat does not say which CPU our time fell on, and this choice can only
+/// clear as much as cpulab really used, so a CPU another program keeps busy stays busy.
+pub fn without_own(
+    busy_pct: &BTreeMap<u32, f64>,
+    own_s: f64,
+    interval_s: f64,
+) -> BTreeMap<u32, f64> {
+    let mut out = busy_pct.clone();
+    if interval_s <= 0.0 {
+        return out;
+    }
+    let mut left_pct = own_s / interval_s * 100.0;
+    let mut order: Vec<u32> = out.keys().copied().collect();
+    order.sort_by(|a, b| out[b].total_cmp(&out[a]));
+    for c in order {
+        if left_pct <= 0.0 {
+            break;
+        }
+        if let Some(v) = out.get_mut(&c) {
+            let take = v.min(left_pct);
+            *v -= take;
+            left_pct -= take;
+        }
+    }
+    out
+}
+
+/// Every process under `root`/proc: pid, command name, and its stat fields.
+pub fn process_table(root: &Path) -> Vec<(i32, String, parse::ProcStat)> {
+    let mut out = Vec::new();
+    let Ok(dir) = std::fs::read_dir(root.join("proc")) else {
+        return out;
+    };
+    for e in dir.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+            continue;
+        };
+        let Ok(text) = std::fs::read_to_string(root.join(format!("proc/{pid}/stat"))) else {
+            continue;
+        };
+        let name = match (text.find('('), text.rfind(')')) {
+            (Some(a), Some(b)) if a < b => text[a + 1..b].to_string(),
+            _ => String::new(),
+        };
+        if let Some(st) = parse::parse_proc_pid_stat(&text) {
+            out.push((pid, name, st));
+        }
+    }
+    out
+}
+
+/// This process and every live descendant in `table`, through parent links.
+fn own_tree(table: &[(i32, String, parse::ProcStat)]) -> Vec<i32> {
+    let mut tree = vec![std::process::id() as i32];
+    let mut i = 0;
+    while i < tree.len() {
+        let parent = tree[i];
+        tree.extend(
+            table
+                .iter()
+                .filter(|(_, _, s)| s.ppid == parent)
+                .map(|(p, _, _)| *p),
+        );
+        i += 1;
+    }
+    tree
+}
+
+fn ticks(s: &parse::ProcStat) -> u64 {
+    s.utime_ticks + s.stime_ticks + s.reaped_children_ticks
+}
+
+/// CPU seconds used so far by this process (every thread, ended ones included), the children
+/// it has reaped, and every live descendant with the children they reaped: cpulab's own load.
+/// Descendants are found through parent links in `proc/*/stat` under `root`.
+pub fn own_tree_cpu_s(root: &Path) -> f64 {
+    own_cpu_s_in(&process_table(root))
+}
+
+fn own_cpu_s_in(table: &[(i32, String, parse::ProcStat)]) -> f64 {
+    let tree = own_tree(table);
+    let t: u64 = table
+        .iter()
+        .filter(|(p, _, _)| tree.contains(p))
+        .map(|(_, _, s)| ticks(s))
+        .sum();
+    t as f64 / clock_ticks_per_sec()
+}
+
+/// The processes not of cpulab's tree that used the most CPU between two tables (the same
+/// process in both: same pid and start time), most first, at most `n`.
+pub fn busiest_others(
+    before: &[(i32, String, parse::ProcStat)],
+    after: &[(i32, String, parse::ProcStat)],
+    n: usize,
+) -> Vec<OtherTask> {
+    let tree = own_tree(after);
+    let mut out: Vec<OtherTask> = after
+        .iter()
+        .filter(|(p, _, _)| !tree.contains(p))
+        .filter_map(|(pid, name, a)| {
+            let (_, _, b) = before
+                .iter()
+                .find(|(p, _, b)| p == pid && b.starttime_ticks == a.starttime_ticks)?;
+            let used =
+                (a.utime_ticks + a.stime_ticks).checked_sub(b.utime_ticks + b.stime_ticks)?;
+            (used > 0).then(|| OtherTask {
+                pid: *pid,
+                name: name.clone(),
+                cpu_s: used as f64 / clock_ticks_per_sec(),
+            })
+        })
+        .collect();
+    out.sort_by(|a, b| b.cpu_s.total_cmp(&a.cpu_s));
+    out.truncate(n);
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn own_time_is_taken_off_the_busiest_cpus_and_no_more() {
+        let busy: BTreeMap<u32, f64> = [(0, 30.0), (1, 100.0)].into();
+        // 0.1 s of our own in a 0.2 s window: 50 points off the busiest CPU.
+        let o = without_own(&busy, 0.1, 0.2);
+        assert_eq!(o[&1], 50.0);
+        assert_eq!(o[&0], 30.0);
+        // More of our own than the busiest CPU had: the rest comes off the next.
+        let o = without_own(&busy, 0.25, 0.2);
+        assert_eq!(o[&1], 0.0);
+        assert!((o[&0] - 5.0).abs() < 1e-9);
+        for v in without_own(&busy, 10.0, 0.2).values() {
+            assert!(*v >= 0.0, "never negative");
+        }
+    }
+
+    /// Regression (issue 8): the check counted cpulab's own work in the window (a previous
+    /// run's processes exiting) as other load.
+    #[test]
+    fn our_own_work_during_the_window_is_not_other_load() {
+        let root = Path::new("/");
+        let cpus = crate::topology::Topology::read(root).unwrap().online;
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let s = stop.clone();
+        let spinner = std::thread::spawn(move || {
+            while !s.load(std::sync::atomic::Ordering::Relaxed) {
+                std::hint::spin_loop();
+            }
+        });
+        let c = check_background_load(root, &cpus, Duration::from_millis(300));
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        spinner.join().unwrap();
+        assert!(
+            c.own_cpu_s > 0.0,
+            "a spinning thread of ours was seen: {c:?}"
+        );
+        let total = |m: &BTreeMap<u32, f64>| m.values().sum::<f64>();
+        // What is left for others is the total less our share, never below zero per CPU.
+        let ours_pct = c.own_cpu_s / c.window_s * 100.0;
+        assert!(
+            total(&c.other_busy_pct)
+                <= total(&c.busy_pct) - ours_pct.min(total(&c.busy_pct)) + 1e-6
+        );
+        assert!(c.other_busy_pct.values().all(|v| *v >= 0.0));
+    }
+
+    #[test]
+    fn the_busiest_others_leave_out_our_tree_and_new_processes() {
+        let st = |ppid: i32, t: u64, start: u64| parse::ProcStat {
+            state: 'S',
+            ppid,
+            utime_ticks: t,
+            stime_ticks: 0,
+            reaped_children_ticks: 0,
+            starttime_ticks: start,
+            processor: 0,
+        };
+        let me = std::process::id() as i32;
+        let before = vec![
+            (77, "kdamond.0".to_string(), st(2, 100, 5)),
+            (900, "rustc".to_string(), st(1, 10, 50)),
+            (me, "cpulab".to_string(), st(1, 0, 60)),
+            (901, "sh".to_string(), st(me, 0, 70)),
+            (902, "reused".to_string(), st(1, 0, 80)),
+        ];
+        let after = vec![
+            (77, "kdamond.0".to_string(), st(2, 112, 5)),
+            (900, "rustc".to_string(), st(1, 13, 50)),
+            (me, "cpulab".to_string(), st(1, 30, 60)),
+            (901, "sh".to_string(), st(me, 50, 70)),
+            // The same pid, another process: not compared.
+            (902, "reused".to_string(), st(1, 40, 81)),
+        ];
+        let b = busiest_others(&before, &after, 3);
+        let names: Vec<&str> = b.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(names, ["kdamond.0", "rustc"]);
+        assert!(b[0].cpu_s > b[1].cpu_s && b[1].cpu_s > 0.0);
+        assert!(own_cpu_s_in(&after) > own_cpu_s_in(&before));
+    }
+
+    #[test]
+    fn own_tree_counts_a_busy_child() {
+        let children_s = || {
+            let r = nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_CHILDREN)
+                .unwrap();
+            let t = |v: nix::sys::time::TimeVal| v.tv_sec() as f64 + v.tv_usec() as f64 / 1e6;
+            t(r.user_time()) + t(r.system_time())
+        };
+        let root = Path::new("/");
+        let (before, kids_before) = (own_tree_cpu_s(root), children_s());
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", "i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done"])
+            .spawn()
+            .unwrap();
+        child.wait().unwrap();
+        let (after, kids) = (own_tree_cpu_s(root), children_s() - kids_before);
+        assert!(kids > 0.0, "the child used CPU time");
+        // Whatever the kernel says the reaped child used is in our own tree's figure (to the
+        // clock tick /proc/*/stat counts in).
+        assert!(
+            after - before + 2.0 / clock_ticks_per_sec() >= kids,
+            "{after} - {before} < {kids}"
+        );
+    }
 
     #[test]
     fn deltas_never_go_negative() {

@@ -137,6 +137,8 @@ pub struct ProcStat {
     pub utime_ticks: u64,
     /// Field 15: system time in clock ticks.
     pub stime_ticks: u64,
+    /// Fields 16 and 17: user and system time of the children it has waited for.
+    pub reaped_children_ticks: u64,
     /// Field 22: start time in clock ticks after boot; with the pid it names one task for good.
     pub starttime_ticks: u64,
     /// CPU the task last ran on (field 39).
@@ -155,6 +157,7 @@ pub fn parse_proc_pid_stat(text: &str) -> Option<ProcStat> {
         ppid: f.get(1).and_then(|v| v.parse().ok())?,
         utime_ticks: get(14)?,
         stime_ticks: get(15)?,
+        reaped_children_ticks: get(16)? + get(17)?,
         starttime_ticks: get(22)?,
         processor: u32::try_from(get(39)?).ok()?,
     })
@@ -222,12 +225,13 @@ ERR:          0\n";
 
     #[test]
     fn pid_stat_with_spaces_in_name() {
-        let s = "1234 (my (odd) prog) S 1 1234 1234 0 -1 4194560 100 0 0 0 25 7 0 0 20 0 1 0 1000 \
+        let s = "1234 (my (odd) prog) S 1 1234 1234 0 -1 4194560 100 0 0 0 25 7 3 4 20 0 1 0 1000 \
                  1000000 100 18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0";
         let p = parse_proc_pid_stat(s).unwrap();
         assert_eq!(p.ppid, 1);
         assert_eq!(p.utime_ticks, 25);
         assert_eq!(p.stime_ticks, 7);
+        assert_eq!(p.reaped_children_ticks, 3 + 4);
         assert_eq!(p.processor, 1);
         assert_eq!((p.state, p.starttime_ticks), ('S', 1000));
         assert_eq!(parse_proc_pid_stat("1234 (short) S 1 2 3"), None);

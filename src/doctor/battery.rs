@@ -90,6 +90,11 @@ pub struct DoctorSettings {
     pub mode: Mode,
     /// Application presets to run (`pgbench`, `http`).
     pub presets: Vec<String>,
+    /// A live application to watch (`--pid`, `--comm`).
+    pub watch: Option<crate::watch::Target>,
+    /// Watch the CPUs for other load before the battery (`--no-load-check` turns it off, and
+    /// the rules then have no other-load figure to judge by).
+    pub check_load: bool,
 }
 
 /// One experiment of the battery.
@@ -101,6 +106,8 @@ pub enum Stage {
     Share,
     Scale,
     Preset(String),
+    /// A watch of the live application, for so many seconds.
+    Watch(crate::watch::Target, f64),
 }
 
 impl Stage {
@@ -112,6 +119,7 @@ impl Stage {
             Stage::Share => "share check".into(),
             Stage::Scale => "parallel scaling (scale)".into(),
             Stage::Preset(p) => format!("preset {p} (pair)"),
+            Stage::Watch(t, _) => format!("watch of {} (watch)", t.describe()),
         }
     }
 
@@ -174,6 +182,15 @@ pub fn plan(machine: &Machine, s: &DoctorSettings) -> (Vec<(Stage, f64)>, Vec<Sk
             Stage::Preset(p.clone()),
             4.0 * (b.preset_run_s + 0.5) * 4.0 + 3.0,
         ));
+    }
+    if let Some(t) = &s.watch {
+        // First, so the application is seen before the battery loads the machine.
+        let secs = match s.mode {
+            Mode::Quick => 2.0,
+            Mode::Default => 5.0,
+            Mode::Thorough => 10.0,
+        };
+        stages.insert(0, (Stage::Watch(t.clone(), secs), secs + 0.5));
     }
     (stages, skipped)
 }
@@ -243,6 +260,9 @@ pub fn run(
             Stage::OsCost => stages::oscost(machine, s.mode, progress).map(|o| m.oscost = Some(o)),
             Stage::Share => stages::share(machine, &b, progress).map(|x| m.share = Some(x)),
             Stage::Scale => stages::scale(machine, &b, progress).map(|x| m.scaling = x),
+            Stage::Watch(t, secs) => {
+                stages::watch(machine, t, *secs, progress).map(|x| m.app_watch = Some(x))
+            }
             Stage::Preset(p) => {
                 stages::preset(machine, p, s.mode, progress).map(|x| m.presets.extend(x))
             }

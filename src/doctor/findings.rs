@@ -132,11 +132,30 @@ impl SourceKind {
     }
 }
 
+/// Two values of one figure side by side ("1.94 idle vs 0.00 with busy neighbours"), as data:
+/// a script reads both numbers and their unit instead of parsing the sentence.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Versus {
+    /// The unit both values share (`per_round_trip`, `pct`, `count`).
+    pub unit: String,
+    pub a: Side,
+    pub b: Side,
+}
+
+/// One side of a [`Versus`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Side {
+    /// What the side is: "idle", "with busy neighbours", "packed".
+    pub label: String,
+    pub value: f64,
+}
+
 /// A value for evidence: its text for people, and the figure as data when it is one.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Datum {
     pub text: String,
     pub quantity: Option<Quantity>,
+    pub versus: Option<Versus>,
 }
 
 impl std::fmt::Display for Datum {
@@ -150,6 +169,7 @@ impl From<String> for Datum {
         Self {
             text,
             quantity: None,
+            versus: None,
         }
     }
 }
@@ -177,6 +197,31 @@ impl Datum {
                 ci95: None,
                 n: None,
             }),
+            versus: None,
+        }
+    }
+
+    /// A share (0..1) as a percentage, `unit` `pct`: "37%".
+    pub fn share(share: f64) -> Self {
+        Self::number(share * 100.0, "pct", format!("{:.0}%", share * 100.0))
+    }
+
+    /// Two values of one figure, shown as `text`: `(label, value)` for each side.
+    pub fn versus(unit: &str, a: (&str, f64), b: (&str, f64), text: impl Into<String>) -> Self {
+        Self {
+            text: text.into(),
+            quantity: None,
+            versus: Some(Versus {
+                unit: unit.to_string(),
+                a: Side {
+                    label: a.0.to_string(),
+                    value: a.1,
+                },
+                b: Side {
+                    label: b.0.to_string(),
+                    value: b.1,
+                },
+            }),
         }
     }
 
@@ -190,6 +235,7 @@ impl Datum {
                 ci95: Some([m.ci95_low, m.ci95_high]),
                 n: Some(m.n),
             }),
+            versus: None,
         }
     }
 }
@@ -204,6 +250,9 @@ pub struct Evidence {
     /// The same value as data, when it is a figure: scripts read this, not the text.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub quantity: Option<Quantity>,
+    /// Two values side by side as data, when the evidence compares two conditions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub versus: Option<Versus>,
     /// Where it came from: `measured: pingpong pipe 0:1`, `probe: /sys/module/haltpoll/...`.
     pub source: String,
     /// What kind of source: measured here, probed, published, or a model.
@@ -273,6 +322,7 @@ impl Evidence {
             label: label.into(),
             value: d.text,
             quantity: d.quantity,
+            versus: d.versus,
             source_kind: SourceKind::of(&source),
             source,
         }
@@ -340,4 +390,40 @@ pub fn sort(findings: &mut [Finding]) {
                 .total_cmp(&a.magnitude.ratio.unwrap_or(1.0)),
         )
     });
+}
+
+#[cfg(test)]
+mod versus_tests {
+    use super::*;
+
+    #[test]
+    fn a_comparison_keeps_both_numbers_as_data() {
+        let e = Evidence::new(
+            "idle entries per round trip",
+            Datum::versus(
+                "per_round_trip",
+                ("idle", 1.94),
+                ("busy", 0.0),
+                "1.94 vs 0.00",
+            ),
+            "measured: pingpong",
+        );
+        let v = serde_json::to_value(&e).unwrap();
+        assert_eq!(v["versus"]["a"]["value"], 1.94);
+        assert_eq!(v["versus"]["b"]["label"], "busy");
+        assert_eq!(v["versus"]["unit"], "per_round_trip");
+        assert_eq!(v["source_kind"], "measured");
+        assert!(v.get("quantity").is_none());
+        let back: Evidence = serde_json::from_value(v).unwrap();
+        assert_eq!(back, e);
+        // Older documents without the field still read.
+        let old = serde_json::json!({"label": "x", "value": "1", "source": "probe: y"});
+        assert!(
+            serde_json::from_value::<Evidence>(old)
+                .unwrap()
+                .versus
+                .is_none()
+        );
+        assert_eq!(Datum::share(0.37).quantity.unwrap().value, 37.0);
+    }
 }

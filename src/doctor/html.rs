@@ -46,6 +46,12 @@ fn finding(n: usize, f: &Finding, guest: bool) -> Markup {
                     }
                     p { (r.effect) }
                     p.cost { "Cost: " (r.cost_caveat) }
+                    @if let Some(t) = &r.try_command {
+                        p.try { "Measure it here: " code.inline { (t) } }
+                    }
+                    @if let Some(m) = &r.measured {
+                        p.measured { (capitalise(m)) }
+                    }
                 }
             }
         }
@@ -285,4 +291,43 @@ pub fn page(r: &DoctorReport) -> String {
         (html::conditions(&r.conditions, &skipped))
     };
     html::page("cpulab doctor", header, body)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::doctor::findings::{Confidence, Magnitude, Remedy, Severity};
+
+    #[test]
+    fn a_remedy_shows_its_try_line_and_what_it_measured() {
+        let f = Finding {
+            id: "cross-cpu-wakeup".into(),
+            title: "Cross-vCPU wakeups are slow".into(),
+            severity: Severity::of_ratio(8.0),
+            magnitude: Magnitude {
+                text: "cross-vCPU wakeups cost 8x".into(),
+                ratio: Some(8.0),
+                worse: None,
+                better: None,
+                unit: "ns".into(),
+            },
+            evidence: Vec::new(),
+            mechanism: "halt exits".into(),
+            remedies: vec![Remedy {
+                measured: Some("measured here (pipe round trip): 56.6 us -> 7.0 us".into()),
+                ..Remedy::new("echo 200000 > x", "polls", "CPU time")
+                    .with_try("cpulab try haltpoll.guest_halt_poll_ns=200000")
+            }],
+            confidence: Confidence::from_agreeing(2),
+        };
+        let page = finding(1, &f, true).into_string();
+        assert!(
+            page.contains("cpulab try haltpoll.guest_halt_poll_ns=200000"),
+            "{page}"
+        );
+        assert!(
+            page.contains("Measured here (pipe round trip): 56.6 us -&gt; 7.0 us"),
+            "{page}"
+        );
+    }
 }

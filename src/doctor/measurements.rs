@@ -199,6 +199,57 @@ pub struct Skipped {
     pub reason: String,
 }
 
+/// One process of the live application the doctor watched (`--pid`, `--comm`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WatchedProcess {
+    pub name: String,
+    pub pids: Vec<i32>,
+    pub wakeups_per_s: f64,
+    /// Share of its wakeups placed on another CPU than the waker's, 0..1.
+    pub cross_share: f64,
+    pub cross_wakeups_per_s: f64,
+}
+
+/// The watch of the live application, condensed for the rules.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AppWatch {
+    pub target: String,
+    pub interval_s: f64,
+    /// Set when the kernel did not deliver the events the figures need: lower bounds.
+    pub incomplete: Option<String>,
+    /// Most wakeups first.
+    pub processes: Vec<WatchedProcess>,
+}
+
+impl AppWatch {
+    pub fn from_report(r: &crate::watch::WatchReport) -> Self {
+        let processes = r
+            .processes
+            .iter()
+            .map(|p| {
+                let cross: Vec<_> = p
+                    .classes
+                    .iter()
+                    .filter(|c| c.class != PlacementClass::SameCpu)
+                    .collect();
+                WatchedProcess {
+                    name: p.name.clone(),
+                    pids: p.pids.clone(),
+                    wakeups_per_s: p.wakeups_per_s,
+                    cross_share: cross.iter().map(|c| c.share).sum(),
+                    cross_wakeups_per_s: cross.iter().map(|c| c.wakeups_per_s).sum(),
+                }
+            })
+            .collect();
+        Self {
+            target: r.target.clone(),
+            interval_s: r.interval_s,
+            incomplete: r.incomplete.clone(),
+            processes,
+        }
+    }
+}
+
 /// Everything the doctor measured.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Measurements {
@@ -210,6 +261,9 @@ pub struct Measurements {
     pub presets: Vec<PresetRun>,
     pub counters: RunCounters,
     pub skipped: Vec<Skipped>,
+    /// The live application's wakeups (`doctor --pid` / `--comm`).
+    #[serde(default)]
+    pub app_watch: Option<AppWatch>,
 }
 
 impl Measurements {

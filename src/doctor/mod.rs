@@ -67,14 +67,19 @@ pub fn run(
     let probe = crate::probe::probe(machine);
     let facts = adapt::facts(&probe);
     let mut conditions = probe.conditions.clone();
-    progress.step("checking for other load");
-    let check = crate::counters::check_background_load(
-        &machine.root,
-        &machine.allowed,
-        std::time::Duration::from_millis(300),
-    );
-    let other_busy = check.busy_pct.clone();
-    conditions.record_load(check);
+    let mut other_busy = Default::default();
+    if settings.check_load {
+        progress.step("checking for other load");
+        let check = crate::counters::check_background_load(
+            &machine.root,
+            &machine.allowed,
+            std::time::Duration::from_millis(300),
+        );
+        other_busy = check.other_busy_pct.clone();
+        conditions.record_load(check);
+    } else {
+        conditions.load_not_checked();
+    }
     progress.done(1.0);
     let (mut m, interrupted): (Measurements, _) =
         battery::run(machine, settings, &stages, &progress);

@@ -57,6 +57,24 @@ fn pingpong_settings(
     }
 }
 
+/// A watch of the live application: where its wakeups land, from the scheduler tracepoints.
+pub fn watch(
+    machine: &Machine,
+    target: &crate::watch::Target,
+    secs: f64,
+    p: &Progress,
+) -> Result<crate::doctor::measurements::AppWatch> {
+    let sink = |level: Level, m: &str| p.emit(level, &format!("watch: {m}"));
+    let sink = Sink::new(&sink);
+    let settings = crate::watch::WatchSettings {
+        target: target.clone(),
+        duration_s: secs,
+        ..Default::default()
+    };
+    let r = crate::watch::run(machine, &settings, &sink)?;
+    Ok(crate::doctor::measurements::AppWatch::from_report(&r))
+}
+
 /// Wakeup round trips: blocking (pipe) at every pair plus unpinned, and spinning at one pair
 /// of each cross-CPU class (spinning on one CPU is meaningless).
 pub fn wakeup(machine: &Machine, b: &Budget, p: &Progress) -> Result<Vec<WakeupRun>> {

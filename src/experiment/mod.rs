@@ -234,3 +234,27 @@ pub trait Experiment {
     /// A self-contained HTML page.
     fn render_html(report: &Self::Report) -> String;
 }
+
+/// An experiment that is its own subcommand, `cpulab NAME`, and a `cpulab try --measure
+/// NAME:FLAGS`: its flags and their validation live beside it, and the registry builds the
+/// subcommand, its help and man page from them. Listing it with
+/// [`registry::command`] in [`registry::ENTRIES`] is all the wiring it needs.
+pub trait Command: Experiment + Sized + 'static
+where
+    Self::Settings: 'static,
+{
+    /// Its flags; their doc comments are the subcommand's help, `#[command(after_help)]` its
+    /// examples.
+    type Args: clap::Args;
+    /// The subcommand's name, also its `--measure` name and its result kind.
+    const NAME: &'static str = Self::KIND.as_str();
+    /// One line for `cpulab --help`.
+    const ABOUT: &'static str;
+
+    /// Flags -> validated settings: every bad value is one line and exit 2 here, nothing below
+    /// re-validates.
+    fn settings(args: &Self::Args, machine: &Machine) -> Result<Self::Settings>;
+
+    /// Whether the flags ask for one JSON document instead of text.
+    fn json(args: &Self::Args) -> bool;
+}

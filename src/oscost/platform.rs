@@ -43,18 +43,19 @@ impl OsPlatform {
     /// and `probe` report the same mitigations.
     pub fn read(root: &Path) -> Self {
         let mut unavailable = Vec::new();
-        let mut read = |rel: &str| -> Option<String> {
-            let r = read_trim(&root.join(rel));
+        let mut note = |r: crate::probe::reading::Reading<String>| -> Option<String> {
             if let Some(u) = r.why() {
                 unavailable.push(format!("{} ({})", u.detail, u.reason.as_str()));
             }
             r.into_value()
         };
-        let cmdline = read("proc/cmdline")
+        let cmdline = note(read_trim(&root.join("proc/cmdline")))
             .map(|t| parse_cmdline(&t))
             .unwrap_or_default();
-        let clocksource = read("sys/devices/system/clocksource/clocksource0/current_clocksource");
-        let thp = read("sys/kernel/mm/transparent_hugepage/enabled");
+        let clocksource = note(crate::probe::virt::read_clocksource(root));
+        let thp = note(read_trim(
+            &root.join("sys/kernel/mm/transparent_hugepage/enabled"),
+        ));
         let m = Mitigations::read(root, &cmdline);
         if let Some(u) = m.vulnerabilities.why() {
             unavailable.insert(0, format!("{} ({})", u.detail, u.reason.as_str()));

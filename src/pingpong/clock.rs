@@ -24,8 +24,9 @@ pub enum Timer {
 impl Timer {
     /// The TSC when the kernel uses it as its clocksource on x86-64, else CLOCK_MONOTONIC.
     pub fn detect(root: &Path) -> Self {
-        let source = root.join("sys/devices/system/clocksource/clocksource0/current_clocksource");
-        let tsc = std::fs::read_to_string(source).is_ok_and(|s| s.trim() == "tsc");
+        let tsc = crate::probe::virt::read_clocksource(root)
+            .value()
+            .is_some_and(|s| s == "tsc");
         if cfg!(target_arch = "x86_64") && tsc {
             Timer::Tsc
         } else {

@@ -533,16 +533,7 @@ mod tests {
         assert_eq!(d.nr_periods, 0, "a reset counter saturates at zero");
     }
 
-    /// Writes `files` (path, content) under a fresh temporary root.
-    fn tree(files: &[(&str, &str)]) -> tempfile::TempDir {
-        let t = tempfile::tempdir().unwrap();
-        for (rel, text) in files {
-            let p = t.path().join(rel);
-            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-            std::fs::write(p, text).unwrap();
-        }
-        t
-    }
+    use crate::testing::tree;
 
     #[test]
     fn a_namespaced_mount_root_is_stripped_from_the_group_path() {

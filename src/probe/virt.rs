@@ -69,6 +69,12 @@ pub const GUEST_MODULES: &[(&str, &str)] = &[
     ("cpuidle_haltpoll", "KVM"),
 ];
 
+/// The kernel's current clocksource below `root`: the one reader of it (the probe, oscost's
+/// platform record and pingpong's timer all ask here).
+pub fn read_clocksource(root: &Path) -> Reading<String> {
+    read_trim(&root.join("sys/devices/system/clocksource/clocksource0/current_clocksource"))
+}
+
 /// The hypervisor a clocksource name belongs to (pure).
 pub fn hypervisor_from_clocksource(cs: &str) -> Option<&'static str> {
     match cs {
@@ -179,9 +185,7 @@ impl Virt {
             evidence.push(format!("DMI names {d}"));
             hypervisor.get_or_insert(d);
         }
-        let clocksource = read_trim(
-            &root.join("sys/devices/system/clocksource/clocksource0/current_clocksource"),
-        );
+        let clocksource = read_clocksource(root);
         if let Some(h) = clocksource
             .value()
             .and_then(|c| hypervisor_from_clocksource(c))

@@ -16,8 +16,12 @@ use std::path::Path;
 pub const SCHEMA_VERSION: u32 = 1;
 
 /// What a result document holds.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
+///
+/// The named variants are the kinds cpulab had before experiments were registered by name; an
+/// experiment added since carries its own name in [`Kind::Experiment`] (`const KIND: Kind =
+/// Kind::Experiment("messaging")`), so adding one needs no variant here. Both serialise to the
+/// bare kind string, so documents look the same either way.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
     Doctor,
     Probe,
@@ -29,10 +33,26 @@ pub enum Kind {
     Compare,
     Try,
     Sim,
+    /// An experiment known by its registered name (see `experiment::registry`).
+    Experiment(&'static str),
 }
 
 impl Kind {
-    pub fn as_str(self) -> &'static str {
+    /// The kinds with their own variant, for reading documents back.
+    const NAMED: [Kind; 10] = [
+        Self::Doctor,
+        Self::Probe,
+        Self::Pingpong,
+        Self::Pair,
+        Self::Share,
+        Self::Scale,
+        Self::Oscost,
+        Self::Compare,
+        Self::Try,
+        Self::Sim,
+    ];
+
+    pub const fn as_str(self) -> &'static str {
         match self {
             Self::Doctor => "doctor",
             Self::Probe => "probe",
@@ -44,11 +64,34 @@ impl Kind {
             Self::Compare => "compare",
             Self::Try => "try",
             Self::Sim => "sim",
+            Self::Experiment(name) => name,
         }
     }
 
-    fn parse(s: &str) -> Option<Self> {
-        serde_json::from_value(serde_json::Value::String(s.to_string())).ok()
+    /// The kind named `s`: a named variant, or one of `registered` (the experiment registry's
+    /// kinds, passed in because this layer sits below the experiments).
+    pub fn parse(s: &str, registered: &[Kind]) -> Option<Self> {
+        Self::NAMED
+            .iter()
+            .chain(registered)
+            .copied()
+            .find(|k| k.as_str() == s)
+    }
+}
+
+impl Serialize for Kind {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+/// Reads the named kinds only: a registered experiment's kind is recognised by [`parse`] with
+/// the registry's list, which is how every document is read back.
+impl<'de> Deserialize<'de> for Kind {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        Self::parse(&s, &[])
+            .ok_or_else(|| serde::de::Error::custom(format!("unknown result kind {s:?}")))
     }
 }
 
@@ -81,6 +124,7 @@ impl<T> Envelope<T> {
 }
 
 /// A result document read back from a file, checked for its envelope.
+/// `registered` are the kinds of the experiment registry (`experiment::registry::kinds()`).
 #[derive(Clone, Debug)]
 pub struct Loaded {
     pub kind: Kind,
@@ -91,14 +135,14 @@ pub struct Loaded {
 /// Reads and checks a saved result. Every way the file can be wrong (missing, unreadable, not
 /// JSON, truncated, not a cpulab result, another schema version, an unknown kind) is bad input:
 /// one line naming the file and the fix, exit code 2.
-pub fn load(path: &Path) -> Result<Loaded> {
+pub fn load(path: &Path, registered: &[Kind]) -> Result<Loaded> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| bad_input(format!("cannot read {}: {e}", path.display())))?;
-    parse(&text, &path.display().to_string())
+    parse(&text, &path.display().to_string(), registered)
 }
 
 /// [`load`] on text already read; `name` names the source in messages.
-pub fn parse(text: &str, name: &str) -> Result<Loaded> {
+pub fn parse(text: &str, name: &str, registered: &[Kind]) -> Result<Loaded> {
     let value: serde_json::Value = serde_json::from_str(text).map_err(|e| {
         if e.is_eof() {
             bad_input(format!(
@@ -131,7 +175,7 @@ pub fn parse(text: &str, name: &str) -> Result<Loaded> {
         }
     }
     let kind_text = obj.get("kind").and_then(|k| k.as_str()).unwrap_or("");
-    let kind = Kind::parse(kind_text).ok_or_else(|| {
+    let kind = Kind::parse(kind_text, registered).ok_or_else(|| {
         bad_input(format!(
             "{name} has an unknown result kind {kind_text:?}; \
              pass a file written by a cpulab command's --json"
@@ -150,7 +194,7 @@ mod tests {
     }
 
     fn msg(text: &str) -> String {
-        format!("{:#}", parse(text, "r.json").unwrap_err())
+        format!("{:#}", parse(text, "r.json", &[]).unwrap_err())
     }
 
     #[test]
@@ -159,8 +203,17 @@ mod tests {
         assert_eq!(v["cpulab_schema"], 1);
         assert_eq!(v["kind"], "pingpong");
         assert_eq!(v["rtt_ns"], 5.0);
-        let back = parse(&v.to_string(), "r.json").unwrap();
+        let back = parse(&v.to_string(), "r.json", &[]).unwrap();
         assert_eq!(back.kind, Kind::Pingpong);
+    }
+
+    #[test]
+    fn a_registered_kind_reads_back_only_with_its_registry() {
+        let kind = Kind::Experiment("messaging");
+        let v = serde_json::to_value(Envelope::new(kind, Body { rtt_ns: 5.0 })).unwrap();
+        assert_eq!(v["kind"], "messaging");
+        assert!(parse(&v.to_string(), "r.json", &[]).is_err());
+        assert_eq!(parse(&v.to_string(), "r.json", &[kind]).unwrap().kind, kind);
     }
 
     #[test]
@@ -180,7 +233,7 @@ mod tests {
                 "unknown result kind",
             ),
         ] {
-            let err = parse(text, "r.json").unwrap_err();
+            let err = parse(text, "r.json", &[]).unwrap_err();
             assert_eq!(crate::error::exit_code(&err), 2, "{text}");
             let m = msg(text);
             assert!(m.contains(want), "{m}");

@@ -86,15 +86,7 @@ mod tests {
     use super::*;
     use crate::probe::cgroup::read_cpu_limits;
 
-    fn tree(files: &[(&str, &str)]) -> tempfile::TempDir {
-        let t = tempfile::tempdir().unwrap();
-        for (rel, text) in files {
-            let p = t.path().join(rel);
-            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-            std::fs::write(p, text).unwrap();
-        }
-        t
-    }
+    use crate::testing::tree;
 
     #[test]
     fn reads_a_fixture_tree() {

@@ -9,7 +9,7 @@
 //! from this machine rather than from our defaults.
 
 use crate::error::bad_input;
-use crate::report::envelope::{self, Kind};
+use crate::report::envelope::Kind;
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
@@ -199,7 +199,7 @@ impl Calibration {
 
 /// Reads a `pingpong` or `doctor` result and takes its blocking round trips.
 pub fn load_calibration(path: &Path) -> Result<Calibration> {
-    let loaded = envelope::load(path)?;
+    let loaded = crate::experiment::registry::load(path)?;
     let name = path.display().to_string();
     let v = &loaded.value;
     // (method, class, mean rtt ns) of every blocking run.

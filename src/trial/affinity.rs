@@ -40,16 +40,10 @@ impl ProcessAffinity {
         })
     }
 
+    /// Every thread now: a trial plans again at each flip, so threads started meanwhile are
+    /// covered too.
     fn threads(&self) -> Vec<i32> {
-        let mut t: Vec<i32> =
-            std::fs::read_dir(self.roots.path(&format!("proc/{}/task", self.pid)))
-                .into_iter()
-                .flatten()
-                .flatten()
-                .filter_map(|e| e.file_name().to_str()?.parse().ok())
-                .collect();
-        t.sort();
-        t
+        super::journal::tasks(&self.roots.path(""), self.pid)
     }
 
     fn owner(&self) -> Option<u32> {

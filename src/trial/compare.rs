@@ -205,6 +205,7 @@ mod tests {
                 ),
             ],
             noisy: false,
+            load_before: None,
         }
     }
 

@@ -189,6 +189,8 @@ pub struct SchedFeature {
     feature: String,
     path: PathBuf,
     debugfs: PathBuf,
+    /// Why debugfs refuses root here (kernel lockdown), when it does.
+    lockdown: Option<String>,
 }
 
 impl SchedFeature {
@@ -197,6 +199,7 @@ impl SchedFeature {
             feature: feature.to_string(),
             path: roots.path("sys/kernel/debug/sched/features"),
             debugfs: roots.path("sys/kernel/debug"),
+            lockdown: super::lockdown::reason(roots),
         }
     }
 }
@@ -215,6 +218,9 @@ impl Setting for SchedFeature {
         })
     }
     fn availability(&self) -> Availability {
+        if let Some(why) = &self.lockdown {
+            return Availability::NotHere(why.clone());
+        }
         if self.path.exists() {
             match std::fs::read_to_string(&self.path)
                 .ok()

@@ -74,12 +74,22 @@ pub fn try_remedies(
             let Some(line) = r.try_command.clone() else {
                 continue;
             };
+            // A line with a placeholder (`pid:<pid>.affinity`) is for the user to fill in.
+            if line.contains('<') {
+                continue;
+            }
             if let Some((_, m)) = done.iter().find(|(l, _)| *l == line) {
                 r.measured = Some(m.clone());
                 continue;
             }
             crate::output::status(quiet, &format!("doctor --try: {line}"));
-            let args: Vec<String> = line.split_whitespace().skip(2).map(String::from).collect();
+            let words = shell_words::split(&line).unwrap_or_default();
+            let each = words.iter().any(|w| w == "--each");
+            let args: Vec<String> = words
+                .into_iter()
+                .skip(2)
+                .filter(|w| w != "--each")
+                .collect();
             let roots = Roots::new(root, None);
             let measured = match parse_changes(&roots, &args) {
                 Ok((changes, skipped)) => {
@@ -92,7 +102,7 @@ pub fn try_remedies(
                         measure: measure::default_for(subject),
                         measure_label: measure::describe_default(subject),
                         keep: false,
-                        each: false,
+                        each,
                         command: line.clone(),
                     };
                     match Trial::run(machine, &s, &Progress::new(&sink)) {

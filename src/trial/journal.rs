@@ -164,7 +164,30 @@ pub fn write_back(entries: &[Entry], keep_mounts: bool) -> Result<Vec<String>> {
             failures.push(format!("{} ({}): {err:#}", e.setting, e.target));
         }
     }
-    for e in todo() {
+    // Threads started while the changed mask was in place inherited it; the journal does not
+    // know them. Listed after the journalled threads are back, so any thread started from now
+    // on inherits the original mask.
+    let newcomers = newcomers(entries, Path::new("/"));
+    for e in &newcomers {
+        // A thread that ended since it was listed needs nothing.
+        if let Err(err) = ops::write(&e.target, &e.original)
+            && !gone(&e.target)
+        {
+            failures.push(format!("{} ({}): {err:#}", e.setting, e.target));
+        }
+    }
+    if !newcomers.is_empty() {
+        notes.push(format!(
+            "{} thread(s) started during the trial ({}) given their process's original affinity",
+            newcomers.len(),
+            newcomers
+                .iter()
+                .map(|e| e.target.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    for e in todo().chain(newcomers.iter()) {
         if gone(&e.target) {
             continue;
         }
@@ -188,6 +211,62 @@ pub fn write_back(entries: &[Entry], keep_mounts: bool) -> Result<Vec<String>> {
             failures.join("; ")
         )
     }
+}
+
+/// Threads of a process whose affinity the journal holds that the journal does not list (they
+/// started during the trial), each with the process's original mask: its main thread's, or
+/// else the first journalled thread's. `root` holds the `proc` tree.
+pub fn newcomers(entries: &[Entry], root: &Path) -> Vec<Entry> {
+    let mut pids: Vec<i32> = entries
+        .iter()
+        .filter_map(|e| match e.target {
+            Target::Affinity { pid, .. } => Some(pid),
+            _ => None,
+        })
+        .collect();
+    pids.dedup();
+    let mut out = Vec::new();
+    for pid in pids {
+        let known = |tid: i32| {
+            entries
+                .iter()
+                .any(|e| e.target == Target::Affinity { pid, tid })
+        };
+        let of_pid = || {
+            entries
+                .iter()
+                .filter(move |e| matches!(e.target, Target::Affinity { pid: p, .. } if p == pid))
+        };
+        let Some(model) = of_pid()
+            .find(|e| e.target == Target::Affinity { pid, tid: pid })
+            .or_else(|| of_pid().next())
+        else {
+            continue;
+        };
+        for tid in tasks(root, pid) {
+            if !known(tid) {
+                out.push(Entry {
+                    setting: model.setting.clone(),
+                    target: Target::Affinity { pid, tid },
+                    original: model.original.clone(),
+                    changed: model.changed.clone(),
+                });
+            }
+        }
+    }
+    out
+}
+
+/// The thread ids of `pid`, from `proc/PID/task` under `root`; none when it has ended.
+pub fn tasks(root: &Path, pid: i32) -> Vec<i32> {
+    let mut t: Vec<i32> = std::fs::read_dir(root.join(format!("proc/{pid}/task")))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .collect();
+    t.sort();
+    t
 }
 
 /// Restores a leftover journal under the lock; `Ok(None)` when there is none, or a live trial
@@ -277,6 +356,29 @@ mod tests {
         assert_eq!(back.entries.len(), 1);
         assert_eq!(std::fs::read_to_string(&f).unwrap().trim(), "0");
         assert!(!path(d.path()).exists());
+    }
+
+    #[test]
+    fn threads_the_journal_does_not_know_get_the_main_threads_original() {
+        let d = tempfile::tempdir().unwrap();
+        for tid in [100, 101, 102] {
+            std::fs::create_dir_all(d.path().join(format!("proc/100/task/{tid}"))).unwrap();
+        }
+        let aff = |tid: i32, original: &str| Entry {
+            setting: "pid:100.affinity".into(),
+            target: Target::Affinity { pid: 100, tid },
+            original: original.into(),
+            changed: "0".into(),
+        };
+        let entries = [aff(101, "1"), aff(100, "0-1")];
+        let n = newcomers(&entries, d.path());
+        assert_eq!(n.len(), 1);
+        assert_eq!(n[0].target, Target::Affinity { pid: 100, tid: 102 });
+        assert_eq!(
+            n[0].original, "0-1",
+            "the main thread's, not the first entry's"
+        );
+        assert!(newcomers(&[entry(d.path(), "0")], d.path()).is_empty());
     }
 
     #[test]

@@ -290,7 +290,7 @@ fn sched_knob(roots: &Roots, knob: &str) -> FileKnob {
         cost: Cost::Unmeasured,
         subject: Subject::Scheduler,
         debugfs: Some(roots.path(DEBUGFS)),
-        unavailable: None,
+        unavailable: super::lockdown::reason(roots).map(Availability::NotHere),
     }
 }
 

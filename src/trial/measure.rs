@@ -8,7 +8,7 @@
 
 use super::setting::{Cost, Subject};
 use crate::error::bad_input;
-use crate::experiment::registry::{Configured, Outcome, Runnable};
+use crate::experiment::registry::{Configured, Outcome, Runnable, Sequence};
 use crate::experiment::{Direction, Figure, Progress, Unit};
 use crate::machine::Machine;
 use crate::pingpong::{PairSpec, Pingpong, PingpongSettings, Placement};
@@ -73,10 +73,23 @@ pub fn parse(
                 metric: crate::pair::metric::Metric::parse(m, None, !lower)?,
             }))
         }
-        other => Err(bad_input(format!(
-            "--measure `{other}` is not an experiment; give pingpong, pair, oscost, share or scale [:FLAGS], or cmd:COMMAND with --metric"
-        ))),
+        other => match crate::experiment::registry::command_named(other) {
+            Some((_, command)) => (command.measure)(&words, machine),
+            None => Err(bad_input(format!(
+                "--measure `{other}` is not an experiment; give pingpong, pair, oscost, share, scale{} [:FLAGS], or cmd:COMMAND with --metric",
+                registered_names()
+            ))),
+        },
     }
+}
+
+/// The registry's own subcommands, for the list in a message: `, messaging, bursty`.
+fn registered_names() -> String {
+    crate::experiment::registry::ENTRIES
+        .iter()
+        .filter(|e| e.command.is_some())
+        .map(|e| format!(", {}", e.kind))
+        .collect()
 }
 
 /// An experiment from the registry, its flags parsed and validated by its own subcommand.
@@ -124,14 +137,25 @@ pub fn default_for(subject: Subject) -> Box<dyn Runnable> {
     };
     match subject {
         Subject::Wakeup => Box::new(Configured::<Pingpong>::new(short)),
-        // The effective-frequency ramp and the cost of OS primitives.
-        Subject::Frequency => Box::new(Configured::<crate::oscost::Oscost>::new(
-            crate::oscost::OscostSettings::quick(),
-        )),
-        Subject::Scheduler => Box::new(Configured::<Pingpong>::new(PingpongSettings {
-            pairs: PairSpec::List(vec![Placement::Unpinned]),
-            ..short
-        })),
+        // The effective-frequency ramp and the cost of OS primitives, and what a sleep costs
+        // the work after it.
+        Subject::Frequency => Box::new(Sequence(vec![
+            Box::new(Configured::<crate::oscost::Oscost>::new(
+                crate::oscost::OscostSettings::quick(),
+            )),
+            Box::new(Configured::<crate::bursty::Bursty>::new(
+                crate::bursty::BurstySettings::quick(),
+            )),
+        ])),
+        Subject::Scheduler => Box::new(Sequence(vec![
+            Box::new(Configured::<Pingpong>::new(PingpongSettings {
+                pairs: PairSpec::List(vec![Placement::Unpinned]),
+                ..short
+            })),
+            Box::new(Configured::<crate::messaging::Messaging>::new(
+                crate::messaging::MessagingSettings::quick(),
+            )),
+        ])),
         Subject::Process { pid } => Box::new(ProcessWatch { pid, seconds: 2.0 }),
     }
 }
@@ -141,9 +165,11 @@ pub fn describe_default(subject: Subject) -> String {
     match subject {
         Subject::Wakeup => "pingpong (pipe) on every placement class plus unpinned".into(),
         Subject::Frequency => {
-            "oscost --quick (OS primitives and the effective-frequency ramp)".into()
+            "oscost --quick (OS primitives and the effective-frequency ramp), then bursty (1 ms of work after 10 ms asleep)".into()
         }
-        Subject::Scheduler => "pingpong (pipe), unpinned".into(),
+        Subject::Scheduler => {
+            "pingpong (pipe), unpinned, then messaging (5 groups of 20 senders and receivers)".into()
+        }
         Subject::Process { pid } => {
             format!("process {pid}: context switches and CPU time over 2 s")
         }

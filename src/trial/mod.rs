@@ -21,6 +21,7 @@ pub mod cpuidle;
 pub mod doctor;
 pub mod journal;
 pub mod knobs;
+pub mod lockdown;
 pub mod measure;
 pub mod ops;
 pub mod render;
@@ -79,6 +80,10 @@ pub struct Round {
     pub figures: Vec<Figure>,
     /// The experiment's own verdict on background load for this round.
     pub noisy: bool,
+    /// The experiment's check for other load before this round, when it made one: which CPU
+    /// was how busy, so a noisy round can be told from a quiet one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load_before: Option<crate::counters::LoadCheck>,
 }
 
 /// One setting as tried.
@@ -177,8 +182,11 @@ fn run_trial(
                 session.revert()?;
             }
             Side::Changed => {
-                for (name, ops) in &plans {
-                    session.apply(name, ops)?;
+                // Planned again at each flip: a process's affinity covers the threads it
+                // started since (each journalled before it is written); a revert gives such
+                // threads the process's original mask (`journal::newcomers`).
+                for c in changes {
+                    session.apply(&c.setting.name(), &c.setting.plan(&c.value)?)?;
                 }
             }
         }
@@ -202,12 +210,17 @@ fn run_trial(
         )?;
         let mut figures = out.figures;
         figures.extend(costs.iter_mut().filter_map(|c| c.end()));
+        let load_before = out
+            .document
+            .pointer("/conditions/load_before")
+            .and_then(|v| serde_json::from_value(v.clone()).ok());
         rounds.push(Round {
             index,
             side,
             started_s,
             figures,
             noisy: out.noisy,
+            load_before,
         });
     }
     Ok(TrialRun {
@@ -281,12 +294,29 @@ impl Experiment for Trial {
             restore.notes = session.finish()?;
             restore.restored = true;
         }
-        let noisy_rounds = trial.rounds.iter().filter(|r| r.noisy).count();
-        if noisy_rounds > 0 {
+        let noisy: Vec<String> = trial
+            .rounds
+            .iter()
+            .filter(|r| r.noisy)
+            .map(|r| {
+                let side = if r.side == Side::Baseline {
+                    "baseline"
+                } else {
+                    "changed"
+                };
+                match r.load_before.as_ref().and_then(|l| l.reason.as_ref()) {
+                    Some(why) => format!("round {} ({side}, {why})", r.index + 1),
+                    None => format!("round {} ({side})", r.index + 1),
+                }
+            })
+            .collect();
+        if !noisy.is_empty() {
             conditions.noisy = true;
             conditions.notes.push(format!(
-                "{noisy_rounds} of {} rounds saw other load before measuring: figures may be spoiled",
-                trial.rounds.len()
+                "{} of {} rounds saw other programs' load before measuring (cpulab's own processes not counted): {}; figures may be spoiled",
+                noisy.len(),
+                trial.rounds.len(),
+                noisy.join("; ")
             ));
         }
         let mut report = TrialReport {

@@ -51,7 +51,7 @@ fn verdict_text(c: &Comparison) -> String {
             _ => "no difference beyond noise".into(),
         },
         v => match c.p_value {
-            Some(p) => format!("{} (p={p:.3})", v.as_str()),
+            Some(p) => format!("{} ({})", v.as_str(), crate::compare::text::fmt_p(p)),
             None => v.as_str().into(),
         },
     }
@@ -272,4 +272,42 @@ pub fn html(r: &TrialReport) -> String {
         maud::PreEscaped(header),
         maud::PreEscaped(body),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::experiment::{Direction, Figure};
+    use crate::trial::{Round, Side};
+
+    #[test]
+    fn a_tiny_p_value_prints_as_a_bound_not_as_zero() {
+        let vals = [42_000.0, 7_100.0, 43_500.0, 7_000.0, 41_800.0, 6_900.0];
+        let rounds: Vec<Round> = vals
+            .iter()
+            .enumerate()
+            .map(|(index, v)| Round {
+                index,
+                side: if index % 2 == 0 {
+                    Side::Baseline
+                } else {
+                    Side::Changed
+                },
+                started_s: index as f64,
+                figures: vec![Figure::single(
+                    "rtt_ns",
+                    "rtt",
+                    Unit::Nanoseconds,
+                    Direction::LowerIsBetter,
+                    *v,
+                )],
+                noisy: false,
+                load_before: None,
+            })
+            .collect();
+        let c = &super::super::compare::compare_rounds(&rounds)[0];
+        assert!(c.p_value.unwrap() < 0.001, "the JSON keeps the number");
+        let v = verdict_text(c);
+        assert!(v.contains("p<0.001") && !v.contains("p=0.000"), "{v}");
+    }
 }

@@ -107,6 +107,7 @@ impl Session {
     pub fn apply(&mut self, setting: &str, ops_: &[Op]) -> Result<()> {
         use anyhow::Context;
         self.apply_ops(setting, ops_)
+            .map_err(refused_to_root)
             .with_context(|| format!("{setting} cannot be applied here"))
     }
 
@@ -171,6 +172,22 @@ impl Session {
             .filter(|e| !matches!(e.target, Target::Mount { .. }))
             .cloned()
             .collect())
+    }
+}
+
+/// A permission error while cpulab runs as root is not about file modes: say what refuses root.
+fn refused_to_root(e: anyhow::Error) -> anyhow::Error {
+    let denied = e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::PermissionDenied)
+    });
+    if denied && nix::unistd::geteuid().is_root() {
+        e.context(
+            "refused although cpulab runs as root: kernel lockdown (man kernel_lockdown.7) or a \
+             security module (SELinux, AppArmor) forbids this write here",
+        )
+    } else {
+        e
     }
 }
 

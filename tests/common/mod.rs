@@ -28,6 +28,66 @@ pub fn cpulab_path() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_cpulab"))
 }
 
+/// A private copy of `tests/fixtures/NAME` in a temporary directory, for tests that write
+/// settings into a machine tree.
+pub fn fixture_copy(name: &str) -> tempfile::TempDir {
+    fn copy_dir(src: &std::path::Path, dst: &std::path::Path) {
+        std::fs::create_dir_all(dst).unwrap();
+        for e in std::fs::read_dir(src).unwrap().flatten() {
+            let (from, to) = (e.path(), dst.join(e.file_name()));
+            if from.is_dir() {
+                copy_dir(&from, &to);
+            } else {
+                std::fs::copy(&from, &to).unwrap();
+            }
+        }
+    }
+    let dst = tempfile::tempdir().unwrap();
+    copy_dir(&fixture(name), dst.path());
+    dst
+}
+
+/// `tests/fixtures/NAME`, read-only: a machine tree for `--root`.
+pub fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
+}
+
+/// Where `program` is installed, as cpulab itself looks for programs; `None` after a visible
+/// [`not_installed`] line (a failure under `CI=true`).
+pub fn program(test: &str, program: &str, package: &str) -> Option<PathBuf> {
+    let found = cpulab::pair::presets::find_program(program);
+    if found.is_none() {
+        not_installed(test, program, package);
+    }
+    found
+}
+
+/// Runs cpulab with `args` under `taskset -c CPUS`, as a user restricting its CPUs would.
+pub fn cpulab_under_taskset(cpus: &str, args: &[&str]) -> std::process::Output {
+    std::process::Command::new("taskset")
+        .args(["-c", cpus])
+        .arg(cpulab_path())
+        .args(args)
+        .output()
+        .expect("taskset is installed (util-linux)")
+}
+
+/// Runs cpulab with `args` as user and group nobody (65534), through `setpriv`, to see what a
+/// user without root gets. `None` when setpriv is missing (reported as [`program`] does).
+pub fn cpulab_as_nobody(test: &str, args: &[&str]) -> Option<std::process::Output> {
+    let setpriv = program(test, "setpriv", "util-linux")?;
+    Some(
+        std::process::Command::new(setpriv)
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(cpulab_path())
+            .args(args)
+            .output()
+            .unwrap(),
+    )
+}
+
 /// Runs `cpulab <subcommand> --json --quiet ARGS`, checks it succeeds with exactly one JSON
 /// document on stdout, and that the document reads back into the library's result type `T`
 /// (what `compare` and the doctor do). Bounded by `timeout_s`.
@@ -46,6 +106,16 @@ pub fn run_json<T: DeserializeOwned>(subcommand: &str, args: &[&str], timeout_s:
     let v: Value = serde_json::from_slice(&out.stdout).expect("exactly one JSON document");
     serde_json::from_value::<T>(v.clone()).expect("JSON matches the result type");
     v
+}
+
+/// Runs cpulab with `args` and checks the result is bad input: exit code 2, one line on
+/// stderr, no panic.
+pub fn bad_input(args: &[&str]) {
+    let out = cpulab().args(args).output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "{args:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.trim().lines().count(), 1, "{args:?}: one line: {err}");
+    assert!(!err.contains("panicked"), "{args:?}: {err}");
 }
 
 /// A test's name from inside it: `test_name!()` in `fn ctrl_c_stops_postgres()` gives

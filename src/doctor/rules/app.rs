@@ -5,7 +5,7 @@
 //! second against the best one becomes a finding of its own, measured on the real programs
 //! (field notes A and B: pgbench 3.6x, Apache up to 1.6x).
 
-use super::{Inputs, Rule, rate_ci, rate_effect, remedies};
+use super::{Datum, Inputs, Rule, rate_ci, rate_effect, remedies};
 use crate::doctor::findings::{Confidence, Evidence, Finding, Severity};
 use crate::doctor::measurements::PresetRun;
 use crate::topology::PlacementClass;
@@ -64,9 +64,14 @@ fn finding(id: &str, runs: &[&PresetRun], i: &Inputs<'_>) -> Option<Finding> {
         }
         evidence.push(Evidence::new(
             format!("{k} per transaction"),
-            format!(
-                "{v:.2} ({}) vs {b:.2} ({})",
-                worst.placement, best.placement
+            Datum::versus(
+                "per_transaction",
+                (&worst.placement.to_string(), *v),
+                (&best.placement.to_string(), b),
+                format!(
+                    "{v:.2} ({}) vs {b:.2} ({})",
+                    worst.placement, best.placement
+                ),
             ),
             src(worst),
         ));

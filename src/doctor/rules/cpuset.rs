@@ -86,14 +86,21 @@ impl Rule for RestrictedCpuSet {
             format!("taskset -a -pc {online} <pid>   (or start it with taskset -c {online})"),
             "Widens the affinity mask so the process may use every online CPU.",
             "If the restriction was set for isolation (other tenants, real-time CPUs), keep it.",
-        );
-        let widen_cpuset = Remedy::new(
+        )
+        .with_try(format!("cpulab try pid:<pid>.affinity={online}"));
+        let mut widen_cpuset = Remedy::new(
             format!(
                 "systemctl set-property <unit> AllowedCPUs={online}; docker update --cpuset-cpus {online} <container>; or echo {online} > {group}/cpuset.cpus"
             ),
             format!("Widens the cgroup cpuset ({group}) for services and containers."),
             "Check why it was narrowed first; a parent group's cpuset bounds it too.",
         );
+        // A v1 cpuset lives under its own controller directory, which the path keeps.
+        if let Some(t) =
+            super::remedies::cgroup_try(&group, false, "cpuset.cpus", &online.to_string())
+        {
+            widen_cpuset = widen_cpuset.with_try(t);
+        }
         // The remedy that works first: a wider affinity mask cannot pass the cpuset, so when
         // the cpuset restricts it comes first.
         let (who, mechanism, remedies) = match (&by_affinity, &by_cpuset) {

@@ -266,7 +266,8 @@ pub fn idle_exit_bare_metal(f: &Facts, halts: f64, ipi_text: &str) -> (String, V
              woken CPU answers sooner.",
             "More power and heat while idle; reverse with cpupower idle-set -E.",
         )
-        .by(root),
+        .by(root)
+        .with_try("cpulab try cpuidle.max_latency_us=10"),
         Remedy::new(
             "tuned-adm profile latency-performance",
             format!(
@@ -279,7 +280,8 @@ pub fn idle_exit_bare_metal(f: &Facts, halts: f64, ipi_text: &str) -> (String, V
             ),
             "More power and heat; tuned changes scheduler settings too.",
         )
-        .by(root),
+        .by(root)
+        .with_try("cpulab try tuned:latency-performance --each"),
         Remedy::new(
             "a process that holds /dev/cpu_dma_latency open with 0 written to it",
             "The PM QoS request lasts exactly as long as the file stays open: deep C-states off \
@@ -313,7 +315,8 @@ pub fn idle_exit_bare_metal(f: &Facts, halts: f64, ipi_text: &str) -> (String, V
                 ),
                 "More power and heat.",
             )
-            .by(root),
+            .by(root)
+            .with_try("cpulab try cpufreq.governor=performance"),
         );
     }
     (mechanism, r)

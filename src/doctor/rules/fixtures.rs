@@ -172,6 +172,7 @@ pub fn quiet_machine() -> (Facts, Measurements) {
             ..Default::default()
         },
         skipped: vec![],
+        app_watch: None,
     };
     (facts(), m)
 }
@@ -225,6 +226,18 @@ pub fn everything_wrong() -> (Facts, Measurements) {
             other_busy_pct: BTreeMap::new(),
         },
         skipped: vec![],
+        app_watch: Some(crate::doctor::measurements::AppWatch {
+            target: "comm postgres".into(),
+            interval_s: 5.0,
+            incomplete: None,
+            processes: vec![crate::doctor::measurements::WatchedProcess {
+                name: "postgres".into(),
+                pids: vec![812],
+                wakeups_per_s: 48_000.0,
+                cross_share: 0.71,
+                cross_wakeups_per_s: 34_080.0,
+            }],
+        }),
     };
     (f, m)
 }

@@ -23,6 +23,7 @@ mod scaling;
 mod tradeoff;
 mod unpinned;
 mod wakeup;
+mod watched;
 
 pub use wakeup::ipis as wakeup_ipis;
 
@@ -61,6 +62,7 @@ pub fn all() -> Vec<Box<dyn Rule>> {
         Box::new(power::PowerManagement),
         Box::new(kernel::KernelEntryCost),
         Box::new(scaling::ParallelContention),
+        Box::new(watched::WatchedCrossWakeups),
     ]
 }
 
@@ -116,6 +118,26 @@ pub fn rate_effect(worse: &[f64], better: &[f64], min_ratio: f64) -> Option<Effe
         worse: s.a,
         better: s.b,
     })
+}
+
+/// Like [`rate_effect`], for a rule whose evidence can straddle "beyond noise": Welch's test
+/// alone (p < [`crate::compare::ALPHA`]) admits the effect, and the flag says whether it is also
+/// clear of noise by the stricter test (the two 95% intervals apart). Overlapping intervals can
+/// still differ significantly; a rule that reports on the weaker test states the uncertainty
+/// (lower confidence, the p-value) instead of appearing in one run and not the next.
+pub fn rate_effect_banded(worse: &[f64], better: &[f64], min_ratio: f64) -> Option<(Effect, bool)> {
+    let s = separation(worse, better)?;
+    let ratio = s.b.mean / s.a.mean;
+    let admitted = s.p_value < crate::compare::ALPHA && s.a.mean > 0.0 && ratio >= min_ratio;
+    admitted.then_some((
+        Effect {
+            ratio,
+            p_value: s.p_value,
+            worse: s.a,
+            better: s.b,
+        },
+        s.beyond_noise,
+    ))
 }
 
 /// `42.1 us (95% CI 41.0 to 43.2 us, n=40)`, with the figure in nanoseconds as data.
@@ -191,6 +213,31 @@ mod tests {
         assert!(rate_effect(&[100.0, 101.0, 99.0], &[200.0, 201.0, 199.0], 1.5).is_some());
         assert_eq!(thousands(66012.4), "66,012");
         assert_eq!(thousands(999.0), "999");
+    }
+
+    /// Issue 8: every remedy that is a setting changed now, on this machine, carries the
+    /// `cpulab try` line that measures it.
+    #[test]
+    fn every_runtime_setting_remedy_carries_its_try_line() {
+        let (facts, m) = fixtures::everything_wrong();
+        let f = evaluate(Inputs {
+            facts: &facts,
+            m: &m,
+        });
+        let mut seen = 0;
+        for r in f.iter().flat_map(|f| &f.remedies) {
+            let c = &r.command;
+            let setting = c.starts_with("cpupower ")
+                || c.starts_with("tuned-adm ")
+                || (c.starts_with("echo ") && c.contains("> /sys/"))
+                || c.starts_with("taskset -a -p");
+            if setting && r.site == crate::doctor::findings::Site::ThisMachine {
+                seen += 1;
+                let t = r.try_command.as_deref().unwrap_or_else(|| panic!("{c}"));
+                assert!(t.starts_with("cpulab try "), "{t}");
+            }
+        }
+        assert!(seen >= 3, "the fixture has setting remedies ({seen})");
     }
 
     #[test]

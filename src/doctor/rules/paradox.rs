@@ -15,7 +15,7 @@
 //! halts and IPIs per round trip, each in both runs.
 
 use super::wakeup::{MIN_RATIO, ipis, primary_method};
-use super::{Inputs, Rule, cost_effect, ns_ci, remedies};
+use super::{Datum, Inputs, Rule, cost_effect, ns_ci, remedies};
 use crate::doctor::findings::{Confidence, Evidence, Finding, Remedy, Severity};
 use crate::doctor::measurements::{Measurements, WakeupRun};
 use crate::output::fmt_ns;
@@ -35,11 +35,19 @@ fn pct(x: Option<f64>) -> String {
     x.map_or("not recorded".into(), |s| format!("{:.0}%", s * 100.0))
 }
 
+const IDLE: &str = "idle";
+const BUSY: &str = "with busy neighbours";
+
 fn both(label: &str, idle: Option<f64>, busy: Option<f64>, src: &str) -> Option<Evidence> {
     let (i, b) = (idle?, busy?);
     Some(Evidence::new(
         label,
-        format!("{i:.2} idle vs {b:.2} with busy neighbours"),
+        Datum::versus(
+            "per_round_trip",
+            (IDLE, i),
+            (BUSY, b),
+            format!("{i:.2} {IDLE} vs {b:.2} {BUSY}"),
+        ),
         src,
     ))
 }
@@ -89,13 +97,16 @@ impl Rule for LoadMakesItFaster {
         ];
         let (share_idle, share_busy) = (idle.same_cpu_share, busy.same_cpu_share);
         if share_idle.is_some() || share_busy.is_some() {
+            let text = format!("{} {IDLE} vs {} {BUSY}", pct(share_idle), pct(share_busy));
+            let value = match (share_idle, share_busy) {
+                (Some(i), Some(b)) => {
+                    Datum::versus("pct", (IDLE, i * 100.0), (BUSY, b * 100.0), text)
+                }
+                _ => Datum::from(text),
+            };
             ev.push(Evidence::new(
                 format!("time both ends shared a {cpu_word}"),
-                format!(
-                    "{} idle vs {} with busy neighbours",
-                    pct(share_idle),
-                    pct(share_busy)
-                ),
+                value,
                 src.clone(),
             ));
         }

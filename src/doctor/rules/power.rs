@@ -81,21 +81,24 @@ impl Rule for PowerManagement {
                 "More power and heat on the host.",
             ));
         } else {
-            remedies.push(Remedy::new(
-                "cpupower frequency-set -g performance",
-                "Keeps the cores at full speed, so bursts do not start slow.",
-                "More power and heat; on laptops, less battery.",
-            ));
+            remedies.push(
+                Remedy::new(
+                    "cpupower frequency-set -g performance",
+                    "Keeps the cores at full speed, so bursts do not start slow.",
+                    "More power and heat; on laptops, less battery.",
+                )
+                .with_try("cpulab try cpufreq.governor=performance"),
+            );
             remedies.push(Remedy::new(
                 "tuned-adm profile throughput-performance   (or latency-performance)",
                 "Sets the governor, energy_perf_bias and minimum performance together (field notes D).",
                 "The same power cost; tuned changes scheduler settings too.",
-            ));
+            ).with_try("cpulab try tuned:throughput-performance --each"));
             remedies.push(Remedy::new(
                 "echo performance | tee /sys/devices/system/cpu/cpufreq/policy*/energy_performance_preference",
                 "With intel_pstate/amd_pstate active: ramps faster without changing the governor.",
                 "Less power saving under light load.",
-            ));
+            ).with_try("cpulab try cpufreq.epp=performance"));
         }
         vec![Finding {
             id: self.id().into(),

@@ -41,7 +41,12 @@ impl Rule for QuotaThrottling {
         let mut ev = vec![
             Evidence::new(
                 "throttled periods during the run",
-                format!("{throttled} of {periods} ({:.0}%)", frac * 100.0),
+                Datum::versus(
+                    "count",
+                    ("throttled", throttled as f64),
+                    ("periods", periods as f64),
+                    format!("{throttled} of {periods} ({:.0}%)", frac * 100.0),
+                ),
                 "measured: cgroup cpu.stat",
             ),
             Evidence::new(
@@ -95,13 +100,26 @@ impl Rule for QuotaThrottling {
                 Latency-sensitive work sees this as stalls of up to a period."
                     .into(),
             remedies: vec![
-                Remedy::new(
-                    format!(
-                        "systemctl set-property <unit> CPUQuota={limit}   (or raise cpu.max / cpu.cfs_quota_us of {group})"
-                    ),
-                    "A larger quota, or none, removes the stalls.",
-                    "The group can then take more CPU from its neighbours.",
-                ),
+                {
+                    let r = Remedy::new(
+                        format!(
+                            "systemctl set-property <unit> CPUQuota={limit}   (or raise cpu.max / cpu.cfs_quota_us of {group})"
+                        ),
+                        "A larger quota, or none, removes the stalls.",
+                        "The group can then take more CPU from its neighbours.",
+                    );
+                    // The trial lifts the quota altogether: the largest effect a raise can have.
+                    let v1 = i.facts.cgroup_version == Some(1);
+                    let (file, none) = if v1 {
+                        ("cpu.cfs_quota_us", "-1")
+                    } else {
+                        ("cpu.max", "max")
+                    };
+                    match super::remedies::cgroup_try(&group, v1, file, none) {
+                        Some(t) => r.with_try(t),
+                        None => r,
+                    }
+                },
                 Remedy::new(
                     "docker update --cpus <n> <container>; Kubernetes: raise or remove resources.limits.cpu",
                     "The same for containers; requests (not limits) keep the fair share without stalls.",

@@ -23,21 +23,28 @@ pub fn colocate(cpu: u32, facts: &Facts) -> Vec<Remedy> {
                  (for a running server: taskset -a -pc {cpu} <pid>)."
             ),
             caveat,
-        ),
+        )
+        .with_try(format!(
+            "cpulab try pid:<server pid>.affinity={cpu} pid:<client pid>.affinity={cpu}"
+        )),
         Remedy::new(
             format!("systemctl edit <unit>  ->  [Service] CPUAffinity={cpu}  (both units)"),
             "The same pinning, kept across restarts for services started by systemd; the \
              whole process tree inherits it, PostgreSQL backends included.",
             "As above: both ends share one CPU.",
         )
-        .by("root on this machine"),
+        .by("root on this machine")
+        .with_try(format!(
+            "cpulab try pid:<server pid>.affinity={cpu} pid:<client pid>.affinity={cpu}"
+        )),
         Remedy::new(
             cpuset,
             "Confines every task of the cgroup (container, pod, slice) to that CPU.",
             "Everything in the group competes for one CPU; with containers use the runtime's \
              own knob (docker --cpuset-cpus, Kubernetes static CPU manager).",
         )
-        .by("root on this machine, or the container platform's operator"),
+        .by("root on this machine, or the container platform's operator")
+        .with_try(format!("cpulab try cgroup:<group>:cpuset.cpus={cpu}")),
     ]
 }
 
@@ -112,4 +119,53 @@ pub fn halt_polling(facts: &Facts) -> Vec<Remedy> {
         .by("whoever sizes the VM"),
     );
     r
+}
+
+/// The `cpulab try` line that sets `file` of the cgroup at `dir` (a path under /sys/fs/cgroup)
+/// to `value`; `None` when `dir` is not a cgroup below the root (a root cgroup has no limits).
+/// `v1` drops the controller directory, which `cgroup:PATH:FILE` adds back itself.
+pub fn cgroup_try(dir: &str, v1: bool, file: &str, value: &str) -> Option<String> {
+    let rel = dir.split_once("sys/fs/cgroup/")?.1.trim_matches('/');
+    let rel = if v1 { rel.split_once('/')?.1 } else { rel };
+    if rel.is_empty() || rel.contains('<') {
+        return None;
+    }
+    let arg = format!("cgroup:{rel}:{file}={value}");
+    // Quoted only when a shell would split it (`cpu.max=50000 100000`).
+    if arg.contains(|c: char| c.is_whitespace() || "'\"$`\\;&|<>*?".contains(c)) {
+        Some(format!("cpulab try '{}'", arg.replace('\'', r"'\''")))
+    } else {
+        Some(format!("cpulab try {arg}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::cgroup_try;
+
+    #[test]
+    fn cgroup_try_lines_name_the_group_below_the_root() {
+        assert_eq!(
+            cgroup_try(
+                "/sys/fs/cgroup/system.slice/db.service",
+                false,
+                "cpu.max",
+                "max"
+            )
+            .as_deref(),
+            Some("cpulab try cgroup:system.slice/db.service:cpu.max=max")
+        );
+        assert_eq!(
+            cgroup_try(
+                "/sys/fs/cgroup/cpu,cpuacct/docker/abc",
+                true,
+                "cpu.cfs_quota_us",
+                "-1"
+            )
+            .as_deref(),
+            Some("cpulab try cgroup:docker/abc:cpu.cfs_quota_us=-1")
+        );
+        assert_eq!(cgroup_try("/sys/fs/cgroup", false, "cpu.max", "max"), None);
+        assert_eq!(cgroup_try("<group>", false, "cpu.max", "max"), None);
+    }
 }

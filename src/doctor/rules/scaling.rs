@@ -6,7 +6,7 @@
 //! 38%, and slowdown tracked the number of modules with both cores busy). The effect is the
 //! `compact` policy against `scatter` at the same thread count, with compact contending.
 
-use super::{Inputs, Rule, plain_ci, rate_effect};
+use super::{Datum, Inputs, Rule, plain_ci, rate_effect};
 use crate::doctor::findings::{Confidence, Evidence, Finding, Remedy, Severity};
 use crate::doctor::measurements::ScalePoint;
 
@@ -65,7 +65,12 @@ impl Rule for ParallelContention {
         if let (Some(a), Some(b)) = (c.contended_groups, s.contended_groups) {
             ev.push(Evidence::new(
                 "groups with both halves busy",
-                format!("{a} packed vs {b} spread"),
+                Datum::versus(
+                    "count",
+                    ("packed", a as f64),
+                    ("spread", b as f64),
+                    format!("{a} packed vs {b} spread"),
+                ),
                 "measured: per-CPU utilisation and topology",
             ));
         }

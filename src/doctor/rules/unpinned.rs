@@ -85,7 +85,7 @@ impl Rule for UnpinnedPlacement {
         if let Some(s) = free.same_cpu_share {
             ev.push(Evidence::new(
                 "time both ends shared a CPU",
-                format!("{:.0}%", s * 100.0),
+                Datum::share(s),
                 src.clone(),
             ));
         }
@@ -102,12 +102,17 @@ impl Rule for UnpinnedPlacement {
                 let (ml, mh) = (mean(lo), mean(hi));
                 ev.push(Evidence::new(
                     "batches in each mode",
-                    format!(
-                        "{} at ~{}, {} at ~{}",
-                        lo.len(),
-                        fmt_ns(ml),
-                        hi.len(),
-                        fmt_ns(mh)
+                    Datum::versus(
+                        "ns",
+                        (&format!("{} batches, fast mode", lo.len()), ml),
+                        (&format!("{} batches, slow mode", hi.len()), mh),
+                        format!(
+                            "{} at ~{}, {} at ~{}",
+                            lo.len(),
+                            fmt_ns(ml),
+                            hi.len(),
+                            fmt_ns(mh)
+                        ),
                     ),
                     src.clone(),
                 ));

@@ -195,9 +195,10 @@ fn diagnose(
     if worst.per_round_trip.contains_key("idle_entries") {
         ev.push(Evidence::new(
             "idle entries (halts) per round trip",
-            Datum::number(
-                halts,
+            Datum::versus(
                 "per_round_trip",
+                (&format!("across {cpu_word}s"), halts),
+                ("on one", halts_base),
                 format!("{halts:.2} across {cpu_word}s vs {halts_base:.2} on one"),
             ),
             src(worst),
@@ -232,12 +233,17 @@ fn diagnose(
     if let Some((near, far)) = &cache {
         ev.push(Evidence::new(
             "spinning round trip grows with distance",
-            format!(
-                "{} ({}) to {} ({})",
-                fmt_ns(near.rtt_ns.mean),
-                near.class,
-                fmt_ns(far.rtt_ns.mean),
-                far.class
+            Datum::versus(
+                "ns",
+                (&near.class.to_string(), near.rtt_ns.mean),
+                (&far.class.to_string(), far.rtt_ns.mean),
+                format!(
+                    "{} ({}) to {} ({})",
+                    fmt_ns(near.rtt_ns.mean),
+                    near.class,
+                    fmt_ns(far.rtt_ns.mean),
+                    far.class
+                ),
             ),
             "measured: pingpong spin",
         ));

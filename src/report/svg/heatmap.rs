@@ -1,7 +1,7 @@
 //! A matrix of values as coloured cells (the placement matrix).
 
-use super::{esc, open};
-use std::fmt::Write;
+use super::{chart, f1};
+use maud::html;
 
 /// A colour from pale to deep orange for `t` in 0..1.
 fn heat(t: f64) -> String {
@@ -45,70 +45,35 @@ pub fn heatmap(
             0.0
         }
     };
-    let mut s = open(w.max(320.0), h, title);
-    let _ = write!(
-        s,
-        r#"<text class="title" x="0" y="16">{}</text>"#,
-        esc(title)
-    );
-    let _ = write!(
-        s,
-        r#"<text class="tick" x="{:.1}" y="34" text-anchor="middle">{}</text>"#,
-        left + cell * cols.len() as f64 / 2.0,
-        esc(axis.1)
-    );
-    for (j, c) in cols.iter().enumerate() {
-        let _ = write!(
-            s,
-            r#"<text class="label" x="{:.1}" y="{:.1}" text-anchor="middle">{}</text>"#,
-            left + cell * (j as f64 + 0.5),
-            top - 6.0,
-            esc(c)
-        );
-    }
-    let _ = write!(
-        s,
-        r#"<text class="tick" x="4" y="{:.1}">{}</text>"#,
-        top - 6.0,
-        esc(axis.0)
-    );
-    for (i, r) in rows.iter().enumerate() {
-        let y = top + cell * i as f64;
-        let _ = write!(
-            s,
-            r#"<text class="label" x="{:.1}" y="{:.1}" text-anchor="end">{}</text>"#,
-            left - 8.0,
-            y + cell / 2.0 + 4.0,
-            esc(r)
-        );
-        for (j, v) in cells.get(i).into_iter().flatten().enumerate() {
-            let x = left + cell * j as f64;
-            match v {
-                Some(v) => {
-                    let t = scale(*v);
-                    let text_class = if t > 0.55 { "cell dark" } else { "cell" };
-                    let _ = write!(
-                        s,
-                        r#"<rect class="heat" x="{x:.1}" y="{y:.1}" width="{c:.1}" height="{c:.1}" fill="{}"><title>{} / {}: {}</title></rect><text class="{text_class}" x="{:.1}" y="{:.1}" text-anchor="middle">{}</text>"#,
-                        heat(t),
-                        esc(r),
-                        esc(&cols[j]),
-                        esc(&fmt(*v)),
-                        x + cell / 2.0,
-                        y + cell / 2.0 + 4.0,
-                        esc(&fmt(*v)),
-                        c = cell - 2.0
-                    );
-                }
-                None => {
-                    let _ = write!(
-                        s,
-                        r#"<rect class="heat empty" x="{x:.1}" y="{y:.1}" width="{c:.1}" height="{c:.1}"><title>not measured</title></rect>"#,
-                        c = cell - 2.0
-                    );
+    let side = f1(cell - 2.0);
+    let body = html! {
+        text class="tick" x=(f1(left + cell * cols.len() as f64 / 2.0)) y="34" text-anchor="middle" { (axis.1) }
+        @for (j, c) in cols.iter().enumerate() {
+            text class="label" x=(f1(left + cell * (j as f64 + 0.5))) y=(f1(top - 6.0)) text-anchor="middle" { (c) }
+        }
+        text class="tick" x="4" y=(f1(top - 6.0)) { (axis.0) }
+        @for (i, r) in rows.iter().enumerate() {
+            @let y = top + cell * i as f64;
+            text class="label" x=(f1(left - 8.0)) y=(f1(y + cell / 2.0 + 4.0)) text-anchor="end" { (r) }
+            @for (j, v) in cells.get(i).into_iter().flatten().enumerate() {
+                @let x = left + cell * j as f64;
+                @match v {
+                    Some(v) => {
+                        @let t = scale(*v);
+                        rect class="heat" x=(f1(x)) y=(f1(y)) width=(side) height=(side) fill=(heat(t)) {
+                            title { (r) " / " (cols.get(j).map_or("", |c| c.as_str())) ": " (fmt(*v)) }
+                        }
+                        text class=(if t > 0.55 { "cell dark" } else { "cell" }) x=(f1(x + cell / 2.0))
+                            y=(f1(y + cell / 2.0 + 4.0)) text-anchor="middle" { (fmt(*v)) }
+                    }
+                    None => {
+                        rect class="heat empty" x=(f1(x)) y=(f1(y)) width=(side) height=(side) {
+                            title { "not measured" }
+                        }
+                    }
                 }
             }
         }
-    }
-    s + "</svg>"
+    };
+    chart(w.max(320.0), h, title, body)
 }

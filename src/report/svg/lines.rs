@@ -1,7 +1,7 @@
 //! Lines with whiskers (scaling curves).
 
-use super::{esc, fmt_num, nice_step, open};
-use std::fmt::Write;
+use super::{chart, f1, fmt_num, nice_step, ticks};
+use maud::html;
 
 /// One point of a line: x, y and the y interval.
 pub type Point = (f64, f64, Option<(f64, f64)>);
@@ -25,94 +25,40 @@ pub fn lines(
     let (xt, yt) = ((xmax / xs).ceil() * xs, (ymax / ys).ceil() * ys);
     let px = |v: f64| left + plot_w * v / xt;
     let py = |v: f64| top + plot_h * (1.0 - v / yt);
-    let mut s = open(w, h, title);
-    let _ = write!(
-        s,
-        r#"<text class="title" x="0" y="16">{}</text>"#,
-        esc(title)
-    );
-    let mut t = 0.0;
-    while t <= yt + ys * 0.01 {
-        let _ = write!(
-            s,
-            r#"<line class="grid" x1="{left}" y1="{0:.1}" x2="{1:.1}" y2="{0:.1}"/><text class="tick" x="{2:.1}" y="{3:.1}" text-anchor="end">{4}</text>"#,
-            py(t),
-            left + plot_w,
-            left - 6.0,
-            py(t) + 4.0,
-            fmt_num(t)
-        );
-        t += ys;
-    }
-    let mut t = 0.0;
-    while t <= xt + xs * 0.01 {
-        let _ = write!(
-            s,
-            r#"<text class="tick" x="{:.1}" y="{:.1}" text-anchor="middle">{}</text>"#,
-            px(t),
-            top + plot_h + 16.0,
-            fmt_num(t)
-        );
-        t += xs;
-    }
-    let _ = write!(
-        s,
-        r#"<text class="tick" x="{:.1}" y="{:.1}" text-anchor="middle">{}</text><text class="tick" x="{left}" y="{:.1}">{}</text>"#,
-        left + plot_w / 2.0,
-        h - 6.0,
-        esc(axis.0),
-        top - 8.0,
-        esc(axis.1)
-    );
-    if ideal {
-        let m = xt.min(yt);
-        let _ = write!(
-            s,
-            r#"<line class="ideal" x1="{:.1}" y1="{:.1}" x2="{:.1}" y2="{:.1}"/>"#,
-            px(0.0),
-            py(0.0),
-            px(m),
-            py(m)
-        );
-    }
-    for (k, (name, p)) in series.iter().enumerate() {
-        let d: Vec<String> = p
-            .iter()
-            .map(|(x, y, _)| format!("{:.1},{:.1}", px(*x), py(*y)))
-            .collect();
-        let _ = write!(
-            s,
-            r#"<polyline class="line l{k}" points="{}"/>"#,
-            d.join(" ")
-        );
-        for (x, y, ci) in p {
-            if let Some((lo, hi)) = ci {
-                let _ = write!(
-                    s,
-                    r#"<path class="whisker" d="M{0:.1},{1:.1}V{2:.1}"/>"#,
-                    px(*x),
-                    py(*lo),
-                    py(*hi)
-                );
-            }
-            let _ = write!(
-                s,
-                r#"<circle class="l{k}" cx="{:.1}" cy="{:.1}" r="3.5"><title>{} {}: {:.2}</title></circle>"#,
-                px(*x),
-                py(*y),
-                esc(name),
-                fmt_num(*x),
-                y
-            );
+    let m = xt.min(yt);
+    let body = html! {
+        @for t in ticks(yt, ys) {
+            line class="grid" x1=(left) y1=(f1(py(t))) x2=(f1(left + plot_w)) y2=(f1(py(t))) {}
+            text class="tick" x=(f1(left - 6.0)) y=(f1(py(t) + 4.0)) text-anchor="end" { (fmt_num(t)) }
         }
-        // Legend to the right of the y-axis label.
-        let lx = left + 90.0 + 140.0 * k as f64;
-        let _ = write!(
-            s,
-            r#"<rect class="s{k}" x="{lx:.1}" y="24" width="10" height="10"/><text class="tick" x="{:.1}" y="33">{}</text>"#,
-            lx + 14.0,
-            esc(name)
-        );
-    }
-    s + "</svg>"
+        @for t in ticks(xt, xs) {
+            text class="tick" x=(f1(px(t))) y=(f1(top + plot_h + 16.0)) text-anchor="middle" { (fmt_num(t)) }
+        }
+        text class="tick" x=(f1(left + plot_w / 2.0)) y=(f1(h - 6.0)) text-anchor="middle" { (axis.0) }
+        text class="tick" x=(left) y=(f1(top - 8.0)) { (axis.1) }
+        @if ideal {
+            line class="ideal" x1=(f1(px(0.0))) y1=(f1(py(0.0))) x2=(f1(px(m))) y2=(f1(py(m))) {}
+        }
+        @for (k, (name, p)) in series.iter().enumerate() {
+            @let points = p
+                .iter()
+                .map(|(x, y, _)| format!("{:.1},{:.1}", px(*x), py(*y)))
+                .collect::<Vec<_>>()
+                .join(" ");
+            polyline class={ "line l" (k) } points=(points) {}
+            @for (x, y, ci) in p {
+                @if let Some((lo, hi)) = ci {
+                    path class="whisker" d={ "M" (f1(px(*x))) "," (f1(py(*lo))) "V" (f1(py(*hi))) } {}
+                }
+                circle class={ "l" (k) } cx=(f1(px(*x))) cy=(f1(py(*y))) r="3.5" {
+                    title { (name) " " (fmt_num(*x)) ": " (format!("{y:.2}")) }
+                }
+            }
+            // Legend to the right of the y-axis label.
+            @let lx = left + 90.0 + 140.0 * k as f64;
+            rect class={ "s" (k) } x=(f1(lx)) y="24" width="10" height="10" {}
+            text class="tick" x=(f1(lx + 14.0)) y="33" { (name) }
+        }
+    };
+    chart(w, h, title, body)
 }

@@ -5,6 +5,11 @@
 //! per round trip), and lines with whiskers (scaling curves). Each function returns one `<svg>`
 //! element sized in CSS pixels; text uses the page's system font. Exporters return text and do
 //! no I/O.
+//!
+//! The markup is written with [`maud`], which escapes every interpolated string (titles, labels,
+//! hostnames in them), so no chart builds SVG with `format!` and a hand-called escape. SVG
+//! elements are written with an explicit end tag (`line ... {}`): inside HTML, SVG has no void
+//! elements, and a bare `<line>` would swallow what follows.
 
 mod bars;
 mod heatmap;
@@ -14,7 +19,8 @@ pub use bars::{Bar, bars, grouped};
 pub use heatmap::heatmap;
 pub use lines::{Point, lines};
 
-/// Escapes text for HTML and SVG.
+/// Escapes text for HTML and SVG, for markup not yet written with maud (the charts and pages
+/// here do not use it).
 pub fn esc(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
@@ -41,11 +47,36 @@ pub fn nice_step(range: f64, n: f64) -> f64 {
     }
 }
 
-pub(crate) fn open(w: f64, h: f64, title: &str) -> String {
-    format!(
-        r#"<svg class="chart" xmlns="http://www.w3.org/2000/svg" width="{w:.0}" height="{h:.0}" viewBox="0 0 {w:.0} {h:.0}" role="img" aria-label="{}">"#,
-        esc(title)
-    )
+/// The `<svg>` element around `body`, with its title as the first text.
+pub(crate) fn chart(w: f64, h: f64, title: &str, body: maud::Markup) -> String {
+    maud::html! {
+        svg class="chart" xmlns="http://www.w3.org/2000/svg" width=(f0(w)) height=(f0(h))
+            viewBox={ "0 0 " (f0(w)) " " (f0(h)) } role="img" aria-label=(title) {
+            text class="title" x="0" y="16" { (title) }
+            (body)
+        }
+    }
+    .into_string()
+}
+
+/// Ticks from 0 to `top` (inclusive) every `step`.
+pub(crate) fn ticks(top: f64, step: f64) -> Vec<f64> {
+    let mut out = Vec::new();
+    let mut t = 0.0;
+    while t <= top + step * 0.01 {
+        out.push(t);
+        t += step;
+    }
+    out
+}
+
+/// A coordinate with one decimal.
+pub(crate) fn f1(v: f64) -> String {
+    format!("{v:.1}")
+}
+
+fn f0(v: f64) -> String {
+    format!("{v:.0}")
 }
 
 pub(crate) fn fmt_num(v: f64) -> String {

@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# What `cpulab watch` costs a live PostgreSQL: pgbench SELECT 1 throughput with and without a
+# watch attached, alternated (ABAB) so drift and background load fall on both sides alike.
+#
+# A private cluster (0700 temp directory, Unix socket only) runs pinned to CPU 0; `pgbench -c 1`
+# runs pinned to CPU 1 (one CPU apart: tens of thousands of cross-CPU wakeups per second), then
+# to CPU 0 (the same-CPU pair). Each round runs pgbench once without and once with
+# `cpulab watch --comm postgres,pgbench` attached, and the script prints the throughput ratio
+# (with / without) per placement, the spread of the per-round ratios, the events the watch lost,
+# and its peak RSS (/usr/bin/time -v). Target: ratio >= 0.95, peak RSS < 50 MB.
+#
+# Usage: scripts/bench-watch.sh [SECONDS_PER_RUN] [ROUNDS]     (defaults 10 and 3)
+#        WATCH_FLAGS="--no-kernel-filter --sample-wakeups" scripts/bench-watch.sh   (what the
+#        in-kernel filters and counting sched_wakeup instead of sampling it save)
+# Needs root (the watch opens system-wide tracepoints; the server runs as `postgres`),
+# PostgreSQL server programs and pgbench, taskset, jq, /usr/bin/time, CPUs 0 and 1.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+secs=${1:-10}
+rounds=${2:-3}
+cpulab=${CPULAB:-target/release/cpulab}
+
+die() { echo "bench-watch: $*" >&2; exit 2; }
+[ "$(id -u)" = 0 ] || die "run as root (system-wide tracepoints, and the server runs as postgres)"
+command -v taskset >/dev/null || die "taskset not found (Debian package util-linux)"
+command -v jq >/dev/null || die "jq not found (Debian package jq)"
+[ -x /usr/bin/time ] || die "/usr/bin/time not found (Debian package time)"
+bindir=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
+[ -n "$bindir" ] && [ -x "$bindir/initdb" ] || die "PostgreSQL not found (Debian package postgresql)"
+taskset -c 1 true 2>/dev/null || die "CPU 1 is not available: this benchmark needs CPUs 0 and 1"
+[ -x "$cpulab" ] || cargo build --release --quiet
+
+as_pg() { runuser -u postgres -- "$@"; }
+dir=$(mktemp -d /tmp/bench-watch.XXXXXX)
+chown postgres: "$dir"
+watch_pid=
+cleanup() {
+    [ -n "$watch_pid" ] && kill "$watch_pid" 2>/dev/null || true
+    as_pg "$bindir/pg_ctl" -D "$dir/data" stop -m fast >/dev/null 2>&1 || true
+    rm -rf "$dir"
+}
+trap cleanup EXIT INT TERM
+
+as_pg "$bindir/initdb" -D "$dir/data" -A trust -U postgres --no-sync >"$dir/initdb.log" 2>&1 \
+    || { cat "$dir/initdb.log"; die "initdb failed"; }
+echo 'SELECT 1;' >"$dir/select1.sql"
+chmod 644 "$dir/select1.sql"
+as_pg taskset -c 0 "$bindir/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w \
+    -o "-k $dir -c listen_addresses='' -p 5432" start >/dev/null
+
+tps() { # CPU -> tps of one pgbench run
+    taskset -c "$1" "$bindir/pgbench" -n -f "$dir/select1.sql" -c 1 -j 1 -T "$secs" \
+        -h "$dir" -p 5432 -U postgres postgres 2>/dev/null \
+        | sed -n 's/^tps = \([0-9.]*\) .*/\1/p'
+}
+
+mean() { printf '%s\n' "$@" | awk '{s += $1} END {printf "%.1f", s / NR}'; }
+spread() { printf '%s\n' "$@" | sort -g | awk 'NR == 1 {lo = $1} {hi = $1} END {printf "%.3f..%.3f", lo, hi}'; }
+
+echo "== cpulab watch overhead: PostgreSQL on CPU 0, pgbench -c 1 SELECT 1, ${secs} s runs, ${rounds} rounds ABAB${WATCH_FLAGS:+ (watch flags: $WATCH_FLAGS)}"
+echo "   (load on the machine when run: $(cut -d' ' -f1-3 /proc/loadavg))"
+peak_kb=0
+for placement in "cross:1" "same:0"; do
+    name=${placement%%:*} cpu=${placement#*:}
+    off=() on=() ratios=() lost=0 wps=()
+    for r in $(seq "$rounds"); do
+        a=$(tps "$cpu")
+        # shellcheck disable=SC2086 # WATCH_FLAGS is a list of flags
+        /usr/bin/time -v -o "$dir/time.$name.$r" "$cpulab" watch --quiet --json ${WATCH_FLAGS:-} \
+            --comm postgres,pgbench --duration $((secs + 30))s >"$dir/watch.$name.$r.json" &
+        watch_pid=$!
+        sleep 1 # tracepoints open before the measured run
+        b=$(tps "$cpu")
+        kill -INT "$(pgrep -P "$watch_pid" -x cpulab || echo "$watch_pid")" 2>/dev/null || true
+        wait "$watch_pid" || true
+        watch_pid=
+        off+=("$a"); on+=("$b")
+        ratios+=("$(awk -v a="$a" -v b="$b" 'BEGIN {printf "%.4f", b / a}')")
+        kb=$(sed -n 's/.*Maximum resident set size (kbytes): //p' "$dir/time.$name.$r")
+        [ "${kb:-0}" -gt "$peak_kb" ] && peak_kb=$kb
+        l=$(jq '.lost_events' "$dir/watch.$name.$r.json" 2>/dev/null || echo "?")
+        w=$(jq '[.processes[].wakeups_per_s] | add // 0 | floor' "$dir/watch.$name.$r.json" 2>/dev/null || echo "?")
+        lost=$((lost + ${l/\?/0})); wps+=("$w")
+        cpu_s=$(awk -F': ' '/User time|System time/ {s += $2} END {print s}' "$dir/time.$name.$r")
+        wall=$(jq '.interval_s' "$dir/watch.$name.$r.json" 2>/dev/null || echo 0)
+        printf '  %s round %d: without %.0f tps, with watch %.0f tps (%s), watch saw %s wakeups/s, lost %s, its own CPU %.2f CPU-s/s\n' \
+            "$name" "$r" "$a" "$b" "${ratios[-1]}" "$w" "$l" \
+            "$(awk -v c="$cpu_s" -v w="$wall" 'BEGIN {print (w > 0) ? c / w : 0}')"
+    done
+    m_off=$(mean "${off[@]}"); m_on=$(mean "${on[@]}")
+    printf '  %s-CPU pair: without %.0f tps, with %.0f tps, ratio %.3f (per-round ratios %s), lost events %d\n' \
+        "$name" "$m_off" "$m_on" "$(awk -v a="$m_off" -v b="$m_on" 'BEGIN {print b / a}')" \
+        "$(spread "${ratios[@]}")" "$lost"
+done
+printf '  peak RSS of cpulab watch: %.1f MB\n' "$(awk -v k="$peak_kb" 'BEGIN {print k / 1024}')"
+echo "   target: ratio >= 0.95 for the cross-CPU pair, peak RSS < 50 MB; a busy machine widens the spread"

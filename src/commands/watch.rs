@@ -1,0 +1,131 @@
+//! `cpulab watch`: flags, their validation into [`WatchSettings`], and output.
+//!
+//! Targets are checked here, before anything is opened: a pid that does not exist, a cgroup
+//! directory without `cgroup.procs`, a duration that is not a time, are one line and exit 2.
+
+use crate::cli::Global;
+use crate::error::bad_input;
+use crate::experiment::{Experiment, Progress};
+use crate::machine::Machine;
+use crate::output::{self, Style};
+use crate::watch::{Target, Watch, WatchSettings};
+use anyhow::Result;
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+
+/// Watch a running application's wakeups: where they land and what each placement costs.
+/// With no target, the whole machine, one row per process name.
+#[derive(Debug, clap::Args)]
+#[command(after_help = "Examples:\n  \
+    cpulab watch --comm postgres,pgbench --duration 10s\n  \
+    cpulab watch --pid 1234,5678 --json > watch.json\n  \
+    cpulab watch --cgroup /sys/fs/cgroup/system.slice/postgresql.service\n  \
+    cpulab watch --duration 2s -- cpulab pingpong --processes --pairs 0:1")]
+pub struct Args {
+    /// Process ids to watch, comma-separated (all their threads).
+    #[arg(long, value_delimiter = ',', value_name = "PID")]
+    pub pid: Vec<String>,
+    /// Process names to watch, comma-separated (as in /proc/PID/comm).
+    #[arg(long, value_delimiter = ',', value_name = "NAME")]
+    pub comm: Vec<String>,
+    /// A cgroup directory: its processes (re-read every second).
+    #[arg(long, value_name = "PATH")]
+    pub cgroup: Option<PathBuf>,
+    /// How long to watch (`10s`, `500ms`, `2`); Ctrl-C ends early and reports what was seen.
+    #[arg(long, default_value = "10s", value_name = "TIME")]
+    pub duration: String,
+    /// Also write the report as a self-contained HTML page.
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<PathBuf>,
+    /// One JSON document on stdout.
+    #[arg(long)]
+    pub json: bool,
+    /// Write one drain of CPU 0's ring buffer here (parser fixtures).
+    #[arg(long, hide = true, value_name = "FILE")]
+    pub dump_records: Option<PathBuf>,
+    /// Also take a record of every sched_wakeup (else only counted): checks each placement
+    /// against its target CPU, at one more record per wakeup.
+    #[arg(long, hide = true)]
+    pub sample_wakeups: bool,
+    /// Do not filter the tracepoints in the kernel (for measuring what the filter saves).
+    #[arg(long, hide = true)]
+    pub no_kernel_filter: bool,
+    /// A command to start and watch (without a shell), with its children; it ends with cpulab.
+    #[arg(last = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
+}
+
+/// Turns flags into settings, rejecting bad input with one line (exit 2).
+pub fn settings(args: &Args, machine: &Machine) -> Result<WatchSettings> {
+    let given = [
+        !args.pid.is_empty(),
+        !args.comm.is_empty(),
+        args.cgroup.is_some(),
+        !args.command.is_empty(),
+    ];
+    if given.iter().filter(|g| **g).count() > 1 {
+        return Err(bad_input(
+            "give one target: --pid, --comm, --cgroup or -- COMMAND (none: the whole machine)",
+        ));
+    }
+    let duration_s = crate::units::parse_duration(&args.duration)
+        .map_err(|e| bad_input(format!("--duration: {e}")))?
+        .as_secs_f64();
+    if duration_s <= 0.0 {
+        return Err(bad_input(
+            "--duration must be more than 0; give one like `10s`",
+        ));
+    }
+    let target = if !args.pid.is_empty() {
+        let mut pids = BTreeSet::new();
+        for p in &args.pid {
+            let pid: i32 = p.trim().parse().ok().filter(|p| *p > 0).ok_or_else(|| {
+                bad_input(format!(
+                    "--pid `{p}` is not a process id; give one like `1234`"
+                ))
+            })?;
+            if !machine.root.join("proc").join(pid.to_string()).is_dir() {
+                return Err(bad_input(format!(
+                    "no process with pid {pid} (it may have exited); see `ps -e`"
+                )));
+            }
+            pids.insert(pid);
+        }
+        Target::Pids(pids)
+    } else if !args.comm.is_empty() {
+        Target::Comms(args.comm.iter().map(|c| c.trim().to_string()).collect())
+    } else if let Some(dir) = &args.cgroup {
+        if !dir.join("cgroup.procs").is_file() {
+            return Err(bad_input(format!(
+                "{} is not a cgroup directory (no cgroup.procs); give one under /sys/fs/cgroup",
+                dir.display()
+            )));
+        }
+        Target::Cgroup(dir.clone())
+    } else {
+        Target::All
+    };
+    Ok(WatchSettings {
+        target,
+        command: (!args.command.is_empty()).then(|| args.command.clone()),
+        duration_s,
+        dump_records: args.dump_records.clone(),
+        sample_wakeups: args.sample_wakeups,
+        kernel_filter: !args.no_kernel_filter,
+        ..WatchSettings::default()
+    })
+}
+
+pub fn run(args: Args, g: &Global) -> Result<()> {
+    let machine = Machine::detect(&g.root)?;
+    let settings = settings(&args, &machine)?;
+    let sink = output::progress_printer(g.quiet);
+    let report = Watch::run(&machine, &settings, &Progress::new(&sink))?;
+    if let Some(path) = &args.html {
+        std::fs::write(path, Watch::render_html(&report))
+            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    }
+    crate::commands::print::emit(args.json, Watch::KIND, &report, |r| {
+        Watch::render_text(r, &Style::new())
+    })
+}

@@ -1,0 +1,205 @@
+//! A live application's wakeups that pay the cross-CPU penalty the battery measured.
+//!
+//! `doctor --pid`/`--comm` watches the application for a few seconds (`cpulab watch`): how many
+//! of its wakeups land on another CPU than the waker's. The battery measured, on this machine,
+//! what a blocking round trip costs across CPUs against on one CPU. Only when both are there (a
+//! penalty beyond noise, and a watched process whose wakeups mostly cross) is there a finding:
+//! the watch figures are its evidence, and what that costs the application per second is an
+//! ESTIMATE, labelled as one (a model: the pingpong penalty per wakeup times the application's
+//! cross-CPU wakeups per second), never a measurement of the application itself.
+
+use super::wakeup::worst_penalty;
+use super::{Inputs, Rule, ns_ci, remedies};
+use crate::doctor::findings::{Confidence, Datum, Evidence, Finding, Severity};
+use crate::output::fmt_ns;
+
+/// Share of a process's wakeups that must cross CPUs for a finding.
+pub const MIN_CROSS_SHARE: f64 = 0.5;
+/// Fewer cross-CPU wakeups per second than this cost too little to speak of.
+pub const MIN_CROSS_PER_S: f64 = 1000.0;
+
+pub struct WatchedCrossWakeups;
+
+impl Rule for WatchedCrossWakeups {
+    fn id(&self) -> &'static str {
+        "watched-cross-cpu-wakeups"
+    }
+
+    fn check(&self, i: Inputs<'_>) -> Vec<Finding> {
+        let Some(w) = &i.m.app_watch else {
+            return vec![];
+        };
+        let Some((base, worst, eff)) = worst_penalty(&i) else {
+            return vec![];
+        };
+        let Some(p) = w
+            .processes
+            .iter()
+            .filter(|p| {
+                p.cross_share >= MIN_CROSS_SHARE && p.cross_wakeups_per_s >= MIN_CROSS_PER_S
+            })
+            .max_by(|a, b| a.cross_wakeups_per_s.total_cmp(&b.cross_wakeups_per_s))
+        else {
+            return vec![];
+        };
+        // A blocking round trip is two wakeups: the penalty per wakeup is half the round trip's.
+        let per_wakeup_ns = (eff.worse.mean - eff.better.mean) / 2.0;
+        let cost_s_per_s = per_wakeup_ns * p.cross_wakeups_per_s / 1e9;
+        let src = format!(
+            "measured: cpulab watch {} for {:.1} s",
+            w.target, w.interval_s
+        );
+        let mut evidence = vec![
+            Evidence::new(
+                format!("{}: wakeups per second", p.name),
+                Datum::number(
+                    p.wakeups_per_s,
+                    "per_s",
+                    format!("{:.0}/s", p.wakeups_per_s),
+                ),
+                src.clone(),
+            ),
+            Evidence::new(
+                format!(
+                    "{}: share of wakeups on another CPU than the waker's",
+                    p.name
+                ),
+                Datum::number(
+                    p.cross_share,
+                    "share",
+                    format!("{:.0}%", p.cross_share * 100.0),
+                ),
+                src.clone(),
+            ),
+            Evidence::new(
+                "blocking round trip across CPUs",
+                ns_ci(&eff.worse),
+                format!(
+                    "measured: pingpong {} {}",
+                    worst.method,
+                    worst.cpus.as_deref().unwrap_or("?")
+                ),
+            ),
+            Evidence::new(
+                "blocking round trip on one CPU",
+                ns_ci(&eff.better),
+                format!(
+                    "measured: pingpong {} {}",
+                    base.method,
+                    base.cpus.as_deref().unwrap_or("?")
+                ),
+            ),
+            Evidence::new(
+                "ESTIMATE: wakeup latency the crossings add, per second",
+                Datum::number(cost_s_per_s, "s_per_s", format!("~{cost_s_per_s:.3} s/s")),
+                "model: (cross-CPU round trip - same-CPU round trip) / 2 per wakeup x the application's cross-CPU wakeups per second",
+            ),
+        ];
+        if let Some(why) = &w.incomplete {
+            evidence.push(Evidence::new(
+                "the watch's figures are lower bounds",
+                why.as_str(),
+                src.clone(),
+            ));
+        }
+        let cpu = worst
+            .cpus
+            .as_deref()
+            .and_then(|c| c.split(':').next()?.parse().ok())
+            .unwrap_or(0);
+        vec![Finding {
+            id: self.id().into(),
+            title: format!(
+                "{}: {:.0}% of {:.0} wakeups/s cross CPUs; each costs ~{} more than on one CPU (estimate)",
+                p.name,
+                p.cross_share * 100.0,
+                p.wakeups_per_s,
+                fmt_ns(per_wakeup_ns)
+            ),
+            severity: Severity::of_ratio(eff.ratio),
+            magnitude: eff.magnitude(
+                format!(
+                    "{:.0} cross-CPU wakeups/s watched; the battery's blocking round trip across CPUs takes {} against {} on one CPU: ESTIMATE ~{cost_s_per_s:.3} s of added wakeup latency per second",
+                    p.cross_wakeups_per_s,
+                    fmt_ns(eff.worse.mean),
+                    fmt_ns(eff.better.mean)
+                ),
+                "ns",
+            ),
+            evidence,
+            mechanism: "The application's wakeups were watched landing on another CPU than their \
+                        waker's; on this machine such a wakeup was measured to cost more than one \
+                        on the same CPU (see the cross-CPU wakeup finding for why). The added \
+                        latency per second is an estimate from those two measurements, not a \
+                        measurement of the application: `cpulab try` measures it."
+                .into(),
+            remedies: remedies::colocate(cpu, i.facts),
+            confidence: Confidence::from_agreeing(2),
+        }]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::doctor::findings::SourceKind;
+    use crate::doctor::measurements::{AppWatch, WatchedProcess};
+    use crate::doctor::rules::fixtures::{everything_wrong, quiet_machine};
+
+    fn watch(cross_share: f64, per_s: f64) -> AppWatch {
+        AppWatch {
+            target: "comm postgres".into(),
+            interval_s: 5.0,
+            incomplete: None,
+            processes: vec![WatchedProcess {
+                name: "postgres".into(),
+                pids: vec![812],
+                wakeups_per_s: per_s,
+                cross_share,
+                cross_wakeups_per_s: per_s * cross_share,
+            }],
+        }
+    }
+
+    #[test]
+    fn crossing_wakeups_with_a_measured_penalty_are_a_finding_with_an_estimate() {
+        let (facts, mut m) = everything_wrong();
+        m.app_watch = Some(watch(0.71, 48_000.0));
+        let f = WatchedCrossWakeups.check(Inputs {
+            facts: &facts,
+            m: &m,
+        });
+        assert_eq!(f.len(), 1);
+        assert!(f[0].title.contains("71%") && f[0].title.contains("estimate"));
+        let kinds: Vec<SourceKind> = f[0].evidence.iter().map(|e| e.source_kind).collect();
+        assert!(kinds.contains(&SourceKind::Measured));
+        let est = f[0]
+            .evidence
+            .iter()
+            .find(|e| e.label.starts_with("ESTIMATE"))
+            .unwrap();
+        assert_eq!(est.source_kind, SourceKind::Model);
+        assert!(est.quantity.as_ref().unwrap().value > 0.0);
+    }
+
+    #[test]
+    fn silent_without_crossings_or_without_a_penalty() {
+        let (facts, mut m) = everything_wrong();
+        m.app_watch = Some(watch(0.1, 48_000.0));
+        let i = Inputs {
+            facts: &facts,
+            m: &m,
+        };
+        assert!(WatchedCrossWakeups.check(i).is_empty());
+        let (facts, mut m) = quiet_machine();
+        m.app_watch = Some(watch(0.9, 48_000.0));
+        let i = Inputs {
+            facts: &facts,
+            m: &m,
+        };
+        assert!(
+            WatchedCrossWakeups.check(i).is_empty(),
+            "no penalty measured"
+        );
+    }
+}

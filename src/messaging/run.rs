@@ -1,0 +1,345 @@
+//! Running the messaging test: channels first, every task behind one start gate, the clock from
+//! opening the gate to the last task's end.
+
+use super::{Channel, MESSAGE_BYTES, MessagingReport, MessagingRun, MessagingSettings, Tasks};
+use crate::experiment::{Progress, check_load};
+use crate::machine::{Conditions, Machine};
+use crate::stats::MeanCi;
+use anyhow::{Context, Result, anyhow};
+use nix::errno::Errno;
+use nix::sys::resource::{UsageWho, getrusage};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// Measures `settings.repeats` runs.
+pub fn run(
+    machine: &Machine,
+    s: &MessagingSettings,
+    progress: &Progress,
+) -> Result<MessagingReport> {
+    let mut conditions = Conditions::now(machine);
+    let cpus = s.cpus.clone().unwrap_or_else(|| machine.allowed.clone());
+    check_load(
+        &mut conditions,
+        machine,
+        &cpus,
+        Duration::from_millis(300),
+        s.check_load,
+        progress,
+    );
+    let saved = crate::affinity::get(0)?;
+    // Every task inherits this thread's affinity: the allowed set, placed by the scheduler.
+    crate::affinity::set(0, &cpus)?;
+    let mut runs = Vec::new();
+    let mut failed = None;
+    for i in 0..s.repeats {
+        progress.step(&format!(
+            "run {}/{}: {} messages",
+            i + 1,
+            s.repeats,
+            s.messages_per_run()
+        ));
+        match one_run(s) {
+            Ok(r) => runs.push(r),
+            Err(e) => {
+                failed = Some(e);
+                break;
+            }
+        }
+    }
+    crate::affinity::set(0, &saved).context("restoring this thread's CPU affinity")?;
+    if let Some(e) = failed {
+        return Err(e);
+    }
+    let wall: Vec<f64> = runs.iter().map(|r| r.wall_s).collect();
+    let rate: Vec<f64> = runs.iter().map(|r| r.messages_per_s).collect();
+    Ok(MessagingReport {
+        settings: s.clone(),
+        conditions,
+        wall_s: MeanCi::of(&wall),
+        messages_per_s: MeanCi::of(&rate),
+        runs,
+    })
+}
+
+/// One receiver's channel: the end it reads, the end every sender of its group writes.
+struct Chan {
+    read: OwnedFd,
+    write: OwnedFd,
+}
+
+fn channel(kind: Channel) -> Result<Chan> {
+    use nix::sys::socket::{AddressFamily, SockFlag, SockType, socketpair};
+    let (read, write) = match kind {
+        Channel::Socket => socketpair(
+            AddressFamily::Unix,
+            SockType::Stream,
+            None,
+            SockFlag::SOCK_CLOEXEC,
+        ),
+        Channel::Pipe => nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC),
+    }
+    .map_err(|e| {
+        anyhow!(
+            "cannot create a channel ({e}); give fewer --groups or --senders, or raise `ulimit -n`"
+        )
+    })?;
+    Ok(Chan { read, write })
+}
+
+/// What a run counts, in memory every task can write (shared with forked children).
+struct Counters {
+    map: std::ptr::NonNull<std::ffi::c_void>,
+    len: usize,
+}
+
+impl Counters {
+    /// Two counters: bytes sent, bytes received.
+    fn new() -> Result<Self> {
+        use nix::sys::mman::{MapFlags, ProtFlags, mmap_anonymous};
+        let len = 4096;
+        // SAFETY: a fresh anonymous mapping, unmapped only in Drop.
+        let map = unsafe {
+            mmap_anonymous(
+                None,
+                std::num::NonZeroUsize::new(len).ok_or_else(|| anyhow!("zero length"))?,
+                ProtFlags::PROT_READ | ProtFlags::PROT_WRITE,
+                MapFlags::MAP_SHARED,
+            )
+        }
+        .context("mmap of the shared counters failed")?;
+        Ok(Self { map, len })
+    }
+
+    fn at(&self, i: usize) -> &AtomicU64 {
+        // invariant: the page is 4096 bytes, aligned, and only accessed as two AtomicU64s.
+        unsafe { &*(self.map.as_ptr() as *const AtomicU64).add(i) }
+    }
+
+    fn sent(&self) -> &AtomicU64 {
+        self.at(0)
+    }
+
+    fn received(&self) -> &AtomicU64 {
+        self.at(1)
+    }
+}
+
+impl Drop for Counters {
+    fn drop(&mut self) {
+        // SAFETY: mapped in `new` with this length; no reference outlives self.
+        let _ = unsafe { nix::sys::mman::munmap(self.map, self.len) };
+    }
+}
+
+// SAFETY: only atomics are accessed through the pointer.
+unsafe impl Sync for Counters {}
+
+/// Writes `MESSAGE_BYTES` to every `out` fd `messages` times; bytes written go to `sent`.
+/// Only system calls on memory prepared before: safe between fork and _exit.
+fn send(out: &[BorrowedFd], messages: usize, sent: &AtomicU64) -> bool {
+    let msg = [0x5a_u8; MESSAGE_BYTES];
+    for _ in 0..messages {
+        for fd in out {
+            let mut done = 0;
+            while done < MESSAGE_BYTES {
+                match nix::unistd::write(fd, &msg[done..]) {
+                    Ok(n) if n > 0 => done += n,
+                    Err(Errno::EINTR) => continue,
+                    _ => return false,
+                }
+            }
+            sent.fetch_add(MESSAGE_BYTES as u64, Ordering::Relaxed);
+        }
+    }
+    true
+}
+
+/// Reads until `expect` bytes have arrived; bytes read go to `received`.
+fn receive(fd: BorrowedFd, expect: u64, received: &AtomicU64) -> bool {
+    let mut buf = [0_u8; MESSAGE_BYTES];
+    let mut got = 0_u64;
+    while got < expect {
+        match nix::unistd::read(fd, &mut buf) {
+            Ok(n) if n > 0 => {
+                got += n as u64;
+                received.fetch_add(n as u64, Ordering::Relaxed);
+            }
+            Err(Errno::EINTR) => continue,
+            _ => return false,
+        }
+    }
+    true
+}
+
+fn switches(who: UsageWho) -> Option<u64> {
+    getrusage(who)
+        .ok()
+        .map(|u| (u.voluntary_context_switches() + u.involuntary_context_switches()) as u64)
+}
+
+fn one_run(s: &MessagingSettings) -> Result<MessagingRun> {
+    let groups: Vec<Vec<Chan>> = (0..s.groups)
+        .map(|_| (0..s.senders).map(|_| channel(s.channel)).collect())
+        .collect::<Result<_>>()?;
+    let counters = Counters::new()?;
+    let per_receiver = (s.senders * s.messages * MESSAGE_BYTES) as u64;
+    let (wall, switches) = match s.tasks {
+        Tasks::Threads => threads(s, &groups, &counters, per_receiver)?,
+        Tasks::Processes => processes(s, &groups, &counters, per_receiver)?,
+    };
+    let sent = counters.sent().load(Ordering::SeqCst) / MESSAGE_BYTES as u64;
+    let received = counters.received().load(Ordering::SeqCst) / MESSAGE_BYTES as u64;
+    let secs = wall.as_secs_f64();
+    Ok(MessagingRun {
+        wall_s: secs,
+        messages_sent: sent,
+        messages_received: received,
+        messages_per_s: if secs > 0.0 {
+            received as f64 / secs
+        } else {
+            0.0
+        },
+        context_switches: switches,
+    })
+}
+
+fn threads(
+    s: &MessagingSettings,
+    groups: &[Vec<Chan>],
+    c: &Counters,
+    per_receiver: u64,
+) -> Result<(Duration, Option<u64>)> {
+    let tasks = s.groups * s.senders * 2;
+    let gate = std::sync::Barrier::new(tasks + 1);
+    let before = switches(UsageWho::RUSAGE_SELF);
+    let (wall, ok) = std::thread::scope(|scope| {
+        let mut handles = Vec::with_capacity(tasks);
+        for g in groups {
+            let out: Vec<BorrowedFd> = g.iter().map(|ch| ch.write.as_fd()).collect();
+            for ch in g {
+                let (fd, gate) = (ch.read.as_fd(), &gate);
+                handles.push(scope.spawn(move || {
+                    gate.wait();
+                    receive(fd, per_receiver, c.received())
+                }));
+            }
+            for _ in 0..s.senders {
+                let (out, gate) = (out.clone(), &gate);
+                handles.push(scope.spawn(move || {
+                    gate.wait();
+                    send(&out, s.messages, c.sent())
+                }));
+            }
+        }
+        gate.wait();
+        let t0 = Instant::now();
+        let ok = handles.into_iter().all(|h| h.join().unwrap_or(false));
+        (t0.elapsed(), ok)
+    });
+    let after = switches(UsageWho::RUSAGE_SELF);
+    if !ok {
+        return Err(anyhow!("a messaging thread failed to send or receive"));
+    }
+    Ok((wall, before.zip(after).map(|(b, a)| a.saturating_sub(b))))
+}
+
+/// Forked children, killed and reaped on every way out.
+struct Children(Vec<nix::unistd::Pid>);
+
+impl Drop for Children {
+    fn drop(&mut self) {
+        for &p in &self.0 {
+            let _ = nix::sys::signal::kill(p, nix::sys::signal::SIGKILL);
+        }
+        for &p in &self.0 {
+            let _ = nix::sys::wait::waitpid(p, None);
+        }
+    }
+}
+
+fn processes(
+    s: &MessagingSettings,
+    groups: &[Vec<Chan>],
+    c: &Counters,
+    per_receiver: u64,
+) -> Result<(Duration, Option<u64>)> {
+    use nix::unistd::{ForkResult, fork};
+    // The gate: each child reads one byte; cpulab writes them all at once (at most 4096, within
+    // a pipe's buffer).
+    let (gate_r, gate_w) = nix::unistd::pipe().context("cannot create the start gate")?;
+    let parent = nix::unistd::getpid();
+    // Everything a child touches is prepared here, before any fork.
+    let outs: Vec<Vec<BorrowedFd>> = groups
+        .iter()
+        .map(|g| g.iter().map(|ch| ch.write.as_fd()).collect())
+        .collect();
+    let tasks = s.groups * s.senders * 2;
+    let opening = vec![1_u8; tasks];
+    let mut children = Children(Vec::with_capacity(s.groups * s.senders * 2));
+    let before = switches(UsageWho::RUSAGE_CHILDREN);
+    for (g, out) in groups.iter().zip(&outs) {
+        for role in (0..s.senders).map(Some).chain((0..s.senders).map(|_| None)) {
+            // SAFETY: the child runs only `child_main`: system calls on memory prepared before
+            // the fork, then _exit.
+            match unsafe { fork() }.context("fork failed")? {
+                ForkResult::Child => {
+                    let work = || match role {
+                        Some(i) => receive(g[i].read.as_fd(), per_receiver, c.received()),
+                        None => send(out, s.messages, c.sent()),
+                    };
+                    child_main(parent, gate_r.as_fd(), work)
+                }
+                ForkResult::Parent { child } => children.0.push(child),
+            }
+        }
+    }
+    let t0 = Instant::now();
+    let mut open = &opening[..];
+    while !open.is_empty() {
+        match nix::unistd::write(&gate_w, open) {
+            Ok(n) => open = &open[n..],
+            Err(Errno::EINTR) => continue,
+            Err(e) => return Err(anyhow!("cannot open the start gate: {e}")),
+        }
+    }
+    let mut failed = 0;
+    for &p in &children.0 {
+        match nix::sys::wait::waitpid(p, None) {
+            Ok(nix::sys::wait::WaitStatus::Exited(_, 0)) => {}
+            _ => failed += 1,
+        }
+    }
+    let wall = t0.elapsed();
+    children.0.clear();
+    let after = switches(UsageWho::RUSAGE_CHILDREN);
+    if failed > 0 {
+        return Err(anyhow!(
+            "{failed} messaging process(es) failed to send or receive"
+        ));
+    }
+    Ok((wall, before.zip(after).map(|(b, a)| a.saturating_sub(b))))
+}
+
+/// A forked task: dies with cpulab, waits for the gate, works, exits. System calls only, on
+/// memory prepared before the fork.
+fn child_main(parent: nix::unistd::Pid, gate: BorrowedFd, work: impl Fn() -> bool) -> ! {
+    let code = if nix::sys::prctl::set_pdeathsig(nix::sys::signal::SIGKILL).is_err()
+        || nix::unistd::getppid() != parent
+    {
+        3
+    } else {
+        let mut b = [0_u8; 1];
+        loop {
+            match nix::unistd::read(gate, &mut b) {
+                Err(Errno::EINTR) => continue,
+                Ok(1) if work() => break 0,
+                _ => break 1,
+            }
+        }
+    };
+    // SAFETY: _exit ends the child without running the parent's atexit handlers or flushing
+    // its stdio buffers, which is what a forked child of a threaded process must do.
+    unsafe { libc::_exit(code) }
+}

@@ -1,0 +1,475 @@
+//! `cpulab watch`: what placement costs a running application, observed without restarting it.
+//!
+//! Every other experiment starts its own processes; a DBA with a production PostgreSQL cannot.
+//! A watch attaches to the kernel's scheduler tracepoints for a window ([`ring`]), decodes the
+//! records with layouts read from the running kernel ([`format`], [`events`]), follows each
+//! wakeup of the watched tasks from waker to switch-in ([`analyze`]), and reports per process
+//! how its wakeups were placed (same CPU as the waker, or which class away) and what each class
+//! cost in wakeup-to-run latency ([`report`], [`render`]). The VM mechanism around the window
+//! (halts, rescheduling and call-function IPIs, steal, guest halt polling) comes from the same
+//! /proc and /sys counters the other experiments read, sampled before and after.
+//!
+//! It only observes: tracefs is mounted just long enough to read the tracepoint layouts when it
+//! was not mounted, the perf events are closed on every exit path (they are descriptors), and
+//! the child of `watch -- COMMAND` ends with cpulab.
+
+pub mod analyze;
+pub mod events;
+pub mod format;
+pub mod render;
+pub mod report;
+pub mod ring;
+pub mod targets;
+
+use crate::error::bad_input;
+use crate::experiment::{Experiment, Figure, Progress};
+use crate::machine::{Conditions, Machine};
+use crate::output::Style;
+use crate::report::envelope::Kind;
+use analyze::Analysis;
+use anyhow::Result;
+use events::{Decoder, Timed};
+pub use report::WatchReport;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+pub use targets::Target;
+
+/// The one line for a user who may not open system-wide tracepoints.
+pub const PERMISSION_LINE: &str = "cpulab watch needs to read scheduler tracepoints: run as root, or grant CAP_PERFMON: setcap cap_perfmon+ep $(which cpulab), or sysctl kernel.perf_event_paranoid=-1";
+
+/// Validated settings of a watch.
+#[derive(Clone, Debug)]
+pub struct WatchSettings {
+    pub target: Target,
+    /// `watch -- COMMAND ARGS`: started after tracing begins, watched with its descendants.
+    pub command: Option<Vec<String>>,
+    pub duration_s: f64,
+    /// Data pages per CPU ring (a power of two).
+    pub ring_pages: usize,
+    /// Write one drain of the first CPU's ring here (fixtures for the parser's tests).
+    pub dump_records: Option<PathBuf>,
+    /// Also take a record of every `sched_wakeup` (else it is only counted): its target CPU
+    /// then checks each placement, at the cost of one more record per wakeup.
+    pub sample_wakeups: bool,
+    /// Filter the tracepoints in the kernel to the watched tasks when the target allows it
+    /// (`--comm`, `--pid`), so other tasks' events cost no record.
+    pub kernel_filter: bool,
+}
+
+impl Default for WatchSettings {
+    fn default() -> Self {
+        Self {
+            target: Target::All,
+            command: None,
+            duration_s: 10.0,
+            ring_pages: 1024,
+            dump_records: None,
+            sample_wakeups: false,
+            kernel_filter: true,
+        }
+    }
+}
+
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes into the timespec we own.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+fn is_denied(e: &std::io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EACCES) | Some(libc::EPERM))
+}
+
+/// Records newer than this may still be being written on another CPU: they wait for the next
+/// drain so that events of different CPUs are analysed in time order.
+const SETTLE_NS: u64 = 5_000_000;
+/// How often the rings are drained: each ring holds about a second of records at a hundred
+/// thousand events per second, so a drain every 100 ms wakes the reader (which competes with the
+/// watched application for the same CPUs) only ten times a second; a ring found filling fast is
+/// drained ten times as often.
+const POLL: Duration = Duration::from_millis(20);
+
+/// The tracepoints in the order they are opened (and counted): the ring's leader first.
+pub const EVENT_NAMES: [&str; 4] = [
+    "sched_waking",
+    "sched_switch",
+    "sched_migrate_task",
+    "sched_wakeup",
+];
+
+/// A comm the kernel's filter grammar can hold as a string literal.
+fn filterable_comm(c: &str) -> bool {
+    !c.is_empty()
+        && c.len() <= 15
+        && c.chars()
+            .all(|ch| ch.is_ascii_graphic() && !matches!(ch, '"' | '\\' | '*' | '?' | '['))
+}
+
+/// The in-kernel filter per event (in [`EVENT_NAMES`] order) that keeps only the watched tasks'
+/// events, or `None` when the target cannot be said as a filter (a cgroup, a command and its
+/// future children, the whole machine, too many threads). Returns the filters and a sentence for
+/// the report saying what they keep.
+pub fn kernel_filters(target: &Target, root: &std::path::Path) -> Option<([String; 4], String)> {
+    let any = |fields: &[&str], values: &[String]| -> String {
+        let mut terms = Vec::new();
+        for f in fields {
+            for v in values {
+                terms.push(format!("{f} == {v}"));
+            }
+        }
+        terms.join(" || ")
+    };
+    let (values, what) = match target {
+        Target::Comms(c) if c.iter().all(|c| filterable_comm(c)) => (
+            c.iter().map(|c| format!("\"{c}\"")).collect::<Vec<_>>(),
+            "in-kernel filters keep the events of threads named as the watched processes (a thread \
+             that renamed itself is not seen)"
+                .to_string(),
+        ),
+        Target::Pids(pids) => {
+            let mut tids = Vec::new();
+            for pid in pids {
+                let dir = root.join("proc").join(pid.to_string()).join("task");
+                let entries = std::fs::read_dir(&dir).ok()?;
+                for e in entries.flatten() {
+                    tids.push(e.file_name().to_string_lossy().to_string());
+                }
+            }
+            if tids.is_empty() || tids.len() > 64 {
+                return None;
+            }
+            (
+                tids,
+                "in-kernel filters keep the events of the threads the watched processes had when \
+                 the watch began (threads started later are not seen)"
+                    .to_string(),
+            )
+        }
+        _ => return None,
+    };
+    let pid = match target {
+        Target::Pids(_) => ("pid", "prev_pid", "next_pid"),
+        _ => ("comm", "prev_comm", "next_comm"),
+    };
+    Some((
+        [
+            any(&[pid.0], &values),
+            any(&[pid.1, pid.2], &values),
+            any(&[pid.0], &values),
+            any(&[pid.0], &values),
+        ],
+        what,
+    ))
+}
+
+/// Cuts `bytes` at the last whole record within `limit` bytes.
+fn whole_records(bytes: &[u8], limit: usize) -> &[u8] {
+    let mut at = 0;
+    while at + 8 <= bytes.len() {
+        let size = u16::from_ne_bytes([bytes[at + 6], bytes[at + 7]]) as usize;
+        if size == 0 || at + size > limit.min(bytes.len()) {
+            break;
+        }
+        at += size;
+    }
+    &bytes[..at]
+}
+
+/// Watches for the settings' window (or until Ctrl-C, or the target is gone).
+pub fn run(machine: &Machine, s: &WatchSettings, progress: &Progress) -> Result<WatchReport> {
+    let root_user = nix::unistd::geteuid().is_root();
+    let tracefs = targets::Tracefs::open().map_err(|e| {
+        if root_user {
+            anyhow::anyhow!(e)
+        } else {
+            bad_input(PERMISSION_LINE)
+        }
+    })?;
+    let fmt = |n: &str| {
+        tracefs.format(n).map_err(|e| {
+            if root_user {
+                anyhow::anyhow!("reading the layout of sched:{n}: {e}")
+            } else {
+                bad_input(PERMISSION_LINE)
+            }
+        })
+    };
+    let decoder = Decoder::new(
+        &fmt("sched_waking")?,
+        &fmt("sched_wakeup")?,
+        &fmt("sched_switch")?,
+        &fmt("sched_migrate_task")?,
+    )
+    .map_err(|e| anyhow::anyhow!(e))?;
+    drop(tracefs);
+
+    let cpus = machine.topology.online.to_vec();
+    // 4 MiB per CPU, but at most ~64 MiB in all on large machines (a power of two per ring).
+    let budget = (16384 / cpus.len().max(1)).max(16);
+    let pages = s.ring_pages.min(1 << budget.ilog2());
+    let mut filters = if s.kernel_filter && s.command.is_none() {
+        kernel_filters(&s.target, &machine.root)
+    } else {
+        None
+    };
+    let ids = [
+        decoder.ids[0],
+        decoder.ids[2],
+        decoder.ids[3],
+        decoder.ids[1],
+    ];
+    let spec_list = |filters: &Option<([String; 4], String)>| -> Vec<ring::EventSpec> {
+        (0..4)
+            .map(|i| ring::EventSpec {
+                id: ids[i],
+                sampled: i < 3 || s.sample_wakeups,
+                filter: filters.as_ref().map(|(f, _)| f[i].clone()),
+            })
+            .collect()
+    };
+    let mut specs = spec_list(&filters);
+    let mut opened = ring::Tracer::open(&specs, &cpus, pages);
+    if let Err(e) = &opened
+        && filters.is_some()
+        && !is_denied(e)
+    {
+        // A kernel that refuses the filter (an older filter grammar) is watched unfiltered.
+        filters = None;
+        specs = spec_list(&filters);
+        opened = ring::Tracer::open(&specs, &cpus, pages);
+    }
+    let mut tracer = opened.map_err(|e| {
+        if is_denied(&e) {
+            bad_input(PERMISSION_LINE)
+        } else {
+            anyhow::anyhow!("perf_event_open of the scheduler tracepoints: {e}")
+        }
+    })?;
+
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        let _ = signal_hook::flag::register(sig, stop.clone());
+    }
+    let mut conditions = Conditions::now(machine);
+    let before = crate::counters::SystemSnapshot::take(&machine.root);
+    let started = Instant::now();
+    tracer.enable()?;
+    let mut child = match &s.command {
+        Some(argv) => Some(targets::Child::spawn(argv).map_err(bad_input)?),
+        None => None,
+    };
+    let target = match &child {
+        Some(c) => Target::Command(c.pid()),
+        None => s.target.clone(),
+    };
+    let mut tasks = targets::LiveTasks::new(&machine.root, target.clone());
+    let mut analysis = Analysis::new(&machine.topology);
+    let mut pending: Vec<Timed> = Vec::new();
+    let mut tally = Tally::default();
+    let mut torn = 0u64;
+    let mut dump = s.dump_records.clone();
+    let deadline = started + Duration::from_secs_f64(s.duration_s);
+    progress.step(&format!(
+        "watching {} for {:.1} s",
+        target.describe(),
+        s.duration_s
+    ));
+    let mut ended = "window elapsed".to_string();
+    let mut last_refresh = Instant::now();
+    loop {
+        let finished = if stop.load(Ordering::Relaxed) {
+            ended = "interrupted: reporting what was seen".into();
+            true
+        } else if child.as_mut().is_some_and(|c| c.exited()) {
+            ended = "command exited".into();
+            true
+        } else if let Target::Pids(p) = &target
+            && p.iter()
+                .all(|pid| !machine.root.join("proc").join(pid.to_string()).exists())
+        {
+            ended = "every watched process exited".into();
+            true
+        } else {
+            Instant::now() >= deadline
+        };
+        if finished {
+            // Stop the events before the last drain, so the counts read after it cover exactly
+            // what could have been delivered.
+            tracer.disable();
+        }
+        let cutoff = if finished {
+            u64::MAX
+        } else {
+            monotonic_ns().saturating_sub(SETTLE_NS)
+        };
+        if started.elapsed() > Duration::from_millis(300)
+            && let Some(path) = dump.take()
+        {
+            let bytes = tracer.drain_bytes();
+            std::fs::write(&path, whole_records(&bytes, 32 * 1024))
+                .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+            let cpu = cpus.first().copied().unwrap_or(0);
+            ring::parse_records(&bytes, |r| {
+                collect(&decoder, cpu, r, &mut pending, &mut tally)
+            });
+        }
+        torn += tracer.drain(|cpu, r| collect(&decoder, cpu, r, &mut pending, &mut tally)) as u64;
+        pending.sort_by_key(|t| t.time_ns);
+        let ready = pending.partition_point(|t| t.time_ns <= cutoff);
+        for ev in pending.drain(..ready) {
+            analysis.feed(&ev, &mut tasks);
+        }
+        if finished {
+            break;
+        }
+        if last_refresh.elapsed() > Duration::from_secs(1) {
+            tasks.refresh();
+            last_refresh = Instant::now();
+        }
+        // A ring an eighth full after one interval would overflow within a few more slow
+        // intervals on a busy machine: drain it sooner.
+        let poll = if tracer.last_fill > 0.125 {
+            POLL / 10
+        } else {
+            POLL
+        };
+        std::thread::sleep(poll.min(deadline.saturating_duration_since(Instant::now())));
+    }
+    let interval_s = started.elapsed().as_secs_f64();
+    analysis.finish(&mut tasks);
+    let counts = tracer.counts();
+    drop(tracer);
+    drop(child);
+    let after = crate::counters::SystemSnapshot::take(&machine.root);
+    let lost: u64 = tally.lost.values().sum();
+    let delivery = report::delivery(&counts, &tally, &specs);
+    if report::incomplete(&delivery).is_some() {
+        conditions.noisy = true;
+    }
+    let mut mechanism = format!(
+        "perf_event_open on every CPU: sched:sched_waking, sched_switch, sched_migrate_task \
+         sampled; sched_wakeup {}",
+        if s.sample_wakeups {
+            "sampled (a check of each placement)"
+        } else {
+            "counted only"
+        }
+    );
+    if let Some((_, what)) = &filters {
+        mechanism.push_str("; ");
+        mechanism.push_str(what);
+    }
+    Ok(report::build(report::Inputs {
+        mechanism,
+        delivery,
+        lost_by_cpu: tally.lost.clone(),
+        idle_switches: tally
+            .idle
+            .iter()
+            .map(|(cpu, (to, from))| report::IdleSwitches {
+                cpu: *cpu,
+                to_idle: *to,
+                from_idle: *from,
+            })
+            .collect(),
+        conditions,
+        target: &target,
+        requested_s: s.duration_s,
+        interval_s,
+        ended,
+        lost,
+        torn,
+        analysis: &analysis,
+        before: &before,
+        after: &after,
+        root: &machine.root,
+    }))
+}
+
+/// Records delivered, per ring CPU and event (in [`EVENT_NAMES`] order), and losses the
+/// kernel reported per ring.
+#[derive(Debug, Default)]
+pub struct Tally {
+    pub delivered: std::collections::BTreeMap<u32, [u64; 4]>,
+    /// Per CPU: switches delivered into the idle task and out of it (they alternate, so the two
+    /// differ by at most one when every switch is delivered).
+    pub idle: std::collections::BTreeMap<u32, (u64, u64)>,
+    pub lost: std::collections::BTreeMap<u32, u64>,
+}
+
+fn collect(
+    d: &Decoder,
+    ring_cpu: u32,
+    r: ring::RawRecord<'_>,
+    out: &mut Vec<Timed>,
+    tally: &mut Tally,
+) {
+    match r {
+        ring::RawRecord::Sample {
+            tid,
+            time_ns,
+            cpu,
+            raw,
+            ..
+        } => {
+            if let Some(event) = d.decode(tid, cpu, raw) {
+                let i = match event {
+                    events::Event::Waking { .. } => 0,
+                    events::Event::Switch { .. } => 1,
+                    events::Event::Migrate { .. } => 2,
+                    events::Event::Wakeup { .. } => 3,
+                };
+                tally.delivered.entry(ring_cpu).or_default()[i] += 1;
+                if let events::Event::Switch {
+                    prev_tid, next_tid, ..
+                } = event
+                {
+                    let e = tally.idle.entry(ring_cpu).or_default();
+                    e.0 += u64::from(next_tid == 0);
+                    e.1 += u64::from(prev_tid == 0);
+                }
+                out.push(Timed { time_ns, event });
+            }
+        }
+        ring::RawRecord::Lost(n) => *tally.lost.entry(ring_cpu).or_default() += n,
+    }
+}
+
+/// `cpulab watch` as an experiment, so `report` and `compare` handle its results.
+pub struct Watch;
+
+impl Experiment for Watch {
+    type Settings = WatchSettings;
+    type Report = WatchReport;
+    const KIND: Kind = Kind::Experiment("watch");
+
+    fn run(
+        machine: &Machine,
+        settings: &WatchSettings,
+        progress: &Progress,
+    ) -> Result<WatchReport> {
+        run(machine, settings, progress)
+    }
+
+    fn conditions(report: &WatchReport) -> &Conditions {
+        &report.conditions
+    }
+
+    fn figures(report: &WatchReport) -> Vec<Figure> {
+        report::figures(report)
+    }
+
+    fn render_text(report: &WatchReport, style: &Style) -> String {
+        render::text(report, style)
+    }
+
+    fn render_html(report: &WatchReport) -> String {
+        render::html(report)
+    }
+}

@@ -1,0 +1,350 @@
+//! Text and HTML of a watch result.
+//!
+//! The text leads with what an operator acts on: per process, where its wakeups landed and what
+//! each placement cost; then the wakeup graph's top edges; then the VM mechanism; then the
+//! estimate, marked as one, with the trial that would measure it. Lost events are printed
+//! whenever there were any, because every count above is then a lower bound.
+
+use super::report::{ClassReport, WatchReport};
+use crate::output::{Style, fmt_ns};
+use std::fmt::Write;
+
+fn class_line(c: &ClassReport) -> String {
+    let lat = match &c.latency {
+        Some(l) => format!(
+            "p50 {}  p90 {}  p99 {}  max {}  ({} timed)",
+            fmt_ns(l.p50_ns as f64),
+            fmt_ns(l.p90_ns as f64),
+            fmt_ns(l.p99_ns as f64),
+            fmt_ns(l.max_ns as f64),
+            l.samples
+        ),
+        None => "no switch-in seen".into(),
+    };
+    format!(
+        "{:<14} {:>5.1}%  {:>10.0}/s  {lat}",
+        c.class.as_str(),
+        c.share * 100.0,
+        c.wakeups_per_s
+    )
+}
+
+pub fn text(r: &WatchReport, style: &Style) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "{} {} for {:.2} s ({}), {} scheduler events",
+        style.bold("watch:"),
+        r.target,
+        r.interval_s,
+        r.ended,
+        r.events
+    );
+    if r.lost_events > 0 {
+        let _ = writeln!(
+            s,
+            "{}",
+            style.yellow(&format!(
+                "LOST {} events: the reader fell behind; every count below is a lower bound",
+                r.lost_events
+            ))
+        );
+    }
+    if let Some(why) = &r.incomplete {
+        let _ = writeln!(s, "{}", style.yellow(why));
+    }
+    for line in delivery_lines(r) {
+        let _ = writeln!(s, "{line}");
+    }
+    let _ = writeln!(s, "{}", placement_line(r));
+    if r.processes.is_empty() {
+        let _ = writeln!(s, "no wakeups of the watched tasks were seen");
+    }
+    for p in &r.processes {
+        let _ = writeln!(
+            s,
+            "\n{}  pids {}  threads {}  {:.0} wakeups/s  run-queue wait {:.3} s/s  on-CPU {:.3} s/s  migrations {:.0}/s  CPUs {}",
+            style.bold(&p.name),
+            short_pids(&p.pids),
+            p.threads,
+            p.wakeups_per_s,
+            p.runq_wait_s_per_s,
+            p.on_cpu_s_per_s,
+            p.migrations_per_s,
+            p.cpus_used
+        );
+        for c in &p.classes {
+            let _ = writeln!(s, "  {}", class_line(c));
+        }
+    }
+    if !r.pairs.is_empty() {
+        let _ = writeln!(s, "\n{}", style.bold("top waker -> wakee pairs"));
+        for p in &r.pairs {
+            let _ = writeln!(
+                s,
+                "  {} ({}) -> {} ({}): {:.0} wakeups/s",
+                p.waker, p.waker_pid, p.wakee, p.wakee_pid, p.wakeups_per_s
+            );
+            for c in &p.classes {
+                let _ = writeln!(s, "    {}", class_line(c));
+            }
+        }
+    }
+    let vm = &r.vm;
+    let _ = writeln!(s, "\n{} (CPUs {})", style.bold("VM mechanism"), vm.cpus);
+    let per: Vec<String> = vm
+        .per_wakeup
+        .iter()
+        .map(|(k, v)| format!("{k} {v:.2}"))
+        .collect();
+    let _ = writeln!(
+        s,
+        "  per wakeup: {}",
+        if per.is_empty() {
+            "unavailable".to_string()
+        } else {
+            per.join(", ")
+        }
+    );
+    let _ = writeln!(
+        s,
+        "  steal {:.1}%  guest halt polling: {}",
+        vm.steal_pct,
+        match vm.guest_halt_poll_ns {
+            Some(ns) => format!("guest_halt_poll_ns={ns}"),
+            None => "no haltpoll driver".into(),
+        }
+    );
+    for u in &vm.unavailable {
+        let _ = writeln!(s, "  unavailable: {u}");
+    }
+    match &r.estimate {
+        Some(e) => {
+            let _ = writeln!(
+                s,
+                "\n{} co-locating {}: its {:.0} cross-CPU wakeups/s took {} on average, same-CPU wakeups here {}; \
+                 co-located, that would {} about {:.4} s of wakeup latency per second. Verify: {}",
+                style.yellow("ESTIMATE (not measured):"),
+                e.pair,
+                e.cross_wakeups_per_s,
+                fmt_ns(e.cross_latency_ns),
+                fmt_ns(e.same_cpu_latency_ns),
+                if e.latency_saved_s_per_s >= 0.0 {
+                    "save"
+                } else {
+                    "add"
+                },
+                e.latency_saved_s_per_s.abs(),
+                e.verify
+            );
+        }
+        None => {
+            let _ = writeln!(
+                s,
+                "\nno co-location estimate: no pair had its cross-CPU and same-CPU wakeups timed (at least half of each) here"
+            );
+        }
+    }
+    for n in &r.conditions.notes {
+        let _ = writeln!(s, "note: {n}");
+    }
+    s
+}
+
+/// "counted N, delivered M" for each sampled event where they differ, and the one plain
+/// sentence about sched_wakeup, whose records on the target CPU the kernel often does not
+/// deliver (cpulab does not need them).
+pub fn delivery_lines(r: &WatchReport) -> Vec<String> {
+    let mut out = Vec::new();
+    for d in &r.delivery {
+        let Some(counted) = d.counted else {
+            out.push(format!("{}: its count could not be read", d.event));
+            continue;
+        };
+        if !d.sampled {
+            out.push(format!(
+                "{}: counted {counted} (not sampled: placement comes from sched_waking, migrations and switch-in)",
+                d.event
+            ));
+        } else if d.event == "sched_wakeup" && counted != d.delivered {
+            out.push(format!(
+                "sched_wakeup: counted {counted}, delivered {}: the kernel does not deliver the records it emits on an idle target CPU; they only check placements",
+                d.delivered
+            ));
+        } else if counted != d.delivered {
+            let cpus: Vec<String> = d
+                .per_cpu
+                .iter()
+                .filter(|c| c.counted.is_some_and(|n| n != c.delivered))
+                .map(|c| format!("CPU {} {}/{}", c.cpu, c.delivered, c.counted.unwrap_or(0)))
+                .collect();
+            out.push(format!(
+                "{}: counted {counted}, delivered {} ({})",
+                d.event,
+                d.delivered,
+                cpus.join(", ")
+            ));
+        }
+    }
+    for i in &r.idle_switches {
+        let missing = i.missing_from_idle();
+        if missing > 0 {
+            out.push(format!(
+                "sched_switch on CPU {}: {} switches into idle but {} out of it delivered; the kernel counts and delivers none of the other {missing}, so wakeups onto that idle CPU are counted and placed but not timed",
+                i.cpu, i.to_idle, i.from_idle
+            ));
+        }
+    }
+    out
+}
+
+/// Where the wakeups' CPUs came from and how the independent sources agreed.
+pub fn placement_line(r: &WatchReport) -> String {
+    let c = &r.placement;
+    let mut s = format!(
+        "placement: {} by the wakeup's migration, {} on the CPU last run on, {} where first seen running, {} already runnable",
+        c.from_migration, c.from_last_cpu, c.from_switch_in, c.already_runnable
+    );
+    let timed = c.switch_in_agrees + c.switch_in_differs;
+    if timed > 0 {
+        let _ = write!(s, "; switched in there {} of {timed}", c.switch_in_agrees);
+    }
+    if c.switch_in_missing > 0 {
+        let _ = write!(
+            s,
+            "; {} seen running without a delivered switch-in (not timed)",
+            c.switch_in_missing
+        );
+    }
+    let checked = c.wakeup_agrees + c.wakeup_differs;
+    if checked > 0 {
+        let _ = write!(
+            s,
+            "; sched_wakeup's target agreed {} of {checked}",
+            c.wakeup_agrees
+        );
+    }
+    if c.unplaced > 0 {
+        let _ = write!(s, "; {} not placed (never seen on a CPU)", c.unplaced);
+    }
+    s
+}
+
+fn short_pids(p: &[i32]) -> String {
+    let v: Vec<String> = p.iter().take(6).map(|p| p.to_string()).collect();
+    if p.len() > 6 {
+        format!("{},... ({})", v.join(","), p.len())
+    } else {
+        v.join(",")
+    }
+}
+
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
+/// A page with the process table, the graph's edges and each class's distribution as bars.
+pub fn html(r: &WatchReport) -> String {
+    let mut b = String::new();
+    let _ = write!(
+        b,
+        "<p>{} for {:.2} s ({}); {} events, {} lost.</p>",
+        esc(&r.target),
+        r.interval_s,
+        esc(&r.ended),
+        r.events,
+        r.lost_events
+    );
+    if let Some(why) = &r.incomplete {
+        let _ = write!(b, "<p><strong>{}</strong></p>", esc(why));
+    }
+    let lines = delivery_lines(r);
+    if !lines.is_empty() {
+        b.push_str("<h2>Events counted and delivered</h2><ul>");
+        for l in lines {
+            let _ = write!(b, "<li>{}</li>", esc(&l));
+        }
+        b.push_str("</ul>");
+    }
+    let _ = write!(
+        b,
+        "<h2>Processes</h2><table><tr><th>process</th><th>class</th><th>share</th><th>wakeups/s</th><th>p50</th><th>p99</th><th>max</th><th>distribution</th></tr>"
+    );
+    for p in &r.processes {
+        for c in &p.classes {
+            let (p50, p99, max, bars) = match &c.latency {
+                Some(l) => {
+                    let top = l
+                        .histogram
+                        .iter()
+                        .map(|x| x.count)
+                        .max()
+                        .unwrap_or(1)
+                        .max(1);
+                    let bars: String = l
+                        .histogram
+                        .iter()
+                        .map(|x| {
+                            format!(
+                                "<span title=\"&le; {}: {}\" style=\"display:inline-block;width:6px;background:#4a7;height:{}px\"></span>",
+                                fmt_ns(x.le_ns as f64),
+                                x.count,
+                                1 + 30 * x.count / top
+                            )
+                        })
+                        .collect();
+                    (
+                        fmt_ns(l.p50_ns as f64),
+                        fmt_ns(l.p99_ns as f64),
+                        fmt_ns(l.max_ns as f64),
+                        bars,
+                    )
+                }
+                None => ("-".into(), "-".into(), "-".into(), String::new()),
+            };
+            let _ = write!(
+                b,
+                "<tr><td>{}</td><td>{}</td><td>{:.1}%</td><td>{:.0}</td><td>{p50}</td><td>{p99}</td><td>{max}</td><td>{bars}</td></tr>",
+                esc(&p.name),
+                c.class,
+                c.share * 100.0,
+                c.wakeups_per_s
+            );
+        }
+    }
+    b.push_str("</table><h2>Wakeup graph: top edges</h2><table><tr><th>waker</th><th>wakee</th><th>wakeups/s</th><th>placement</th></tr>");
+    for p in &r.pairs {
+        let mix: Vec<String> = p
+            .classes
+            .iter()
+            .map(|c| format!("{} {:.0}%", c.class, c.share * 100.0))
+            .collect();
+        let _ = write!(
+            b,
+            "<tr><td>{} ({})</td><td>{} ({})</td><td>{:.0}</td><td>{}</td></tr>",
+            esc(&p.waker),
+            p.waker_pid,
+            esc(&p.wakee),
+            p.wakee_pid,
+            p.wakeups_per_s,
+            mix.join(", ")
+        );
+    }
+    b.push_str("</table>");
+    if let Some(e) = &r.estimate {
+        let _ = write!(
+            b,
+            "<h2>ESTIMATE (not measured)</h2><p>Co-locating {}: {:.4} s of wakeup latency per second. Verify with <code>{}</code>.</p>",
+            esc(&e.pair),
+            e.latency_saved_s_per_s,
+            esc(&e.verify)
+        );
+    }
+    crate::report::html::page(
+        "cpulab watch",
+        maud::PreEscaped("<h1>cpulab watch</h1>".to_string()),
+        maud::PreEscaped(b),
+    )
+}

@@ -1,0 +1,540 @@
+//! The result of a watch: this struct is its JSON schema.
+//!
+//! Every rate is divided by the interval actually watched, not the one asked for (Ctrl-C or the
+//! target's exit end it early). Each class keeps its raw latency histogram as bucketed counts,
+//! so a later comparison can test differences instead of trusting percentiles. The co-location
+//! estimate is kept apart from the measurements and says that it is one: it multiplies two
+//! measured figures under an assumption (that a co-located wakeup would cost what this window's
+//! same-CPU wakeups cost), and comes with the `cpulab try` line that measures it instead.
+
+use super::analyze::{Analysis, ByClass, ClassAcc, PlacementChecks};
+use super::ring::EventSpec;
+use super::targets::Target;
+use crate::counters::SystemSnapshot;
+use crate::cpulist::CpuSet;
+use crate::experiment::{Direction, Figure, Unit};
+use crate::machine::Conditions;
+use crate::topology::PlacementClass;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// One bucket of a latency histogram: `count` wakeups took at most `le_ns` (and more than the
+/// previous bucket's bound).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Bucket {
+    pub le_ns: u64,
+    pub count: u64,
+}
+
+/// Wakeup-to-run latency of one class, ns.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Latency {
+    /// Wakeups whose switch-in was seen (the rest were already running or queued).
+    pub samples: u64,
+    pub mean_ns: f64,
+    pub p50_ns: u64,
+    pub p90_ns: u64,
+    pub p99_ns: u64,
+    pub max_ns: u64,
+    /// Raw distribution, power-of-two buckets from 1 us.
+    pub histogram: Vec<Bucket>,
+}
+
+/// Wakeups placed in one class relative to the waker's CPU.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ClassReport {
+    pub class: PlacementClass,
+    pub wakeups: u64,
+    /// Share of the row's wakeups, 0..1.
+    pub share: f64,
+    pub wakeups_per_s: f64,
+    pub latency: Option<Latency>,
+}
+
+/// One process (or, watching the whole machine, every process of one name).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ProcessReport {
+    pub name: String,
+    pub pids: Vec<i32>,
+    pub threads: usize,
+    pub wakeups: u64,
+    pub wakeups_per_s: f64,
+    /// Nearest class first.
+    pub classes: Vec<ClassReport>,
+    /// Time runnable but not running (after wakeups and after preemption), per second watched.
+    pub runq_wait_s_per_s: f64,
+    pub on_cpu_s_per_s: f64,
+    pub migrations: u64,
+    pub migrations_per_s: f64,
+    pub cpus_used: CpuSet,
+}
+
+/// One waker -> wakee edge of the wakeup graph.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PairReport {
+    pub waker: String,
+    /// 0 when the wakeups came from interrupt context.
+    pub waker_pid: i32,
+    pub wakee: String,
+    pub wakee_pid: i32,
+    pub wakeups: u64,
+    pub wakeups_per_s: f64,
+    pub classes: Vec<ClassReport>,
+    /// The CPU the waker woke from most often.
+    pub waker_cpu: Option<u32>,
+}
+
+/// Halts and IPIs on the CPUs involved, from /proc and /sys around the window.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct VmReport {
+    pub cpus: CpuSet,
+    /// Idle-state entries (halts), POLL excluded.
+    pub halts: Option<u64>,
+    /// Interrupt counts by type (RES: rescheduling IPIs, CAL: function-call IPIs, ...).
+    pub interrupts: BTreeMap<String, u64>,
+    /// Halts and each interrupt type per wakeup of the watched processes.
+    pub per_wakeup: BTreeMap<String, f64>,
+    pub steal_pct: f64,
+    /// `/sys/module/haltpoll/parameters/guest_halt_poll_ns` (None: no haltpoll driver).
+    pub guest_halt_poll_ns: Option<u64>,
+    pub unavailable: Vec<String>,
+}
+
+/// An ESTIMATE, not a measurement: what co-locating the top pair might change.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Estimate {
+    pub pair: String,
+    /// Wakeups per second of the pair that crossed CPUs.
+    pub cross_wakeups_per_s: f64,
+    /// Mean latency of those cross-CPU wakeups, measured here.
+    pub cross_latency_ns: f64,
+    /// Mean latency of same-CPU wakeups, measured here (the pair's own, else all watched).
+    pub same_cpu_latency_ns: f64,
+    /// (cross - same) x cross wakeups/s: seconds of wakeup latency per second saved (negative:
+    /// co-locating would add).
+    pub latency_saved_s_per_s: f64,
+    /// The trial that measures it instead.
+    pub verify: String,
+}
+
+/// One event on one CPU: what the kernel counted against the records that reached cpulab.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CpuDelivery {
+    pub cpu: u32,
+    /// The event's own count (`read(2)` of its descriptor); None when it could not be read.
+    pub counted: Option<u64>,
+    /// Records of it that reached cpulab.
+    pub delivered: u64,
+}
+
+/// Switches into and out of the idle task delivered on one CPU. They alternate, so they differ
+/// by at most one when the kernel delivers every switch; on some kernels and CPUs the switch out
+/// of idle is neither counted nor delivered, and wakeups onto that idle CPU cannot be timed.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct IdleSwitches {
+    pub cpu: u32,
+    pub to_idle: u64,
+    pub from_idle: u64,
+}
+
+impl IdleSwitches {
+    /// Switches out of idle the kernel did not deliver (nor count), at least.
+    pub fn missing_from_idle(&self) -> u64 {
+        self.to_idle.saturating_sub(self.from_idle + 1)
+    }
+}
+
+/// One event: counted by the kernel, delivered to cpulab, per CPU and in all.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Delivery {
+    pub event: String,
+    /// A record per event (else only counted, by design).
+    pub sampled: bool,
+    pub counted: Option<u64>,
+    pub delivered: u64,
+    pub per_cpu: Vec<CpuDelivery>,
+}
+
+impl Delivery {
+    /// Sampled events the kernel counted but did not deliver (lost or never written).
+    pub fn missing(&self) -> u64 {
+        match (self.sampled, self.counted) {
+            (true, Some(c)) => c.saturating_sub(self.delivered),
+            _ => 0,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WatchReport {
+    pub conditions: Conditions,
+    pub target: String,
+    pub mechanism: String,
+    pub requested_s: f64,
+    /// Seconds actually watched; every rate divides by this.
+    pub interval_s: f64,
+    pub ended: String,
+    /// Scheduler events analysed (all tasks, before filtering).
+    pub events: u64,
+    /// Records the kernel said it dropped (PERF_RECORD_LOST: the reader fell behind).
+    pub lost_events: u64,
+    /// Records lost per CPU's ring (CPUs with none are left out).
+    #[serde(default)]
+    pub lost_by_cpu: BTreeMap<u32, u64>,
+    pub torn_bytes: u64,
+    /// Per event: counted by the kernel against delivered to cpulab.
+    #[serde(default)]
+    pub delivery: Vec<Delivery>,
+    /// Set when an event the figures need (sched_waking, sched_switch) was counted but not
+    /// delivered for more than a small share: every figure is then a lower bound.
+    #[serde(default)]
+    pub incomplete: Option<String>,
+    /// Per CPU: switches into and out of the idle task delivered.
+    #[serde(default)]
+    pub idle_switches: Vec<IdleSwitches>,
+    /// How each wakeup's CPU was found and how the sources agreed.
+    #[serde(default)]
+    pub placement: PlacementChecks,
+    /// By wakeups, most first.
+    pub processes: Vec<ProcessReport>,
+    /// Top waker -> wakee pairs by wakeups.
+    pub pairs: Vec<PairReport>,
+    pub vm: VmReport,
+    pub estimate: Option<Estimate>,
+}
+
+pub struct Inputs<'a> {
+    pub mechanism: String,
+    pub delivery: Vec<Delivery>,
+    pub lost_by_cpu: BTreeMap<u32, u64>,
+    pub idle_switches: Vec<IdleSwitches>,
+    pub conditions: Conditions,
+    pub target: &'a Target,
+    pub requested_s: f64,
+    pub interval_s: f64,
+    pub ended: String,
+    pub lost: u64,
+    pub torn: u64,
+    pub analysis: &'a Analysis<'a>,
+    pub before: &'a SystemSnapshot,
+    pub after: &'a SystemSnapshot,
+    pub root: &'a Path,
+}
+
+fn latency(acc: &ClassAcc) -> Option<Latency> {
+    let h = &acc.latency;
+    if h.is_empty() {
+        return None;
+    }
+    let histogram = h
+        .iter_log(1000, 2.0)
+        .filter(|v| v.count_since_last_iteration() > 0)
+        .map(|v| Bucket {
+            le_ns: v.value_iterated_to(),
+            count: v.count_since_last_iteration(),
+        })
+        .collect();
+    Some(Latency {
+        samples: h.len(),
+        mean_ns: h.mean(),
+        p50_ns: h.value_at_quantile(0.5),
+        p90_ns: h.value_at_quantile(0.9),
+        p99_ns: h.value_at_quantile(0.99),
+        max_ns: h.max(),
+        histogram,
+    })
+}
+
+fn classes(m: &ByClass, interval_s: f64) -> (u64, Vec<ClassReport>) {
+    let total: u64 = m.values().map(|c| c.wakeups).sum();
+    let v = m
+        .iter()
+        .map(|(class, acc)| ClassReport {
+            class: *class,
+            wakeups: acc.wakeups,
+            share: acc.wakeups as f64 / total.max(1) as f64,
+            wakeups_per_s: acc.wakeups as f64 / interval_s,
+            latency: latency(acc),
+        })
+        .collect();
+    (total, v)
+}
+
+const TOP_PAIRS: usize = 10;
+const TOP_PROCESSES: usize = 25;
+
+pub fn build(i: Inputs<'_>) -> WatchReport {
+    let a = i.analysis;
+    let dt = i.interval_s.max(1e-9);
+    // Whole machine: one row per process name; otherwise one row per process.
+    let mut rows: BTreeMap<String, (Vec<i32>, super::analyze::ProcessAcc)> = BTreeMap::new();
+    for (tgid, p) in &a.processes {
+        let key = match i.target {
+            Target::All => p.comm.clone(),
+            _ => format!("{}\u{0}{tgid}", p.comm),
+        };
+        let (pids, acc) = rows.entry(key).or_default();
+        pids.push(*tgid);
+        acc.comm.clone_from(&p.comm);
+        acc.threads.extend(&p.threads);
+        for (c, x) in &p.classes {
+            match acc.classes.get_mut(c) {
+                Some(e) => e.merge(x),
+                None => {
+                    acc.classes.insert(*c, x.clone());
+                }
+            }
+        }
+        acc.runq_wait_ns += p.runq_wait_ns;
+        acc.on_cpu_ns += p.on_cpu_ns;
+        acc.migrations += p.migrations;
+        acc.cpus.extend(&p.cpus);
+    }
+    let mut processes: Vec<ProcessReport> = rows
+        .into_values()
+        .map(|(pids, p)| {
+            let (wakeups, classes) = classes(&p.classes, dt);
+            ProcessReport {
+                name: p.comm,
+                pids,
+                threads: p.threads.len(),
+                wakeups,
+                wakeups_per_s: wakeups as f64 / dt,
+                classes,
+                runq_wait_s_per_s: p.runq_wait_ns as f64 / 1e9 / dt,
+                on_cpu_s_per_s: p.on_cpu_ns as f64 / 1e9 / dt,
+                migrations: p.migrations,
+                migrations_per_s: p.migrations as f64 / dt,
+                cpus_used: CpuSet::from_iter_u32(p.cpus.iter().copied()),
+            }
+        })
+        .collect();
+    processes.sort_by(|x, y| y.wakeups.cmp(&x.wakeups).then(x.name.cmp(&y.name)));
+    processes.truncate(TOP_PROCESSES);
+
+    let mut pairs: Vec<PairReport> = a
+        .pairs
+        .iter()
+        .map(|((waker_pid, wakee_pid), p)| {
+            let (wakeups, classes) = classes(&p.classes, dt);
+            PairReport {
+                waker: p.waker_comm.clone(),
+                waker_pid: *waker_pid,
+                wakee: p.wakee_comm.clone(),
+                wakee_pid: *wakee_pid,
+                wakeups,
+                wakeups_per_s: wakeups as f64 / dt,
+                classes,
+                waker_cpu: p
+                    .waker_cpus
+                    .iter()
+                    .max_by_key(|(_, n)| **n)
+                    .map(|(c, _)| *c),
+            }
+        })
+        .collect();
+    pairs.sort_by(|x, y| {
+        y.wakeups
+            .cmp(&x.wakeups)
+            .then((x.waker_pid, x.wakee_pid).cmp(&(y.waker_pid, y.wakee_pid)))
+    });
+    pairs.truncate(TOP_PAIRS);
+
+    let total_wakeups: u64 = processes.iter().map(|p| p.wakeups).sum();
+    let vm = vm(&i, &a.cpus_involved, total_wakeups);
+    let estimate = estimate(&pairs, &processes);
+    WatchReport {
+        conditions: i.conditions,
+        target: i.target.describe(),
+        incomplete: incomplete(&i.delivery),
+        mechanism: i.mechanism,
+        delivery: i.delivery,
+        lost_by_cpu: i.lost_by_cpu,
+        idle_switches: i.idle_switches,
+        placement: a.checks.clone(),
+        requested_s: i.requested_s,
+        interval_s: i.interval_s,
+        ended: i.ended,
+        events: a.events,
+        lost_events: i.lost,
+        torn_bytes: i.torn,
+        processes,
+        pairs,
+        vm,
+        estimate,
+    }
+}
+
+/// Per event (in [`super::EVENT_NAMES`] order, as `specs`), the kernel's counts per CPU against
+/// the records delivered.
+pub fn delivery(
+    counts: &[(u32, Vec<Option<u64>>)],
+    tally: &super::Tally,
+    specs: &[EventSpec],
+) -> Vec<Delivery> {
+    super::EVENT_NAMES
+        .iter()
+        .enumerate()
+        .map(|(i, name)| {
+            let per_cpu: Vec<CpuDelivery> = counts
+                .iter()
+                .map(|(cpu, c)| CpuDelivery {
+                    cpu: *cpu,
+                    counted: c.get(i).copied().flatten(),
+                    delivered: tally.delivered.get(cpu).map_or(0, |d| d[i]),
+                })
+                .collect();
+            let counted = per_cpu.iter().map(|c| c.counted).sum::<Option<u64>>();
+            Delivery {
+                event: name.to_string(),
+                sampled: specs.get(i).is_some_and(|s| s.sampled),
+                counted,
+                delivered: per_cpu.iter().map(|c| c.delivered).sum(),
+                per_cpu,
+            }
+        })
+        .collect()
+}
+
+/// Share of a needed event that may go undelivered before the figures are called incomplete.
+pub const INCOMPLETE_SHARE: f64 = 0.01;
+
+/// Why the figures are incomplete (a needed event counted but not delivered beyond
+/// [`INCOMPLETE_SHARE`]), or None.
+pub fn incomplete(delivery: &[Delivery]) -> Option<String> {
+    let short: Vec<String> = delivery
+        .iter()
+        .filter(|d| d.event == "sched_waking" || d.event == "sched_switch")
+        .filter(|d| {
+            d.counted
+                .is_some_and(|c| d.missing() as f64 > INCOMPLETE_SHARE * c.max(1) as f64)
+        })
+        .map(|d| {
+            format!(
+                "{} counted {}, delivered {}",
+                d.event,
+                d.counted.unwrap_or(0),
+                d.delivered
+            )
+        })
+        .collect();
+    (!short.is_empty()).then(|| {
+        format!(
+            "INCOMPLETE: the kernel did not deliver every event the figures need ({}): every count is a lower bound",
+            short.join("; ")
+        )
+    })
+}
+
+fn vm(i: &Inputs<'_>, involved: &std::collections::BTreeSet<u32>, wakeups: u64) -> VmReport {
+    let cpus = CpuSet::from_iter_u32(involved.iter().copied());
+    let d = i.before.delta(i.after, &cpus);
+    let interrupts: BTreeMap<String, u64> = crate::counters::KEY_INTERRUPTS
+        .iter()
+        .filter(|k| d.interrupts.contains_key(**k))
+        .map(|k| (k.to_string(), d.interrupt_total(k)))
+        .collect();
+    let mut per_wakeup = d.per_op(wakeups);
+    if let Some(h) = per_wakeup.remove("idle_entries") {
+        per_wakeup.insert("halts".into(), h);
+    }
+    let poll = i
+        .root
+        .join("sys/module/haltpoll/parameters/guest_halt_poll_ns");
+    VmReport {
+        cpus,
+        halts: (!d.idle_entries.is_empty()).then(|| d.idle_entries_total()),
+        interrupts,
+        per_wakeup,
+        steal_pct: d.steal_pct(),
+        guest_halt_poll_ns: std::fs::read_to_string(poll)
+            .ok()
+            .and_then(|t| t.trim().parse().ok()),
+        unavailable: d.unavailable,
+    }
+}
+
+/// Mean latency and wakeups/s of the same-CPU (or the other) classes; None when fewer than half
+/// of those wakeups were timed (the rest had no delivered switch-in): a mean of the few that were
+/// is not that of the wakeups.
+fn mean_latency(classes: &[ClassReport], same: bool) -> Option<(f64, f64)> {
+    let (mut n, mut wakeups, mut sum, mut per_s) = (0u64, 0u64, 0.0, 0.0);
+    for c in classes {
+        if (c.class == PlacementClass::SameCpu) != same {
+            continue;
+        }
+        per_s += c.wakeups_per_s;
+        wakeups += c.wakeups;
+        if let Some(l) = &c.latency {
+            n += l.samples;
+            sum += l.mean_ns * l.samples as f64;
+        }
+    }
+    (n > 0 && 2 * n >= wakeups).then(|| (sum / n as f64, per_s))
+}
+
+fn estimate(pairs: &[PairReport], processes: &[ProcessReport]) -> Option<Estimate> {
+    let all: Vec<ClassReport> = processes.iter().flat_map(|p| p.classes.clone()).collect();
+    pairs
+        .iter()
+        .filter(|p| p.waker_pid != 0 && p.waker_pid != p.wakee_pid)
+        .find_map(|top| {
+            let (cross_ns, cross_per_s) = mean_latency(&top.classes, false)?;
+            let (same_ns, _) =
+                mean_latency(&top.classes, true).or_else(|| mean_latency(&all, true))?;
+            let cpu = top.waker_cpu?;
+            Some(Estimate {
+                pair: format!(
+                    "{} ({}) -> {} ({})",
+                    top.waker, top.waker_pid, top.wakee, top.wakee_pid
+                ),
+                cross_wakeups_per_s: cross_per_s,
+                cross_latency_ns: cross_ns,
+                same_cpu_latency_ns: same_ns,
+                latency_saved_s_per_s: (cross_ns - same_ns) * cross_per_s / 1e9,
+                verify: format!("cpulab try pid:{}.affinity={cpu}", top.wakee_pid),
+            })
+        })
+}
+
+/// Headline figures: per process, wakeups/s, the same-CPU share and each class's p50/p99.
+pub fn figures(r: &WatchReport) -> Vec<Figure> {
+    let mut out = Vec::new();
+    for p in &r.processes {
+        let id = &p.name;
+        out.push(Figure::single(
+            format!("wakeups_per_s[process={id}]"),
+            format!("{id}: wakeups per second"),
+            Unit::PerSecond,
+            Direction::Neither,
+            p.wakeups_per_s,
+        ));
+        let same = p
+            .classes
+            .iter()
+            .find(|c| c.class == PlacementClass::SameCpu)
+            .map_or(0.0, |c| c.share);
+        out.push(Figure::single(
+            format!("same_cpu_share[process={id}]"),
+            format!("{id}: share of wakeups on the waker's CPU"),
+            Unit::Share,
+            Direction::Neither,
+            same,
+        ));
+        for c in &p.classes {
+            if let Some(l) = &c.latency {
+                for (q, v) in [("p50", l.p50_ns), ("p99", l.p99_ns)] {
+                    out.push(Figure::single(
+                        format!("wakeup_latency_{q}_ns[process={id},class={}]", c.class),
+                        format!("{id}: wakeup-to-run {q}, {}", c.class),
+                        Unit::Nanoseconds,
+                        Direction::LowerIsBetter,
+                        v as f64,
+                    ));
+                }
+            }
+        }
+    }
+    out
+}

@@ -1,0 +1,266 @@
+//! Which tasks are watched, who they are, and the system state a watch borrows.
+//!
+//! A watch observes a running application, so its target is named the ways operators name
+//! one: process ids, command names, a cgroup, or a command cpulab starts itself. Each becomes a
+//! predicate over a task's process, evaluated once per thread and cached ([`LiveTasks`]): the
+//! analysis asks about every event's tasks, and /proc is read only the first time a thread is
+//! seen.
+//!
+//! The watch also borrows two things and gives both back: tracefs, mounted just long enough to
+//! read the tracepoint ids and layouts if it was not mounted ([`Tracefs`]), and the child of
+//! `watch -- COMMAND`, killed with cpulab ([`Child`]: parent-death signal, and a kill on drop).
+
+use super::analyze::{TaskInfo, Tasks};
+use super::format::Format;
+use std::collections::{BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+
+/// What to watch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Target {
+    /// Every task, grouped by process name.
+    All,
+    Pids(BTreeSet<i32>),
+    Comms(BTreeSet<String>),
+    /// The processes in a cgroup directory (re-read as the watch goes).
+    Cgroup(PathBuf),
+    /// A command cpulab started: its process and its descendants.
+    Command(i32),
+}
+
+impl Target {
+    pub fn describe(&self) -> String {
+        let join = |v: Vec<String>| v.join(",");
+        match self {
+            Self::All => "whole machine".into(),
+            Self::Pids(p) => format!("pid {}", join(p.iter().map(|p| p.to_string()).collect())),
+            Self::Comms(c) => format!("comm {}", join(c.iter().cloned().collect())),
+            Self::Cgroup(p) => format!("cgroup {}", p.display()),
+            Self::Command(p) => format!("command (pid {p})"),
+        }
+    }
+}
+
+/// The parts of /proc/<tid>/status cpulab reads: (Tgid, PPid).
+pub fn parse_status(text: &str) -> Option<(i32, i32)> {
+    let field = |name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().parse::<i32>().ok())
+    };
+    Some((field("Tgid:")?, field("PPid:")?))
+}
+
+/// Process ids listed in a cgroup's `cgroup.procs`.
+pub fn parse_procs(text: &str) -> BTreeSet<i32> {
+    text.split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .collect()
+}
+
+/// Tasks resolved from /proc under a root, cached per thread.
+pub struct LiveTasks {
+    root: PathBuf,
+    target: Target,
+    cgroup_pids: BTreeSet<i32>,
+    cache: HashMap<i32, Option<TaskInfo>>,
+}
+
+impl LiveTasks {
+    pub fn new(root: &Path, target: Target) -> Self {
+        let mut t = Self {
+            root: root.to_path_buf(),
+            target,
+            cgroup_pids: BTreeSet::new(),
+            cache: HashMap::new(),
+        };
+        t.refresh();
+        t
+    }
+
+    /// Re-reads a cgroup's members (new processes join while watching).
+    pub fn refresh(&mut self) {
+        if let Target::Cgroup(dir) = &self.target {
+            let procs = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
+            let now = parse_procs(&procs);
+            if now != self.cgroup_pids {
+                self.cgroup_pids = now;
+                self.cache
+                    .retain(|_, v| v.as_ref().is_some_and(|i| i.watched));
+            }
+        }
+    }
+
+    /// True when process `p` is `ancestor` or one of its descendants (up to 32 generations).
+    fn descends_from(&self, mut p: i32, ancestor: i32) -> bool {
+        for _ in 0..32 {
+            if p == ancestor {
+                return true;
+            }
+            if p <= 1 {
+                return false;
+            }
+            let path = self.root.join("proc").join(p.to_string()).join("status");
+            match std::fs::read_to_string(path)
+                .ok()
+                .as_deref()
+                .and_then(parse_status)
+            {
+                Some((_, ppid)) => p = ppid,
+                None => return false,
+            }
+        }
+        false
+    }
+
+    fn read(&self, tid: i32) -> Option<TaskInfo> {
+        let proc = self.root.join("proc");
+        let status = std::fs::read_to_string(proc.join(tid.to_string()).join("status")).ok()?;
+        let (tgid, ppid) = parse_status(&status)?;
+        let comm = std::fs::read_to_string(proc.join(tgid.to_string()).join("comm"))
+            .map(|c| c.trim().to_string())
+            .unwrap_or_else(|_| "?".into());
+        let watched = tgid != std::process::id() as i32
+            && match &self.target {
+                Target::All => true,
+                Target::Pids(p) => p.contains(&tgid),
+                Target::Comms(c) => c.contains(&comm),
+                Target::Cgroup(_) => self.cgroup_pids.contains(&tgid),
+                Target::Command(pid) => tgid == *pid || self.descends_from(ppid, *pid),
+            };
+        Some(TaskInfo {
+            tgid,
+            comm,
+            watched,
+        })
+    }
+}
+
+impl Tasks for LiveTasks {
+    fn lookup(&mut self, tid: i32) -> Option<TaskInfo> {
+        if tid <= 0 {
+            return None;
+        }
+        if let Some(hit) = self.cache.get(&tid) {
+            return hit.clone();
+        }
+        let info = self.read(tid);
+        self.cache.insert(tid, info.clone());
+        info
+    }
+}
+
+const TRACEFS: &str = "/sys/kernel/tracing";
+
+/// tracefs, mounted by cpulab only if it was not, and unmounted when dropped.
+pub struct Tracefs {
+    pub dir: PathBuf,
+    mounted_here: bool,
+}
+
+impl Tracefs {
+    pub fn open() -> Result<Self, String> {
+        let dir = PathBuf::from(TRACEFS);
+        if dir.join("events").is_dir() {
+            return Ok(Self {
+                dir,
+                mounted_here: false,
+            });
+        }
+        nix::mount::mount(
+            Some("nodev"),
+            &dir,
+            Some("tracefs"),
+            nix::mount::MsFlags::empty(),
+            None::<&str>,
+        )
+        .map_err(|e| format!("cannot mount tracefs on {TRACEFS}: {e}"))?;
+        Ok(Self {
+            dir,
+            mounted_here: true,
+        })
+    }
+
+    /// The format of `events/sched/<name>`.
+    pub fn format(&self, name: &str) -> Result<Format, String> {
+        let p = self.dir.join("events/sched").join(name).join("format");
+        let text = std::fs::read_to_string(&p).map_err(|e| format!("{}: {e}", p.display()))?;
+        Format::parse(&text)
+    }
+}
+
+impl Drop for Tracefs {
+    fn drop(&mut self) {
+        if self.mounted_here {
+            // Another tool may be using it by now; then it stays mounted (its user unmounts).
+            let _ = nix::mount::umount2(&self.dir, nix::mount::MntFlags::MNT_DETACH);
+        }
+    }
+}
+
+/// The child of `watch -- COMMAND`: run without a shell, killed when cpulab ends.
+pub struct Child(pub std::process::Child);
+
+impl Child {
+    pub fn spawn(argv: &[String]) -> Result<Self, String> {
+        use std::os::unix::process::CommandExt;
+        let (prog, args) = argv.split_first().ok_or("no command after `--`")?;
+        let mut cmd = std::process::Command::new(prog);
+        cmd.args(args);
+        // SAFETY: prctl is async-signal-safe; the closure allocates nothing.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                Ok(())
+            });
+        }
+        cmd.spawn()
+            .map(Self)
+            .map_err(|e| format!("cannot run `{prog}`: {e}"))
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.0.id() as i32
+    }
+
+    /// True once the command has exited.
+    pub fn exited(&mut self) -> bool {
+        !matches!(self.0.try_wait(), Ok(None))
+    }
+}
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        if !self.exited() {
+            let _ = self.0.kill();
+        }
+        let _ = self.0.wait();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_gives_tgid_and_ppid() {
+        let text = "Name:\tpostgres\nUmask:\t0077\nState:\tS (sleeping)\nTgid:\t812\nNgid:\t0\nPid:\t815\nPPid:\t1\n";
+        assert_eq!(parse_status(text), Some((812, 1)));
+        assert_eq!(parse_status("Name: x\n"), None);
+    }
+
+    #[test]
+    fn cgroup_procs_are_pids() {
+        assert_eq!(parse_procs("12\n34\n\n"), BTreeSet::from([12, 34]));
+    }
+
+    #[test]
+    fn live_lookup_finds_this_process() {
+        let me = std::process::id() as i32;
+        let mut t = LiveTasks::new(Path::new("/"), Target::Pids(BTreeSet::from([me])));
+        let info = t.lookup(me).unwrap();
+        assert_eq!(info.tgid, me);
+        assert!(!info.watched, "cpulab never watches itself");
+        assert_eq!(t.lookup(0), None);
+    }
+}

@@ -1,0 +1,367 @@
+//! `cpulab watch` on real processes: cpulab's own pingpong children, pinned to one CPU and one
+//! CPU apart, watched from their start to their end (`watch -- cpulab pingpong ...`), so the
+//! wakeups the watch counts can be checked against the round trips the pair reports.
+
+mod common;
+
+use common::cpulab;
+use serde_json::Value;
+
+/// Tracepoints system-wide need root (or CAP_PERFMON with a low perf_event_paranoid).
+fn can_trace(test: &str) -> bool {
+    if nix::unistd::geteuid().is_root() {
+        return true;
+    }
+    let line = format!("SKIPPED: {test}: cpulab watch needs root to open scheduler tracepoints");
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("{line}; CI runs as root");
+    }
+    eprintln!("{line}");
+    false
+}
+
+/// Runs `cpulab watch --json -- cpulab pingpong --processes --pairs PAIR --json`; returns the
+/// pingpong document and the watch document (the child's output comes first on stdout).
+fn watch_pingpong(pair: &str) -> (Value, Value) {
+    watch_pingpong_with(pair, &[])
+}
+
+/// The watched pairs run one at a time: three pairs at once on a small machine would measure
+/// each other.
+static ONE_PAIR_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn watch_pingpong_with(pair: &str, flags: &[&str]) -> (Value, Value) {
+    let _one = ONE_PAIR_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let bin = common::cpulab_path();
+    let out = cpulab()
+        .args(["watch", "--json", "--quiet", "--duration", "60s"])
+        .args(flags)
+        .arg("--")
+        .arg(&bin)
+        .args([
+            "pingpong",
+            "--processes",
+            "--method",
+            "pipe",
+            "--pairs",
+            pair,
+            "--max-time",
+            "0.5",
+            "--target-ci",
+            "0",
+            "--warmup",
+            "0",
+            "--no-load-check",
+            "--json",
+            "--quiet",
+        ])
+        .timeout(std::time::Duration::from_secs(120))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let docs: Vec<Value> = serde_json::Deserializer::from_slice(&out.stdout)
+        .into_iter::<Value>()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(docs.len(), 2, "pingpong's document, then watch's");
+    assert_eq!(docs[0]["kind"], "pingpong");
+    assert_eq!(docs[1]["kind"], "watch");
+    serde_json::from_value::<cpulab::watch::WatchReport>(docs[1].clone()).unwrap();
+    (docs[0].clone(), docs[1].clone())
+}
+
+fn class_wakeups(watch: &Value, same: bool) -> u64 {
+    watch["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|p| p["classes"].as_array().unwrap().iter())
+        .filter(|c| (c["class"] == "same-cpu") == same)
+        .map(|c| c["wakeups"].as_u64().unwrap())
+        .sum()
+}
+
+/// The kernel's count of an event against the records delivered, from the watch document.
+fn delivery(w: &Value, event: &str) -> (u64, u64) {
+    let d = w["delivery"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["event"] == event)
+        .unwrap_or_else(|| panic!("no delivery entry for {event}"));
+    (
+        d["counted"].as_u64().unwrap(),
+        d["delivered"].as_u64().unwrap(),
+    )
+}
+
+fn check_pair(pair: &str, expect_same: bool, flags: &[&str]) -> Value {
+    let (pp, w) = watch_pingpong_with(pair, flags);
+    let round_trips = pp["runs"][0]["round_trips"].as_u64().unwrap();
+    assert!(round_trips > 0);
+    assert_eq!(w["ended"], "command exited");
+    let same = class_wakeups(&w, true);
+    let other = class_wakeups(&w, false);
+    let wakeups = same + other;
+    let lost = w["lost_events"].as_u64().unwrap();
+    // Every watched wakeup was a sched_waking the kernel counted; the records the figures
+    // need were delivered, or the report says it is incomplete.
+    let (waking_counted, waking_delivered) = delivery(&w, "sched_waking");
+    let (switch_counted, switch_delivered) = delivery(&w, "sched_switch");
+    assert!(waking_delivered <= waking_counted && switch_delivered <= switch_counted);
+    assert!(
+        wakeups <= waking_counted,
+        "{wakeups} wakeups, {waking_counted} counted"
+    );
+    let complete = waking_delivered as f64 >= 0.99 * waking_counted as f64
+        && switch_delivered as f64 >= 0.99 * switch_counted as f64;
+    assert_eq!(
+        w["incomplete"].is_null(),
+        complete,
+        "incomplete flag: {}",
+        w["incomplete"]
+    );
+    // Every voluntary context switch of an endpoint (it blocked) is ended by one wakeup: the
+    // watched wakeups of the two endpoints match their voluntary switches. With both sides
+    // blocking on every round trip that is two per round trip (one CPU apart on an idle
+    // machine); on one CPU, or on a busy machine, a side preempted before it blocks is still
+    // runnable when its answer comes and needs no wakeup. The watch also sees the pair's
+    // warm-up and setup, which the switch counters (measured window only) do not.
+    let c = &pp["runs"][0]["counters"];
+    let mut voluntary = 0;
+    let mut endpoint_wakeups = 0;
+    for side in ["initiator", "responder"] {
+        let pid = c[side]["task_id"].as_i64().unwrap();
+        voluntary += c[side]["task"]["voluntary_switches"].as_u64().unwrap();
+        endpoint_wakeups += w["processes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|p| p["pids"][0].as_i64() == Some(pid))
+            .map(|p| p["wakeups"].as_u64().unwrap())
+            .sum::<u64>();
+    }
+    let warmup = pp["runs"][0]["warmup_round_trips"].as_u64().unwrap_or(0);
+    assert!(
+        wakeups as f64 <= 2.05 * (round_trips + warmup) as f64 + 50.0,
+        "{pair}: {wakeups} wakeups for {round_trips} round trips"
+    );
+    assert!(
+        endpoint_wakeups as f64 <= 1.05 * voluntary as f64 + 2.0 * warmup as f64 + 50.0,
+        "{pair}: {endpoint_wakeups} wakeups of the endpoints, {voluntary} voluntary switches"
+    );
+    if lost == 0 && complete {
+        assert!(
+            endpoint_wakeups as f64 >= 0.95 * voluntary as f64,
+            "{pair}: {endpoint_wakeups} wakeups of the endpoints, {voluntary} voluntary switches"
+        );
+        if !expect_same && voluntary as f64 >= 1.9 * round_trips as f64 {
+            assert!(
+                endpoint_wakeups as f64 >= 1.9 * round_trips as f64,
+                "{pair}: {endpoint_wakeups} wakeups for {round_trips} round trips"
+            );
+        }
+    } else {
+        eprintln!("note: {lost} records lost; the wakeup count is a lower bound, not compared");
+    }
+    let (want, total) = if expect_same {
+        (same, wakeups)
+    } else {
+        (other, wakeups)
+    };
+    assert!(
+        want as f64 >= 0.9 * total as f64,
+        "{pair}: {same} same-CPU and {other} cross-CPU wakeups"
+    );
+    // Placement found from the wakeup's migration or the CPU last run on is where the wakee
+    // switched in (no load balancing moves a task pinned to one CPU).
+    let checks = &w["placement"];
+    let n = |k: &str| checks[k].as_u64().unwrap();
+    assert!(n("switch_in_agrees") > 0);
+    assert_eq!(n("switch_in_differs"), 0, "{checks}");
+    assert_eq!(n("wakeup_differs"), 0, "{checks}");
+    for p in w["processes"].as_array().unwrap() {
+        for c in p["classes"].as_array().unwrap() {
+            if let Some(l) = c["latency"].as_object() {
+                let q = |k: &str| l[k].as_u64().unwrap();
+                assert!(q("p50_ns") <= q("p90_ns") && q("p90_ns") <= q("p99_ns"));
+                assert!(q("p99_ns") <= q("max_ns"));
+                let counted: u64 = l["histogram"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|b| b["count"].as_u64().unwrap())
+                    .sum();
+                assert_eq!(counted, q("samples"), "histogram holds every sample");
+                assert!(q("samples") <= c["wakeups"].as_u64().unwrap());
+            }
+        }
+    }
+    w
+}
+
+#[test]
+fn a_pair_on_one_cpu_wakes_on_the_wakers_cpu() {
+    if !can_trace(test_name!()) {
+        return;
+    }
+    check_pair("0:0", true, &[]);
+}
+
+#[test]
+fn a_pair_one_cpu_apart_wakes_across() {
+    if !can_trace(test_name!()) {
+        return;
+    }
+    check_pair("0:1", false, &[]);
+}
+
+/// With sched_wakeup sampled, every one of its records that arrives names the CPU the watch
+/// placed the wakeup on (from the migration or the CPU last run on), and its count matches the
+/// wakings'.
+#[test]
+fn sampled_sched_wakeup_agrees_with_the_placement_one_cpu_apart() {
+    if !can_trace(test_name!()) {
+        return;
+    }
+    let w = check_pair("0:1", false, &["--sample-wakeups"]);
+    let (counted, delivered) = delivery(&w, "sched_wakeup");
+    assert!(delivered <= counted);
+    assert!(w["placement"]["wakeup_agrees"].as_u64().unwrap() <= delivered);
+}
+
+#[test]
+fn a_pid_that_does_not_exist_is_one_line_and_exit_2() {
+    let out = cpulab()
+        .args(["watch", "--pid", "999999999", "--duration", "1s"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("999999999"), "{err}");
+}
+
+#[test]
+fn bad_durations_and_two_targets_are_bad_input() {
+    for args in [
+        &["watch", "--duration", "soon"][..],
+        &["watch", "--duration", "0"],
+        &["watch", "--pid", "1", "--comm", "postgres"],
+    ] {
+        let out = cpulab().args(args).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+    }
+}
+
+#[test]
+fn a_saved_watch_renders_and_compares() {
+    if !can_trace(test_name!()) {
+        return;
+    }
+    let (_, w) = watch_pingpong("0:0");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("w.json");
+    std::fs::write(&path, w.to_string()).unwrap();
+    let html = dir.path().join("w.html");
+    let out = cpulab()
+        .args(["report"])
+        .arg(&path)
+        .arg("--html")
+        .arg(&html)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        std::fs::read_to_string(&html)
+            .unwrap()
+            .contains("Wakeup graph")
+    );
+    let out = cpulab()
+        .arg("compare")
+        .arg(&path)
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// PostgreSQL and pgbench started by `cpulab pair` (server on CPU 0, client on CPU 1), watched
+/// as descendants of the command: the graph's edges are pgbench <-> postgres, nearly all across
+/// CPUs, and each query's wakeup of the backend is answered by one wakeup of pgbench.
+#[test]
+fn pgbench_against_postgres_one_cpu_apart_wakes_across_both_ways() {
+    if !can_trace(test_name!()) || !common::postgres_installed(test_name!()) {
+        return;
+    }
+    let bin = common::cpulab_path();
+    let out = cpulab()
+        .args(["watch", "--json", "--quiet", "--duration", "300s", "--"])
+        .arg(&bin)
+        .args([
+            "pair",
+            "--preset",
+            "pgbench",
+            "--workload",
+            "select1",
+            "--duration",
+            "1",
+            "--repeats",
+            "3",
+            "--pairs",
+            "0:1",
+            "--json",
+            "--quiet",
+        ])
+        .timeout(std::time::Duration::from_secs(300))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let docs: Vec<Value> = serde_json::Deserializer::from_slice(&out.stdout)
+        .into_iter::<Value>()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    let w = docs.last().unwrap();
+    assert_eq!(w["kind"], "watch");
+    let (mut to_pg, mut to_bench, mut cross, mut all) = (0u64, 0u64, 0u64, 0u64);
+    for p in w["pairs"].as_array().unwrap() {
+        let n = p["wakeups"].as_u64().unwrap();
+        match (p["waker"].as_str().unwrap(), p["wakee"].as_str().unwrap()) {
+            ("pgbench", "postgres") => to_pg += n,
+            ("postgres", "pgbench") => to_bench += n,
+            _ => continue,
+        }
+        for c in p["classes"].as_array().unwrap() {
+            let k = c["wakeups"].as_u64().unwrap();
+            all += k;
+            if c["class"] != "same-cpu" {
+                cross += k;
+            }
+        }
+    }
+    assert!(to_pg > 0 && to_bench > 0, "{to_pg} {to_bench}");
+    if w["lost_events"].as_u64() == Some(0) {
+        let (lo, hi) = (to_pg.min(to_bench) as f64, to_pg.max(to_bench) as f64);
+        assert!(
+            lo >= 0.95 * hi,
+            "pgbench->postgres {to_pg}, back {to_bench}"
+        );
+    }
+    assert!(cross as f64 >= 0.9 * all as f64, "{cross} of {all} across");
+}
