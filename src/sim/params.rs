@@ -22,10 +22,13 @@ pub struct Costs {
     /// Exit to the hypervisor and re-entry paid by a halted vCPU that is woken, on the wakee's
     /// critical path.
     pub halt_exit_ns: f64,
-    /// Sending an IPI to a halted vCPU through the hypervisor (paid by the waker).
+    /// Delivery of the IPI that wakes a halted vCPU: the host waking the vCPU's thread, on the
+    /// wakee's critical path. The sender does not wait for it (its short VM exit for the write
+    /// is part of `remote_wake_ns`).
     pub ipi_ns: f64,
-    /// Any wakeup of a task on another vCPU: remote queueing and cache-line transfer (paid by the
-    /// waker), halted target or not.
+    /// The sender's part of any wakeup of a task on another vCPU: remote queueing, cache-line
+    /// transfer and, for a halted target, the IPI write. Guest work on the waker's vCPU; the
+    /// wakeup reaches the target once it is done.
     pub remote_wake_ns: f64,
     /// The host scheduler picking a vCPU to run on a physical CPU.
     pub host_resched_ns: f64,

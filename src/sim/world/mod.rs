@@ -62,8 +62,11 @@ pub struct VState {
     pub cur: Option<u32>,
     /// Guest work owed before the current task continues (switches, wakeups sent), ns.
     overhead: f64,
-    /// Wakeup latency the sender's IPI and remote queueing add before it can run, ns.
+    /// Delivery latency of the IPI that woke it from halt, paid before it can run, ns.
     delay: f64,
+    /// A wakeup this vCPU is sending (task, target vCPU): delivered once the sender has done its
+    /// part (`overhead` spent down), see [`World::wake`].
+    pending: Option<(u32, u32)>,
     /// It halted (rather than being preempted) since it last ran.
     woke_from_halt: bool,
     since: Nanos,
@@ -152,6 +155,7 @@ impl World {
                 cur: None,
                 overhead: 0.0,
                 delay: 0.0,
+                pending: None,
                 woke_from_halt: true,
                 since: 0,
                 on_ns: 0,
@@ -316,7 +320,11 @@ impl World {
                 {
                     self.task_done(t, v as u32);
                 }
-                self.guest_run(p);
+                // The task's wakeup may have made the hypervisor hand `p` to the woken vCPU
+                // (wakeup preemption), which is now paying its way in.
+                if self.p[p].vcpu == Some(v as u32) {
+                    self.guest_run(p);
+                }
             }
             Phase::GuestPoll => self.halt(p),
             Phase::HostPoll => self.release(p, true),
@@ -324,9 +332,25 @@ impl World {
         }
     }
 
-    /// The vCPU on `p` runs: its current task, else the next queued one, else it goes idle.
+    /// The vCPU on `p` runs: the wakeup it is sending, else its current task, else the next
+    /// queued one, else it goes idle.
     fn guest_run(&mut self, p: usize) {
         let Some(v) = self.p[p].vcpu else { return };
+        if self.v[v as usize].pending.is_some() {
+            if self.v[v as usize].overhead > 0.5 {
+                // Still doing its part of the wakeup (a blocked task's vCPU has no current task).
+                self.p[p].phase = Phase::Guest;
+                self.schedule_guest(p);
+                return;
+            }
+            if let Some((t, target)) = self.v[v as usize].pending.take() {
+                self.deliver(t, target, Some(v));
+            }
+            // Delivering may hand `p` to the woken vCPU (wakeup preemption).
+            if self.p[p].vcpu != Some(v) {
+                return;
+            }
+        }
         let vs = &mut self.v[v as usize];
         if vs.cur.is_none()
             && let Some(next) = vs.rq.pop_front()

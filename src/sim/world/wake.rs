@@ -67,21 +67,47 @@ impl World {
                     idle: vs.cur.is_none() && vs.rq.is_empty(),
                 }
             });
-        let wakee_cpu = task.role == Role::Cpu;
-        self.t[t as usize].blocked = false;
         self.t[t as usize].prev = Some(target);
+        match waker {
+            Some(w) if w != target && self.c.remote_wake_ns > 0.0 => {
+                // A wakeup across vCPUs is two costs in two places. The sender's part is CPU
+                // work in its own guest context: queueing the task on the remote run queue
+                // (cache lines moving) and, for a halted target, writing the IPI, a VM exit
+                // KVM handles in its fast path (kvm_x2apic_icr_write, a posted interrupt or a
+                // kvm_vcpu_kick): `remote_wake_ns`, spent down before the wakeup leaves. The
+                // long part is at the target: the host waking the halted vCPU's thread and
+                // entering the guest again (`ipi_ns`, then `host_resched_ns + halt_exit_ns`
+                // in `dispatch`), on the wakee's critical path only. Charging the sender for
+                // the delivery, as this model once did, kept a sender's vCPU awake for the
+                // whole IPI latency (so a slower IPI could land a reply inside its poll
+                // window: faster with more cost) and counted the target's wait as the
+                // sender's CPU time.
+                self.v[w as usize].overhead += self.c.remote_wake_ns;
+                let prior = self.v[w as usize].pending.replace((t, target));
+                // invariant: a vCPU sends at most one wakeup at a time; its blocked task's
+                // vCPU delivers it before running anything else (`guest_run`).
+                debug_assert!(prior.is_none());
+                if let Some((pt, ptarget)) = prior {
+                    self.deliver(pt, ptarget, Some(w));
+                }
+            }
+            _ => self.deliver(t, target, waker),
+        }
+    }
+
+    /// The wakeup of task `t` reaches its vCPU `target`: at once if the target is running or
+    /// polling (a polling idle loop sees the queued task without an interrupt), after the IPI's
+    /// delivery latency if it has halted.
+    pub(super) fn deliver(&mut self, t: u32, target: u32, waker: Option<u32>) {
+        let wakee_cpu = self.t[t as usize].role == Role::Cpu;
+        self.t[t as usize].blocked = false;
         let ts = target as usize;
         let halted = match self.v[ts].state {
             VRun::Halted | VRun::Queued => true,
             VRun::On(p) => self.p[p as usize].phase == Phase::HostPoll,
         };
-        if let Some(w) = waker
-            && w != target
-        {
-            // The sender burns the cost, and the wakee cannot start before it is paid.
-            let cost = self.c.remote_wake_ns + if halted { self.c.ipi_ns } else { 0.0 };
-            self.v[w as usize].overhead += cost;
-            self.v[ts].delay += cost;
+        if waker.is_some_and(|w| w != target) && halted {
+            self.v[ts].delay += self.c.ipi_ns;
         }
         let cur_cpu = self.v[ts].cur.map(|c| self.t[c as usize].role == Role::Cpu);
         if let Some(cur_is_cpu) = cur_cpu
