@@ -87,6 +87,10 @@ fn list_shows_current_values_and_why_not() {
         .unwrap();
     assert!(out.status.success());
     let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        text.starts_with("SETTING "),
+        "a header names the columns: {text}"
+    );
     let row = |n: &str| {
         text.lines()
             .find(|l| l.split_whitespace().next() == Some(n))

@@ -81,7 +81,10 @@ fn list(roots: &Roots, json: bool) -> Result<()> {
         ));
     }
     let rows: Vec<serde_json::Value> = setting_rows(roots);
-    let mut s = String::new();
+    let mut s = format!(
+        "{:<38} {:<28} {}\n",
+        "SETTING", "CURRENT", "CHANGEABLE HERE"
+    );
     for r in &rows {
         s += &format!(
             "{:<38} {:<28} {}\n    {}\n",
