@@ -245,58 +245,45 @@ struct ProcessWatch {
     seconds: f64,
 }
 
-/// Context switches (voluntary + involuntary, all threads) and CPU ticks of a process.
-fn process_counts(pid: i32) -> Option<(u64, u64)> {
+/// Context switches (voluntary + involuntary, all threads) and CPU ticks (user + system) of a
+/// process, read under `root` with the counters' parsers (the one reader of these files).
+fn process_counts(root: &Path, pid: i32) -> Option<(u64, u64)> {
+    use crate::counters::parse::parse_status_ctxt;
+    let proc_dir = root.join(format!("proc/{pid}"));
     let mut switches = 0;
-    for t in std::fs::read_dir(format!("/proc/{pid}/task"))
-        .ok()?
-        .flatten()
-    {
-        let status = std::fs::read_to_string(t.path().join("status")).unwrap_or_default();
-        switches += parse_switches(&status);
+    for t in std::fs::read_dir(proc_dir.join("task")).ok()?.flatten() {
+        // A thread that ended between the listing and the read has nothing left to count.
+        if let Some((vol, invol)) = std::fs::read_to_string(t.path().join("status"))
+            .ok()
+            .and_then(|s| parse_status_ctxt(&s))
+        {
+            switches += vol + invol;
+        }
     }
-    let ticks = parse_stat_ticks(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)?;
-    Some((switches, ticks))
+    Some((switches, process_ticks(root, pid)?))
 }
 
-/// `voluntary_ctxt_switches` + `nonvoluntary_ctxt_switches` of a status file.
-pub fn parse_switches(status: &str) -> u64 {
-    status
-        .lines()
-        .filter(|l| l.contains("ctxt_switches:"))
-        .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
-        .sum()
-}
-
-/// utime + stime (clock ticks) of a `/proc/PID/stat` line; fields after the parenthesised name.
-pub fn parse_stat_ticks(stat: &str) -> Option<u64> {
-    let rest = &stat[stat.rfind(')')? + 2..];
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
-}
-
-fn ticks_per_s() -> f64 {
-    nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
-        .ok()
-        .flatten()
-        .map(|v| v as f64)
-        .unwrap_or(100.0)
+/// utime + stime of a process, in clock ticks.
+fn process_ticks(root: &Path, pid: i32) -> Option<u64> {
+    let text = std::fs::read_to_string(root.join(format!("proc/{pid}/stat"))).ok()?;
+    let st = crate::counters::parse::parse_proc_pid_stat(&text)?;
+    Some(st.utime_ticks + st.stime_ticks)
 }
 
 impl Runnable for ProcessWatch {
     fn kind(&self) -> Kind {
         Kind::Try
     }
-    fn run(&self, _machine: &Machine, progress: &Progress) -> Result<Outcome> {
+    fn run(&self, machine: &Machine, progress: &Progress) -> Result<Outcome> {
         progress.step(&format!(
             "watching process {} for {} s",
             self.pid, self.seconds
         ));
         let gone = || anyhow::anyhow!("process {} ended during the trial", self.pid);
-        let (s0, c0) = process_counts(self.pid).ok_or_else(gone)?;
+        let (s0, c0) = process_counts(&machine.root, self.pid).ok_or_else(gone)?;
         let t0 = Instant::now();
         crate::pair::signals::sleep(Duration::from_secs_f64(self.seconds))?;
-        let (s1, c1) = process_counts(self.pid).ok_or_else(gone)?;
+        let (s1, c1) = process_counts(&machine.root, self.pid).ok_or_else(gone)?;
         let dt = t0.elapsed().as_secs_f64();
         let figures = vec![
             Figure::single(
@@ -311,7 +298,7 @@ impl Runnable for ProcessWatch {
                 format!("CPU time of process {}", self.pid),
                 Unit::CpuSecondsPerSecond,
                 Direction::Neither,
-                c1.saturating_sub(c0) as f64 / ticks_per_s() / dt,
+                c1.saturating_sub(c0) as f64 / crate::counters::clock_ticks_per_sec() / dt,
             ),
         ];
         Ok(Outcome {
@@ -342,10 +329,8 @@ impl CostSampler {
     fn read(&self) -> Option<f64> {
         match self.cost {
             Cost::PollTime => poll_time_s(&self.root),
-            Cost::ProcessCpu { pid } => std::fs::read_to_string(format!("/proc/{pid}/stat"))
-                .ok()
-                .and_then(|s| parse_stat_ticks(&s))
-                .map(|t| t as f64 / ticks_per_s()),
+            Cost::ProcessCpu { pid } => process_ticks(&self.root, pid)
+                .map(|t| t as f64 / crate::counters::clock_ticks_per_sec()),
             Cost::Unmeasured => None,
         }
     }
@@ -414,11 +399,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn process_counters_parse_from_literal_text() {
-        let status = "Name:\tx\nvoluntary_ctxt_switches:\t10\nnonvoluntary_ctxt_switches:\t3\n";
-        assert_eq!(parse_switches(status), 13);
-        let stat = "42 (a b) S 1 42 42 0 -1 4194560 100 0 0 0 7 5 0 0 20 0 1 0";
-        assert_eq!(parse_stat_ticks(stat), Some(12));
+    fn process_counts_read_every_thread_under_the_root() {
+        let d = tempfile::tempdir().unwrap();
+        let stat = "42 (a b) S 1 42 42 0 -1 4194560 100 0 0 0 7 5 0 0 20 0 1 0 9 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 1 0";
+        std::fs::create_dir_all(d.path().join("proc/42/task/42")).unwrap();
+        std::fs::create_dir_all(d.path().join("proc/42/task/43")).unwrap();
+        std::fs::write(d.path().join("proc/42/stat"), stat).unwrap();
+        let status = |v, n| {
+            format!("Name:\tx\nvoluntary_ctxt_switches:\t{v}\nnonvoluntary_ctxt_switches:\t{n}\n")
+        };
+        std::fs::write(d.path().join("proc/42/task/42/status"), status(10, 3)).unwrap();
+        std::fs::write(d.path().join("proc/42/task/43/status"), status(4, 1)).unwrap();
+        assert_eq!(process_counts(d.path(), 42), Some((18, 12)));
+        assert_eq!(process_counts(d.path(), 7), None, "no such process");
     }
 
     #[test]
