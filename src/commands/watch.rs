@@ -50,6 +50,11 @@ pub struct Args {
     /// Do not filter the tracepoints in the kernel (for measuring what the filter saves).
     #[arg(long, hide = true)]
     pub no_kernel_filter: bool,
+    /// How to read the scheduler tracepoints: `bpf` (sees every record; needs root or
+    /// CAP_BPF+CAP_PERFMON), `perf` (perf sample rings; on VMs misses records emitted while an
+    /// idle vCPU is woken), or `auto` (bpf when it loads, else perf, saying why).
+    #[arg(long, value_enum, default_value = "auto", value_name = "HOW")]
+    pub mechanism: crate::watch::Mechanism,
     /// A command to start and watch (without a shell), with its children; it ends with cpulab.
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<String>,
@@ -112,6 +117,7 @@ pub fn settings(args: &Args, machine: &Machine) -> Result<WatchSettings> {
         dump_records: args.dump_records.clone(),
         sample_wakeups: args.sample_wakeups,
         kernel_filter: !args.no_kernel_filter,
+        mechanism: args.mechanism,
         ..WatchSettings::default()
     })
 }

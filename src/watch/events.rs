@@ -98,34 +98,54 @@ impl Decoder {
     /// Decodes one sample's raw record; `None` for another event or a short record.
     pub fn decode(&self, tid: i32, cpu: u32, raw: &[u8]) -> Option<Event> {
         let id = self.type_field.int(raw)? as u64;
+        let slot = match self.ids.iter().position(|i| *i == id)? {
+            0 => 0, // waking
+            1 => 3, // wakeup
+            2 => 1, // switch
+            _ => 2, // migrate
+        };
+        let in_irq = self.flags.int(raw)? & IRQ_CONTEXT_FLAGS != 0;
+        self.decode_slot(slot, tid, cpu, raw, in_irq)
+    }
+
+    /// Decodes a raw record known to be of event `slot` (in [`super::EVENT_NAMES`] order:
+    /// waking, switch, migrate, wakeup) without reading its common fields. The BPF mechanism
+    /// needs this: the kernel hands a tracepoint program a record whose first 8 bytes (type,
+    /// flags, preempt count, pid) it has overwritten, so `in_irq` comes from the caller.
+    pub fn decode_slot(
+        &self,
+        slot: u32,
+        tid: i32,
+        cpu: u32,
+        raw: &[u8],
+        in_irq: bool,
+    ) -> Option<Event> {
         let int = |f: &Field| f.int(raw);
-        if id == self.ids[0] {
-            Some(Event::Waking {
+        match slot {
+            0 => Some(Event::Waking {
                 waker_tid: tid,
                 waker_cpu: cpu,
-                in_irq: int(&self.flags)? & IRQ_CONTEXT_FLAGS != 0,
+                in_irq,
                 wakee_tid: int(&self.waking_pid)? as i32,
-            })
-        } else if id == self.ids[1] {
-            Some(Event::Wakeup {
+            }),
+            3 => Some(Event::Wakeup {
                 wakee_tid: int(&self.wakeup_pid)? as i32,
                 target_cpu: int(&self.wakeup_target)? as u32,
-            })
-        } else if id == self.ids[2] {
-            let state = int(&self.prev_state)?;
-            Some(Event::Switch {
-                cpu,
-                prev_tid: int(&self.prev_pid)? as i32,
-                prev_runnable: state & 0xff == 0 || state & PREEMPTED != 0,
-                next_tid: int(&self.next_pid)? as i32,
-            })
-        } else if id == self.ids[3] {
-            Some(Event::Migrate {
+            }),
+            1 => {
+                let state = int(&self.prev_state)?;
+                Some(Event::Switch {
+                    cpu,
+                    prev_tid: int(&self.prev_pid)? as i32,
+                    prev_runnable: state & 0xff == 0 || state & PREEMPTED != 0,
+                    next_tid: int(&self.next_pid)? as i32,
+                })
+            }
+            2 => Some(Event::Migrate {
                 tid: int(&self.migrate_pid)? as i32,
                 dest_cpu: int(&self.migrate_dest)? as u32,
-            })
-        } else {
-            None
+            }),
+            _ => None,
         }
     }
 }

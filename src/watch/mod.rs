@@ -14,6 +14,7 @@
 //! the child of `watch -- COMMAND` ends with cpulab.
 
 pub mod analyze;
+pub mod bpf;
 pub mod events;
 pub mod format;
 pub mod render;
@@ -56,6 +57,23 @@ pub struct WatchSettings {
     /// Filter the tracepoints in the kernel to the watched tasks when the target allows it
     /// (`--comm`, `--pid`), so other tasks' events cost no record.
     pub kernel_filter: bool,
+    /// How the tracepoints are read.
+    pub mechanism: Mechanism,
+}
+
+/// How a watch reads the scheduler tracepoints.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Mechanism {
+    /// BPF when it loads here, else perf (the reason is given).
+    #[default]
+    Auto,
+    /// eBPF programs on the tracepoints copying each record into one BPF ring buffer: sees
+    /// every record, also those emitted while an idle vCPU is woken (needs root, or CAP_BPF and
+    /// CAP_PERFMON).
+    Bpf,
+    /// perf_event_open per-CPU sample rings with in-kernel filters (no BPF needed); on KVM
+    /// guests it misses the records emitted while an idle vCPU is woken.
+    Perf,
 }
 
 impl Default for WatchSettings {
@@ -68,6 +86,7 @@ impl Default for WatchSettings {
             dump_records: None,
             sample_wakeups: false,
             kernel_filter: true,
+            mechanism: Mechanism::Auto,
         }
     }
 }
@@ -200,57 +219,62 @@ pub fn run(machine: &Machine, s: &WatchSettings, progress: &Progress) -> Result<
             }
         })
     };
-    let decoder = Decoder::new(
-        &fmt("sched_waking")?,
-        &fmt("sched_wakeup")?,
-        &fmt("sched_switch")?,
-        &fmt("sched_migrate_task")?,
-    )
-    .map_err(|e| anyhow::anyhow!(e))?;
+    let formats = [
+        fmt("sched_waking")?,
+        fmt("sched_wakeup")?,
+        fmt("sched_switch")?,
+        fmt("sched_migrate_task")?,
+    ];
+    let decoder = Decoder::new(&formats[0], &formats[1], &formats[2], &formats[3])
+        .map_err(|e| anyhow::anyhow!(e))?;
     drop(tracefs);
 
     let cpus = machine.topology.online.to_vec();
-    // 4 MiB per CPU, but at most ~64 MiB in all on large machines (a power of two per ring).
-    let budget = (16384 / cpus.len().max(1)).max(16);
-    let pages = s.ring_pages.min(1 << budget.ilog2());
-    let mut filters = if s.kernel_filter && s.command.is_none() {
-        kernel_filters(&s.target, &machine.root)
-    } else {
-        None
-    };
-    let ids = [
-        decoder.ids[0],
-        decoder.ids[2],
-        decoder.ids[3],
-        decoder.ids[1],
-    ];
-    let spec_list = |filters: &Option<([String; 4], String)>| -> Vec<ring::EventSpec> {
-        (0..4)
-            .map(|i| ring::EventSpec {
-                id: ids[i],
-                sampled: i < 3 || s.sample_wakeups,
-                filter: filters.as_ref().map(|(f, _)| f[i].clone()),
-            })
-            .collect()
-    };
-    let mut specs = spec_list(&filters);
-    let mut opened = ring::Tracer::open(&specs, &cpus, pages);
-    if let Err(e) = &opened
-        && filters.is_some()
-        && !is_denied(e)
-    {
-        // A kernel that refuses the filter (an older filter grammar) is watched unfiltered.
-        filters = None;
-        specs = spec_list(&filters);
-        opened = ring::Tracer::open(&specs, &cpus, pages);
-    }
-    let mut tracer = opened.map_err(|e| {
-        if is_denied(&e) {
-            bad_input(PERMISSION_LINE)
-        } else {
-            anyhow::anyhow!("perf_event_open of the scheduler tracepoints: {e}")
+    // BPF first, unless perf was asked for (or a perf ring dump, a parser fixture).
+    let mut bpf_refused = None;
+    let mut source = None;
+    if s.mechanism != Mechanism::Perf && s.dump_records.is_none() {
+        match open_bpf(&formats, &machine.root) {
+            Ok(p) => source = Some(Source::Bpf(p)),
+            Err(e) if s.mechanism == Mechanism::Bpf => {
+                return Err(if is_denied(&e) {
+                    bad_input(BPF_PERMISSION_LINE)
+                } else {
+                    bad_input(format!(
+                        "--mechanism bpf: the BPF programs did not load here ({e}); use --mechanism perf"
+                    ))
+                });
+            }
+            Err(e) => bpf_refused = Some(e.to_string()),
         }
-    })?;
+    }
+    let mut filters = None;
+    let mut specs: Vec<ring::EventSpec> = (0..4)
+        .map(|i| ring::EventSpec {
+            id: [
+                decoder.ids[0],
+                decoder.ids[2],
+                decoder.ids[3],
+                decoder.ids[1],
+            ][i],
+            sampled: true,
+            filter: None,
+        })
+        .collect();
+    let mut source = match source {
+        Some(b) => b,
+        None => {
+            if let Some(why) = &bpf_refused {
+                progress.note(&format!(
+                    "reading the tracepoints with perf: BPF did not load ({why})"
+                ));
+            }
+            let (tracer, f, sp) = open_perf(machine, s, &decoder, &cpus)?;
+            filters = f;
+            specs = sp;
+            Source::Perf(tracer)
+        }
+    };
 
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [libc::SIGINT, libc::SIGTERM] {
@@ -259,7 +283,7 @@ pub fn run(machine: &Machine, s: &WatchSettings, progress: &Progress) -> Result<
     let mut conditions = Conditions::now(machine);
     let before = crate::counters::SystemSnapshot::take(&machine.root);
     let started = Instant::now();
-    tracer.enable()?;
+    source.enable()?;
     let mut child = match &s.command {
         Some(argv) => Some(targets::Child::spawn(argv).map_err(bad_input)?),
         None => None,
@@ -301,7 +325,7 @@ pub fn run(machine: &Machine, s: &WatchSettings, progress: &Progress) -> Result<
         if finished {
             // Stop the events before the last drain, so the counts read after it cover exactly
             // what could have been delivered.
-            tracer.disable();
+            source.disable();
         }
         let cutoff = if finished {
             u64::MAX
@@ -309,6 +333,7 @@ pub fn run(machine: &Machine, s: &WatchSettings, progress: &Progress) -> Result<
             monotonic_ns().saturating_sub(SETTLE_NS)
         };
         if started.elapsed() > Duration::from_millis(300)
+            && let Source::Perf(tracer) = &mut source
             && let Some(path) = dump.take()
         {
             let bytes = tracer.drain_bytes();
@@ -319,7 +344,7 @@ pub fn run(machine: &Machine, s: &WatchSettings, progress: &Progress) -> Result<
                 collect(&decoder, cpu, r, &mut pending, &mut tally)
             });
         }
-        torn += tracer.drain(|cpu, r| collect(&decoder, cpu, r, &mut pending, &mut tally)) as u64;
+        torn += source.drain(&decoder, &mut pending, &mut tally);
         pending.sort_by_key(|t| t.time_ns);
         let ready = pending.partition_point(|t| t.time_ns <= cutoff);
         for ev in pending.drain(..ready) {
@@ -334,7 +359,7 @@ pub fn run(machine: &Machine, s: &WatchSettings, progress: &Progress) -> Result<
         }
         // A ring an eighth full after one interval would overflow within a few more slow
         // intervals on a busy machine: drain it sooner.
-        let poll = if tracer.last_fill > 0.125 {
+        let poll = if source.last_fill() > 0.125 {
             POLL / 10
         } else {
             POLL
@@ -343,8 +368,9 @@ pub fn run(machine: &Machine, s: &WatchSettings, progress: &Progress) -> Result<
     }
     let interval_s = started.elapsed().as_secs_f64();
     analysis.finish(&mut tasks);
-    let counts = tracer.counts();
-    drop(tracer);
+    let counts = source.counts(&cpus, &mut tally);
+    let bpf = matches!(source, Source::Bpf(_));
+    drop(source);
     drop(child);
     let after = crate::counters::SystemSnapshot::take(&machine.root);
     let lost: u64 = tally.lost.values().sum();
@@ -352,19 +378,32 @@ pub fn run(machine: &Machine, s: &WatchSettings, progress: &Progress) -> Result<
     if report::incomplete(&delivery).is_some() {
         conditions.noisy = true;
     }
-    let mut mechanism = format!(
-        "perf_event_open on every CPU: sched:sched_waking, sched_switch, sched_migrate_task \
-         sampled; sched_wakeup {}",
-        if s.sample_wakeups {
-            "sampled (a check of each placement)"
-        } else {
-            "counted only"
+    let mechanism = if bpf {
+        format!(
+            "eBPF programs on sched:sched_waking, sched_wakeup, sched_switch, \
+             sched_migrate_task, each copying every record into one BPF ring buffer ({} MiB); \
+             no in-kernel filter",
+            bpf::RING_BYTES >> 20
+        )
+    } else {
+        let mut m = format!(
+            "perf_event_open on every CPU: sched:sched_waking, sched_switch, sched_migrate_task \
+             sampled; sched_wakeup {}",
+            if s.sample_wakeups {
+                "sampled (a check of each placement)"
+            } else {
+                "counted only"
+            }
+        );
+        if let Some((_, what)) = &filters {
+            m.push_str("; ");
+            m.push_str(what);
         }
-    );
-    if let Some((_, what)) = &filters {
-        mechanism.push_str("; ");
-        mechanism.push_str(what);
-    }
+        if let Some(why) = &bpf_refused {
+            m.push_str(&format!("; BPF not used: {why}"));
+        }
+        m
+    };
     Ok(report::build(report::Inputs {
         mechanism,
         delivery,
@@ -392,6 +431,145 @@ pub fn run(machine: &Machine, s: &WatchSettings, progress: &Progress) -> Result<
     }))
 }
 
+/// The one line for a user who may not load BPF programs.
+pub const BPF_PERMISSION_LINE: &str = "cpulab watch --mechanism bpf needs to load BPF programs: run as root, or grant CAP_BPF and CAP_PERFMON: setcap cap_bpf,cap_perfmon+ep $(which cpulab); or use --mechanism perf";
+
+/// Loads the BPF programs for the four tracepoints (in [`EVENT_NAMES`] order).
+fn open_bpf(
+    formats: &[format::Format; 4],
+    root: &std::path::Path,
+) -> std::io::Result<bpf::Programs> {
+    let possible = bpf::possible_cpus(root)
+        .ok_or_else(|| std::io::Error::other("cannot read /sys/devices/system/cpu/possible"))?;
+    // EVENT_NAMES order: waking, switch, migrate, wakeup.
+    let events: Vec<(u64, usize)> = [0, 2, 3, 1]
+        .iter()
+        .map(|&i| (formats[i].id, bpf::record_size(&formats[i])))
+        .collect();
+    bpf::Programs::load(&events, possible)
+}
+
+/// Opens the perf tracepoint events, with in-kernel filters where the target allows them.
+#[allow(clippy::type_complexity)]
+fn open_perf(
+    machine: &Machine,
+    s: &WatchSettings,
+    decoder: &Decoder,
+    cpus: &[u32],
+) -> Result<(
+    ring::Tracer,
+    Option<([String; 4], String)>,
+    Vec<ring::EventSpec>,
+)> {
+    // 4 MiB per CPU, but at most ~64 MiB in all on large machines (a power of two per ring).
+    let budget = (16384 / cpus.len().max(1)).max(16);
+    let pages = s.ring_pages.min(1 << budget.ilog2());
+    let mut filters = if s.kernel_filter && s.command.is_none() {
+        kernel_filters(&s.target, &machine.root)
+    } else {
+        None
+    };
+    let ids = [
+        decoder.ids[0],
+        decoder.ids[2],
+        decoder.ids[3],
+        decoder.ids[1],
+    ];
+    let spec_list = |filters: &Option<([String; 4], String)>| -> Vec<ring::EventSpec> {
+        (0..4)
+            .map(|i| ring::EventSpec {
+                id: ids[i],
+                sampled: i < 3 || s.sample_wakeups,
+                filter: filters.as_ref().map(|(f, _)| f[i].clone()),
+            })
+            .collect()
+    };
+    let mut specs = spec_list(&filters);
+    let mut opened = ring::Tracer::open(&specs, cpus, pages);
+    if let Err(e) = &opened
+        && filters.is_some()
+        && !is_denied(e)
+    {
+        // A kernel that refuses the filter (an older filter grammar) is watched unfiltered.
+        filters = None;
+        specs = spec_list(&filters);
+        opened = ring::Tracer::open(&specs, cpus, pages);
+    }
+    let tracer = opened.map_err(|e| {
+        if is_denied(&e) {
+            bad_input(PERMISSION_LINE)
+        } else {
+            anyhow::anyhow!("perf_event_open of the scheduler tracepoints: {e}")
+        }
+    })?;
+    Ok((tracer, filters, specs))
+}
+
+/// Where the records come from: perf's per-CPU rings, or the BPF programs' ring.
+enum Source {
+    Perf(ring::Tracer),
+    Bpf(bpf::Programs),
+}
+
+impl Source {
+    fn enable(&self) -> std::io::Result<()> {
+        match self {
+            Source::Perf(t) => t.enable(),
+            Source::Bpf(p) => p.enable(),
+        }
+    }
+
+    fn disable(&self) {
+        match self {
+            Source::Perf(t) => t.disable(),
+            Source::Bpf(p) => p.disable(),
+        }
+    }
+
+    /// Decodes every record read now into `out`; returns the bytes that did not form a record.
+    fn drain(&mut self, d: &Decoder, out: &mut Vec<Timed>, tally: &mut Tally) -> u64 {
+        match self {
+            Source::Perf(t) => t.drain(|cpu, r| collect(d, cpu, r, out, tally)) as u64,
+            Source::Bpf(p) => {
+                p.drain(|r| {
+                    if let Some(event) = d.decode_slot(r.slot, r.tid, r.cpu, r.raw, false) {
+                        tally.record(r.cpu, r.time_ns, event, out);
+                    }
+                });
+                0
+            }
+        }
+    }
+
+    fn last_fill(&self) -> f64 {
+        match self {
+            Source::Perf(t) => t.last_fill,
+            Source::Bpf(p) => p.last_fill,
+        }
+    }
+
+    /// Per CPU, how many times each event fired (in [`EVENT_NAMES`] order); the BPF ring's
+    /// drops go into the tally's losses.
+    fn counts(&self, cpus: &[u32], tally: &mut Tally) -> Vec<(u32, Vec<Option<u64>>)> {
+        match self {
+            Source::Perf(t) => t.counts(),
+            Source::Bpf(p) => match p.counts() {
+                Ok(per_cpu) => cpus
+                    .iter()
+                    .map(|&cpu| {
+                        let c = per_cpu.get(cpu as usize).copied().unwrap_or_default();
+                        if c[bpf::DROPPED_SLOT as usize] > 0 {
+                            *tally.lost.entry(cpu).or_default() += c[bpf::DROPPED_SLOT as usize];
+                        }
+                        (cpu, c[..4].iter().map(|v| Some(*v)).collect())
+                    })
+                    .collect(),
+                Err(_) => cpus.iter().map(|&c| (c, vec![None; 4])).collect(),
+            },
+        }
+    }
+}
+
 /// Records delivered, per ring CPU and event (in [`EVENT_NAMES`] order), and losses the
 /// kernel reported per ring.
 #[derive(Debug, Default)]
@@ -401,6 +579,28 @@ pub struct Tally {
     /// differ by at most one when every switch is delivered).
     pub idle: std::collections::BTreeMap<u32, (u64, u64)>,
     pub lost: std::collections::BTreeMap<u32, u64>,
+}
+
+impl Tally {
+    /// Counts one decoded event delivered from `cpu` and queues it for the analysis.
+    fn record(&mut self, cpu: u32, time_ns: u64, event: events::Event, out: &mut Vec<Timed>) {
+        let i = match event {
+            events::Event::Waking { .. } => 0,
+            events::Event::Switch { .. } => 1,
+            events::Event::Migrate { .. } => 2,
+            events::Event::Wakeup { .. } => 3,
+        };
+        self.delivered.entry(cpu).or_default()[i] += 1;
+        if let events::Event::Switch {
+            prev_tid, next_tid, ..
+        } = event
+        {
+            let e = self.idle.entry(cpu).or_default();
+            e.0 += u64::from(next_tid == 0);
+            e.1 += u64::from(prev_tid == 0);
+        }
+        out.push(Timed { time_ns, event });
+    }
 }
 
 fn collect(
@@ -419,22 +619,7 @@ fn collect(
             ..
         } => {
             if let Some(event) = d.decode(tid, cpu, raw) {
-                let i = match event {
-                    events::Event::Waking { .. } => 0,
-                    events::Event::Switch { .. } => 1,
-                    events::Event::Migrate { .. } => 2,
-                    events::Event::Wakeup { .. } => 3,
-                };
-                tally.delivered.entry(ring_cpu).or_default()[i] += 1;
-                if let events::Event::Switch {
-                    prev_tid, next_tid, ..
-                } = event
-                {
-                    let e = tally.idle.entry(ring_cpu).or_default();
-                    e.0 += u64::from(next_tid == 0);
-                    e.1 += u64::from(prev_tid == 0);
-                }
-                out.push(Timed { time_ns, event });
+                tally.record(ring_cpu, time_ns, event, out);
             }
         }
         ring::RawRecord::Lost(n) => *tally.lost.entry(ring_cpu).or_default() += n,
