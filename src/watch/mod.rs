@@ -524,7 +524,7 @@ impl Source {
         }
     }
 
-    fn disable(&self) {
+    fn disable(&mut self) {
         match self {
             Source::Perf(t) => t.disable(),
             Source::Bpf(p) => p.disable(),
