@@ -50,8 +50,9 @@ pub struct Args {
     /// Do not filter the tracepoints in the kernel (for measuring what the filter saves).
     #[arg(long, hide = true)]
     pub no_kernel_filter: bool,
-    /// How to read the scheduler tracepoints: `bpf` (sees every record; needs root or
-    /// CAP_BPF+CAP_PERFMON), `perf` (perf sample rings; on VMs misses records emitted while an
+    /// How to read the scheduler tracepoints: `bpf` (raw tracepoints, offsets from the kernel's
+    /// BTF; sees every record; needs root or CAP_BPF+CAP_PERFMON), `bpf-tracepoint` (BPF on
+    /// the tracepoints, no BTF needed, costlier per event), `perf` (perf sample rings; on VMs misses records emitted while an
     /// idle vCPU is woken), or `auto` (bpf when it loads, else perf, saying why).
     #[arg(long, value_enum, default_value = "auto", value_name = "HOW")]
     pub mechanism: crate::watch::Mechanism,

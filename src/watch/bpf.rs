@@ -26,6 +26,9 @@
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use super::btf::TaskOffsets;
+use super::events::Event;
+
 /// What the ring carries before each raw record: time (u64), pid_tgid (u64), cpu (u32), event
 /// index (u32).
 pub const HEADER: usize = 24;
@@ -39,6 +42,8 @@ const BPF_PROG_LOAD: libc::c_long = 5;
 const BPF_MAP_TYPE_PERCPU_ARRAY: u32 = 6;
 const BPF_MAP_TYPE_RINGBUF: u32 = 27;
 const BPF_PROG_TYPE_TRACEPOINT: u32 = 5;
+const BPF_PROG_TYPE_RAW_TRACEPOINT: u32 = 17;
+const BPF_RAW_TRACEPOINT_OPEN: libc::c_long = 17;
 /// `_IOW('$', 8, __u32)`.
 const PERF_EVENT_IOC_SET_BPF: libc::c_ulong = 0x4004_2408;
 const PERF_TYPE_TRACEPOINT: u32 = 2;
@@ -229,13 +234,13 @@ fn map_create(
 }
 
 /// Loads a tracepoint program; on failure the error carries the verifier's log.
-fn prog_load(insns: &[Insn], name: &str) -> std::io::Result<OwnedFd> {
+fn prog_load(insns: &[Insn], name: &str, prog_type: u32) -> std::io::Result<OwnedFd> {
     let code: Vec<u8> = insns.iter().flat_map(|i| i.to_bytes()).collect();
     let license = c"GPL";
     let mut log = vec![0u8; 64 * 1024];
     let attempt = |log_level: u32, log: &mut [u8]| {
         let mut a = [0u8; ATTR];
-        put_u32(&mut a, 0, BPF_PROG_TYPE_TRACEPOINT);
+        put_u32(&mut a, 0, prog_type);
         put_u32(&mut a, 4, insns.len() as u32);
         put_u64(&mut a, 8, code.as_ptr() as u64);
         put_u64(&mut a, 16, license.as_ptr() as u64);
@@ -267,6 +272,136 @@ fn prog_load(insns: &[Insn], name: &str) -> std::io::Result<OwnedFd> {
             std::io::Error::new(e.kind(), format!("{e}; verifier: {}", tail.join(" | ")))
         })
     })
+}
+
+/// The fixed record a raw-tracepoint program writes after [`HEADER`]: four u32 words whose
+/// meaning depends on the event (see [`decode_raw`]).
+pub const RAW_BODY: usize = 16;
+/// A raw-tracepoint program's whole record.
+pub const RAW_RECORD: usize = HEADER + RAW_BODY;
+
+/// `r1 = task->field`, a u32 read with `bpf_probe_read_kernel` from the task pointer in
+/// argument `arg` of the context (in r6) into the record (in r7) at `at`. On a failed read the
+/// helper zeroes the destination. r0-r5 clobbered.
+fn read_task_u32(p: &mut Vec<Insn>, arg: i16, field: u32, at: i16) {
+    p.push(Insn::mov64_reg(1, 7));
+    p.push(Insn::add64_imm(1, at as i32));
+    p.push(Insn::mov64_imm(2, 4));
+    p.push(Insn::ldx_dw(3, 6, arg * 8));
+    p.push(Insn::add64_imm(3, field as i32));
+    p.push(Insn::call(helper::PROBE_READ_KERNEL));
+}
+
+/// `*(u32 *)(record + at) = (u32)args[arg]`.
+fn copy_arg_u32(p: &mut Vec<Insn>, arg: i16, at: i16) {
+    p.push(Insn::ldx_dw(1, 6, arg * 8));
+    p.push(Insn::stx_w(7, at, 1));
+}
+
+/// The raw-tracepoint program for event `slot` (in [`super::EVENT_NAMES`] order): count the
+/// invocation, reserve a [`RAW_RECORD`] in the ring (or count a drop), fill the header (time,
+/// current pid/tgid, CPU, slot) and the body from the tracepoint's arguments (u64s in the
+/// context, in the order of this kernel's `TP_PROTO`, checked against its BTF before loading):
+/// - waking `(p)`, wakeup `(p)`: `p->pid`, `task_cpu(p)` (the wakee's run queue CPU: the
+///   `target_cpu` the `sched_wakeup` tracepoint itself reports), `p->tgid`;
+/// - switch `(preempt, prev, next, prev_state)`: `prev->pid`, `next->pid`, `prev_state`,
+///   `preempt`;
+/// - migrate `(p, dest_cpu)`: `p->pid`, `dest_cpu`, `p->tgid`.
+pub fn raw_program(ringbuf_fd: i32, counts_fd: i32, slot: u32, o: &TaskOffsets) -> Vec<Insn> {
+    let mut p = vec![Insn::mov64_reg(6, 1)];
+    count(&mut p, counts_fd, slot);
+    p.extend(Insn::ld_map_fd(1, ringbuf_fd));
+    p.push(Insn::mov64_imm(2, RAW_RECORD as i32));
+    p.push(Insn::mov64_imm(3, 0));
+    p.push(Insn::call(helper::RINGBUF_RESERVE));
+    let null_check = p.len();
+    p.push(Insn::jeq_imm(0, 0, 0)); // patched below to jump to the drop path
+    p.push(Insn::mov64_reg(7, 0));
+    p.push(Insn::call(helper::KTIME_GET_NS));
+    p.push(Insn::stx_dw(7, 0, 0));
+    p.push(Insn::call(helper::GET_CURRENT_PID_TGID));
+    p.push(Insn::stx_dw(7, 8, 0));
+    p.push(Insn::call(helper::GET_SMP_PROCESSOR_ID));
+    p.push(Insn::stx_w(7, 16, 0));
+    p.push(Insn::st_w(7, 20, slot as i32));
+    let h = HEADER as i16;
+    match slot {
+        // switch(preempt, prev, next, prev_state)
+        1 => {
+            read_task_u32(&mut p, 1, o.pid, h);
+            read_task_u32(&mut p, 2, o.pid, h + 4);
+            copy_arg_u32(&mut p, 3, h + 8);
+            copy_arg_u32(&mut p, 0, h + 12);
+        }
+        // migrate(p, dest_cpu)
+        2 => {
+            read_task_u32(&mut p, 0, o.pid, h);
+            copy_arg_u32(&mut p, 1, h + 4);
+            read_task_u32(&mut p, 0, o.tgid, h + 8);
+            p.push(Insn::st_w(7, h + 12, 0));
+        }
+        // waking(p), wakeup(p)
+        _ => {
+            read_task_u32(&mut p, 0, o.pid, h);
+            read_task_u32(&mut p, 0, o.cpu, h + 4);
+            read_task_u32(&mut p, 0, o.tgid, h + 8);
+            p.push(Insn::st_w(7, h + 12, 0));
+        }
+    }
+    p.push(Insn::mov64_reg(1, 7));
+    p.push(Insn::mov64_imm(2, RB_NO_WAKEUP));
+    p.push(Insn::call(helper::RINGBUF_SUBMIT));
+    p.push(Insn::mov64_imm(0, 0));
+    p.push(Insn::exit());
+    let drop_at = p.len();
+    p[null_check] = Insn::jeq_imm(0, 0, (drop_at - null_check - 1) as i16);
+    count(&mut p, counts_fd, DROPPED_SLOT);
+    p.push(Insn::mov64_imm(0, 0));
+    p.push(Insn::exit());
+    p
+}
+
+/// Decodes a raw-tracepoint program's record (see [`raw_program`]) into an event.
+pub fn decode_raw(r: &Record<'_>) -> Option<Event> {
+    let w = |i: usize| {
+        Some(u32::from_ne_bytes(
+            r.raw.get(i * 4..i * 4 + 4)?.try_into().ok()?,
+        ))
+    };
+    Some(match r.slot {
+        0 => Event::Waking {
+            waker_tid: r.tid,
+            waker_cpu: r.cpu,
+            in_irq: false,
+            wakee_tid: w(0)? as i32,
+        },
+        1 => Event::Switch {
+            cpu: r.cpu,
+            prev_tid: w(0)? as i32,
+            // Preempted (or yielding: a state of TASK_RUNNING), the task stays runnable.
+            prev_runnable: w(3)? & 1 != 0 || w(2)? == 0,
+            next_tid: w(1)? as i32,
+        },
+        2 => Event::Migrate {
+            tid: w(0)? as i32,
+            dest_cpu: w(1)?,
+        },
+        3 => Event::Wakeup {
+            wakee_tid: w(0)? as i32,
+            target_cpu: w(1)?,
+        },
+        _ => return None,
+    })
+}
+
+/// Attaches `prog` to the raw tracepoint `name` (`BPF_RAW_TRACEPOINT_OPEN`): it runs on every
+/// CPU until the returned descriptor closes.
+fn raw_attach(name: &str, prog: &OwnedFd) -> std::io::Result<OwnedFd> {
+    let cname = std::ffi::CString::new(name).map_err(std::io::Error::other)?;
+    let mut a = [0u8; ATTR];
+    put_u64(&mut a, 0, cname.as_ptr() as u64);
+    put_u32(&mut a, 8, prog.as_raw_fd() as u32);
+    sys_bpf(BPF_RAW_TRACEPOINT_OPEN, &mut a).map(owned)
 }
 
 /// Opens tracepoint `id` (on CPU 0; a tracepoint's BPF programs run wherever it fires) and
@@ -443,6 +578,9 @@ pub struct Programs {
     /// How full the ring was at the last drain (0-1): the reader drains sooner when it fills.
     pub last_fill: f64,
     possible_cpus: usize,
+    /// Raw-tracepoint programs writing fixed [`RAW_RECORD`]s (decoded by [`decode_raw`]), or
+    /// tracepoint programs copying the tracepoint's record (decoded with its tracefs format).
+    pub raw: bool,
 }
 
 /// Bytes of ring buffer: about 80,000 records, 0.4 s of a pair making 60,000 wakeups a second
@@ -468,7 +606,11 @@ impl Programs {
         for (slot, &(id, size)) in events.iter().enumerate() {
             let record = size.div_ceil(8) * 8;
             let insns = program(ringbuf.as_raw_fd(), counts.as_raw_fd(), slot as u32, record);
-            let prog = prog_load(&insns, &format!("cpulab_tp{slot}"))?;
+            let prog = prog_load(
+                &insns,
+                &format!("cpulab_tp{slot}"),
+                BPF_PROG_TYPE_TRACEPOINT,
+            )?;
             links.push(attach(id, &prog)?);
             progs.push(prog);
         }
@@ -480,6 +622,49 @@ impl Programs {
             _ringbuf: ringbuf,
             last_fill: 0.0,
             possible_cpus,
+            raw: false,
+        })
+    }
+
+    /// Loads one raw-tracepoint program per scheduler tracepoint (in [`super::EVENT_NAMES`]
+    /// order), reading task fields at `offsets`. Each runs from its `BPF_RAW_TRACEPOINT_OPEN`
+    /// until its descriptor closes.
+    pub fn load_raw(offsets: &TaskOffsets, possible_cpus: usize) -> std::io::Result<Self> {
+        let ringbuf = map_create(BPF_MAP_TYPE_RINGBUF, 0, 0, RING_BYTES as u32, "cpulab_ring")?;
+        let counts = map_create(
+            BPF_MAP_TYPE_PERCPU_ARRAY,
+            4,
+            8,
+            DROPPED_SLOT + 1,
+            "cpulab_counts",
+        )?;
+        let ring = Ring::map(&ringbuf, RING_BYTES)?;
+        let mut progs = Vec::new();
+        let mut links = Vec::new();
+        for (slot, name) in super::EVENT_NAMES.iter().enumerate() {
+            let insns = raw_program(
+                ringbuf.as_raw_fd(),
+                counts.as_raw_fd(),
+                slot as u32,
+                offsets,
+            );
+            let prog = prog_load(
+                &insns,
+                &format!("cpulab_raw{slot}"),
+                BPF_PROG_TYPE_RAW_TRACEPOINT,
+            )?;
+            links.push(raw_attach(name, &prog)?);
+            progs.push(prog);
+        }
+        Ok(Self {
+            ring,
+            counts,
+            links,
+            _progs: progs,
+            _ringbuf: ringbuf,
+            last_fill: 0.0,
+            possible_cpus,
+            raw: true,
         })
     }
 
@@ -618,6 +803,114 @@ mod tests {
             parse_record(&rec[..20]),
             None,
             "a short record is no record"
+        );
+    }
+
+    fn raw_record(slot: u32, words: [u32; 4]) -> Vec<u8> {
+        let mut rec = Vec::new();
+        rec.extend_from_slice(&5_000u64.to_ne_bytes());
+        rec.extend_from_slice(&((100u64 << 32) | 101).to_ne_bytes());
+        rec.extend_from_slice(&1u32.to_ne_bytes());
+        rec.extend_from_slice(&slot.to_ne_bytes());
+        for w in words {
+            rec.extend_from_slice(&w.to_ne_bytes());
+        }
+        rec
+    }
+
+    #[test]
+    fn raw_records_decode_into_the_events_the_analysis_reads() {
+        let decode = |slot, words| decode_raw(&parse_record(&raw_record(slot, words)).unwrap());
+        assert_eq!(
+            decode(0, [202, 0, 200, 0]),
+            Some(Event::Waking {
+                waker_tid: 101,
+                waker_cpu: 1,
+                in_irq: false,
+                wakee_tid: 202
+            })
+        );
+        assert_eq!(
+            decode(3, [202, 0, 200, 0]),
+            Some(Event::Wakeup {
+                wakee_tid: 202,
+                target_cpu: 0
+            })
+        );
+        // Blocked (TASK_INTERRUPTIBLE), not preempted: no longer runnable.
+        assert_eq!(
+            decode(1, [101, 0, 1, 0]),
+            Some(Event::Switch {
+                cpu: 1,
+                prev_tid: 101,
+                prev_runnable: false,
+                next_tid: 0
+            })
+        );
+        // Preempted in TASK_KILLABLE (0x102 has the bit perf's records use for preemption,
+        // which the raw arguments keep apart): runnable because preempted.
+        let Some(Event::Switch { prev_runnable, .. }) = decode(1, [101, 7, 0x102, 1]) else {
+            panic!("a switch")
+        };
+        assert!(prev_runnable);
+        // Yielded (TASK_RUNNING): stays runnable.
+        let Some(Event::Switch { prev_runnable, .. }) = decode(1, [101, 7, 0, 0]) else {
+            panic!("a switch")
+        };
+        assert!(prev_runnable);
+        assert_eq!(
+            decode(2, [202, 1, 200, 0]),
+            Some(Event::Migrate {
+                tid: 202,
+                dest_cpu: 1
+            })
+        );
+        assert_eq!(decode(9, [0; 4]), None);
+        let short = raw_record(3, [0; 4]);
+        assert_eq!(
+            decode_raw(&parse_record(&short[..HEADER + 4]).unwrap()),
+            None
+        );
+    }
+
+    #[test]
+    fn raw_programs_read_each_tracepoints_arguments_in_its_order() {
+        let o = TaskOffsets {
+            pid: 2464,
+            tgid: 2468,
+            cpu: 68,
+        };
+        // switch(preempt, prev, next, prev_state): prev->pid, next->pid, then the two scalars.
+        let p = raw_program(3, 4, 1, &o);
+        let loads: Vec<i16> = p
+            .iter()
+            .filter(|i| i.code == 0x79 && i.src == 6)
+            .map(|i| i.off)
+            .collect();
+        assert_eq!(loads, [8, 16, 24, 0]);
+        // wakeup(p): the task's pid, CPU and tgid, all through the one argument.
+        let p = raw_program(3, 4, 3, &o);
+        let fields: Vec<i32> = p
+            .windows(2)
+            .filter(|w| w[0].code == 0x79 && w[0].src == 6 && w[1].code == 0x07)
+            .map(|w| w[1].imm)
+            .collect();
+        assert_eq!(fields, [2464, 68, 2468]);
+        // The reservation is the fixed record; a failed one counts a drop; both paths exit.
+        let at = p
+            .iter()
+            .position(|i| *i == Insn::call(helper::RINGBUF_RESERVE))
+            .unwrap();
+        assert_eq!(p[at - 2], Insn::mov64_imm(2, RAW_RECORD as i32));
+        let target = at + 2 + p[at + 1].off as usize;
+        assert_eq!(p[target], Insn::st_w(10, -4, DROPPED_SLOT as i32));
+        assert_eq!(p[target - 1], Insn::exit());
+        assert_eq!(p.last(), Some(&Insn::exit()));
+        // No store reaches past the record.
+        assert!(
+            p.iter()
+                .filter(|i| (i.code == 0x63 || i.code == 0x62 || i.code == 0x7b) && i.dst == 7)
+                .all(|i| (i.off as usize) + 4 <= RAW_RECORD)
         );
     }
 }

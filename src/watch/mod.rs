@@ -15,6 +15,7 @@
 
 pub mod analyze;
 pub mod bpf;
+pub mod btf;
 pub mod events;
 pub mod format;
 pub mod render;
@@ -67,10 +68,14 @@ pub enum Mechanism {
     /// BPF when it loads here, else perf (the reason is given).
     #[default]
     Auto,
-    /// eBPF programs on the tracepoints copying each record into one BPF ring buffer: sees
-    /// every record, also those emitted while an idle vCPU is woken (needs root, or CAP_BPF and
-    /// CAP_PERFMON).
+    /// eBPF programs on the scheduler's raw tracepoints (task fields at offsets from the
+    /// kernel's BTF), each writing a small record into one BPF ring buffer; where the raw
+    /// tracepoints cannot be used, tracepoint programs as `bpf-tracepoint`. Sees every event,
+    /// also those emitted while an idle vCPU is woken (needs root, or CAP_BPF and CAP_PERFMON).
     Bpf,
+    /// eBPF programs on the tracepoints (through perf) copying each tracefs record into one
+    /// BPF ring buffer: no BTF needed, but each event pays for building the tracepoint record.
+    BpfTracepoint,
     /// perf_event_open per-CPU sample rings with in-kernel filters (no BPF needed); on KVM
     /// guests it misses the records emitted while an idle vCPU is woken.
     Perf,
@@ -203,7 +208,7 @@ fn whole_records(bytes: &[u8], limit: usize) -> &[u8] {
 /// Watches for the settings' window (or until Ctrl-C, or the target is gone).
 pub fn run(machine: &Machine, s: &WatchSettings, progress: &Progress) -> Result<WatchReport> {
     let root_user = nix::unistd::geteuid().is_root();
-    let denied_line = if s.mechanism == Mechanism::Bpf {
+    let denied_line = if matches!(s.mechanism, Mechanism::Bpf | Mechanism::BpfTracepoint) {
         BPF_PERMISSION_LINE
     } else {
         PERMISSION_LINE
@@ -237,11 +242,27 @@ pub fn run(machine: &Machine, s: &WatchSettings, progress: &Progress) -> Result<
     let cpus = machine.topology.online.to_vec();
     // BPF first, unless perf was asked for (or a perf ring dump, a parser fixture).
     let mut bpf_refused = None;
+    let mut raw_refused: Option<String> = None;
     let mut source = None;
     if s.mechanism != Mechanism::Perf && s.dump_records.is_none() {
-        match open_bpf(&formats, &machine.root) {
-            Ok(p) => source = Some(Source::Bpf(p)),
-            Err(e) if s.mechanism == Mechanism::Bpf => {
+        match open_bpf(
+            &formats,
+            &machine.root,
+            s.mechanism != Mechanism::BpfTracepoint,
+        ) {
+            Ok((p, why)) => {
+                if let Some(why) = why
+                    .as_ref()
+                    .filter(|_| s.mechanism != Mechanism::BpfTracepoint)
+                {
+                    progress.note(&format!(
+                        "BPF tracepoint programs instead of raw tracepoints: {why}"
+                    ));
+                }
+                raw_refused = why;
+                source = Some(Source::Bpf(p));
+            }
+            Err(e) if s.mechanism != Mechanism::Auto => {
                 return Err(if is_denied(&e) {
                     bad_input(BPF_PERMISSION_LINE)
                 } else {
@@ -375,6 +396,7 @@ pub fn run(machine: &Machine, s: &WatchSettings, progress: &Progress) -> Result<
     analysis.finish(&mut tasks);
     let counts = source.counts(&cpus, &mut tally);
     let bpf = matches!(source, Source::Bpf(_));
+    let bpf_raw = matches!(&source, Source::Bpf(p) if p.raw);
     drop(source);
     drop(child);
     let after = crate::counters::SystemSnapshot::take(&machine.root);
@@ -383,12 +405,21 @@ pub fn run(machine: &Machine, s: &WatchSettings, progress: &Progress) -> Result<
     if report::incomplete(&delivery).is_some() {
         conditions.noisy = true;
     }
-    let mechanism = if bpf {
+    let mechanism = if bpf_raw {
+        format!(
+            "eBPF programs on the raw tracepoints sched_waking, sched_wakeup, sched_switch, \
+             sched_migrate_task (task fields at offsets from the kernel's BTF), each writing a \
+             {}-byte record per event into one BPF ring buffer ({} MiB); no in-kernel filter",
+            bpf::RAW_RECORD,
+            bpf::RING_BYTES >> 20
+        )
+    } else if bpf {
         format!(
             "eBPF programs on sched:sched_waking, sched_wakeup, sched_switch, \
              sched_migrate_task, each copying every record into one BPF ring buffer ({} MiB); \
-             no in-kernel filter",
-            bpf::RING_BYTES >> 20
+             no in-kernel filter (raw tracepoints not used: {})",
+            bpf::RING_BYTES >> 20,
+            raw_refused.as_deref().unwrap_or("unknown")
         )
     } else {
         let mut m = format!(
@@ -439,19 +470,60 @@ pub fn run(machine: &Machine, s: &WatchSettings, progress: &Progress) -> Result<
 /// The one line for a user who may not load BPF programs.
 pub const BPF_PERMISSION_LINE: &str = "cpulab watch --mechanism bpf needs to load BPF programs: run as root, or grant CAP_BPF and CAP_PERFMON: setcap cap_bpf,cap_perfmon+ep $(which cpulab); or use --mechanism perf";
 
-/// Loads the BPF programs for the four tracepoints (in [`EVENT_NAMES`] order).
+/// Loads the BPF programs for the four tracepoints (in [`EVENT_NAMES`] order): raw-tracepoint
+/// programs when the kernel's BTF gives the task fields and the tracepoints' arguments are as
+/// the programs read them, else tracepoint programs copying each tracefs record (the second
+/// value says why the raw ones were not used).
 fn open_bpf(
     formats: &[format::Format; 4],
     root: &std::path::Path,
-) -> std::io::Result<bpf::Programs> {
+    raw: bool,
+) -> std::io::Result<(bpf::Programs, Option<String>)> {
     let possible = bpf::possible_cpus(root)
         .ok_or_else(|| std::io::Error::other("cannot read /sys/devices/system/cpu/possible"))?;
+    let raw_refused = match raw.then(|| raw_offsets(root)) {
+        None => "--mechanism bpf-tracepoint".to_string(),
+        Some(Err(why)) => why,
+        Some(Ok(offsets)) => match bpf::Programs::load_raw(&offsets, possible) {
+            Ok(p) => return Ok((p, None)),
+            Err(e) if is_denied(&e) => return Err(e),
+            Err(e) => format!("raw tracepoints did not load: {e}"),
+        },
+    };
     // EVENT_NAMES order: waking, switch, migrate, wakeup.
     let events: Vec<(u64, usize)> = [0, 2, 3, 1]
         .iter()
         .map(|&i| (formats[i].id, bpf::record_size(&formats[i])))
         .collect();
-    bpf::Programs::load(&events, possible)
+    bpf::Programs::load(&events, possible).map(|p| (p, Some(raw_refused)))
+}
+
+/// The task field offsets from the kernel's BTF, once its scheduler tracepoints are checked to
+/// pass the arguments the raw-tracepoint programs read (see [`bpf::raw_program`]).
+fn raw_offsets(root: &std::path::Path) -> Result<btf::TaskOffsets, String> {
+    let path = root.join("sys/kernel/btf/vmlinux");
+    let kernel = btf_rs::Btf::from_file(&path)
+        .map_err(|e| format!("no kernel BTF ({}: {e})", path.display()))?;
+    // (tracepoint, arguments, which of them are task pointers)
+    let expected: [(&str, usize, &[usize]); 4] = [
+        ("sched_waking", 1, &[0]),
+        ("sched_switch", 4, &[1, 2]),
+        ("sched_migrate_task", 2, &[0]),
+        ("sched_wakeup", 1, &[0]),
+    ];
+    for (name, n, tasks) in expected {
+        let got = btf::tracepoint_args(&kernel, name)?;
+        if got != n
+            || !tasks
+                .iter()
+                .all(|&i| btf::tracepoint_arg_is_pointer(&kernel, name, i))
+        {
+            return Err(format!(
+                "{name} passes {got} arguments here, not the {n} the raw-tracepoint program reads"
+            ));
+        }
+    }
+    btf::task_offsets(&kernel)
 }
 
 /// Opens the perf tracepoint events, with in-kernel filters where the target allows them.
@@ -536,8 +608,14 @@ impl Source {
         match self {
             Source::Perf(t) => t.drain(|cpu, r| collect(d, cpu, r, out, tally)) as u64,
             Source::Bpf(p) => {
+                let raw = p.raw;
                 p.drain(|r| {
-                    if let Some(event) = d.decode_slot(r.slot, r.tid, r.cpu, r.raw, false) {
+                    let event = if raw {
+                        bpf::decode_raw(&r)
+                    } else {
+                        d.decode_slot(r.slot, r.tid, r.cpu, r.raw, false)
+                    };
+                    if let Some(event) = event {
                         tally.record(r.cpu, r.time_ns, event, out);
                     }
                 });
