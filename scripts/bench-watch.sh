@@ -6,7 +6,8 @@
 # runs pinned to CPU 1 (one CPU apart: tens of thousands of cross-CPU wakeups per second), then
 # to CPU 0 (the same-CPU pair). Each round runs pgbench once without a watch, then once with
 # `cpulab watch --comm postgres,pgbench --mechanism M` attached for each mechanism M in turn
-# (bpf, then perf), so the mechanisms are compared side by side under the same conditions. It
+# (bpf: raw tracepoints; bpf-tracepoint; perf), so the mechanisms are compared side by side
+# under the same conditions. It
 # prints, per placement and mechanism, the throughput ratio (with / without), the spread of the
 # per-round ratios, the events the watch lost, its own CPU and its peak RSS (/usr/bin/time -v).
 # Target: ratio >= 0.95 for the cross-CPU pair, peak RSS < 50 MB.
@@ -61,7 +62,7 @@ tps() { # CPU -> tps of one pgbench run
 mean() { printf '%s\n' "$@" | awk '{s += $1} END {printf "%.1f", s / NR}'; }
 spread() { printf '%s\n' "$@" | sort -g | awk 'NR == 1 {lo = $1} {hi = $1} END {printf "%.3f..%.3f", lo, hi}'; }
 
-mechanisms=${MECHANISMS:-bpf perf}
+mechanisms=${MECHANISMS:-bpf bpf-tracepoint perf}
 echo "== cpulab watch overhead: PostgreSQL on CPU 0, pgbench -c 1 SELECT 1, ${secs} s runs, ${rounds} rounds, each: without, then with each of: ${mechanisms}${WATCH_FLAGS:+ (watch flags: $WATCH_FLAGS)}"
 echo "   (load on the machine when run: $(cut -d' ' -f1-3 /proc/loadavg))"
 declare -A peak_kb

@@ -388,12 +388,22 @@ fn the_bpf_mechanism_times_nearly_every_cross_cpu_wakeup() {
     if !can_trace(test_name!()) {
         return;
     }
-    let w = check_pair("0:1", false, &["--mechanism", "bpf"]);
-    assert!(
-        w["mechanism"].as_str().unwrap().starts_with("eBPF"),
-        "{}",
-        w["mechanism"]
-    );
+    bpf_times_nearly_every_cross_cpu_wakeup("bpf", "raw tracepoints");
+}
+
+/// The same with the tracepoint programs (kernels without BTF).
+#[test]
+fn the_bpf_tracepoint_mechanism_times_nearly_every_cross_cpu_wakeup() {
+    if !can_trace(test_name!()) {
+        return;
+    }
+    bpf_times_nearly_every_cross_cpu_wakeup("bpf-tracepoint", "sched:sched_waking");
+}
+
+fn bpf_times_nearly_every_cross_cpu_wakeup(mechanism: &str, names: &str) {
+    let w = check_pair("0:1", false, &["--mechanism", mechanism]);
+    let m = w["mechanism"].as_str().unwrap();
+    assert!(m.starts_with("eBPF") && m.contains(names), "{m}");
     assert!(w["incomplete"].is_null(), "{}", w["incomplete"]);
     let (mut cross, mut timed) = (0, 0);
     for p in w["processes"].as_array().unwrap() {
