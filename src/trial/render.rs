@@ -4,7 +4,7 @@ use super::compare::{Comparison, Verdict};
 use super::{TrialReport, TrialRun};
 use crate::experiment::Unit;
 use crate::output::{Style, fmt_ns};
-use crate::report::svg::esc;
+use maud::html;
 
 /// A value in its unit, for people.
 pub fn fmt(unit: Unit, v: f64) -> String {
@@ -223,55 +223,60 @@ pub fn text(r: &TrialReport, style: &Style) -> String {
 }
 
 pub fn html(r: &TrialReport) -> String {
-    let mut body = String::from(
-        "<section><h2>Settings</h2><table><tr><th>setting</th><th>before</th><th>tried</th><th>exact writes</th></tr>",
+    let mut runs = vec![("All changes".to_string(), &r.trial)];
+    runs.extend(
+        r.items
+            .iter()
+            .map(|i| (format!("{} alone", i.settings.join(", ")), i)),
     );
-    for c in &r.changes {
-        body += &format!(
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td><code>{}</code></td></tr>",
-            esc(&c.setting),
-            esc(&c.before),
-            esc(&c.value),
-            esc(&c.writes.join("; "))
-        );
-    }
-    body += "</table></section>";
-    let mut runs = vec![("All changes", &r.trial)];
-    let names: Vec<String> = r
-        .items
-        .iter()
-        .map(|i| format!("{} alone", i.settings.join(", ")))
-        .collect();
-    runs.extend(names.iter().map(String::as_str).zip(&r.items));
-    for (title, run) in runs {
-        body += &format!(
-            "<section><h2>{}</h2><p>{} rounds per side, interleaved; 95% CI over round means.</p><table><tr><th>figure</th><th>baseline</th><th>changed</th><th>ratio</th><th>verdict</th></tr>",
-            esc(title),
-            r.rounds_per_side
-        );
-        for c in &run.comparisons {
-            body += &format!(
-                "<tr><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td>{}</td></tr>",
-                esc(&c.label),
-                esc(&ci(c, &c.baseline)),
-                esc(&ci(c, &c.changed)),
-                esc(&ratio_text(c)),
-                esc(&verdict_text(c))
-            );
+    let header = html! {
+        h1 { "cpulab try" }
+        p { (r.measure) }
+    };
+    let body = html! {
+        section {
+            h2 { "Settings" }
+            table {
+                tr { th { "setting" } th { "before" } th { "tried" } th { "exact writes" } }
+                @for c in &r.changes {
+                    tr {
+                        td { (c.setting) }
+                        td { (c.before) }
+                        td { (c.value) }
+                        td { code { (c.writes.join("; ")) } }
+                    }
+                }
+            }
         }
-        body += "</table></section>";
-    }
-    body += "<section><h2>Summary</h2>";
-    for l in &r.summary {
-        body += &format!("<p>{}</p>", esc(l));
-    }
-    body += "</section>";
-    let header = format!("<h1>cpulab try</h1><p>{}</p>", esc(&r.measure));
-    crate::report::html::page(
-        "cpulab try",
-        maud::PreEscaped(header),
-        maud::PreEscaped(body),
-    )
+        @for (title, run) in &runs {
+            section {
+                h2 { (title) }
+                p { (r.rounds_per_side) " rounds per side, interleaved; 95% CI over round means." }
+                table {
+                    tr {
+                        th { "figure" } th { "baseline" } th { "changed" } th { "ratio" }
+                        th { "verdict" }
+                    }
+                    @for c in &run.comparisons {
+                        tr {
+                            td { (c.label) }
+                            td.num { (ci(c, &c.baseline)) }
+                            td.num { (ci(c, &c.changed)) }
+                            td.num { (ratio_text(c)) }
+                            td { (verdict_text(c)) }
+                        }
+                    }
+                }
+            }
+        }
+        section {
+            h2 { "Summary" }
+            @for l in &r.summary {
+                p { (l) }
+            }
+        }
+    };
+    crate::report::html::page("cpulab try", header, body)
 }
 
 #[cfg(test)]
