@@ -6,24 +6,88 @@ use crate::experiment::Unit;
 use crate::output::{Style, fmt_ns};
 use maud::html;
 
-/// A value in its unit, for people.
-pub fn fmt(unit: Unit, v: f64) -> String {
+/// Decimals that show an interval's half-width to two significant digits (at most 4), so a
+/// mean is printed no finer than its noise allows.
+fn decimals_for(half_width: f64) -> usize {
+    if !(half_width.is_finite() && half_width > 0.0) {
+        return 1;
+    }
+    (1 - half_width.log10().floor() as i64).clamp(0, 4) as usize
+}
+
+/// A value in its unit with `decimals`, the whole part grouped in thousands: `518,946.8/s`.
+fn fmt_with(unit: Unit, v: f64, decimals: usize) -> String {
     match unit {
         Unit::Nanoseconds => fmt_ns(v),
-        Unit::CpuSecondsPerSecond => format!("{v:.3} CPU-s/s"),
-        Unit::Seconds => format!("{v:.3} s"),
-        Unit::PerSecond => format!("{v:.1}/s"),
-        Unit::Share => format!("{:.1}%", v * 100.0),
-        u => format!("{v:.4}{}", u.suffix()),
+        Unit::Share => format!("{}%", grouped(v * 100.0, decimals)),
+        Unit::PerSecond | Unit::PerOperation | Unit::CpuSecondsPerSecond | Unit::Seconds => {
+            let sep = if unit == Unit::PerSecond || unit == Unit::PerOperation {
+                ""
+            } else {
+                " "
+            };
+            format!("{}{sep}{}", grouped(v, decimals), unit.suffix())
+        }
+        Unit::Ratio => format!("{}x", grouped(v, decimals)),
+        u if u.suffix().is_empty() => grouped(v, decimals),
+        u => format!("{} {}", grouped(v, decimals), u.suffix()),
     }
 }
 
+/// `v` with `decimals`, the whole part grouped in thousands: `518,946.8`.
+fn grouped(v: f64, decimals: usize) -> String {
+    let s = format!("{:.decimals$}", v.abs());
+    let (whole, frac) = s.split_once('.').map_or((s.as_str(), ""), |(w, f)| (w, f));
+    let mut out = if v < 0.0 && s.chars().any(|c| c != '0' && c != '.') {
+        "-".to_string()
+    } else {
+        String::new()
+    };
+    for (i, ch) in whole.chars().enumerate() {
+        if i > 0 && (whole.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(ch);
+    }
+    if !frac.is_empty() {
+        out.push('.');
+        out.push_str(frac);
+    }
+    out
+}
+
+/// Decimals a lone value of `unit` is read at; without a unit's habit, four significant
+/// digits (`519,680`, `12.35`, `0.0031`).
+fn default_decimals(unit: Unit, v: f64) -> usize {
+    match unit {
+        Unit::CpuSecondsPerSecond | Unit::Seconds | Unit::Ratio => 3,
+        Unit::Megahertz | Unit::Cycles | Unit::Bytes => 0,
+        Unit::PerSecond | Unit::Share | Unit::Count if v.abs() < 100.0 => 1,
+        Unit::PerSecond | Unit::Count => 0,
+        Unit::Share => 1,
+        _ if v == 0.0 || !v.is_finite() => 1,
+        _ => (3 - v.abs().log10().floor() as i64).clamp(0, 4) as usize,
+    }
+}
+
+/// A value in its unit, for people, at the precision its unit is usually read in.
+pub fn fmt(unit: Unit, v: f64) -> String {
+    fmt_with(unit, v, default_decimals(unit, v))
+}
+
+/// A mean with its interval, both at the precision the interval allows: `518,947/s ±3,210/s`.
 fn ci(c: &Comparison, m: &crate::stats::MeanCi) -> String {
     if m.n >= 2 {
+        let scale = if c.unit == Unit::Share { 100.0 } else { 1.0 };
+        let d = if m.ci95_half_width > 0.0 {
+            decimals_for(m.ci95_half_width * scale)
+        } else {
+            default_decimals(c.unit, m.mean)
+        };
         format!(
             "{} ±{}",
-            fmt(c.unit, m.mean),
-            fmt(c.unit, m.ci95_half_width)
+            fmt_with(c.unit, m.mean, d),
+            fmt_with(c.unit, m.ci95_half_width, d)
         )
     } else {
         fmt(c.unit, m.mean)
@@ -41,8 +105,8 @@ fn verdict_text(c: &Comparison) -> String {
     match c.verdict {
         Verdict::NoDifference => match (c.detectable_rel, c.detectable) {
             (Some(d), _) => format!(
-                "no difference beyond noise (could have seen ±{:.0}%)",
-                d * 100.0
+                "no difference beyond noise (could have seen ±{}%)",
+                grouped(d * 100.0, if d < 0.1 { 1 } else { 0 })
             ),
             (None, Some(d)) => format!(
                 "no difference beyond noise (could have seen ±{})",
@@ -282,6 +346,24 @@ pub fn html(r: &TrialReport) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rates_are_grouped_at_the_precision_of_their_noise() {
+        assert_eq!(fmt(Unit::PerSecond, 518_946.8), "518,947/s");
+        assert_eq!(fmt(Unit::PerSecond, 12.34), "12.3/s");
+        assert_eq!(
+            fmt_with(Unit::PerSecond, 518_946.8, decimals_for(3_210.0)),
+            "518,947/s"
+        );
+        assert_eq!(decimals_for(3_210.0), 0);
+        assert_eq!(decimals_for(0.042), 3);
+        assert_eq!(fmt_with(Unit::Share, 0.4567, decimals_for(1.2)), "45.7%");
+        assert_eq!(fmt(Unit::CpuSecondsPerSecond, 0.196), "0.196 CPU-s/s");
+        assert_eq!(fmt(Unit::Other, 519_680.2), "519,680");
+        assert_eq!(fmt(Unit::Other, 0.00312), "0.0031");
+        assert_eq!(grouped(-1_234.5, 1), "-1,234.5");
+        assert_eq!(grouped(-0.0001, 1), "0.0");
+    }
     use crate::experiment::{Direction, Figure};
     use crate::trial::{Round, Side};
 
