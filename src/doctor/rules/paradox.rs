@@ -126,13 +126,12 @@ impl Rule for LoadMakesItFaster {
             ));
         }
         ev.push(Evidence::new(
-            "the same effect elsewhere",
+            "the same effect elsewhere (pgbench -S on a 4-vCPU Hyper-V guest)",
             Datum::versus(
                 "tps",
                 (IDLE, 7486.0),
                 ("with stress-ng -c 3 -l 100 beside it", 15681.0),
-            )
-            .note("pgbench -S, 4-vCPU Hyper-V guest"),
+            ),
             "published: docs/field-notes.md, section A",
         ));
         // Independent mechanism evidence: the pair co-located more, and stopped halting.

@@ -27,13 +27,13 @@ impl Rule for PowerManagement {
         };
         let mut ev = vec![
             Evidence::new(
-                "effective speed after idle",
-                Datum::mean_ci(&eff.worse, "mhz").note("MHz-equivalent"),
+                "effective speed after idle (MHz-equivalent)",
+                Datum::mean_ci(&eff.worse, "mhz"),
                 "measured: oscost dependent loop, cold",
             ),
             Evidence::new(
-                "effective speed under load",
-                Datum::mean_ci(&eff.better, "mhz").note("MHz-equivalent"),
+                "effective speed under load (MHz-equivalent)",
+                Datum::mean_ci(&eff.better, "mhz"),
                 "measured: oscost dependent loop, warm",
             ),
         ];
