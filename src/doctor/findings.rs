@@ -340,6 +340,31 @@ pub struct Remedy {
     /// What `cpulab doctor --try` measured of it ("measured here: 48.2 us -> 5.9 us, ...").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub measured: Option<String>,
+    /// The figures behind `measured`, as numbers: the headline comparison first, then each cost.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub measured_figures: Vec<TriedFigure>,
+}
+
+/// One figure a `doctor --try` trial compared, as data: baseline and changed rounds' means with
+/// their intervals, the ratio changed / baseline, and the verdict.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TriedFigure {
+    /// What was measured ("pipe round trip, shared-llc (0:1)").
+    pub label: String,
+    /// Its unit, as `try --json` names it.
+    pub unit: crate::experiment::Unit,
+    /// Mean and 95% CI over the baseline rounds.
+    pub baseline: crate::stats::MeanCi,
+    /// Mean and 95% CI over the changed rounds.
+    pub changed: crate::stats::MeanCi,
+    /// Changed / baseline with its 95% CI, where the baseline is not zero.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ratio: Option<crate::stats::MeanCi>,
+    /// `better`, `worse`, `different` or `no-difference`.
+    pub verdict: String,
+    /// The cost side of the setting (CPU time spent polling), not its effect.
+    #[serde(default)]
+    pub cost: bool,
 }
 
 /// A measured effect, its cause and its remedies.
@@ -395,6 +420,7 @@ impl Remedy {
             who: String::new(),
             try_command: None,
             measured: None,
+            measured_figures: Vec::new(),
         }
     }
 

@@ -347,6 +347,19 @@ pub fn html(r: &TrialReport) -> String {
 mod tests {
     use super::*;
 
+    /// A stored try of a command printing a request rate near 518,000/s: the screen shows it
+    /// grouped at the precision of its interval, not `519441.7000 ±1026.1827`.
+    #[test]
+    fn a_stored_trial_prints_its_rate_grouped() {
+        let r: TrialReport =
+            serde_json::from_str(include_str!("../../tests/fixtures/try-rate.json")).unwrap();
+        let t = text(&r, &Style { on: false });
+        assert!(t.contains("baseline 519,442 ±1,026"), "{t}");
+        assert!(!t.contains("519441.7"), "{t}");
+        let page = html(&r);
+        assert!(page.contains("519,442 ±1,026"), "{page}");
+    }
+
     #[test]
     fn rates_are_grouped_at_the_precision_of_their_noise() {
         assert_eq!(fmt(Unit::PerSecond, 518_946.8), "518,947/s");
