@@ -4,14 +4,17 @@
 #
 # A private cluster (0700 temp directory, Unix socket only) runs pinned to CPU 0; `pgbench -c 1`
 # runs pinned to CPU 1 (one CPU apart: tens of thousands of cross-CPU wakeups per second), then
-# to CPU 0 (the same-CPU pair). Each round runs pgbench once without and once with
-# `cpulab watch --comm postgres,pgbench` attached, and the script prints the throughput ratio
-# (with / without) per placement, the spread of the per-round ratios, the events the watch lost,
-# and its peak RSS (/usr/bin/time -v). Target: ratio >= 0.95, peak RSS < 50 MB.
+# to CPU 0 (the same-CPU pair). Each round runs pgbench once without a watch, then once with
+# `cpulab watch --comm postgres,pgbench --mechanism M` attached for each mechanism M in turn
+# (bpf, then perf), so the mechanisms are compared side by side under the same conditions. It
+# prints, per placement and mechanism, the throughput ratio (with / without), the spread of the
+# per-round ratios, the events the watch lost, its own CPU and its peak RSS (/usr/bin/time -v).
+# Target: ratio >= 0.95 for the cross-CPU pair, peak RSS < 50 MB.
 #
 # Usage: scripts/bench-watch.sh [SECONDS_PER_RUN] [ROUNDS]     (defaults 10 and 3)
-#        WATCH_FLAGS="--no-kernel-filter --sample-wakeups" scripts/bench-watch.sh   (what the
-#        in-kernel filters and counting sched_wakeup instead of sampling it save)
+#        MECHANISMS="bpf" scripts/bench-watch.sh               (one mechanism only)
+#        WATCH_FLAGS="--no-kernel-filter --sample-wakeups" MECHANISMS=perf scripts/bench-watch.sh
+#        (what perf's in-kernel filters and counting sched_wakeup instead of sampling it save)
 # Needs root (the watch opens system-wide tracepoints; the server runs as `postgres`),
 # PostgreSQL server programs and pgbench, taskset, jq, /usr/bin/time, CPUs 0 and 1.
 set -euo pipefail
@@ -58,40 +61,56 @@ tps() { # CPU -> tps of one pgbench run
 mean() { printf '%s\n' "$@" | awk '{s += $1} END {printf "%.1f", s / NR}'; }
 spread() { printf '%s\n' "$@" | sort -g | awk 'NR == 1 {lo = $1} {hi = $1} END {printf "%.3f..%.3f", lo, hi}'; }
 
-echo "== cpulab watch overhead: PostgreSQL on CPU 0, pgbench -c 1 SELECT 1, ${secs} s runs, ${rounds} rounds ABAB${WATCH_FLAGS:+ (watch flags: $WATCH_FLAGS)}"
+mechanisms=${MECHANISMS:-bpf perf}
+echo "== cpulab watch overhead: PostgreSQL on CPU 0, pgbench -c 1 SELECT 1, ${secs} s runs, ${rounds} rounds, each: without, then with each of: ${mechanisms}${WATCH_FLAGS:+ (watch flags: $WATCH_FLAGS)}"
 echo "   (load on the machine when run: $(cut -d' ' -f1-3 /proc/loadavg))"
-peak_kb=0
+declare -A peak_kb
 for placement in "cross:1" "same:0"; do
     name=${placement%%:*} cpu=${placement#*:}
-    off=() on=() ratios=() lost=0 wps=()
+    off=()
+    declare -A on=() ratios=() lost=()
     for r in $(seq "$rounds"); do
         a=$(tps "$cpu")
-        # shellcheck disable=SC2086 # WATCH_FLAGS is a list of flags
-        /usr/bin/time -v -o "$dir/time.$name.$r" "$cpulab" watch --quiet --json ${WATCH_FLAGS:-} \
-            --comm postgres,pgbench --duration $((secs + 30))s >"$dir/watch.$name.$r.json" &
-        watch_pid=$!
-        sleep 1 # tracepoints open before the measured run
-        b=$(tps "$cpu")
-        kill -INT "$(pgrep -P "$watch_pid" -x cpulab || echo "$watch_pid")" 2>/dev/null || true
-        wait "$watch_pid" || true
-        watch_pid=
-        off+=("$a"); on+=("$b")
-        ratios+=("$(awk -v a="$a" -v b="$b" 'BEGIN {printf "%.4f", b / a}')")
-        kb=$(sed -n 's/.*Maximum resident set size (kbytes): //p' "$dir/time.$name.$r")
-        [ "${kb:-0}" -gt "$peak_kb" ] && peak_kb=$kb
-        l=$(jq '.lost_events' "$dir/watch.$name.$r.json" 2>/dev/null || echo "?")
-        w=$(jq '[.processes[].wakeups_per_s] | add // 0 | floor' "$dir/watch.$name.$r.json" 2>/dev/null || echo "?")
-        lost=$((lost + ${l/\?/0})); wps+=("$w")
-        cpu_s=$(awk -F': ' '/User time|System time/ {s += $2} END {print s}' "$dir/time.$name.$r")
-        wall=$(jq '.interval_s' "$dir/watch.$name.$r.json" 2>/dev/null || echo 0)
-        printf '  %s round %d: without %.0f tps, with watch %.0f tps (%s), watch saw %s wakeups/s, lost %s, its own CPU %.2f CPU-s/s\n' \
-            "$name" "$r" "$a" "$b" "${ratios[-1]}" "$w" "$l" \
-            "$(awk -v c="$cpu_s" -v w="$wall" 'BEGIN {print (w > 0) ? c / w : 0}')"
+        off+=("$a")
+        line="  $name round $r: without $(printf '%.0f' "$a") tps"
+        for m in $mechanisms; do
+            out=$dir/watch.$name.$m.$r
+            # shellcheck disable=SC2086 # WATCH_FLAGS is a list of flags
+            /usr/bin/time -v -o "$out.time" "$cpulab" watch --quiet --json --mechanism "$m" \
+                ${WATCH_FLAGS:-} --comm postgres,pgbench --duration $((secs + 30))s >"$out.json" &
+            watch_pid=$!
+            sleep 1 # tracepoints open before the measured run
+            b=$(tps "$cpu")
+            kill -INT "$(pgrep -P "$watch_pid" -x cpulab || echo "$watch_pid")" 2>/dev/null || true
+            wait "$watch_pid" || true
+            watch_pid=
+            ratio=$(awk -v a="$a" -v b="$b" 'BEGIN {printf "%.4f", b / a}')
+            on[$m]+="$b "; ratios[$m]+="$ratio "
+            kb=$(sed -n 's/.*Maximum resident set size (kbytes): //p' "$out.time")
+            [ "${kb:-0}" -gt "${peak_kb[$m]:-0}" ] && peak_kb[$m]=$kb
+            l=$(jq '.lost_events' "$out.json" 2>/dev/null || echo 0)
+            lost[$m]=$(( ${lost[$m]:-0} + ${l:-0} ))
+            w=$(jq '[.processes[].wakeups_per_s] | add // 0 | floor' "$out.json" 2>/dev/null || echo "?")
+            cpu_s=$(awk -F': ' '/User time|System time/ {s += $2} END {print s}' "$out.time")
+            wall=$(jq '.interval_s' "$out.json" 2>/dev/null || echo 0)
+            line+=$(printf '; %s %.0f tps (%s), %s wakeups/s seen, lost %s, own CPU %.2f CPU-s/s' \
+                "$m" "$b" "$ratio" "$w" "$l" \
+                "$(awk -v c="$cpu_s" -v w="$wall" 'BEGIN {print (w > 0) ? c / w : 0}')")
+        done
+        echo "$line"
     done
-    m_off=$(mean "${off[@]}"); m_on=$(mean "${on[@]}")
-    printf '  %s-CPU pair: without %.0f tps, with %.0f tps, ratio %.3f (per-round ratios %s), lost events %d\n' \
-        "$name" "$m_off" "$m_on" "$(awk -v a="$m_off" -v b="$m_on" 'BEGIN {print b / a}')" \
-        "$(spread "${ratios[@]}")" "$lost"
+    m_off=$(mean "${off[@]}")
+    for m in $mechanisms; do
+        # shellcheck disable=SC2086 # space-separated lists
+        m_on=$(mean ${on[$m]})
+        # shellcheck disable=SC2086
+        printf '  %s-CPU pair, %s: without %.0f tps, with %.0f tps, ratio %.3f (per-round ratios %s), lost events %d\n' \
+            "$name" "$m" "$m_off" "$m_on" "$(awk -v a="$m_off" -v b="$m_on" 'BEGIN {print b / a}')" \
+            "$(spread ${ratios[$m]})" "${lost[$m]}"
+    done
+    unset on ratios lost
 done
-printf '  peak RSS of cpulab watch: %.1f MB\n' "$(awk -v k="$peak_kb" 'BEGIN {print k / 1024}')"
+for m in $mechanisms; do
+    printf '  peak RSS of cpulab watch, %s: %.1f MB\n' "$m" "$(awk -v k="${peak_kb[$m]:-0}" 'BEGIN {print k / 1024}')"
+done
 echo "   target: ratio >= 0.95 for the cross-CPU pair, peak RSS < 50 MB; a busy machine widens the spread"

@@ -203,11 +203,16 @@ fn whole_records(bytes: &[u8], limit: usize) -> &[u8] {
 /// Watches for the settings' window (or until Ctrl-C, or the target is gone).
 pub fn run(machine: &Machine, s: &WatchSettings, progress: &Progress) -> Result<WatchReport> {
     let root_user = nix::unistd::geteuid().is_root();
+    let denied_line = if s.mechanism == Mechanism::Bpf {
+        BPF_PERMISSION_LINE
+    } else {
+        PERMISSION_LINE
+    };
     let tracefs = targets::Tracefs::open().map_err(|e| {
         if root_user {
             anyhow::anyhow!(e)
         } else {
-            bad_input(PERMISSION_LINE)
+            bad_input(denied_line)
         }
     })?;
     let fmt = |n: &str| {
@@ -215,7 +220,7 @@ pub fn run(machine: &Machine, s: &WatchSettings, progress: &Progress) -> Result<
             if root_user {
                 anyhow::anyhow!("reading the layout of sched:{n}: {e}")
             } else {
-                bad_input(PERMISSION_LINE)
+                bad_input(denied_line)
             }
         })
     };
@@ -519,7 +524,7 @@ impl Source {
         }
     }
 
-    fn disable(&self) {
+    fn disable(&mut self) {
         match self {
             Source::Perf(t) => t.disable(),
             Source::Bpf(p) => p.disable(),
