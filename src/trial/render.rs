@@ -4,6 +4,7 @@ use super::compare::{Comparison, Verdict};
 use super::{TrialReport, TrialRun};
 use crate::experiment::Unit;
 use crate::output::{Style, fmt_ns};
+use crate::units::grouped;
 use maud::html;
 
 /// Decimals that show an interval's half-width to two significant digits (at most 4), so a
@@ -32,28 +33,6 @@ fn fmt_with(unit: Unit, v: f64, decimals: usize) -> String {
         u if u.suffix().is_empty() => grouped(v, decimals),
         u => format!("{} {}", grouped(v, decimals), u.suffix()),
     }
-}
-
-/// `v` with `decimals`, the whole part grouped in thousands: `518,946.8`.
-fn grouped(v: f64, decimals: usize) -> String {
-    let s = format!("{:.decimals$}", v.abs());
-    let (whole, frac) = s.split_once('.').map_or((s.as_str(), ""), |(w, f)| (w, f));
-    let mut out = if v < 0.0 && s.chars().any(|c| c != '0' && c != '.') {
-        "-".to_string()
-    } else {
-        String::new()
-    };
-    for (i, ch) in whole.chars().enumerate() {
-        if i > 0 && (whole.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(ch);
-    }
-    if !frac.is_empty() {
-        out.push('.');
-        out.push_str(frac);
-    }
-    out
 }
 
 /// Decimals a lone value of `unit` is read at; without a unit's habit, four significant
@@ -374,8 +353,6 @@ mod tests {
         assert_eq!(fmt(Unit::CpuSecondsPerSecond, 0.196), "0.196 CPU-s/s");
         assert_eq!(fmt(Unit::Other, 519_680.2), "519,680");
         assert_eq!(fmt(Unit::Other, 0.00312), "0.0031");
-        assert_eq!(grouped(-1_234.5, 1), "-1,234.5");
-        assert_eq!(grouped(-0.0001, 1), "0.0");
     }
     use crate::experiment::{Direction, Figure};
     use crate::trial::{Round, Side};
