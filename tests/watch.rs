@@ -173,14 +173,14 @@ fn check_pair(pair: &str, expect_same: bool, flags: &[&str]) -> Value {
         "{pair}: {same} same-CPU and {other} cross-CPU wakeups"
     );
     // Placement found from the wakeup's migration or the CPU last run on is where the wakee
-    // switched in (no load balancing moves a task pinned to one CPU).
+    // switched in (no load balancing moves a task pinned to one CPU), and sched_wakeup names the
+    // CPU it was queued on. Only a placement taken from a migration can disagree with either:
+    // pinning a freshly forked endpoint (an affinity change) moves it by a migration that can
+    // race with a wakeup in flight.
     let checks = &w["placement"];
     let n = |k: &str| checks[k].as_u64().unwrap();
     assert!(n("switch_in_agrees") > 0);
-    assert_eq!(n("switch_in_differs"), 0, "{checks}");
-    // sched_wakeup names the CPU the wakee was queued on. Only a placement taken from a
-    // migration can disagree with it: the pinning of a freshly forked endpoint (taskset's
-    // affinity change) moves it by a migration that can race with a wakeup in flight.
+    assert!(n("switch_in_differs") <= n("from_migration"), "{checks}");
     assert!(n("wakeup_differs") <= n("from_migration"), "{checks}");
     for p in w["processes"].as_array().unwrap() {
         for c in p["classes"].as_array().unwrap() {

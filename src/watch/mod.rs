@@ -15,6 +15,7 @@
 
 pub mod analyze;
 pub mod bpf;
+pub mod command;
 pub mod events;
 pub mod format;
 pub mod render;
@@ -61,18 +62,19 @@ pub struct WatchSettings {
     pub mechanism: Mechanism,
 }
 
-/// How a watch reads the scheduler tracepoints.
+/// How a watch reads the scheduler tracepoints. (Plain comments on the variants: doc comments
+/// would turn `--help` into clap's long layout.)
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum Mechanism {
-    /// BPF when it loads here, else perf (the reason is given).
+    // BPF when it loads here, else perf (the reason is given).
     #[default]
     Auto,
-    /// eBPF programs on the tracepoints copying each record into one BPF ring buffer: sees
-    /// every record, also those emitted while an idle vCPU is woken (needs root, or CAP_BPF and
-    /// CAP_PERFMON).
+    // eBPF programs on the tracepoints copying each record into one BPF ring buffer: sees
+    // every record, also those emitted while an idle vCPU is woken (needs root, or CAP_BPF and
+    // CAP_PERFMON).
     Bpf,
-    /// perf_event_open per-CPU sample rings with in-kernel filters (no BPF needed); on KVM
-    /// guests it misses the records emitted while an idle vCPU is woken.
+    // perf_event_open per-CPU sample rings with in-kernel filters (no BPF needed); on KVM
+    // guests it misses the records emitted while an idle vCPU is woken.
     Perf,
 }
 
