@@ -79,8 +79,6 @@ pub enum Command {
     Manpages(commands::manpages::Args),
     /// Simulate the hypervisor layer: predictions checked against the field notes (SIMULATED).
     Sim(commands::sim::Args),
-    /// Watch a running application's wakeups: where they land, what each placement costs.
-    Watch(commands::watch::Args),
 }
 
 /// The whole command line: the subcommands above plus one per experiment of the registry that
@@ -156,6 +154,5 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Completions(a) => commands::completions::run(a, command()),
         Command::Manpages(a) => commands::manpages::run(a, command(), g.quiet),
         Command::Sim(a) => commands::sim::run(a, &g),
-        Command::Watch(a) => commands::watch::run(a, &g),
     }
 }

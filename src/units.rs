@@ -66,15 +66,30 @@ pub fn fmt_ns(ns: f64) -> String {
 
 /// A whole number with thousands separators: `12,345`.
 pub fn thousands(v: f64) -> String {
-    let s = format!("{:.0}", v.abs());
-    let mut out = String::new();
-    for (i, ch) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i) % 3 == 0 {
+    grouped(v, 0)
+}
+
+/// `v` with `decimals`, the whole part grouped in thousands: `518,946.8`; a value that rounds
+/// to zero has no minus sign.
+pub fn grouped(v: f64, decimals: usize) -> String {
+    let s = format!("{:.decimals$}", v.abs());
+    let (whole, frac) = s.split_once('.').unwrap_or((s.as_str(), ""));
+    let mut out = if v < 0.0 && s.chars().any(|c| c != '0' && c != '.') {
+        "-".to_string()
+    } else {
+        String::new()
+    };
+    for (i, ch) in whole.chars().enumerate() {
+        if i > 0 && (whole.len() - i) % 3 == 0 {
             out.push(',');
         }
         out.push(ch);
     }
-    if v < 0.0 { format!("-{out}") } else { out }
+    if !frac.is_empty() {
+        out.push('.');
+        out.push_str(frac);
+    }
+    out
 }
 
 /// A `Duration` in JSON as seconds (`"work_s": 0.001`), the unit in the field's name.
@@ -114,6 +129,14 @@ mod tests {
         ] {
             assert!(parse_duration(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn grouped_keeps_decimals_and_drops_a_sign_that_rounds_away() {
+        assert_eq!(grouped(518_946.84, 1), "518,946.8");
+        assert_eq!(grouped(-1_234.5, 1), "-1,234.5");
+        assert_eq!(grouped(-0.0001, 1), "0.0");
+        assert_eq!(grouped(999.96, 1), "1,000.0");
     }
 
     #[test]

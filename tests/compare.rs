@@ -42,11 +42,7 @@ fn compare_json(a: &Value, b: &Value) -> Value {
         .arg("--json")
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::assert_success(&out);
     serde_json::from_slice(&out.stdout).unwrap()
 }
 

@@ -21,11 +21,7 @@ fn quick_json_has_the_documented_structure() {
     let dir = tempfile::tempdir().unwrap();
     let html = dir.path().join("doctor.html");
     let out = doctor(&["--quick", "--json", "--html", html.to_str().unwrap()]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::assert_success(&out);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         !stderr.contains('\u{1b}'),

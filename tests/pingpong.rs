@@ -236,12 +236,7 @@ fn under_taskset_one_cpu_it_measures_what_it_can_and_says_so() {
         return;
     }
     let out = taskset_cpu0(&[BRIEF, &["--json"]].concat());
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let doc = common::json_of(&out);
     let classes: Vec<&str> = doc["runs"]
         .as_array()
         .unwrap()

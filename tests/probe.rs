@@ -14,11 +14,7 @@ fn probe_json(root: Option<&str>) -> Value {
         cmd.args(["--root", r]);
     }
     let out = cmd.args(["probe", "--json"]).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::assert_success(&out);
     serde_json::from_slice(&out.stdout).expect("exactly one JSON document")
 }
 

@@ -403,12 +403,7 @@ fn a_saved_pingpong_result_renders_its_charts() {
         ])
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let doc = common::json_of(&out);
     assert_eq!(
         doc["cpulab_schema"], 1,
         "pingpong --json carries the envelope"

@@ -26,9 +26,7 @@ const MEASURE: [&str; 4] = [
 #[test]
 fn dry_run_prints_the_writes_and_writes_nothing() {
     let d = copy("kvm-guest");
-    let out = cpulab()
-        .arg("--root")
-        .arg(d.path())
+    let out = common::cpulab_on(d.path())
         .args(["try", "haltpoll.guest_halt_poll_ns=200000", "--dry-run"])
         .output()
         .unwrap();
@@ -61,9 +59,7 @@ fn bad_input_is_one_line_exit_2_and_writes_nothing() {
         ("kernel.sched_nonexistent=1", "no sysctl"),
         ("haltpoll.guest_halt_poll_ns", "not SETTING=VALUE"),
     ] {
-        let out = cpulab()
-            .arg("--root")
-            .arg(d.path())
+        let out = common::cpulab_on(d.path())
             .args(["try", arg])
             .output()
             .unwrap();
@@ -79,9 +75,7 @@ fn bad_input_is_one_line_exit_2_and_writes_nothing() {
 #[test]
 fn list_shows_current_values_and_why_not() {
     let d = copy("kvm-guest");
-    let out = cpulab()
-        .arg("--root")
-        .arg(d.path())
+    let out = common::cpulab_on(d.path())
         .args(["try", "--list"])
         .output()
         .unwrap();
@@ -107,9 +101,7 @@ fn list_shows_current_values_and_why_not() {
     assert!(row("cpuidle_haltpoll.force").contains("boot-time only"));
     assert!(row("cpufreq.governor").starts_with("- no:"), "{text}");
     // A listing is not a result: no envelope, so no --json.
-    let out = cpulab()
-        .arg("--root")
-        .arg(d.path())
+    let out = common::cpulab_on(d.path())
         .args(["try", "--list", "--json"])
         .output()
         .unwrap();
@@ -119,9 +111,7 @@ fn list_shows_current_values_and_why_not() {
 #[test]
 fn a_trial_on_a_copy_restores_and_report_and_compare_read_it() {
     let d = copy("kvm-guest");
-    let out = cpulab()
-        .arg("--root")
-        .arg(d.path())
+    let out = common::cpulab_on(d.path())
         .args([
             "try",
             "haltpoll.guest_halt_poll_ns=200000",
@@ -132,12 +122,7 @@ fn a_trial_on_a_copy_restores_and_report_and_compare_read_it() {
         .timeout(std::time::Duration::from_secs(60))
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = common::json_of(&out);
     assert_eq!(v["kind"], "try");
     assert_eq!(v["cpulab_schema"], 1);
     let rounds = v["trial"]["rounds"].as_array().unwrap();
@@ -180,9 +165,7 @@ fn a_trial_on_a_copy_restores_and_report_and_compare_read_it() {
 #[test]
 fn keep_leaves_the_value_and_says_how_to_undo() {
     let d = copy("kvm-guest");
-    let out = cpulab()
-        .arg("--root")
-        .arg(d.path())
+    let out = common::cpulab_on(d.path())
         .args([
             "try",
             "haltpoll.guest_halt_poll_ns=150000",
@@ -192,11 +175,7 @@ fn keep_leaves_the_value_and_says_how_to_undo() {
         .args(MEASURE)
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::assert_success(&out);
     assert_eq!(read(&poll_ns(d.path())), "150000");
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
@@ -221,9 +200,7 @@ fn a_leftover_journal_is_restored_by_the_next_start() {
     });
     std::fs::write(dir.join("try.journal"), journal.to_string()).unwrap();
     // Any command restores it (one stat when there is nothing).
-    let out = cpulab()
-        .arg("--root")
-        .arg(d.path())
+    let out = common::cpulab_on(d.path())
         .args(["try", "--list"])
         .output()
         .unwrap();
@@ -236,9 +213,7 @@ fn a_leftover_journal_is_restored_by_the_next_start() {
     assert_eq!(read(&p), "0");
     assert!(!dir.join("try.journal").exists());
     // And `--restore` then finds nothing.
-    let out = cpulab()
-        .arg("--root")
-        .arg(d.path())
+    let out = common::cpulab_on(d.path())
         .args(["try", "--restore"])
         .output()
         .unwrap();
@@ -262,9 +237,7 @@ fn a_tuned_profile_is_expanded_on_a_server_copy() {
         "[main]\ninclude=throughput-performance\n[cpu]\nforce_latency=1\n",
     )
     .unwrap();
-    let out = cpulab()
-        .arg("--root")
-        .arg(d.path())
+    let out = common::cpulab_on(d.path())
         .args([
             "try",
             "tuned:latency-performance",
@@ -275,11 +248,7 @@ fn a_tuned_profile_is_expanded_on_a_server_copy() {
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::assert_success(&out);
     assert!(text.contains("cpufreq.governor = performance"), "{text}");
     assert!(text.contains("cpuidle.max_latency_us = 1"), "{text}");
     assert!(
@@ -288,9 +257,7 @@ fn a_tuned_profile_is_expanded_on_a_server_copy() {
     );
     assert!(text.contains("not tried: [sysctl] vm.swappiness"), "{text}");
     // And tried, on the copy, with each item alone too.
-    let out = cpulab()
-        .arg("--root")
-        .arg(d.path())
+    let out = common::cpulab_on(d.path())
         .args([
             "try",
             "tuned:latency-performance",
@@ -304,12 +271,7 @@ fn a_tuned_profile_is_expanded_on_a_server_copy() {
         .timeout(std::time::Duration::from_secs(120))
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = common::json_of(&out);
     assert_eq!(v["items"].as_array().unwrap().len(), 3);
     let gov = d
         .path()
@@ -321,18 +283,12 @@ fn a_tuned_profile_is_expanded_on_a_server_copy() {
 fn smt_on_a_copy_of_a_server() {
     let d = copy("intel-2s");
     let ctl = d.path().join("sys/devices/system/cpu/smt/control");
-    let out = cpulab()
-        .arg("--root")
-        .arg(d.path())
+    let out = common::cpulab_on(d.path())
         .args(["try", "smt.control=off", "--quiet", "--json"])
         .args(MEASURE)
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::assert_success(&out);
     assert_eq!(read(&ctl), "on");
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["changes"][0]["permanent"]["text"], "nosmt");

@@ -174,11 +174,7 @@ fn a_whole_trial_restores_and_reads_back() {
         ])
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::assert_success(&out);
     assert_eq!(snapshot(victim.id()), before);
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let names: Vec<&str> = v["trial"]["comparisons"]
@@ -295,11 +291,7 @@ fn a_thread_started_mid_trial_gets_the_original_mask(kill: bool) {
     }
     let out = trial.wait_with_output().unwrap();
     if !kill {
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        common::assert_success(&out);
     }
     wait_for("the journal removed", 10, || {
         !Path::new("/run/cpulab/try.journal").exists()
@@ -343,12 +335,7 @@ fn rounds_of_a_short_trial() -> Vec<serde_json::Value> {
         .unwrap();
     let _ = victim.kill();
     let _ = victim.wait();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = common::json_of(&out);
     v["trial"]["rounds"].as_array().unwrap().clone()
 }
 

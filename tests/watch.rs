@@ -61,15 +61,7 @@ fn watch_pingpong_with(pair: &str, flags: &[&str]) -> (Value, Value) {
         .timeout(std::time::Duration::from_secs(120))
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let docs: Vec<Value> = serde_json::Deserializer::from_slice(&out.stdout)
-        .into_iter::<Value>()
-        .collect::<Result<_, _>>()
-        .unwrap();
+    let docs = common::json_docs(&out);
     assert_eq!(docs.len(), 2, "pingpong's document, then watch's");
     assert_eq!(docs[0]["kind"], "pingpong");
     assert_eq!(docs[1]["kind"], "watch");
@@ -181,14 +173,14 @@ fn check_pair(pair: &str, expect_same: bool, flags: &[&str]) -> Value {
         "{pair}: {same} same-CPU and {other} cross-CPU wakeups"
     );
     // Placement found from the wakeup's migration or the CPU last run on is where the wakee
-    // switched in (no load balancing moves a task pinned to one CPU).
+    // switched in (no load balancing moves a task pinned to one CPU), and sched_wakeup names the
+    // CPU it was queued on. Only a placement taken from a migration can disagree with either:
+    // pinning a freshly forked endpoint (an affinity change) moves it by a migration that can
+    // race with a wakeup in flight.
     let checks = &w["placement"];
     let n = |k: &str| checks[k].as_u64().unwrap();
     assert!(n("switch_in_agrees") > 0);
-    assert_eq!(n("switch_in_differs"), 0, "{checks}");
-    // sched_wakeup names the CPU the wakee was queued on. Only a placement taken from a
-    // migration can disagree with it: the pinning of a freshly forked endpoint (taskset's
-    // affinity change) moves it by a migration that can race with a wakeup in flight.
+    assert!(n("switch_in_differs") <= n("from_migration"), "{checks}");
     assert!(n("wakeup_differs") <= n("from_migration"), "{checks}");
     for p in w["processes"].as_array().unwrap() {
         for c in p["classes"].as_array().unwrap() {
@@ -281,11 +273,7 @@ fn a_saved_watch_renders_and_compares() {
         .arg(&html)
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::assert_success(&out);
     assert!(
         std::fs::read_to_string(&html)
             .unwrap()
@@ -297,11 +285,7 @@ fn a_saved_watch_renders_and_compares() {
         .arg(&path)
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::assert_success(&out);
 }
 
 /// PostgreSQL and pgbench started by `cpulab pair` (server on CPU 0, client on CPU 1), watched
@@ -337,15 +321,7 @@ fn pgbench_against_postgres_one_cpu_apart_wakes_across_both_ways() {
         .timeout(std::time::Duration::from_secs(300))
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let docs: Vec<Value> = serde_json::Deserializer::from_slice(&out.stdout)
-        .into_iter::<Value>()
-        .collect::<Result<_, _>>()
-        .unwrap();
+    let docs = common::json_docs(&out);
     let w = docs.last().unwrap();
     assert_eq!(w["kind"], "watch");
     let (mut to_pg, mut to_bench, mut cross, mut all) = (0u64, 0u64, 0u64, 0u64);
@@ -483,12 +459,7 @@ fn a_pid_watch_counts_threads_started_after_it_began() {
         .output()
         .unwrap();
     let pp = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let w: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let w = common::json_of(&out);
     let pp: Value = serde_json::from_slice(&pp.stdout).unwrap();
     let round_trips = pp["runs"][0]["round_trips"].as_u64().unwrap();
     assert!(round_trips > 0);

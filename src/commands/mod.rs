@@ -14,4 +14,3 @@ pub mod scale;
 pub mod share;
 pub mod sim;
 pub mod try_;
-pub mod watch;

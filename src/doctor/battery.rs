@@ -11,7 +11,7 @@
 //! of the CPUs it may not use; around the whole battery, the cgroup's throttling counters.
 
 use super::measurements::{Measurements, Skipped};
-use super::messaging::{self, MessagingSettings, Placement};
+use super::messaging::{self, Placement};
 use super::progress::Progress;
 use super::stages;
 use crate::counters::SystemSnapshot;
@@ -249,13 +249,13 @@ pub fn run(
         let outcome: Result<()> = match stage {
             Stage::Wakeup => stages::wakeup(machine, &b, progress).map(|w| m.wakeup = w),
             Stage::Messaging(p) => {
-                let ms = MessagingSettings {
+                let plan = messaging::Plan {
                     groups: 2,
                     senders: 4,
                     run_time: Duration::from_secs_f64(b.messaging_run_s),
                     repetitions: b.messaging_repetitions,
                 };
-                messaging::run(&machine.root, p, &ms, || {}).map(|t| m.throughput = t)
+                messaging::run(machine, p, &plan, || {}).map(|t| m.throughput = t)
             }
             Stage::OsCost => stages::oscost(machine, s.mode, progress).map(|o| m.oscost = Some(o)),
             Stage::Share => stages::share(machine, &b, progress).map(|x| m.share = Some(x)),

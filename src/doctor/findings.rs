@@ -100,6 +100,12 @@ pub struct Quantity {
     /// Samples behind the mean and interval.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub n: Option<usize>,
+    /// The whole `value` is a part of, in `unit` ("12 throttled periods of 40").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub of: Option<f64>,
+    /// Lowest and highest of the runs behind the mean, in `unit`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub range: Option<[f64; 2]>,
 }
 
 /// What a piece of evidence rests on.
@@ -150,17 +156,24 @@ pub struct Side {
     pub value: f64,
 }
 
-/// A value for evidence: its text for people, and the figure as data when it is one.
+/// A value for evidence: a figure as data (a quantity or a versus), or text for what is not a
+/// figure (a CPU list, a driver's name). Rules build these; only the reporters
+/// ([`super::figures`]) turn a figure into words.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Datum {
     pub text: String,
     pub quantity: Option<Quantity>,
     pub versus: Option<Versus>,
+    pub note: Option<String>,
 }
 
 impl std::fmt::Display for Datum {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.text)
+        match (&self.quantity, &self.versus) {
+            (Some(q), _) => f.write_str(&super::figures::quantity(q)),
+            (None, Some(v)) => f.write_str(&super::figures::versus(v)),
+            (None, None) => f.write_str(&self.text),
+        }
     }
 }
 
@@ -170,6 +183,7 @@ impl From<String> for Datum {
             text,
             quantity: None,
             versus: None,
+            note: None,
         }
     }
 }
@@ -187,29 +201,36 @@ impl From<&String> for Datum {
 }
 
 impl Datum {
-    /// A plain figure with its unit, shown as `text`.
-    pub fn number(value: f64, unit: &str, text: impl Into<String>) -> Self {
+    fn of_quantity(q: Quantity) -> Self {
         Self {
-            text: text.into(),
-            quantity: Some(Quantity {
-                value,
-                unit: unit.to_string(),
-                ci95: None,
-                n: None,
-            }),
+            text: String::new(),
+            quantity: Some(q),
             versus: None,
+            note: None,
         }
+    }
+
+    /// A plain figure with its unit.
+    pub fn number(value: f64, unit: &str) -> Self {
+        Self::of_quantity(Quantity {
+            value,
+            unit: unit.to_string(),
+            ci95: None,
+            n: None,
+            of: None,
+            range: None,
+        })
     }
 
     /// A share (0..1) as a percentage, `unit` `pct`: "37%".
     pub fn share(share: f64) -> Self {
-        Self::number(share * 100.0, "pct", format!("{:.0}%", share * 100.0))
+        Self::number(share * 100.0, "pct")
     }
 
-    /// Two values of one figure, shown as `text`: `(label, value)` for each side.
-    pub fn versus(unit: &str, a: (&str, f64), b: (&str, f64), text: impl Into<String>) -> Self {
+    /// Two values of one figure: `(label, value)` for each side.
+    pub fn versus(unit: &str, a: (&str, f64), b: (&str, f64)) -> Self {
         Self {
-            text: text.into(),
+            text: String::new(),
             quantity: None,
             versus: Some(Versus {
                 unit: unit.to_string(),
@@ -222,21 +243,42 @@ impl Datum {
                     value: b.1,
                 },
             }),
+            note: None,
         }
     }
 
     /// A mean with its interval.
-    pub fn mean_ci(m: &crate::stats::MeanCi, unit: &str, text: impl Into<String>) -> Self {
-        Self {
-            text: text.into(),
-            quantity: Some(Quantity {
-                value: m.mean,
-                unit: unit.to_string(),
-                ci95: Some([m.ci95_low, m.ci95_high]),
-                n: Some(m.n),
-            }),
-            versus: None,
+    pub fn mean_ci(m: &crate::stats::MeanCi, unit: &str) -> Self {
+        Self::of_quantity(Quantity {
+            value: m.mean,
+            unit: unit.to_string(),
+            ci95: Some([m.ci95_low, m.ci95_high]),
+            n: Some(m.n),
+            of: None,
+            range: None,
+        })
+    }
+
+    /// The figure is a part of `total` (same unit).
+    pub fn of(mut self, total: f64) -> Self {
+        if let Some(q) = &mut self.quantity {
+            q.of = Some(total);
         }
+        self
+    }
+
+    /// The lowest and highest run behind the mean.
+    pub fn range(mut self, lo: f64, hi: f64) -> Self {
+        if let Some(q) = &mut self.quantity {
+            q.range = Some([lo, hi]);
+        }
+        self
+    }
+
+    /// Words that qualify the figure without being one ("off", "the model agrees").
+    pub fn note(mut self, note: impl Into<String>) -> Self {
+        self.note = Some(note.into());
+        self
     }
 }
 
@@ -245,7 +287,9 @@ impl Datum {
 pub struct Evidence {
     /// What it is: "idle entries per round trip (cross-CPU)".
     pub label: String,
-    /// Its value as text with its unit or interval, for people (the reporters show it).
+    /// Its value in words. For a figure this is derived from `quantity` or `versus` (the
+    /// reporters render those, scripts should read them); for evidence that is not a figure
+    /// (a CPU list, a driver's name) it is the value itself.
     pub value: String,
     /// The same value as data, when it is a figure: scripts read this, not the text.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -253,6 +297,9 @@ pub struct Evidence {
     /// Two values side by side as data, when the evidence compares two conditions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub versus: Option<Versus>,
+    /// Words that qualify the figure without being one ("off", "the measurement agrees").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
     /// Where it came from: `measured: pingpong pipe 0:1`, `probe: /sys/module/haltpoll/...`.
     pub source: String,
     /// What kind of source: measured here, probed, published, or a model.
@@ -293,6 +340,31 @@ pub struct Remedy {
     /// What `cpulab doctor --try` measured of it ("measured here: 48.2 us -> 5.9 us, ...").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub measured: Option<String>,
+    /// The figures behind `measured`, as numbers: the headline comparison first, then each cost.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub measured_figures: Vec<TriedFigure>,
+}
+
+/// One figure a `doctor --try` trial compared, as data: baseline and changed rounds' means with
+/// their intervals, the ratio changed / baseline, and the verdict.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TriedFigure {
+    /// What was measured ("pipe round trip, shared-llc (0:1)").
+    pub label: String,
+    /// Its unit, as `try --json` names it.
+    pub unit: crate::experiment::Unit,
+    /// Mean and 95% CI over the baseline rounds.
+    pub baseline: crate::stats::MeanCi,
+    /// Mean and 95% CI over the changed rounds.
+    pub changed: crate::stats::MeanCi,
+    /// Changed / baseline with its 95% CI, where the baseline is not zero.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ratio: Option<crate::stats::MeanCi>,
+    /// `better`, `worse`, `different` or `no-difference`.
+    pub verdict: String,
+    /// The cost side of the setting (CPU time spent polling), not its effect.
+    #[serde(default)]
+    pub cost: bool,
 }
 
 /// A measured effect, its cause and its remedies.
@@ -318,14 +390,19 @@ impl Evidence {
     ) -> Self {
         let d: Datum = value.into();
         let source = source.into();
-        Self {
+        let mut e = Self {
             label: label.into(),
             value: d.text,
             quantity: d.quantity,
             versus: d.versus,
+            note: d.note,
             source_kind: SourceKind::of(&source),
             source,
+        };
+        if e.quantity.is_some() || e.versus.is_some() {
+            e.value = super::figures::evidence(&e);
         }
+        e
     }
 }
 
@@ -343,6 +420,7 @@ impl Remedy {
             who: String::new(),
             try_command: None,
             measured: None,
+            measured_figures: Vec::new(),
         }
     }
 
@@ -400,12 +478,7 @@ mod versus_tests {
     fn a_comparison_keeps_both_numbers_as_data() {
         let e = Evidence::new(
             "idle entries per round trip",
-            Datum::versus(
-                "per_round_trip",
-                ("idle", 1.94),
-                ("busy", 0.0),
-                "1.94 vs 0.00",
-            ),
+            Datum::versus("per_round_trip", ("idle", 1.94), ("busy", 0.0)),
             "measured: pingpong",
         );
         let v = serde_json::to_value(&e).unwrap();
@@ -414,6 +487,8 @@ mod versus_tests {
         assert_eq!(v["versus"]["unit"], "per_round_trip");
         assert_eq!(v["source_kind"], "measured");
         assert!(v.get("quantity").is_none());
+        // The words are derived from the numbers, never written beside them.
+        assert_eq!(v["value"], "1.94 (idle) vs 0.00 (busy)");
         let back: Evidence = serde_json::from_value(v).unwrap();
         assert_eq!(back, e);
         // Older documents without the field still read.

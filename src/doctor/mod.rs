@@ -10,6 +10,7 @@
 
 pub mod adapt;
 pub mod battery;
+pub mod figures;
 pub mod findings;
 pub mod html;
 pub mod measurements;

@@ -74,7 +74,15 @@ pub fn finding_in(s: &Style, n: usize, f: &Finding, guest: bool) -> String {
     out += &wrap(&f.magnitude.text, 3);
     out += &format!("   {}\n", s.bold("Evidence"));
     for e in &f.evidence {
-        out += &wrap(&format!("- {}: {}  [{}]", e.label, e.value, e.source), 5);
+        out += &wrap(
+            &format!(
+                "- {}: {}  [{}]",
+                e.label,
+                super::figures::evidence(e),
+                e.source
+            ),
+            5,
+        );
     }
     out += &format!("   {}\n", s.bold("Mechanism"));
     out += &wrap(&f.mechanism, 5);
@@ -210,7 +218,7 @@ pub fn measurements(s: &Style, m: &Measurements) -> String {
             &format!(
                 "{} CPU-bound workers side by side each ran at {} the speed of one worker alone; fair-share model {:.2}; steal {:.1}%",
                 sh.workers,
-                plain_ci(&sh.share, 2),
+                plain_ci(&sh.share),
                 sh.model_share,
                 sh.steal_pct
             ),

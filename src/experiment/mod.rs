@@ -257,4 +257,9 @@ where
 
     /// Whether the flags ask for one JSON document instead of text.
     fn json(args: &Self::Args) -> bool;
+
+    /// Where the flags ask for the result as a self-contained HTML page too (`--html FILE`).
+    fn html(_args: &Self::Args) -> Option<&std::path::Path> {
+        None
+    }
 }

@@ -78,7 +78,7 @@ pub const ENTRIES: &[Entry] = &[
     entry::<crate::share::Share>(),
     entry::<crate::scale::Scale>(),
     entry::<crate::oscost::Oscost>(),
-    entry::<crate::watch::Watch>(),
+    command::<crate::watch::Watch>(),
     // A model, not an experiment: its documents are loaded and rendered like the others, and
     // every figure it gives is labelled SIMULATED.
     Entry {
@@ -139,6 +139,10 @@ where
     let settings = E::settings(&args, &machine)?;
     let sink = output::progress_printer(quiet);
     let report = E::run(&machine, &settings, &Progress::new(&sink))?;
+    if let Some(path) = E::html(&args) {
+        std::fs::write(path, E::render_html(&report))
+            .map_err(|e| bad_input(format!("cannot write {}: {e}", path.display())))?;
+    }
     if E::json(&args) {
         output::print_json(&Envelope::new(E::KIND, &report))
     } else {

@@ -59,10 +59,13 @@ pub struct MessagingSettings {
     pub tasks: Tasks,
     pub channel: Channel,
     pub repeats: usize,
-    /// The CPUs the tasks may run on.
     /// The CPUs the tasks may use; `None`: every CPU this process may use (the conditions'
     /// `allowed_cpus`).
     pub cpus: Option<CpuSet>,
+    /// Pin task k to the k-th of those CPUs, round-robin (receivers then senders, group by
+    /// group), instead of letting the scheduler place them: the doctor's `spread` placement.
+    #[serde(default)]
+    pub spread: bool,
     pub check_load: bool,
 }
 
@@ -77,6 +80,7 @@ impl MessagingSettings {
             channel: Channel::Socket,
             repeats: 5,
             cpus: None,
+            spread: false,
             check_load: true,
         }
     }
@@ -148,6 +152,10 @@ pub struct Args {
     /// Use only these CPUs (taskset syntax); the scheduler places the tasks among them.
     #[arg(long, value_name = "LIST")]
     pub cpus: Option<String>,
+    /// Pin each task to one of the CPUs, round-robin, instead of letting the scheduler place
+    /// them.
+    #[arg(long)]
+    pub spread: bool,
     /// Skip the check for other load before measuring.
     #[arg(long)]
     pub no_load_check: bool,
@@ -177,8 +185,12 @@ impl Experiment for Messaging {
 
     fn figures(r: &MessagingReport) -> Vec<Figure> {
         let id = format!(
-            "groups={},senders={},tasks={:?},channel={:?}",
-            r.settings.groups, r.settings.senders, r.settings.tasks, r.settings.channel
+            "groups={},senders={},tasks={:?},channel={:?}{}",
+            r.settings.groups,
+            r.settings.senders,
+            r.settings.tasks,
+            r.settings.channel,
+            if r.settings.spread { ",spread" } else { "" }
         )
         .to_lowercase();
         let what = format!(
@@ -251,6 +263,7 @@ impl Command for Messaging {
         if let Some(text) = &a.cpus {
             s.cpus = Some(machine.cpus(text)?);
         }
+        s.spread = a.spread;
         s.check_load = !a.no_load_check;
         Ok(s)
     }
@@ -277,13 +290,20 @@ fn render_text(r: &MessagingReport, st: &Style) -> String {
         Channel::Pipe => "pipes",
     };
     let mut out = format!(
-        "{} {} groups x {} senders -> {} receivers, {} messages of {MESSAGE_BYTES} B each, {tasks} over {channel}, CPUs {}\n",
+        "{} {} groups x {} senders -> {} receivers, {} messages of {MESSAGE_BYTES} B each, {tasks} over {channel}, CPUs {}{}\n",
         st.bold("cpulab messaging:"),
         s.groups,
         s.senders,
         s.senders,
         s.messages,
-        r.conditions.allowed_cpus
+        s.cpus
+            .as_ref()
+            .map_or(r.conditions.allowed_cpus.to_string(), |c| c.to_string()),
+        if s.spread {
+            " (each task pinned, round-robin)"
+        } else {
+            ""
+        }
     );
     out += &format!(
         "  time        {} s (95% CI over {} runs)\n  messages/s  {}\n",

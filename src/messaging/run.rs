@@ -40,7 +40,7 @@ pub fn run(
             s.repeats,
             s.messages_per_run()
         ));
-        match one_run(s) {
+        match one_run(s, &cpus) {
             Ok(r) => runs.push(r),
             Err(e) => {
                 failed = Some(e);
@@ -179,15 +179,22 @@ fn switches(who: UsageWho) -> Option<u64> {
         .map(|u| (u.voluntary_context_switches() + u.involuntary_context_switches()) as u64)
 }
 
-fn one_run(s: &MessagingSettings) -> Result<MessagingRun> {
+/// The CPU task `k` is pinned to (spawn order: each group's receivers, then its senders), when
+/// the settings spread the tasks.
+fn task_cpu(s: &MessagingSettings, cpus: &[u32], k: usize) -> Option<u32> {
+    (s.spread && !cpus.is_empty()).then(|| cpus[k % cpus.len()])
+}
+
+fn one_run(s: &MessagingSettings, cpus: &crate::cpulist::CpuSet) -> Result<MessagingRun> {
+    let cpus = cpus.to_vec();
     let groups: Vec<Vec<Chan>> = (0..s.groups)
         .map(|_| (0..s.senders).map(|_| channel(s.channel)).collect())
         .collect::<Result<_>>()?;
     let counters = Counters::new()?;
     let per_receiver = (s.senders * s.messages * MESSAGE_BYTES) as u64;
     let (wall, switches) = match s.tasks {
-        Tasks::Threads => threads(s, &groups, &counters, per_receiver)?,
-        Tasks::Processes => processes(s, &groups, &counters, per_receiver)?,
+        Tasks::Threads => threads(s, &cpus, &groups, &counters, per_receiver)?,
+        Tasks::Processes => processes(s, &cpus, &groups, &counters, per_receiver)?,
     };
     let sent = counters.sent().load(Ordering::SeqCst) / MESSAGE_BYTES as u64;
     let received = counters.received().load(Ordering::SeqCst) / MESSAGE_BYTES as u64;
@@ -207,6 +214,7 @@ fn one_run(s: &MessagingSettings) -> Result<MessagingRun> {
 
 fn threads(
     s: &MessagingSettings,
+    cpus: &[u32],
     groups: &[Vec<Chan>],
     c: &Counters,
     per_receiver: u64,
@@ -216,20 +224,27 @@ fn threads(
     let before = switches(UsageWho::RUSAGE_SELF);
     let (wall, ok) = std::thread::scope(|scope| {
         let mut handles = Vec::with_capacity(tasks);
+        // Pin before the gate, and wait at it even when pinning failed (or the others would
+        // wait forever); a failed pin then fails the run.
+        let pin = |k: usize| {
+            task_cpu(s, cpus, k).is_none_or(|cpu| crate::affinity::pin_self(cpu).is_ok())
+        };
         for g in groups {
             let out: Vec<BorrowedFd> = g.iter().map(|ch| ch.write.as_fd()).collect();
             for ch in g {
-                let (fd, gate) = (ch.read.as_fd(), &gate);
+                let (fd, gate, k) = (ch.read.as_fd(), &gate, handles.len());
                 handles.push(scope.spawn(move || {
+                    let pinned = pin(k);
                     gate.wait();
-                    receive(fd, per_receiver, c.received())
+                    pinned && receive(fd, per_receiver, c.received())
                 }));
             }
             for _ in 0..s.senders {
-                let (out, gate) = (out.clone(), &gate);
+                let (out, gate, k) = (out.clone(), &gate, handles.len());
                 handles.push(scope.spawn(move || {
+                    let pinned = pin(k);
                     gate.wait();
-                    send(&out, s.messages, c.sent())
+                    pinned && send(&out, s.messages, c.sent())
                 }));
             }
         }
@@ -261,6 +276,7 @@ impl Drop for Children {
 
 fn processes(
     s: &MessagingSettings,
+    cpus: &[u32],
     groups: &[Vec<Chan>],
     c: &Counters,
     per_receiver: u64,
@@ -277,14 +293,36 @@ fn processes(
         .collect();
     let tasks = s.groups * s.senders * 2;
     let opening = vec![1_u8; tasks];
+    // Each child's CPU set, when spread, built before any fork.
+    let pins: Vec<Option<nix::sched::CpuSet>> = (0..tasks)
+        .map(|k| {
+            task_cpu(s, cpus, k)
+                .map(|cpu| {
+                    let mut set = nix::sched::CpuSet::new();
+                    set.set(cpu as usize).map(|()| set)
+                })
+                .transpose()
+        })
+        .collect::<Result<_, _>>()
+        .map_err(|e| anyhow!("CPU out of range for a CPU set: {e}"))?;
     let mut children = Children(Vec::with_capacity(s.groups * s.senders * 2));
     let before = switches(UsageWho::RUSAGE_CHILDREN);
     for (g, out) in groups.iter().zip(&outs) {
         for role in (0..s.senders).map(Some).chain((0..s.senders).map(|_| None)) {
+            let pin = pins.get(children.0.len()).copied().flatten();
             // SAFETY: the child runs only `child_main`: system calls on memory prepared before
             // the fork, then _exit.
             match unsafe { fork() }.context("fork failed")? {
                 ForkResult::Child => {
+                    // Pinned before the gate opens, so no move falls inside the timed window.
+                    if let Some(set) = pin
+                        && nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set)
+                            .is_err()
+                    {
+                        // SAFETY: as in `child_main`: end the child without the parent's
+                        // handlers; the parent counts the failure.
+                        unsafe { libc::_exit(1) }
+                    }
                     let work = || match role {
                         Some(i) => receive(g[i].read.as_fd(), per_receiver, c.received()),
                         None => send(out, s.messages, c.sent()),

@@ -2,28 +2,54 @@
 //! battery, the doctor runs those trials (default measurement, 3 rounds per side) and writes
 //! what they measured into the remedy.
 
+use super::compare::Comparison;
 use super::render::fmt;
 use super::setting::{Roots, parse_changes};
 use super::{Trial, TrialReport, TrialSettings, measure};
-use crate::doctor::findings::Finding;
+use crate::doctor::findings::{Finding, TriedFigure};
 use crate::experiment::{Experiment, Level, Progress};
 use crate::machine::Machine;
 use anyhow::Result;
 use std::path::Path;
 
-/// "measured here: 48.2 us -> 5.9 us, 0.12x [0.10, 0.14], better; cost 0.196 CPU-s/s of polling".
-pub fn measured_line(r: &TrialReport) -> String {
-    let main = r
-        .trial
+/// The comparisons `measured_line` speaks of, as data: the headline first, then each cost.
+pub fn measured_figures(r: &TrialReport) -> Vec<TriedFigure> {
+    let figure = |c: &Comparison| TriedFigure {
+        label: c.label.clone(),
+        unit: c.unit,
+        baseline: c.baseline.clone(),
+        changed: c.changed.clone(),
+        ratio: c.ratio.clone(),
+        verdict: c.verdict.as_str().to_string(),
+        cost: is_cost(c),
+    };
+    headline(r)
+        .into_iter()
+        .chain(r.trial.comparisons.iter().filter(|c| is_cost(c)))
+        .map(figure)
+        .collect()
+}
+
+fn is_cost(c: &Comparison) -> bool {
+    c.name.starts_with("cost.")
+}
+
+/// The comparison a remedy's measured line leads with: the non-cost figure surest to differ.
+fn headline(r: &TrialReport) -> Option<&Comparison> {
+    r.trial
         .comparisons
         .iter()
-        .filter(|c| !c.name.starts_with("cost."))
+        .filter(|c| !is_cost(c))
         .min_by(|a, b| {
             a.p_value
                 .unwrap_or(1.0)
                 .total_cmp(&b.p_value.unwrap_or(1.0))
-        });
-    let mut s = match main {
+        })
+}
+
+/// "measured here: 48.2 us -> 5.9 us, 0.12x [0.10, 0.14], better; cost 0.196 CPU-s/s of polling".
+pub fn measured_line(r: &TrialReport) -> String {
+    let mut s = match headline(r) {
         Some(c) => format!(
             "measured here ({}): {} -> {}{}, {}",
             c.label,
@@ -37,12 +63,7 @@ pub fn measured_line(r: &TrialReport) -> String {
         ),
         None => "measured here: no comparable figure".into(),
     };
-    for c in r
-        .trial
-        .comparisons
-        .iter()
-        .filter(|c| c.name.starts_with("cost."))
-    {
+    for c in r.trial.comparisons.iter().filter(|c| is_cost(c)) {
         s += &format!(
             "; cost {} -> {} ({})",
             fmt(c.unit, c.baseline.mean),
@@ -63,7 +84,7 @@ pub fn try_remedies(
     findings: &mut [Finding],
     quiet: bool,
 ) -> Result<()> {
-    let mut done: Vec<(String, String)> = Vec::new();
+    let mut done: Vec<(String, String, Vec<TriedFigure>)> = Vec::new();
     let sink = move |level: Level, msg: &str| {
         if level != Level::Step {
             crate::output::status(quiet, &format!("try: {msg}"));
@@ -78,8 +99,9 @@ pub fn try_remedies(
             if line.contains('<') {
                 continue;
             }
-            if let Some((_, m)) = done.iter().find(|(l, _)| *l == line) {
+            if let Some((_, m, figures)) = done.iter().find(|(l, _, _)| *l == line) {
                 r.measured = Some(m.clone());
+                r.measured_figures = figures.clone();
                 continue;
             }
             crate::output::status(quiet, &format!("doctor --try: {line}"));
@@ -91,7 +113,7 @@ pub fn try_remedies(
                 .filter(|w| w != "--each")
                 .collect();
             let roots = Roots::new(root, None);
-            let measured = match parse_changes(&roots, &args) {
+            let (measured, figures) = match parse_changes(&roots, &args) {
                 Ok((changes, skipped)) => {
                     let subject = changes[0].setting.subject();
                     let s = TrialSettings {
@@ -106,16 +128,43 @@ pub fn try_remedies(
                         command: line.clone(),
                     };
                     match Trial::run(machine, &s, &Progress::new(&sink)) {
-                        Ok(rep) => measured_line(&rep),
+                        Ok(rep) => (measured_line(&rep), measured_figures(&rep)),
                         Err(e) if e.is::<crate::pair::signals::Interrupted>() => return Err(e),
-                        Err(e) => format!("not measured: {e:#}"),
+                        Err(e) => (format!("not measured: {e:#}"), Vec::new()),
                     }
                 }
-                Err(e) => format!("not measured: {e:#}"),
+                Err(e) => (format!("not measured: {e:#}"), Vec::new()),
             };
-            done.push((line, measured.clone()));
+            done.push((line, measured.clone(), figures.clone()));
             r.measured = Some(measured);
+            r.measured_figures = figures;
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A stored `try --json` of a command printing a request rate near 518,000/s (a script, not
+    /// a server: the figures only need to be shaped like a real run's).
+    fn stored() -> TrialReport {
+        serde_json::from_str(include_str!("../../tests/fixtures/try-rate.json")).unwrap()
+    }
+
+    #[test]
+    fn a_measured_remedy_carries_its_figures_as_numbers() {
+        let r = stored();
+        let figures = measured_figures(&r);
+        let line = measured_line(&r);
+        let head = &figures[0];
+        assert!(!head.cost);
+        assert!(line.contains(&head.label), "{line}");
+        assert!(head.baseline.ci95_low <= head.baseline.mean);
+        assert!(head.baseline.mean <= head.baseline.ci95_high);
+        let v = serde_json::to_value(head).unwrap();
+        assert!(v["baseline"]["mean"].is_number() && v["changed"]["mean"].is_number());
+        assert_eq!(v["verdict"], head.verdict.as_str());
+    }
 }

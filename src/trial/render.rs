@@ -4,26 +4,69 @@ use super::compare::{Comparison, Verdict};
 use super::{TrialReport, TrialRun};
 use crate::experiment::Unit;
 use crate::output::{Style, fmt_ns};
-use crate::report::svg::esc;
+use crate::units::grouped;
+use maud::html;
 
-/// A value in its unit, for people.
-pub fn fmt(unit: Unit, v: f64) -> String {
+/// Decimals that show an interval's half-width to two significant digits (at most 4), so a
+/// mean is printed no finer than its noise allows.
+fn decimals_for(half_width: f64) -> usize {
+    if !(half_width.is_finite() && half_width > 0.0) {
+        return 1;
+    }
+    (1 - half_width.log10().floor() as i64).clamp(0, 4) as usize
+}
+
+/// A value in its unit with `decimals`, the whole part grouped in thousands: `518,946.8/s`.
+fn fmt_with(unit: Unit, v: f64, decimals: usize) -> String {
     match unit {
         Unit::Nanoseconds => fmt_ns(v),
-        Unit::CpuSecondsPerSecond => format!("{v:.3} CPU-s/s"),
-        Unit::Seconds => format!("{v:.3} s"),
-        Unit::PerSecond => format!("{v:.1}/s"),
-        Unit::Share => format!("{:.1}%", v * 100.0),
-        u => format!("{v:.4}{}", u.suffix()),
+        Unit::Share => format!("{}%", grouped(v * 100.0, decimals)),
+        Unit::PerSecond | Unit::PerOperation | Unit::CpuSecondsPerSecond | Unit::Seconds => {
+            let sep = if unit == Unit::PerSecond || unit == Unit::PerOperation {
+                ""
+            } else {
+                " "
+            };
+            format!("{}{sep}{}", grouped(v, decimals), unit.suffix())
+        }
+        Unit::Ratio => format!("{}x", grouped(v, decimals)),
+        u if u.suffix().is_empty() => grouped(v, decimals),
+        u => format!("{} {}", grouped(v, decimals), u.suffix()),
     }
 }
 
+/// Decimals a lone value of `unit` is read at; without a unit's habit, four significant
+/// digits (`519,680`, `12.35`, `0.0031`).
+fn default_decimals(unit: Unit, v: f64) -> usize {
+    match unit {
+        Unit::CpuSecondsPerSecond | Unit::Seconds | Unit::Ratio => 3,
+        Unit::Megahertz | Unit::Cycles | Unit::Bytes => 0,
+        Unit::PerSecond | Unit::Share | Unit::Count if v.abs() < 100.0 => 1,
+        Unit::PerSecond | Unit::Count => 0,
+        Unit::Share => 1,
+        _ if v == 0.0 || !v.is_finite() => 1,
+        _ => (3 - v.abs().log10().floor() as i64).clamp(0, 4) as usize,
+    }
+}
+
+/// A value in its unit, for people, at the precision its unit is usually read in.
+pub fn fmt(unit: Unit, v: f64) -> String {
+    fmt_with(unit, v, default_decimals(unit, v))
+}
+
+/// A mean with its interval, both at the precision the interval allows: `518,947/s ±3,210/s`.
 fn ci(c: &Comparison, m: &crate::stats::MeanCi) -> String {
     if m.n >= 2 {
+        let scale = if c.unit == Unit::Share { 100.0 } else { 1.0 };
+        let d = if m.ci95_half_width > 0.0 {
+            decimals_for(m.ci95_half_width * scale)
+        } else {
+            default_decimals(c.unit, m.mean)
+        };
         format!(
             "{} ±{}",
-            fmt(c.unit, m.mean),
-            fmt(c.unit, m.ci95_half_width)
+            fmt_with(c.unit, m.mean, d),
+            fmt_with(c.unit, m.ci95_half_width, d)
         )
     } else {
         fmt(c.unit, m.mean)
@@ -41,8 +84,8 @@ fn verdict_text(c: &Comparison) -> String {
     match c.verdict {
         Verdict::NoDifference => match (c.detectable_rel, c.detectable) {
             (Some(d), _) => format!(
-                "no difference beyond noise (could have seen ±{:.0}%)",
-                d * 100.0
+                "no difference beyond noise (could have seen ±{}%)",
+                grouped(d * 100.0, if d < 0.1 { 1 } else { 0 })
             ),
             (None, Some(d)) => format!(
                 "no difference beyond noise (could have seen ±{})",
@@ -223,60 +266,94 @@ pub fn text(r: &TrialReport, style: &Style) -> String {
 }
 
 pub fn html(r: &TrialReport) -> String {
-    let mut body = String::from(
-        "<section><h2>Settings</h2><table><tr><th>setting</th><th>before</th><th>tried</th><th>exact writes</th></tr>",
+    let mut runs = vec![("All changes".to_string(), &r.trial)];
+    runs.extend(
+        r.items
+            .iter()
+            .map(|i| (format!("{} alone", i.settings.join(", ")), i)),
     );
-    for c in &r.changes {
-        body += &format!(
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td><code>{}</code></td></tr>",
-            esc(&c.setting),
-            esc(&c.before),
-            esc(&c.value),
-            esc(&c.writes.join("; "))
-        );
-    }
-    body += "</table></section>";
-    let mut runs = vec![("All changes", &r.trial)];
-    let names: Vec<String> = r
-        .items
-        .iter()
-        .map(|i| format!("{} alone", i.settings.join(", ")))
-        .collect();
-    runs.extend(names.iter().map(String::as_str).zip(&r.items));
-    for (title, run) in runs {
-        body += &format!(
-            "<section><h2>{}</h2><p>{} rounds per side, interleaved; 95% CI over round means.</p><table><tr><th>figure</th><th>baseline</th><th>changed</th><th>ratio</th><th>verdict</th></tr>",
-            esc(title),
-            r.rounds_per_side
-        );
-        for c in &run.comparisons {
-            body += &format!(
-                "<tr><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td>{}</td></tr>",
-                esc(&c.label),
-                esc(&ci(c, &c.baseline)),
-                esc(&ci(c, &c.changed)),
-                esc(&ratio_text(c)),
-                esc(&verdict_text(c))
-            );
+    let header = html! {
+        h1 { "cpulab try" }
+        p { (r.measure) }
+    };
+    let body = html! {
+        section {
+            h2 { "Settings" }
+            table {
+                tr { th { "setting" } th { "before" } th { "tried" } th { "exact writes" } }
+                @for c in &r.changes {
+                    tr {
+                        td { (c.setting) }
+                        td { (c.before) }
+                        td { (c.value) }
+                        td { code { (c.writes.join("; ")) } }
+                    }
+                }
+            }
         }
-        body += "</table></section>";
-    }
-    body += "<section><h2>Summary</h2>";
-    for l in &r.summary {
-        body += &format!("<p>{}</p>", esc(l));
-    }
-    body += "</section>";
-    let header = format!("<h1>cpulab try</h1><p>{}</p>", esc(&r.measure));
-    crate::report::html::page(
-        "cpulab try",
-        maud::PreEscaped(header),
-        maud::PreEscaped(body),
-    )
+        @for (title, run) in &runs {
+            section {
+                h2 { (title) }
+                p { (r.rounds_per_side) " rounds per side, interleaved; 95% CI over round means." }
+                table {
+                    tr {
+                        th { "figure" } th { "baseline" } th { "changed" } th { "ratio" }
+                        th { "verdict" }
+                    }
+                    @for c in &run.comparisons {
+                        tr {
+                            td { (c.label) }
+                            td.num { (ci(c, &c.baseline)) }
+                            td.num { (ci(c, &c.changed)) }
+                            td.num { (ratio_text(c)) }
+                            td { (verdict_text(c)) }
+                        }
+                    }
+                }
+            }
+        }
+        section {
+            h2 { "Summary" }
+            @for l in &r.summary {
+                p { (l) }
+            }
+        }
+    };
+    crate::report::html::page("cpulab try", header, body)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A stored try of a command printing a request rate near 518,000/s: the screen shows it
+    /// grouped at the precision of its interval, not `519441.7000 ±1026.1827`.
+    #[test]
+    fn a_stored_trial_prints_its_rate_grouped() {
+        let r: TrialReport =
+            serde_json::from_str(include_str!("../../tests/fixtures/try-rate.json")).unwrap();
+        let t = text(&r, &Style { on: false });
+        assert!(t.contains("baseline 519,442 ±1,026"), "{t}");
+        assert!(!t.contains("519441.7"), "{t}");
+        let page = html(&r);
+        assert!(page.contains("519,442 ±1,026"), "{page}");
+    }
+
+    #[test]
+    fn rates_are_grouped_at_the_precision_of_their_noise() {
+        assert_eq!(fmt(Unit::PerSecond, 518_946.8), "518,947/s");
+        assert_eq!(fmt(Unit::PerSecond, 12.34), "12.3/s");
+        assert_eq!(
+            fmt_with(Unit::PerSecond, 518_946.8, decimals_for(3_210.0)),
+            "518,947/s"
+        );
+        assert_eq!(decimals_for(3_210.0), 0);
+        assert_eq!(decimals_for(0.042), 3);
+        assert_eq!(fmt_with(Unit::Share, 0.4567, decimals_for(1.2)), "45.7%");
+        assert_eq!(fmt(Unit::CpuSecondsPerSecond, 0.196), "0.196 CPU-s/s");
+        assert_eq!(fmt(Unit::Other, 519_680.2), "519,680");
+        assert_eq!(fmt(Unit::Other, 0.00312), "0.0031");
+    }
     use crate::experiment::{Direction, Figure};
     use crate::trial::{Round, Side};
 

@@ -16,6 +16,7 @@
 pub mod analyze;
 pub mod bpf;
 pub mod btf;
+pub mod command;
 pub mod events;
 pub mod format;
 pub mod render;
@@ -62,22 +63,23 @@ pub struct WatchSettings {
     pub mechanism: Mechanism,
 }
 
-/// How a watch reads the scheduler tracepoints.
+/// How a watch reads the scheduler tracepoints. (Plain comments on the variants: doc comments
+/// would turn `--help` into clap's long layout.)
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum Mechanism {
-    /// BPF when it loads here, else perf (the reason is given).
+    // BPF when it loads here, else perf (the reason is given).
     #[default]
     Auto,
-    /// eBPF programs on the scheduler's raw tracepoints (task fields at offsets from the
-    /// kernel's BTF), each writing a small record into one BPF ring buffer; where the raw
-    /// tracepoints cannot be used, tracepoint programs as `bpf-tracepoint`. Sees every event,
-    /// also those emitted while an idle vCPU is woken (needs root, or CAP_BPF and CAP_PERFMON).
+    // eBPF programs on the scheduler's raw tracepoints (task fields at offsets from the
+    // kernel's BTF), each writing a small record into one BPF ring buffer; where the raw
+    // tracepoints cannot be used, tracepoint programs as bpf-tracepoint. Sees every event, also
+    // those emitted while an idle vCPU is woken (needs root, or CAP_BPF and CAP_PERFMON).
     Bpf,
-    /// eBPF programs on the tracepoints (through perf) copying each tracefs record into one
-    /// BPF ring buffer: no BTF needed, but each event pays for building the tracepoint record.
+    // eBPF programs on the tracepoints (through perf) copying each tracefs record into one BPF
+    // ring buffer: no BTF needed, but each event pays for building the tracepoint record.
     BpfTracepoint,
-    /// perf_event_open per-CPU sample rings with in-kernel filters (no BPF needed); on KVM
-    /// guests it misses the records emitted while an idle vCPU is woken.
+    // perf_event_open per-CPU sample rings with in-kernel filters (no BPF needed); on KVM
+    // guests it misses the records emitted while an idle vCPU is woken.
     Perf,
 }
 

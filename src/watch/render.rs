@@ -7,6 +7,7 @@
 
 use super::report::{ClassReport, WatchReport};
 use crate::output::{Style, fmt_ns};
+use maud::{Markup, html};
 use std::fmt::Write;
 
 fn class_line(c: &ClassReport) -> String {
@@ -239,112 +240,91 @@ fn short_pids(p: &[i32]) -> String {
     }
 }
 
-fn esc(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
+/// A class's latency distribution as inline bars, with the p50, p99 and max beside it.
+fn distribution(c: &ClassReport) -> (String, String, String, Markup) {
+    let Some(l) = &c.latency else {
+        return ("-".into(), "-".into(), "-".into(), html! {});
+    };
+    let top = l
+        .histogram
+        .iter()
+        .map(|x| x.count)
+        .max()
+        .unwrap_or(1)
+        .max(1);
+    let bars = html! {
+        @for x in &l.histogram {
+            span title={ "≤ " (fmt_ns(x.le_ns as f64)) ": " (x.count) }
+                style={ "display:inline-block;width:6px;background:#4a7;height:" (1 + 30 * x.count / top) "px" } {}
+        }
+    };
+    (
+        fmt_ns(l.p50_ns as f64),
+        fmt_ns(l.p99_ns as f64),
+        fmt_ns(l.max_ns as f64),
+        bars,
+    )
 }
 
 /// A page with the process table, the graph's edges and each class's distribution as bars.
 pub fn html(r: &WatchReport) -> String {
-    let mut b = String::new();
-    let _ = write!(
-        b,
-        "<p>{} for {:.2} s ({}); {} events, {} lost.</p>",
-        esc(&r.target),
-        r.interval_s,
-        esc(&r.ended),
-        r.events,
-        r.lost_events
-    );
-    if let Some(why) = &r.incomplete {
-        let _ = write!(b, "<p><strong>{}</strong></p>", esc(why));
-    }
-    let lines = delivery_lines(r);
-    if !lines.is_empty() {
-        b.push_str("<h2>Events counted and delivered</h2><ul>");
-        for l in lines {
-            let _ = write!(b, "<li>{}</li>", esc(&l));
+    let body = html! {
+        p {
+            (r.target) " for " (format!("{:.2}", r.interval_s)) " s (" (r.ended) "); "
+            (r.events) " events, " (r.lost_events) " lost."
         }
-        b.push_str("</ul>");
-    }
-    let _ = write!(
-        b,
-        "<h2>Processes</h2><table><tr><th>process</th><th>class</th><th>share</th><th>wakeups/s</th><th>p50</th><th>p99</th><th>max</th><th>distribution</th></tr>"
-    );
-    for p in &r.processes {
-        for c in &p.classes {
-            let (p50, p99, max, bars) = match &c.latency {
-                Some(l) => {
-                    let top = l
-                        .histogram
-                        .iter()
-                        .map(|x| x.count)
-                        .max()
-                        .unwrap_or(1)
-                        .max(1);
-                    let bars: String = l
-                        .histogram
-                        .iter()
-                        .map(|x| {
-                            format!(
-                                "<span title=\"&le; {}: {}\" style=\"display:inline-block;width:6px;background:#4a7;height:{}px\"></span>",
-                                fmt_ns(x.le_ns as f64),
-                                x.count,
-                                1 + 30 * x.count / top
-                            )
-                        })
-                        .collect();
-                    (
-                        fmt_ns(l.p50_ns as f64),
-                        fmt_ns(l.p99_ns as f64),
-                        fmt_ns(l.max_ns as f64),
-                        bars,
-                    )
+        @if let Some(why) = &r.incomplete {
+            p { strong { (why) } }
+        }
+        @let lines = delivery_lines(r);
+        @if !lines.is_empty() {
+            h2 { "Events counted and delivered" }
+            ul { @for l in &lines { li { (l) } } }
+        }
+        h2 { "Processes" }
+        table {
+            tr {
+                th { "process" } th { "class" } th { "share" } th { "wakeups/s" } th { "p50" }
+                th { "p99" } th { "max" } th { "distribution" }
+            }
+            @for p in &r.processes {
+                @for c in &p.classes {
+                    @let (p50, p99, max, bars) = distribution(c);
+                    tr {
+                        td { (p.name) }
+                        td { (c.class) }
+                        td { (format!("{:.1}%", c.share * 100.0)) }
+                        td { (format!("{:.0}", c.wakeups_per_s)) }
+                        td { (p50) } td { (p99) } td { (max) }
+                        td { (bars) }
+                    }
                 }
-                None => ("-".into(), "-".into(), "-".into(), String::new()),
-            };
-            let _ = write!(
-                b,
-                "<tr><td>{}</td><td>{}</td><td>{:.1}%</td><td>{:.0}</td><td>{p50}</td><td>{p99}</td><td>{max}</td><td>{bars}</td></tr>",
-                esc(&p.name),
-                c.class,
-                c.share * 100.0,
-                c.wakeups_per_s
-            );
+            }
         }
-    }
-    b.push_str("</table><h2>Wakeup graph: top edges</h2><table><tr><th>waker</th><th>wakee</th><th>wakeups/s</th><th>placement</th></tr>");
-    for p in &r.pairs {
-        let mix: Vec<String> = p
-            .classes
-            .iter()
-            .map(|c| format!("{} {:.0}%", c.class, c.share * 100.0))
-            .collect();
-        let _ = write!(
-            b,
-            "<tr><td>{} ({})</td><td>{} ({})</td><td>{:.0}</td><td>{}</td></tr>",
-            esc(&p.waker),
-            p.waker_pid,
-            esc(&p.wakee),
-            p.wakee_pid,
-            p.wakeups_per_s,
-            mix.join(", ")
-        );
-    }
-    b.push_str("</table>");
-    if let Some(e) = &r.estimate {
-        let _ = write!(
-            b,
-            "<h2>ESTIMATE (not measured)</h2><p>Co-locating {}: {:.4} s of wakeup latency per second. Verify with <code>{}</code>.</p>",
-            esc(&e.pair),
-            e.latency_saved_s_per_s,
-            esc(&e.verify)
-        );
-    }
-    crate::report::html::page(
-        "cpulab watch",
-        maud::PreEscaped("<h1>cpulab watch</h1>".to_string()),
-        maud::PreEscaped(b),
-    )
+        h2 { "Wakeup graph: top edges" }
+        table {
+            tr { th { "waker" } th { "wakee" } th { "wakeups/s" } th { "placement" } }
+            @for p in &r.pairs {
+                @let mix: Vec<String> = p
+                    .classes
+                    .iter()
+                    .map(|c| format!("{} {:.0}%", c.class, c.share * 100.0))
+                    .collect();
+                tr {
+                    td { (p.waker) " (" (p.waker_pid) ")" }
+                    td { (p.wakee) " (" (p.wakee_pid) ")" }
+                    td { (format!("{:.0}", p.wakeups_per_s)) }
+                    td { (mix.join(", ")) }
+                }
+            }
+        }
+        @if let Some(e) = &r.estimate {
+            h2 { "ESTIMATE (not measured)" }
+            p {
+                "Co-locating " (e.pair) ": " (format!("{:.4}", e.latency_saved_s_per_s))
+                " s of wakeup latency per second. Verify with " code { (e.verify) } "."
+            }
+        }
+    };
+    crate::report::html::page("cpulab watch", html! { h1 { "cpulab watch" } }, body)
 }

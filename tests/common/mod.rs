@@ -164,3 +164,36 @@ pub fn postgres_installed(test: &str) -> bool {
         }
     }
 }
+
+/// cpulab with `--root ROOT`, reading and writing a machine tree (a fixture copy) instead of
+/// this machine's /proc and /sys.
+pub fn cpulab_on(root: &std::path::Path) -> Command {
+    let mut c = cpulab();
+    c.arg("--root").arg(root);
+    c
+}
+
+/// Checks a run succeeded, showing its stderr when it did not.
+pub fn assert_success(out: &std::process::Output) {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The one JSON document a successful `--json` run wrote on stdout.
+pub fn json_of(out: &std::process::Output) -> Value {
+    assert_success(out);
+    serde_json::from_slice(&out.stdout).expect("exactly one JSON document on stdout")
+}
+
+/// Every JSON document a successful run wrote on stdout, in order (a command and the child it
+/// ran, each with `--json`).
+pub fn json_docs(out: &std::process::Output) -> Vec<Value> {
+    assert_success(out);
+    serde_json::Deserializer::from_slice(&out.stdout)
+        .into_iter::<Value>()
+        .collect::<Result<_, _>>()
+        .expect("JSON documents on stdout")
+}

@@ -51,7 +51,7 @@ fn finding(id: &str, runs: &[&PresetRun], i: &Inputs<'_>) -> Option<Finding> {
         .map(|p| {
             Evidence::new(
                 format!("{} ({})", p.workload, p.placement),
-                rate_ci(&p.per_s, "/s"),
+                rate_ci(&p.per_s),
                 src(p),
             )
         })
@@ -68,10 +68,6 @@ fn finding(id: &str, runs: &[&PresetRun], i: &Inputs<'_>) -> Option<Finding> {
                 "per_transaction",
                 (&worst.placement.to_string(), *v),
                 (&best.placement.to_string(), b),
-                format!(
-                    "{v:.2} ({}) vs {b:.2} ({})",
-                    worst.placement, best.placement
-                ),
             ),
             src(worst),
         ));

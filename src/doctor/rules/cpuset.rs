@@ -79,7 +79,7 @@ impl Rule for RestrictedCpuSet {
         }
         evidence.push(Evidence::new(
             format!("idle share of CPUs {forbidden} during the parallel tests"),
-            Datum::number(idle, "pct", format!("{idle:.0}%")),
+            Datum::number(idle, "pct"),
             "measured: /proc/stat",
         ));
         let taskset = Remedy::new(

@@ -116,7 +116,7 @@ impl Rule for KernelEntryCost {
         }
         let mut ev = vec![Evidence::new(
             "frequency used for cycles",
-            Datum::number(mhz, "mhz", format!("{mhz:.0} MHz")),
+            Datum::number(mhz, "mhz"),
             mhz_src,
         )];
         let mut parts = Vec::new();
@@ -128,13 +128,13 @@ impl Rule for KernelEntryCost {
             ("thread switch (sched_yield)", sw, SWITCH_REF_CYCLES),
         ] {
             if let Some(h) = hit {
+                ev.push(Evidence::new(name, ns_ci(&h.p.cost_ns), "measured: oscost"));
                 ev.push(Evidence::new(
-                    name,
-                    format!(
-                        "{}; median batch {:.0} cycles, fastest batch {:.0} cycles",
-                        ns_ci(&h.p.cost_ns),
-                        h.median_cycles,
-                        h.floor_cycles
+                    format!("{name}, cycles per call"),
+                    Datum::versus(
+                        "cycles",
+                        ("median batch", h.median_cycles),
+                        ("fastest batch", h.floor_cycles),
                     ),
                     "measured: oscost",
                 ));

@@ -30,7 +30,6 @@ pub use wakeup::ipis as wakeup_ipis;
 use super::findings::{self, Datum, Finding};
 use super::measurements::{Facts, Measurements};
 use crate::compare::{Separation, separation};
-use crate::output::fmt_ns;
 use crate::stats::MeanCi;
 
 /// What every rule reads.
@@ -140,50 +139,19 @@ pub fn rate_effect_banded(worse: &[f64], better: &[f64], min_ratio: f64) -> Opti
     ))
 }
 
-/// `42.1 us (95% CI 41.0 to 43.2 us, n=40)`, with the figure in nanoseconds as data.
+/// A round trip in nanoseconds with its interval.
 pub fn ns_ci(m: &MeanCi) -> Datum {
-    Datum::mean_ci(
-        m,
-        "ns",
-        format!(
-            "{} (95% CI {} to {}, n={})",
-            fmt_ns(m.mean),
-            fmt_ns(m.ci95_low),
-            fmt_ns(m.ci95_high),
-            m.n
-        ),
-    )
+    Datum::mean_ci(m, "ns")
 }
 
-/// `16,512/s (95% CI 16,100 to 16,900, n=5)`, with the rate per second as data.
-pub fn rate_ci(m: &MeanCi, unit: &str) -> Datum {
-    Datum::mean_ci(
-        m,
-        "per_s",
-        format!(
-            "{}{unit} (95% CI {} to {}, n={})",
-            thousands(m.mean),
-            thousands(m.ci95_low),
-            thousands(m.ci95_high),
-            m.n
-        ),
-    )
+/// A rate per second with its interval.
+pub fn rate_ci(m: &MeanCi) -> Datum {
+    Datum::mean_ci(m, "per_s")
 }
 
-/// `0.62 (95% CI 0.58 to 0.66, n=5)`, a dimensionless figure (a share or a ratio).
-pub fn plain_ci(m: &MeanCi, digits: usize) -> Datum {
-    Datum::mean_ci(
-        m,
-        "ratio",
-        format!(
-            "{:.d$} (95% CI {:.d$} to {:.d$}, n={})",
-            m.mean,
-            m.ci95_low,
-            m.ci95_high,
-            m.n,
-            d = digits
-        ),
-    )
+/// A dimensionless figure (a share or a ratio) with its interval.
+pub fn plain_ci(m: &MeanCi) -> Datum {
+    Datum::mean_ci(m, "ratio")
 }
 
 pub use crate::units::thousands;

@@ -62,7 +62,7 @@ fn evidence(s: Option<&ShareCheck>, c: &Culprits) -> Vec<Evidence> {
                 s.workers
             ),
             {
-                let mut d = plain_ci(&s.share, 2);
+                let d = plain_ci(&s.share);
                 let (lo, hi) = s
                     .share_samples
                     .iter()
@@ -71,29 +71,26 @@ fn evidence(s: Option<&ShareCheck>, c: &Culprits) -> Vec<Evidence> {
                     });
                 // The spread of the runs tells a steady shortfall from one that came and went.
                 if s.share_samples.len() >= 2 {
-                    d.text = format!("{}; runs from {lo:.2} to {hi:.2}", d.text);
+                    d.range(lo, hi)
+                } else {
+                    d
                 }
-                d
             },
             "measured: doctor share check",
         ));
         let agrees = (s.share.mean - s.model_share).abs() <= s.share.ci95_half_width.max(0.05);
         ev.push(Evidence::new(
+            "other load seen during the share check",
+            Datum::number(s.other_load_cpus, "cpus"),
+            "measured: doctor share check",
+        ));
+        ev.push(Evidence::new(
             "fair-share model for the other load seen",
-            Datum::number(
-                s.model_share * 100.0,
-                "pct",
-                format!(
-                    "{:.2} with {:.2} CPUs of other load: the measurement {} it",
-                    s.model_share,
-                    s.other_load_cpus,
-                    if agrees {
-                        "agrees with"
-                    } else {
-                        "falls short of"
-                    }
-                ),
-            ),
+            Datum::number(s.model_share, "ratio").note(if agrees {
+                "the measurement agrees with it"
+            } else {
+                "the measurement falls short of it"
+            }),
             "model: min(1, CPUs / (workers + other busy tasks))",
         ));
     }
@@ -101,14 +98,14 @@ fn evidence(s: Option<&ShareCheck>, c: &Culprits) -> Vec<Evidence> {
     if let Some(st) = c.steal.as_ref().filter(|st| c.outside || st.mean >= 1.0) {
         ev.push(Evidence::new(
             "steal time during the run",
-            Datum::mean_ci(st, "pct", format!("{} %", plain_ci(st, 1))),
+            Datum::mean_ci(st, "pct"),
             "measured: /proc/stat steal",
         ));
     }
     for (cpu, b) in c.local.iter().filter(|(cpu, _)| *cpu != u32::MAX) {
         ev.push(Evidence::new(
-            format!("other programs on cpu{cpu} before the run"),
-            Datum::number(*b, "pct", format!("{b:.0}% busy")),
+            format!("cpu{cpu} busy with other programs before the run"),
+            Datum::number(*b, "pct"),
             "measured: /proc/stat while cpulab slept",
         ));
     }

@@ -42,12 +42,7 @@ fn both(label: &str, idle: Option<f64>, busy: Option<f64>, src: &str) -> Option<
     let (i, b) = (idle?, busy?);
     Some(Evidence::new(
         label,
-        Datum::versus(
-            "per_round_trip",
-            (IDLE, i),
-            (BUSY, b),
-            format!("{i:.2} {IDLE} vs {b:.2} {BUSY}"),
-        ),
+        Datum::versus("per_round_trip", (IDLE, i), (BUSY, b)),
         src,
     ))
 }
@@ -97,12 +92,11 @@ impl Rule for LoadMakesItFaster {
         ];
         let (share_idle, share_busy) = (idle.same_cpu_share, busy.same_cpu_share);
         if share_idle.is_some() || share_busy.is_some() {
-            let text = format!("{} {IDLE} vs {} {BUSY}", pct(share_idle), pct(share_busy));
             let value = match (share_idle, share_busy) {
-                (Some(i), Some(b)) => {
-                    Datum::versus("pct", (IDLE, i * 100.0), (BUSY, b * 100.0), text)
-                }
-                _ => Datum::from(text),
+                (Some(i), Some(b)) => Datum::versus("pct", (IDLE, i * 100.0), (BUSY, b * 100.0)),
+                (Some(i), None) => Datum::share(i).note(format!("{IDLE}; not recorded {BUSY}")),
+                (None, Some(b)) => Datum::share(b).note(format!("{BUSY}; not recorded {IDLE}")),
+                (None, None) => Datum::from("not recorded"),
             };
             ev.push(Evidence::new(
                 format!("time both ends shared a {cpu_word}"),
@@ -132,8 +126,12 @@ impl Rule for LoadMakesItFaster {
             ));
         }
         ev.push(Evidence::new(
-            "the same effect elsewhere",
-            "pgbench -S 7,486 tps idle vs 15,681 tps with stress-ng -c 3 -l 100 beside it (4-vCPU Hyper-V guest)",
+            "the same effect elsewhere (pgbench -S on a 4-vCPU Hyper-V guest)",
+            Datum::versus(
+                "tps",
+                (IDLE, 7486.0),
+                ("with stress-ng -c 3 -l 100 beside it", 15681.0),
+            ),
             "published: docs/field-notes.md, section A",
         ));
         // Independent mechanism evidence: the pair co-located more, and stopped halting.

@@ -27,28 +27,20 @@ impl Rule for PowerManagement {
         };
         let mut ev = vec![
             Evidence::new(
-                "effective speed after idle",
-                Datum::mean_ci(
-                    &eff.worse,
-                    "mhz",
-                    format!("{:.0} MHz-equivalent (n={})", eff.worse.mean, eff.worse.n),
-                ),
+                "effective speed after idle (MHz-equivalent)",
+                Datum::mean_ci(&eff.worse, "mhz"),
                 "measured: oscost dependent loop, cold",
             ),
             Evidence::new(
-                "effective speed under load",
-                Datum::mean_ci(
-                    &eff.better,
-                    "mhz",
-                    format!("{:.0} MHz-equivalent (n={})", eff.better.mean, eff.better.n),
-                ),
+                "effective speed under load (MHz-equivalent)",
+                Datum::mean_ci(&eff.better, "mhz"),
                 "measured: oscost dependent loop, warm",
             ),
         ];
         if let Some(r) = f.ramp_up_ms {
             ev.push(Evidence::new(
                 "time to reach 95% of warm speed",
-                Datum::number(r, "ms", format!("{r:.1} ms")),
+                Datum::number(r, "ms"),
                 "measured: oscost ramp",
             ));
         }

@@ -41,28 +41,19 @@ impl Rule for QuotaThrottling {
         let mut ev = vec![
             Evidence::new(
                 "throttled periods during the run",
-                Datum::versus(
-                    "count",
-                    ("throttled", throttled as f64),
-                    ("periods", periods as f64),
-                    format!("{throttled} of {periods} ({:.0}%)", frac * 100.0),
-                ),
+                Datum::number(throttled as f64, "count").of(periods as f64),
                 "measured: cgroup cpu.stat",
             ),
             Evidence::new(
                 "time stopped by the quota",
-                Datum::number(
-                    stopped,
-                    "s",
-                    format!("{stopped:.2} s of {:.1} s", c.interval_s),
-                ),
+                Datum::number(stopped, "s").of(c.interval_s),
                 "measured: cgroup cpu.stat",
             ),
         ];
         if let Some(q) = quota {
             ev.push(Evidence::new(
                 "CPU quota",
-                Datum::number(q, "cpus", format!("{q:.2} CPUs")),
+                Datum::number(q, "cpus"),
                 "probe: cgroup cpu quota / period",
             ));
         }

@@ -53,24 +53,19 @@ impl Rule for ParallelContention {
         let mut ev = vec![
             Evidence::new(
                 format!("speedup packed ({})", c.policy),
-                plain_ci(&c.speedup, 2),
+                plain_ci(&c.speedup),
                 src(c),
             ),
             Evidence::new(
                 format!("speedup spread ({})", s.policy),
-                plain_ci(&s.speedup, 2),
+                plain_ci(&s.speedup),
                 src(s),
             ),
         ];
         if let (Some(a), Some(b)) = (c.contended_groups, s.contended_groups) {
             ev.push(Evidence::new(
                 "groups with both halves busy",
-                Datum::versus(
-                    "count",
-                    ("packed", a as f64),
-                    ("spread", b as f64),
-                    format!("{a} packed vs {b} spread"),
-                ),
+                Datum::versus("count", ("packed", a as f64), ("spread", b as f64)),
                 "measured: per-CPU utilisation and topology",
             ));
         }

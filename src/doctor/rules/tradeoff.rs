@@ -129,7 +129,7 @@ impl Rule for LatencyThroughput {
                 ),
                 Evidence::new(
                     format!("messaging throughput packed on CPU {}", packed.cpus),
-                    rate_ci(&thr.worse, "/s"),
+                    rate_ci(&thr.worse),
                     "measured: doctor messaging test",
                 ),
                 Evidence::new(
@@ -137,7 +137,7 @@ impl Rule for LatencyThroughput {
                         "messaging throughput spread over CPUs {} ({})",
                         spread.cpus, spread.placement
                     ),
-                    rate_ci(&thr.better, "/s"),
+                    rate_ci(&thr.better),
                     "measured: doctor messaging test",
                 ),
             ],

@@ -92,7 +92,7 @@ impl Rule for UnpinnedPlacement {
         if let Some(r) = free.migrations_per_s {
             ev.push(Evidence::new(
                 "migrations per second (both ends)",
-                Datum::number(r, "per_s", format!("{r:.0}")),
+                Datum::number(r, "per_s"),
                 src.clone(),
             ));
         }
@@ -104,15 +104,8 @@ impl Rule for UnpinnedPlacement {
                     "batches in each mode",
                     Datum::versus(
                         "ns",
-                        (&format!("{} batches, fast mode", lo.len()), ml),
-                        (&format!("{} batches, slow mode", hi.len()), mh),
-                        format!(
-                            "{} at ~{}, {} at ~{}",
-                            lo.len(),
-                            fmt_ns(ml),
-                            hi.len(),
-                            fmt_ns(mh)
-                        ),
+                        (&format!("fast mode, {} batches", lo.len()), ml),
+                        (&format!("slow mode, {} batches", hi.len()), mh),
                     ),
                     src.clone(),
                 ));

@@ -199,7 +199,6 @@ fn diagnose(
                 "per_round_trip",
                 (&format!("across {cpu_word}s"), halts),
                 ("on one", halts_base),
-                format!("{halts:.2} across {cpu_word}s vs {halts_base:.2} on one"),
             ),
             src(worst),
         ));
@@ -209,7 +208,7 @@ fn diagnose(
     if let Some(n) = ipi {
         ev.push(Evidence::new(
             "IPIs (RES+CAL) per round trip",
-            Datum::number(n, "per_round_trip", format!("{n:.2}")),
+            Datum::number(n, "per_round_trip"),
             src(worst),
         ));
         agree += usize::from(halting && n >= PER_RT_THRESHOLD);
@@ -237,13 +236,6 @@ fn diagnose(
                 "ns",
                 (&near.class.to_string(), near.rtt_ns.mean),
                 (&far.class.to_string(), far.rtt_ns.mean),
-                format!(
-                    "{} ({}) to {} ({})",
-                    fmt_ns(near.rtt_ns.mean),
-                    near.class,
-                    fmt_ns(far.rtt_ns.mean),
-                    far.class
-                ),
             ),
             "measured: pingpong spin",
         ));
@@ -281,10 +273,9 @@ fn fact_evidence(i: &Inputs<'_>) -> Vec<Evidence> {
     if let Some(p) = i.facts.guest_halt_poll_ns {
         ev.push(Evidence::new(
             "guest halt polling",
-            if p == 0 {
-                "off (guest_halt_poll_ns = 0)".to_string()
-            } else {
-                format!("guest_halt_poll_ns = {p}")
+            {
+                let d = Datum::number(p as f64, "ns");
+                if p == 0 { d.note("off") } else { d }
             },
             "probe: /sys/module/haltpoll/parameters/guest_halt_poll_ns",
         ));

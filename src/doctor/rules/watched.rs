@@ -52,11 +52,7 @@ impl Rule for WatchedCrossWakeups {
         let mut evidence = vec![
             Evidence::new(
                 format!("{}: wakeups per second", p.name),
-                Datum::number(
-                    p.wakeups_per_s,
-                    "per_s",
-                    format!("{:.0}/s", p.wakeups_per_s),
-                ),
+                Datum::number(p.wakeups_per_s, "per_s"),
                 src.clone(),
             ),
             Evidence::new(
@@ -64,11 +60,7 @@ impl Rule for WatchedCrossWakeups {
                     "{}: share of wakeups on another CPU than the waker's",
                     p.name
                 ),
-                Datum::number(
-                    p.cross_share,
-                    "share",
-                    format!("{:.0}%", p.cross_share * 100.0),
-                ),
+                Datum::share(p.cross_share),
                 src.clone(),
             ),
             Evidence::new(
@@ -91,7 +83,7 @@ impl Rule for WatchedCrossWakeups {
             ),
             Evidence::new(
                 "ESTIMATE: wakeup latency the crossings add, per second",
-                Datum::number(cost_s_per_s, "s_per_s", format!("~{cost_s_per_s:.3} s/s")),
+                Datum::number(cost_s_per_s, "s_per_s"),
                 "model: (cross-CPU round trip - same-CPU round trip) / 2 per wakeup x the application's cross-CPU wakeups per second",
             ),
         ];

@@ -1,14 +1,13 @@
-//! `cpulab watch`: flags, their validation into [`WatchSettings`], and output.
+//! `cpulab watch` as a subcommand of the registry: its flags and their validation into
+//! [`WatchSettings`].
 //!
 //! Targets are checked here, before anything is opened: a pid that does not exist, a cgroup
 //! directory without `cgroup.procs`, a duration that is not a time, are one line and exit 2.
 
-use crate::cli::Global;
+use super::{Target, Watch, WatchSettings};
 use crate::error::bad_input;
-use crate::experiment::{Experiment, Progress};
+use crate::experiment::Command;
 use crate::machine::Machine;
-use crate::output::{self, Style};
-use crate::watch::{Target, Watch, WatchSettings};
 use anyhow::Result;
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -50,15 +49,32 @@ pub struct Args {
     /// Do not filter the tracepoints in the kernel (for measuring what the filter saves).
     #[arg(long, hide = true)]
     pub no_kernel_filter: bool,
-    /// How to read the scheduler tracepoints: `bpf` (raw tracepoints, offsets from the kernel's
-    /// BTF; sees every record; needs root or CAP_BPF+CAP_PERFMON), `bpf-tracepoint` (BPF on
-    /// the tracepoints, no BTF needed, costlier per event), `perf` (perf sample rings; on VMs misses records emitted while an
-    /// idle vCPU is woken), or `auto` (bpf when it loads, else perf, saying why).
+    /// How to read the tracepoints: bpf (raw tracepoints, BTF) and bpf-tracepoint (no BTF)
+    /// see every record (root, or CAP_BPF+CAP_PERFMON); perf misses some on VMs; auto is bpf
+    /// when it loads, else perf.
     #[arg(long, value_enum, default_value = "auto", value_name = "HOW")]
     pub mechanism: crate::watch::Mechanism,
     /// A command to start and watch (without a shell), with its children; it ends with cpulab.
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<String>,
+}
+
+impl Command for Watch {
+    type Args = Args;
+    const ABOUT: &'static str =
+        "Watch a running application's wakeups: where they land, what each placement costs.";
+
+    fn settings(args: &Args, machine: &Machine) -> Result<WatchSettings> {
+        settings(args, machine)
+    }
+
+    fn json(args: &Args) -> bool {
+        args.json
+    }
+
+    fn html(args: &Args) -> Option<&std::path::Path> {
+        args.html.as_deref()
+    }
 }
 
 /// Turns flags into settings, rejecting bad input with one line (exit 2).
@@ -120,19 +136,5 @@ pub fn settings(args: &Args, machine: &Machine) -> Result<WatchSettings> {
         kernel_filter: !args.no_kernel_filter,
         mechanism: args.mechanism,
         ..WatchSettings::default()
-    })
-}
-
-pub fn run(args: Args, g: &Global) -> Result<()> {
-    let machine = Machine::detect(&g.root)?;
-    let settings = settings(&args, &machine)?;
-    let sink = output::progress_printer(g.quiet);
-    let report = Watch::run(&machine, &settings, &Progress::new(&sink))?;
-    if let Some(path) = &args.html {
-        std::fs::write(path, Watch::render_html(&report))
-            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-    }
-    crate::commands::print::emit(args.json, Watch::KIND, &report, |r| {
-        Watch::render_text(r, &Style::new())
     })
 }
