@@ -43,6 +43,9 @@ const BPF_MAP_TYPE_PERCPU_ARRAY: u32 = 6;
 const BPF_MAP_TYPE_RINGBUF: u32 = 27;
 const BPF_PROG_TYPE_TRACEPOINT: u32 = 5;
 const BPF_PROG_TYPE_RAW_TRACEPOINT: u32 = 17;
+const BPF_PROG_TYPE_TRACING: u32 = 26;
+/// `expected_attach_type` of a BTF-typed raw tracepoint program (`tp_btf`).
+const BPF_TRACE_RAW_TP: u32 = 23;
 const BPF_RAW_TRACEPOINT_OPEN: libc::c_long = 17;
 /// `_IOW('$', 8, __u32)`.
 const PERF_EVENT_IOC_SET_BPF: libc::c_ulong = 0x4004_2408;
@@ -100,6 +103,10 @@ impl Insn {
     /// `dst = *(u64 *)(src + off)`.
     pub const fn ldx_dw(dst: u8, src: u8, off: i16) -> Self {
         Self::new(0x79, dst, src, off, 0)
+    }
+    /// `dst = *(u32 *)(src + off)` (zero-extended).
+    pub const fn ldx_w(dst: u8, src: u8, off: i16) -> Self {
+        Self::new(0x61, dst, src, off, 0)
     }
     /// `*(u64 *)(dst + off) = src`.
     pub const fn stx_dw(dst: u8, off: i16, src: u8) -> Self {
@@ -233,8 +240,14 @@ fn map_create(
     sys_bpf(BPF_MAP_CREATE, &mut a).map(owned)
 }
 
-/// Loads a tracepoint program; on failure the error carries the verifier's log.
-fn prog_load(insns: &[Insn], name: &str, prog_type: u32) -> std::io::Result<OwnedFd> {
+/// Loads a program; `attach_btf_id` (the kernel BTF id of a `btf_trace_<name>` typedef) makes it
+/// a BTF-typed raw tracepoint program. On failure the error carries the verifier's log.
+fn prog_load(
+    insns: &[Insn],
+    name: &str,
+    prog_type: u32,
+    attach_btf_id: Option<u32>,
+) -> std::io::Result<OwnedFd> {
     let code: Vec<u8> = insns.iter().flat_map(|i| i.to_bytes()).collect();
     let license = c"GPL";
     let mut log = vec![0u8; 64 * 1024];
@@ -257,6 +270,10 @@ fn prog_load(insns: &[Insn], name: &str, prog_type: u32) -> std::io::Result<Owne
         );
         let n = name.as_bytes();
         a[48..48 + n.len().min(15)].copy_from_slice(&n[..n.len().min(15)]);
+        if let Some(id) = attach_btf_id {
+            put_u32(&mut a, 68, BPF_TRACE_RAW_TP); // expected_attach_type
+            put_u32(&mut a, 108, id); // attach_btf_id (in vmlinux: attach_btf_obj_fd stays 0)
+        }
         sys_bpf(BPF_PROG_LOAD, &mut a).map(owned)
     };
     attempt(0, &mut log).or_else(|e| {
@@ -280,10 +297,18 @@ pub const RAW_BODY: usize = 16;
 /// A raw-tracepoint program's whole record.
 pub const RAW_RECORD: usize = HEADER + RAW_BODY;
 
-/// `r1 = task->field`, a u32 read with `bpf_probe_read_kernel` from the task pointer in
-/// argument `arg` of the context (in r6) into the record (in r7) at `at`. On a failed read the
-/// helper zeroes the destination. r0-r5 clobbered.
-fn read_task_u32(p: &mut Vec<Insn>, arg: i16, field: u32, at: i16) {
+/// `task->field`, a u32 of the task pointer in argument `arg` of the context (in r6), into the
+/// record (in r7) at `at`. `direct`: a plain load, which the verifier checks against the BTF
+/// type of the argument (a BTF-typed program) and turns into a load that cannot fault (a bad
+/// pointer reads zero); else `bpf_probe_read_kernel`, which zeroes the destination on a failed
+/// read (r0-r5 clobbered).
+fn read_task_u32(p: &mut Vec<Insn>, arg: i16, field: u32, at: i16, direct: bool) {
+    if direct {
+        p.push(Insn::ldx_dw(1, 6, arg * 8));
+        p.push(Insn::ldx_w(1, 1, field as i16));
+        p.push(Insn::stx_w(7, at, 1));
+        return;
+    }
     p.push(Insn::mov64_reg(1, 7));
     p.push(Insn::add64_imm(1, at as i32));
     p.push(Insn::mov64_imm(2, 4));
@@ -307,7 +332,16 @@ fn copy_arg_u32(p: &mut Vec<Insn>, arg: i16, at: i16) {
 /// - switch `(preempt, prev, next, prev_state)`: `prev->pid`, `next->pid`, `prev_state`,
 ///   `preempt`;
 /// - migrate `(p, dest_cpu)`: `p->pid`, `dest_cpu`, `p->tgid`.
-pub fn raw_program(ringbuf_fd: i32, counts_fd: i32, slot: u32, o: &TaskOffsets) -> Vec<Insn> {
+///
+/// `direct`: read the task fields with plain loads (a BTF-typed program, `tp_btf`: about a third
+/// of the per-event cost of the helper calls here), else with `bpf_probe_read_kernel`.
+pub fn raw_program(
+    ringbuf_fd: i32,
+    counts_fd: i32,
+    slot: u32,
+    o: &TaskOffsets,
+    direct: bool,
+) -> Vec<Insn> {
     let mut p = vec![Insn::mov64_reg(6, 1)];
     count(&mut p, counts_fd, slot);
     p.extend(Insn::ld_map_fd(1, ringbuf_fd));
@@ -328,23 +362,23 @@ pub fn raw_program(ringbuf_fd: i32, counts_fd: i32, slot: u32, o: &TaskOffsets) 
     match slot {
         // switch(preempt, prev, next, prev_state)
         1 => {
-            read_task_u32(&mut p, 1, o.pid, h);
-            read_task_u32(&mut p, 2, o.pid, h + 4);
+            read_task_u32(&mut p, 1, o.pid, h, direct);
+            read_task_u32(&mut p, 2, o.pid, h + 4, direct);
             copy_arg_u32(&mut p, 3, h + 8);
             copy_arg_u32(&mut p, 0, h + 12);
         }
         // migrate(p, dest_cpu)
         2 => {
-            read_task_u32(&mut p, 0, o.pid, h);
+            read_task_u32(&mut p, 0, o.pid, h, direct);
             copy_arg_u32(&mut p, 1, h + 4);
-            read_task_u32(&mut p, 0, o.tgid, h + 8);
+            read_task_u32(&mut p, 0, o.tgid, h + 8, direct);
             p.push(Insn::st_w(7, h + 12, 0));
         }
         // waking(p), wakeup(p)
         _ => {
-            read_task_u32(&mut p, 0, o.pid, h);
-            read_task_u32(&mut p, 0, o.cpu, h + 4);
-            read_task_u32(&mut p, 0, o.tgid, h + 8);
+            read_task_u32(&mut p, 0, o.pid, h, direct);
+            read_task_u32(&mut p, 0, o.cpu, h + 4, direct);
+            read_task_u32(&mut p, 0, o.tgid, h + 8, direct);
             p.push(Insn::st_w(7, h + 12, 0));
         }
     }
@@ -394,12 +428,16 @@ pub fn decode_raw(r: &Record<'_>) -> Option<Event> {
     })
 }
 
-/// Attaches `prog` to the raw tracepoint `name` (`BPF_RAW_TRACEPOINT_OPEN`): it runs on every
-/// CPU until the returned descriptor closes.
-fn raw_attach(name: &str, prog: &OwnedFd) -> std::io::Result<OwnedFd> {
-    let cname = std::ffi::CString::new(name).map_err(std::io::Error::other)?;
+/// Attaches `prog` to the raw tracepoint `name` (`BPF_RAW_TRACEPOINT_OPEN`; no name for a
+/// BTF-typed program, which names its tracepoint itself): it runs on every CPU until the
+/// returned descriptor closes.
+fn raw_attach(name: Option<&str>, prog: &OwnedFd) -> std::io::Result<OwnedFd> {
+    let cname = name
+        .map(std::ffi::CString::new)
+        .transpose()
+        .map_err(std::io::Error::other)?;
     let mut a = [0u8; ATTR];
-    put_u64(&mut a, 0, cname.as_ptr() as u64);
+    put_u64(&mut a, 0, cname.as_ref().map_or(0, |c| c.as_ptr() as u64));
     put_u32(&mut a, 8, prog.as_raw_fd() as u32);
     sys_bpf(BPF_RAW_TRACEPOINT_OPEN, &mut a).map(owned)
 }
@@ -578,9 +616,27 @@ pub struct Programs {
     /// How full the ring was at the last drain (0-1): the reader drains sooner when it fills.
     pub last_fill: f64,
     possible_cpus: usize,
-    /// Raw-tracepoint programs writing fixed [`RAW_RECORD`]s (decoded by [`decode_raw`]), or
-    /// tracepoint programs copying the tracepoint's record (decoded with its tracefs format).
-    pub raw: bool,
+    /// Which programs these are.
+    pub kind: Kind,
+}
+
+/// The kinds of program, cheapest per event first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// BTF-typed raw tracepoint programs (`tp_btf`) reading task fields with plain loads,
+    /// writing fixed [`RAW_RECORD`]s (decoded by [`decode_raw`]).
+    TypedRaw,
+    /// Raw tracepoint programs reading task fields with `bpf_probe_read_kernel`; same records.
+    Raw,
+    /// Tracepoint programs copying the tracepoint's record (decoded with its tracefs format).
+    Tracepoint,
+}
+
+impl Kind {
+    /// Whether the records are [`RAW_RECORD`]s.
+    pub fn raw(self) -> bool {
+        self != Kind::Tracepoint
+    }
 }
 
 /// Bytes of ring buffer: about 80,000 records, 0.4 s of a pair making 60,000 wakeups a second
@@ -610,6 +666,7 @@ impl Programs {
                 &insns,
                 &format!("cpulab_tp{slot}"),
                 BPF_PROG_TYPE_TRACEPOINT,
+                None,
             )?;
             links.push(attach(id, &prog)?);
             progs.push(prog);
@@ -622,14 +679,20 @@ impl Programs {
             _ringbuf: ringbuf,
             last_fill: 0.0,
             possible_cpus,
-            raw: false,
+            kind: Kind::Tracepoint,
         })
     }
 
     /// Loads one raw-tracepoint program per scheduler tracepoint (in [`super::EVENT_NAMES`]
-    /// order), reading task fields at `offsets`. Each runs from its `BPF_RAW_TRACEPOINT_OPEN`
-    /// until its descriptor closes.
-    pub fn load_raw(offsets: &TaskOffsets, possible_cpus: usize) -> std::io::Result<Self> {
+    /// order), reading task fields at `offsets`. With `typed` (the kernel BTF ids of the
+    /// tracepoints' `btf_trace_<name>` typedefs, same order) they are BTF-typed programs reading
+    /// the fields with plain loads, else untyped ones reading them with helper calls. Each runs
+    /// from its `BPF_RAW_TRACEPOINT_OPEN` until its descriptor closes.
+    pub fn load_raw(
+        offsets: &TaskOffsets,
+        typed: Option<&[u32; 4]>,
+        possible_cpus: usize,
+    ) -> std::io::Result<Self> {
         let ringbuf = map_create(BPF_MAP_TYPE_RINGBUF, 0, 0, RING_BYTES as u32, "cpulab_ring")?;
         let counts = map_create(
             BPF_MAP_TYPE_PERCPU_ARRAY,
@@ -647,13 +710,24 @@ impl Programs {
                 counts.as_raw_fd(),
                 slot as u32,
                 offsets,
+                typed.is_some(),
             );
-            let prog = prog_load(
-                &insns,
-                &format!("cpulab_raw{slot}"),
-                BPF_PROG_TYPE_RAW_TRACEPOINT,
-            )?;
-            links.push(raw_attach(name, &prog)?);
+            let prog = match typed {
+                Some(ids) => prog_load(
+                    &insns,
+                    &format!("cpulab_btf{slot}"),
+                    BPF_PROG_TYPE_TRACING,
+                    Some(ids[slot]),
+                )?,
+                None => prog_load(
+                    &insns,
+                    &format!("cpulab_raw{slot}"),
+                    BPF_PROG_TYPE_RAW_TRACEPOINT,
+                    None,
+                )?,
+            };
+            // A typed program names its tracepoint by its BTF id: the name is left out.
+            links.push(raw_attach(typed.is_none().then_some(*name), &prog)?);
             progs.push(prog);
         }
         Ok(Self {
@@ -664,7 +738,11 @@ impl Programs {
             _ringbuf: ringbuf,
             last_fill: 0.0,
             possible_cpus,
-            raw: true,
+            kind: if typed.is_some() {
+                Kind::TypedRaw
+            } else {
+                Kind::Raw
+            },
         })
     }
 
@@ -881,7 +959,7 @@ mod tests {
             cpu: 68,
         };
         // switch(preempt, prev, next, prev_state): prev->pid, next->pid, then the two scalars.
-        let p = raw_program(3, 4, 1, &o);
+        let p = raw_program(3, 4, 1, &o, false);
         let loads: Vec<i16> = p
             .iter()
             .filter(|i| i.code == 0x79 && i.src == 6)
@@ -889,7 +967,7 @@ mod tests {
             .collect();
         assert_eq!(loads, [8, 16, 24, 0]);
         // wakeup(p): the task's pid, CPU and tgid, all through the one argument.
-        let p = raw_program(3, 4, 3, &o);
+        let p = raw_program(3, 4, 3, &o, false);
         let fields: Vec<i32> = p
             .windows(2)
             .filter(|w| w[0].code == 0x79 && w[0].src == 6 && w[1].code == 0x07)
@@ -912,5 +990,49 @@ mod tests {
                 .filter(|i| (i.code == 0x63 || i.code == 0x62 || i.code == 0x7b) && i.dst == 7)
                 .all(|i| (i.off as usize) + 4 <= RAW_RECORD)
         );
+    }
+
+    #[test]
+    fn typed_programs_load_task_fields_directly() {
+        let o = TaskOffsets {
+            pid: 2464,
+            tgid: 2468,
+            cpu: 68,
+        };
+        for slot in 0..4 {
+            let p = raw_program(3, 4, slot, &o, true);
+            // No helper reads kernel memory: each field is an argument load then a field load.
+            assert!(!p.contains(&Insn::call(helper::PROBE_READ_KERNEL)));
+            let direct = p.windows(3).filter(|w| {
+                w[0].code == 0x79 && w[0].src == 6 && w[1] == Insn::ldx_w(1, 1, w[1].off)
+            });
+            let fields: Vec<i16> = direct.map(|w| w[1].off).collect();
+            let want: &[i16] = match slot {
+                1 => &[2464, 2464],
+                2 => &[2464, 2468],
+                _ => &[2464, 68, 2468],
+            };
+            assert_eq!(fields, want, "slot {slot}");
+            // Same record as the untyped program: the same stores into it.
+            let stores = |p: &[Insn]| -> Vec<i16> {
+                p.iter()
+                    .filter(|i| (i.code == 0x63 || i.code == 0x62) && i.dst == 7)
+                    .map(|i| i.off)
+                    .collect()
+            };
+            let untyped = raw_program(3, 4, slot, &o, false);
+            let mut a = stores(&p);
+            let mut b = stores(&untyped);
+            // The untyped program's helper writes the fields instead of a store.
+            b.extend(
+                untyped
+                    .windows(2)
+                    .filter(|w| w[0] == Insn::mov64_reg(1, 7) && w[1].code == 0x07)
+                    .map(|w| w[1].imm as i16),
+            );
+            a.sort_unstable();
+            b.sort_unstable();
+            assert_eq!(a, b, "slot {slot}");
+        }
     }
 }

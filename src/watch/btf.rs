@@ -97,6 +97,15 @@ pub fn tracepoint_args(btf: &Btf, name: &str) -> Result<usize, String> {
     Err(format!("{typedef} is not a pointer to a function"))
 }
 
+/// The BTF id of the tracepoint's `btf_trace_<name>` typedef: what a BTF-typed raw tracepoint
+/// program (`tp_btf`) names as the tracepoint it attaches to, and what types its arguments.
+pub fn tracepoint_typedef_id(btf: &Btf, name: &str) -> Option<u32> {
+    btf.resolve_ids_by_name(&format!("btf_trace_{name}"))
+        .ok()?
+        .into_iter()
+        .find(|&id| matches!(btf.resolve_type_by_id(id), Ok(Type::Typedef(_))))
+}
+
 /// Whether parameter `i` of the tracepoint (0 = its first real argument) is a pointer: used to
 /// check that the task arguments are where the programs read them.
 pub fn tracepoint_arg_is_pointer(btf: &Btf, name: &str, i: usize) -> bool {
@@ -264,6 +273,17 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn the_typed_programs_name_the_tracepoint_by_its_typedef() {
+        let btf = Btf::from_bytes(&kernel_like(true)).unwrap();
+        let id = tracepoint_typedef_id(&btf, "sched_switch").unwrap();
+        let Ok(Type::Typedef(t)) = btf.resolve_type_by_id(id) else {
+            panic!("id {id} is not a typedef");
+        };
+        assert_eq!(btf.resolve_name(&t).unwrap(), "btf_trace_sched_switch");
+        assert_eq!(tracepoint_typedef_id(&btf, "sched_waking"), None);
+    }
+
+    #[test]
     fn this_kernels_btf_agrees_with_the_programs_where_there_is_one() {
         let Ok(btf) = Btf::from_file("/sys/kernel/btf/vmlinux") else {
             eprintln!("no /sys/kernel/btf/vmlinux here: the live check is skipped");
@@ -275,5 +295,8 @@ pub(crate) mod tests {
         assert_eq!(tracepoint_args(&btf, "sched_waking"), Ok(1));
         assert_eq!(tracepoint_args(&btf, "sched_wakeup"), Ok(1));
         assert_eq!(tracepoint_args(&btf, "sched_migrate_task"), Ok(2));
+        for name in super::super::EVENT_NAMES {
+            assert!(tracepoint_typedef_id(&btf, name).is_some(), "{name}");
+        }
     }
 }

@@ -215,76 +215,34 @@ pub fn run(machine: &Machine, s: &WatchSettings, progress: &Progress) -> Result<
     } else {
         PERMISSION_LINE
     };
-    let tracefs = targets::Tracefs::open().map_err(|e| {
-        if root_user {
-            anyhow::anyhow!(e)
-        } else {
-            bad_input(denied_line)
-        }
-    })?;
-    let fmt = |n: &str| {
-        tracefs.format(n).map_err(|e| {
-            if root_user {
-                anyhow::anyhow!("reading the layout of sched:{n}: {e}")
-            } else {
-                bad_input(denied_line)
-            }
-        })
-    };
-    let formats = [
-        fmt("sched_waking")?,
-        fmt("sched_wakeup")?,
-        fmt("sched_switch")?,
-        fmt("sched_migrate_task")?,
-    ];
-    let decoder = Decoder::new(&formats[0], &formats[1], &formats[2], &formats[3])
-        .map_err(|e| anyhow::anyhow!(e))?;
-    drop(tracefs);
-
     let cpus = machine.topology.online.to_vec();
-    // BPF first, unless perf was asked for (or a perf ring dump, a parser fixture).
+    let want_bpf = s.mechanism != Mechanism::Perf && s.dump_records.is_none();
+    // BPF first, unless perf was asked for (or a perf ring dump, a parser fixture); raw
+    // tracepoints first of all: they need the kernel's BTF but not tracefs.
     let mut bpf_refused = None;
     let mut raw_refused: Option<String> = None;
+    let mut typed_refused: Option<String> = None;
     let mut source = None;
-    if s.mechanism != Mechanism::Perf && s.dump_records.is_none() {
-        match open_bpf(
-            &formats,
-            &machine.root,
-            s.mechanism != Mechanism::BpfTracepoint,
-        ) {
+    if want_bpf && s.mechanism != Mechanism::BpfTracepoint {
+        match open_raw(&machine.root) {
             Ok((p, why)) => {
-                if let Some(why) = why
-                    .as_ref()
-                    .filter(|_| s.mechanism != Mechanism::BpfTracepoint)
-                {
-                    progress.note(&format!(
-                        "BPF tracepoint programs instead of raw tracepoints: {why}"
-                    ));
-                }
-                raw_refused = why;
-                source = Some(Source::Bpf(p));
+                typed_refused = why;
+                source = Some(Source::Bpf(p, None));
             }
-            Err(e) if s.mechanism != Mechanism::Auto => {
-                return Err(if is_denied(&e) {
-                    bad_input(BPF_PERMISSION_LINE)
-                } else {
-                    bad_input(format!(
-                        "--mechanism bpf: the BPF programs did not load here ({e}); use --mechanism perf"
-                    ))
-                });
+            Err(RawRefusal::Denied(_)) if s.mechanism == Mechanism::Bpf => {
+                return Err(bad_input(BPF_PERMISSION_LINE));
             }
-            Err(e) => bpf_refused = Some(e.to_string()),
+            Err(RawRefusal::Denied(e)) => bpf_refused = Some(e),
+            Err(RawRefusal::Unusable(why)) => raw_refused = Some(why),
         }
+    } else if want_bpf {
+        raw_refused = Some("--mechanism bpf-tracepoint".into());
     }
     let mut filters = None;
+    // What each event costs a record (all of them, with BPF); the ids are perf's concern.
     let mut specs: Vec<ring::EventSpec> = (0..4)
-        .map(|i| ring::EventSpec {
-            id: [
-                decoder.ids[0],
-                decoder.ids[2],
-                decoder.ids[3],
-                decoder.ids[1],
-            ][i],
+        .map(|_| ring::EventSpec {
+            id: 0,
             sampled: true,
             filter: None,
         })
@@ -292,15 +250,54 @@ pub fn run(machine: &Machine, s: &WatchSettings, progress: &Progress) -> Result<
     let mut source = match source {
         Some(b) => b,
         None => {
-            if let Some(why) = &bpf_refused {
-                progress.note(&format!(
-                    "reading the tracepoints with perf: BPF did not load ({why})"
-                ));
+            let formats = read_formats(root_user, denied_line)?;
+            let decoder = Decoder::new(&formats[0], &formats[1], &formats[2], &formats[3])
+                .map_err(|e| anyhow::anyhow!(e))?;
+            let mut bpf = None;
+            if want_bpf && bpf_refused.is_none() {
+                match open_tracepoint_bpf(&formats, &machine.root) {
+                    Ok(p) => {
+                        if let Some(why) = raw_refused
+                            .as_ref()
+                            .filter(|_| s.mechanism != Mechanism::BpfTracepoint)
+                        {
+                            progress.note(&format!(
+                                "BPF tracepoint programs instead of raw tracepoints: {why}"
+                            ));
+                        }
+                        bpf = Some(p);
+                    }
+                    Err(e) if s.mechanism != Mechanism::Auto => {
+                        return Err(if is_denied(&e) {
+                            bad_input(BPF_PERMISSION_LINE)
+                        } else {
+                            bad_input(format!(
+                                "--mechanism {}: the BPF programs did not load here ({e}); use --mechanism perf",
+                                if s.mechanism == Mechanism::Bpf {
+                                    "bpf"
+                                } else {
+                                    "bpf-tracepoint"
+                                }
+                            ))
+                        });
+                    }
+                    Err(e) => bpf_refused = Some(e.to_string()),
+                }
             }
-            let (tracer, f, sp) = open_perf(machine, s, &decoder, &cpus)?;
-            filters = f;
-            specs = sp;
-            Source::Perf(tracer)
+            match bpf {
+                Some(p) => Source::Bpf(p, Some(decoder)),
+                None => {
+                    if let Some(why) = &bpf_refused {
+                        progress.note(&format!(
+                            "reading the tracepoints with perf: BPF did not load ({why})"
+                        ));
+                    }
+                    let (tracer, f, sp) = open_perf(machine, s, &decoder, &cpus)?;
+                    filters = f;
+                    specs = sp;
+                    Source::Perf(tracer, decoder)
+                }
+            }
         }
     };
 
@@ -361,7 +358,7 @@ pub fn run(machine: &Machine, s: &WatchSettings, progress: &Progress) -> Result<
             monotonic_ns().saturating_sub(SETTLE_NS)
         };
         if started.elapsed() > Duration::from_millis(300)
-            && let Source::Perf(tracer) = &mut source
+            && let Source::Perf(tracer, decoder) = &mut source
             && let Some(path) = dump.take()
         {
             let bytes = tracer.drain_bytes();
@@ -369,10 +366,10 @@ pub fn run(machine: &Machine, s: &WatchSettings, progress: &Progress) -> Result<
                 .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
             let cpu = cpus.first().copied().unwrap_or(0);
             ring::parse_records(&bytes, |r| {
-                collect(&decoder, cpu, r, &mut pending, &mut tally)
+                collect(decoder, cpu, r, &mut pending, &mut tally)
             });
         }
-        torn += source.drain(&decoder, &mut pending, &mut tally);
+        torn += source.drain(&mut pending, &mut tally);
         pending.sort_by_key(|t| t.time_ns);
         let ready = pending.partition_point(|t| t.time_ns <= cutoff);
         for ev in pending.drain(..ready) {
@@ -397,8 +394,10 @@ pub fn run(machine: &Machine, s: &WatchSettings, progress: &Progress) -> Result<
     let interval_s = started.elapsed().as_secs_f64();
     analysis.finish(&mut tasks);
     let counts = source.counts(&cpus, &mut tally);
-    let bpf = matches!(source, Source::Bpf(_));
-    let bpf_raw = matches!(&source, Source::Bpf(p) if p.raw);
+    let bpf_kind = match &source {
+        Source::Bpf(p, _) => Some(p.kind),
+        Source::Perf(..) => None,
+    };
     drop(source);
     drop(child);
     let after = crate::counters::SystemSnapshot::take(&machine.root);
@@ -407,15 +406,26 @@ pub fn run(machine: &Machine, s: &WatchSettings, progress: &Progress) -> Result<
     if report::incomplete(&delivery).is_some() {
         conditions.noisy = true;
     }
-    let mechanism = if bpf_raw {
+    let mechanism = if bpf_kind == Some(bpf::Kind::TypedRaw) {
         format!(
-            "eBPF programs on the raw tracepoints sched_waking, sched_wakeup, sched_switch, \
-             sched_migrate_task (task fields at offsets from the kernel's BTF), each writing a \
-             {}-byte record per event into one BPF ring buffer ({} MiB); no in-kernel filter",
+            "eBPF programs on the BTF-typed raw tracepoints (tp_btf) sched_waking, \
+             sched_wakeup, sched_switch, sched_migrate_task, reading task fields with plain \
+             loads, each writing a {}-byte record per event into one BPF ring buffer ({} MiB); \
+             no in-kernel filter",
             bpf::RAW_RECORD,
             bpf::RING_BYTES >> 20
         )
-    } else if bpf {
+    } else if bpf_kind == Some(bpf::Kind::Raw) {
+        format!(
+            "eBPF programs on the raw tracepoints sched_waking, sched_wakeup, sched_switch, \
+             sched_migrate_task (task fields read with bpf_probe_read_kernel at offsets from the \
+             kernel's BTF), each writing a {}-byte record per event into one BPF ring buffer \
+             ({} MiB); no in-kernel filter (BTF-typed programs not used: {})",
+            bpf::RAW_RECORD,
+            bpf::RING_BYTES >> 20,
+            typed_refused.as_deref().unwrap_or("unknown")
+        )
+    } else if bpf_kind.is_some() {
         format!(
             "eBPF programs on sched:sched_waking, sched_wakeup, sched_switch, \
              sched_migrate_task, each copying every record into one BPF ring buffer ({} MiB); \
@@ -472,37 +482,87 @@ pub fn run(machine: &Machine, s: &WatchSettings, progress: &Progress) -> Result<
 /// The one line for a user who may not load BPF programs.
 pub const BPF_PERMISSION_LINE: &str = "cpulab watch --mechanism bpf needs to load BPF programs: run as root, or grant CAP_BPF and CAP_PERFMON: setcap cap_bpf,cap_perfmon+ep $(which cpulab); or use --mechanism perf";
 
-/// Loads the BPF programs for the four tracepoints (in [`EVENT_NAMES`] order): raw-tracepoint
-/// programs when the kernel's BTF gives the task fields and the tracepoints' arguments are as
-/// the programs read them, else tracepoint programs copying each tracefs record (the second
-/// value says why the raw ones were not used).
-fn open_bpf(
+/// The scheduler tracepoints' record layouts (and ids) from tracefs, mounted for the moment
+/// if it is not (root only); a user who may not read them gets `denied_line`.
+fn read_formats(root_user: bool, denied_line: &str) -> Result<[format::Format; 4]> {
+    let tracefs = targets::Tracefs::open().map_err(|e| {
+        if root_user {
+            anyhow::anyhow!(e)
+        } else {
+            bad_input(denied_line)
+        }
+    })?;
+    let fmt = |n: &str| {
+        tracefs.format(n).map_err(|e| {
+            if root_user {
+                anyhow::anyhow!("reading the layout of sched:{n}: {e}")
+            } else {
+                bad_input(denied_line)
+            }
+        })
+    };
+    Ok([
+        fmt("sched_waking")?,
+        fmt("sched_wakeup")?,
+        fmt("sched_switch")?,
+        fmt("sched_migrate_task")?,
+    ])
+}
+
+/// Why the raw-tracepoint programs were not loaded.
+enum RawRefusal {
+    /// Not allowed to load BPF programs at all.
+    Denied(String),
+    /// Not usable on this kernel (no BTF, other arguments, refused by the verifier).
+    Unusable(String),
+}
+
+/// Loads the raw-tracepoint programs for the four tracepoints (in [`EVENT_NAMES`] order):
+/// BTF-typed ones where the kernel takes them, else untyped ones (the second value says why
+/// the typed ones were not used). Needs the kernel's BTF for the task fields, not tracefs.
+fn open_raw(root: &std::path::Path) -> Result<(bpf::Programs, Option<String>), RawRefusal> {
+    let possible = bpf::possible_cpus(root).ok_or_else(|| {
+        RawRefusal::Unusable("cannot read /sys/devices/system/cpu/possible".into())
+    })?;
+    let (offsets, typed) = raw_offsets(root).map_err(RawRefusal::Unusable)?;
+    let typed_refused = match &typed {
+        // Any refusal of the typed programs (a verifier's EACCES included) leaves the untyped
+        // ones to try: their refusal is the one that says whether BPF is allowed here.
+        Some(ids) => match bpf::Programs::load_raw(&offsets, Some(ids), possible) {
+            Ok(p) => return Ok((p, None)),
+            Err(e) => format!("they did not load: {e}"),
+        },
+        None => "the kernel's BTF has no btf_trace typedefs for them".to_string(),
+    };
+    match bpf::Programs::load_raw(&offsets, None, possible) {
+        Ok(p) => Ok((p, Some(typed_refused))),
+        Err(e) if is_denied(&e) => Err(RawRefusal::Denied(e.to_string())),
+        Err(e) => Err(RawRefusal::Unusable(format!(
+            "raw tracepoints did not load: {e}"
+        ))),
+    }
+}
+
+/// Loads tracepoint programs for the four tracepoints, copying each tracefs record.
+fn open_tracepoint_bpf(
     formats: &[format::Format; 4],
     root: &std::path::Path,
-    raw: bool,
-) -> std::io::Result<(bpf::Programs, Option<String>)> {
+) -> std::io::Result<bpf::Programs> {
     let possible = bpf::possible_cpus(root)
         .ok_or_else(|| std::io::Error::other("cannot read /sys/devices/system/cpu/possible"))?;
-    let raw_refused = match raw.then(|| raw_offsets(root)) {
-        None => "--mechanism bpf-tracepoint".to_string(),
-        Some(Err(why)) => why,
-        Some(Ok(offsets)) => match bpf::Programs::load_raw(&offsets, possible) {
-            Ok(p) => return Ok((p, None)),
-            Err(e) if is_denied(&e) => return Err(e),
-            Err(e) => format!("raw tracepoints did not load: {e}"),
-        },
-    };
     // EVENT_NAMES order: waking, switch, migrate, wakeup.
     let events: Vec<(u64, usize)> = [0, 2, 3, 1]
         .iter()
         .map(|&i| (formats[i].id, bpf::record_size(&formats[i])))
         .collect();
-    bpf::Programs::load(&events, possible).map(|p| (p, Some(raw_refused)))
+    bpf::Programs::load(&events, possible)
 }
 
 /// The task field offsets from the kernel's BTF, once its scheduler tracepoints are checked to
-/// pass the arguments the raw-tracepoint programs read (see [`bpf::raw_program`]).
-fn raw_offsets(root: &std::path::Path) -> Result<btf::TaskOffsets, String> {
+/// pass the arguments the raw-tracepoint programs read (see [`bpf::raw_program`]); with them,
+/// the ids of the tracepoints' `btf_trace_<name>` typedefs (in [`EVENT_NAMES`] order) where the
+/// BTF has all four, for BTF-typed programs.
+fn raw_offsets(root: &std::path::Path) -> Result<(btf::TaskOffsets, Option<[u32; 4]>), String> {
     let path = root.join("sys/kernel/btf/vmlinux");
     // Mapped, not parsed whole: a handful of look-ups need no cache of every kernel type (which
     // took 22 MB and 0.16 CPU-s here).
@@ -527,7 +587,12 @@ fn raw_offsets(root: &std::path::Path) -> Result<btf::TaskOffsets, String> {
             ));
         }
     }
-    btf::task_offsets(&kernel)
+    let offsets = btf::task_offsets(&kernel)?;
+    let ids: Option<Vec<u32>> = EVENT_NAMES
+        .iter()
+        .map(|n| btf::tracepoint_typedef_id(&kernel, n))
+        .collect();
+    Ok((offsets, ids.and_then(|v| v.try_into().ok())))
 }
 
 /// Opens the perf tracepoint events, with in-kernel filters where the target allows them.
@@ -586,38 +651,38 @@ fn open_perf(
     Ok((tracer, filters, specs))
 }
 
-/// Where the records come from: perf's per-CPU rings, or the BPF programs' ring.
+/// Where the records come from: perf's per-CPU rings, or the BPF programs' ring; with the
+/// decoder of tracefs record layouts where the records are those (raw-tracepoint programs
+/// write their own fixed records, and need no tracefs).
 enum Source {
-    Perf(ring::Tracer),
-    Bpf(bpf::Programs),
+    Perf(ring::Tracer, Decoder),
+    Bpf(bpf::Programs, Option<Decoder>),
 }
 
 impl Source {
     fn enable(&self) -> std::io::Result<()> {
         match self {
-            Source::Perf(t) => t.enable(),
-            Source::Bpf(p) => p.enable(),
+            Source::Perf(t, _) => t.enable(),
+            Source::Bpf(p, _) => p.enable(),
         }
     }
 
     fn disable(&mut self) {
         match self {
-            Source::Perf(t) => t.disable(),
-            Source::Bpf(p) => p.disable(),
+            Source::Perf(t, _) => t.disable(),
+            Source::Bpf(p, _) => p.disable(),
         }
     }
 
     /// Decodes every record read now into `out`; returns the bytes that did not form a record.
-    fn drain(&mut self, d: &Decoder, out: &mut Vec<Timed>, tally: &mut Tally) -> u64 {
+    fn drain(&mut self, out: &mut Vec<Timed>, tally: &mut Tally) -> u64 {
         match self {
-            Source::Perf(t) => t.drain(|cpu, r| collect(d, cpu, r, out, tally)) as u64,
-            Source::Bpf(p) => {
-                let raw = p.raw;
+            Source::Perf(t, d) => t.drain(|cpu, r| collect(d, cpu, r, out, tally)) as u64,
+            Source::Bpf(p, d) => {
                 p.drain(|r| {
-                    let event = if raw {
-                        bpf::decode_raw(&r)
-                    } else {
-                        d.decode_slot(r.slot, r.tid, r.cpu, r.raw, false)
+                    let event = match d {
+                        None => bpf::decode_raw(&r),
+                        Some(d) => d.decode_slot(r.slot, r.tid, r.cpu, r.raw, false),
                     };
                     if let Some(event) = event {
                         tally.record(r.cpu, r.time_ns, event, out);
@@ -630,8 +695,8 @@ impl Source {
 
     fn last_fill(&self) -> f64 {
         match self {
-            Source::Perf(t) => t.last_fill,
-            Source::Bpf(p) => p.last_fill,
+            Source::Perf(t, _) => t.last_fill,
+            Source::Bpf(p, _) => p.last_fill,
         }
     }
 
@@ -639,8 +704,8 @@ impl Source {
     /// drops go into the tally's losses.
     fn counts(&self, cpus: &[u32], tally: &mut Tally) -> Vec<(u32, Vec<Option<u64>>)> {
         match self {
-            Source::Perf(t) => t.counts(),
-            Source::Bpf(p) => match p.counts() {
+            Source::Perf(t, _) => t.counts(),
+            Source::Bpf(p, _) => match p.counts() {
                 Ok(per_cpu) => cpus
                     .iter()
                     .map(|&cpu| {
