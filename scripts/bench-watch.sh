@@ -7,7 +7,8 @@
 # to CPU 0 (the same-CPU pair). Each round runs pgbench once without a watch, then once with
 # `cpulab watch --comm postgres,pgbench --mechanism M` attached for each mechanism M in turn
 # (bpf: raw tracepoints; bpf-tracepoint; perf), so the mechanisms are compared side by side
-# under the same conditions. It
+# under the same conditions; odd rounds run without a watch first, even rounds last (ABBA), so
+# a drift in the machine's speed does not favour either side. It
 # prints, per placement and mechanism, the throughput ratio (with / without), the spread of the
 # per-round ratios, the events the watch lost, its own CPU and its peak RSS (/usr/bin/time -v).
 # Target: ratio >= 0.95 for the cross-CPU pair, peak RSS < 50 MB.
@@ -60,6 +61,7 @@ tps() { # CPU -> tps of one pgbench run
 }
 
 mean() { printf '%s\n' "$@" | awk '{s += $1} END {printf "%.1f", s / NR}'; }
+median() { printf '%s\n' "$@" | sort -g | awk '{v[NR] = $1} END {printf "%.3f", (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
 spread() { printf '%s\n' "$@" | sort -g | awk 'NR == 1 {lo = $1} {hi = $1} END {printf "%.3f..%.3f", lo, hi}'; }
 
 mechanisms=${MECHANISMS:-bpf bpf-tracepoint perf}
@@ -71,22 +73,26 @@ for placement in "cross:1" "same:0"; do
     off=()
     declare -A on=() ratios=() lost=()
     for r in $(seq "$rounds"); do
-        a=$(tps "$cpu")
-        off+=("$a")
-        line="  $name round $r: without $(printf '%.0f' "$a") tps"
-        for m in $mechanisms; do
+        # Odd rounds run without a watch first, even rounds last (ABBA): a drift in the
+        # machine's speed over a round then falls on both sides alike over two rounds.
+        order="none $mechanisms"
+        [ $((r % 2)) = 0 ] && order=$(printf '%s\n' $order | tac | tr '\n' ' ')
+        declare -A got=() extra=()
+        for m in $order; do
+            if [ "$m" = none ]; then
+                got[none]=$(tps "$cpu")
+                continue
+            fi
             out=$dir/watch.$name.$m.$r
             # shellcheck disable=SC2086 # WATCH_FLAGS is a list of flags
             /usr/bin/time -v -o "$out.time" "$cpulab" watch --quiet --json --mechanism "$m" \
                 ${WATCH_FLAGS:-} --comm postgres,pgbench --duration $((secs + 30))s >"$out.json" &
             watch_pid=$!
             sleep 1 # tracepoints open before the measured run
-            b=$(tps "$cpu")
+            got[$m]=$(tps "$cpu")
             kill -INT "$(pgrep -P "$watch_pid" -x cpulab || echo "$watch_pid")" 2>/dev/null || true
             wait "$watch_pid" || true
             watch_pid=
-            ratio=$(awk -v a="$a" -v b="$b" 'BEGIN {printf "%.4f", b / a}')
-            on[$m]+="$b "; ratios[$m]+="$ratio "
             kb=$(sed -n 's/.*Maximum resident set size (kbytes): //p' "$out.time")
             [ "${kb:-0}" -gt "${peak_kb[$m]:-0}" ] && peak_kb[$m]=$kb
             l=$(jq '.lost_events' "$out.json" 2>/dev/null || echo 0)
@@ -94,20 +100,29 @@ for placement in "cross:1" "same:0"; do
             w=$(jq '[.processes[].wakeups_per_s] | add // 0 | floor' "$out.json" 2>/dev/null || echo "?")
             cpu_s=$(awk -F': ' '/User time|System time/ {s += $2} END {print s}' "$out.time")
             wall=$(jq '.interval_s' "$out.json" 2>/dev/null || echo 0)
-            line+=$(printf '; %s %.0f tps (%s), %s wakeups/s seen, lost %s, own CPU %.2f CPU-s/s' \
-                "$m" "$b" "$ratio" "$w" "$l" \
+            extra[$m]=$(printf '%s wakeups/s seen, lost %s, own CPU %.2f CPU-s/s' "$w" "$l" \
                 "$(awk -v c="$cpu_s" -v w="$wall" 'BEGIN {print (w > 0) ? c / w : 0}')")
         done
+        a=${got[none]}
+        off+=("$a")
+        line="  $name round $r ($(echo $order | tr ' ' ',')): without $(printf '%.0f' "$a") tps"
+        for m in $mechanisms; do
+            b=${got[$m]}
+            ratio=$(awk -v a="$a" -v b="$b" 'BEGIN {printf "%.4f", b / a}')
+            on[$m]+="$b "; ratios[$m]+="$ratio "
+            line+=$(printf '; %s %.0f tps (%s), %s' "$m" "$b" "$ratio" "${extra[$m]}")
+        done
         echo "$line"
+        unset got extra
     done
     m_off=$(mean "${off[@]}")
     for m in $mechanisms; do
         # shellcheck disable=SC2086 # space-separated lists
         m_on=$(mean ${on[$m]})
         # shellcheck disable=SC2086
-        printf '  %s-CPU pair, %s: without %.0f tps, with %.0f tps, ratio %.3f (per-round ratios %s), lost events %d\n' \
+        printf '  %s-CPU pair, %s: without %.0f tps, with %.0f tps, ratio %.3f (median of per-round ratios %s, range %s), lost events %d\n' \
             "$name" "$m" "$m_off" "$m_on" "$(awk -v a="$m_off" -v b="$m_on" 'BEGIN {print b / a}')" \
-            "$(spread ${ratios[$m]})" "${lost[$m]}"
+            "$(median ${ratios[$m]})" "$(spread ${ratios[$m]})" "${lost[$m]}"
     done
     unset on ratios lost
 done
