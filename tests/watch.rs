@@ -407,6 +407,58 @@ fn bpf_times_nearly_every_cross_cpu_wakeup(mechanism: &str, names: &str) {
     }
 }
 
+/// Without root: one line naming what to grant, exit 2; with exactly what it names (CAP_BPF
+/// and CAP_PERFMON, no root, tracefs unreadable) the default watch runs.
+#[test]
+fn a_user_without_root_is_told_what_to_grant_and_with_it_the_watch_runs() {
+    if !can_trace(test_name!()) {
+        return;
+    }
+    let args = ["watch", "--duration", "0.3s", "--json", "--quiet"];
+    let Some(out) = common::cpulab_as_nobody(test_name!(), &args) else {
+        return;
+    };
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(
+        err.contains("CAP_BPF and CAP_PERFMON") && err.contains("setcap"),
+        "{err}"
+    );
+    for (mechanism, says) in [("perf", "needs root"), ("bpf-tracepoint", "needs root")] {
+        let out = common::cpulab_as_nobody(
+            test_name!(),
+            &["watch", "--mechanism", mechanism, "--duration", "0.3s"],
+        )
+        .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{mechanism}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains(says) && !err.contains("panicked"),
+            "{mechanism}: {err}"
+        );
+    }
+    let _one = ONE_WATCH_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    let out = common::cpulab_as_nobody_with_caps(test_name!(), &["bpf", "perfmon"], &args).unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let w: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(
+        w["mechanism"].as_str().unwrap().contains("raw tracepoints"),
+        "{}",
+        w["mechanism"]
+    );
+    assert!(
+        w["events"].as_u64().unwrap() > 0,
+        "the whole machine has some events"
+    );
+}
+
 /// The perf mechanism stays available (kernels or users without BPF) and measures the same
 /// placement.
 #[test]

@@ -40,7 +40,9 @@ use std::time::{Duration, Instant};
 pub use targets::Target;
 
 /// The one line for a user who may not open system-wide tracepoints.
-pub const PERMISSION_LINE: &str = "cpulab watch needs to read scheduler tracepoints: run as root, or grant CAP_PERFMON: setcap cap_perfmon+ep $(which cpulab), or sysctl kernel.perf_event_paranoid=-1";
+pub const PERMISSION_LINE: &str = "cpulab watch needs to read scheduler tracepoints: run as root, or grant CAP_BPF and CAP_PERFMON for its BPF programs: setcap cap_bpf,cap_perfmon+ep $(which cpulab)";
+/// The one line for a user who asked for perf and may not use it.
+pub const PERF_PERMISSION_LINE: &str = "cpulab watch --mechanism perf needs root (it reads the tracepoints' layouts from tracefs); without root, grant CAP_BPF and CAP_PERFMON and use the default mechanism: setcap cap_bpf,cap_perfmon+ep $(which cpulab)";
 
 /// Validated settings of a watch.
 #[derive(Clone, Debug)]
@@ -210,10 +212,11 @@ fn whole_records(bytes: &[u8], limit: usize) -> &[u8] {
 /// Watches for the settings' window (or until Ctrl-C, or the target is gone).
 pub fn run(machine: &Machine, s: &WatchSettings, progress: &Progress) -> Result<WatchReport> {
     let root_user = nix::unistd::geteuid().is_root();
-    let denied_line = if matches!(s.mechanism, Mechanism::Bpf | Mechanism::BpfTracepoint) {
-        BPF_PERMISSION_LINE
-    } else {
-        PERMISSION_LINE
+    let denied_line = match s.mechanism {
+        Mechanism::Bpf => BPF_PERMISSION_LINE,
+        Mechanism::BpfTracepoint => BPF_TRACEPOINT_PERMISSION_LINE,
+        Mechanism::Perf => PERF_PERMISSION_LINE,
+        Mechanism::Auto => PERMISSION_LINE,
     };
     let cpus = machine.topology.online.to_vec();
     let want_bpf = s.mechanism != Mechanism::Perf && s.dump_records.is_none();
@@ -269,7 +272,7 @@ pub fn run(machine: &Machine, s: &WatchSettings, progress: &Progress) -> Result<
                     }
                     Err(e) if s.mechanism != Mechanism::Auto => {
                         return Err(if is_denied(&e) {
-                            bad_input(BPF_PERMISSION_LINE)
+                            bad_input(denied_line)
                         } else {
                             bad_input(format!(
                                 "--mechanism {}: the BPF programs did not load here ({e}); use --mechanism perf",
@@ -480,7 +483,9 @@ pub fn run(machine: &Machine, s: &WatchSettings, progress: &Progress) -> Result<
 }
 
 /// The one line for a user who may not load BPF programs.
-pub const BPF_PERMISSION_LINE: &str = "cpulab watch --mechanism bpf needs to load BPF programs: run as root, or grant CAP_BPF and CAP_PERFMON: setcap cap_bpf,cap_perfmon+ep $(which cpulab); or use --mechanism perf";
+pub const BPF_PERMISSION_LINE: &str = "cpulab watch --mechanism bpf needs to load BPF programs: run as root, or grant CAP_BPF and CAP_PERFMON: setcap cap_bpf,cap_perfmon+ep $(which cpulab)";
+/// The one line for a user who asked for bpf-tracepoint and may not use it.
+pub const BPF_TRACEPOINT_PERMISSION_LINE: &str = "cpulab watch --mechanism bpf-tracepoint needs root (it reads the tracepoints' layouts from tracefs); without root, grant CAP_BPF and CAP_PERFMON and use --mechanism bpf: setcap cap_bpf,cap_perfmon+ep $(which cpulab)";
 
 /// The scheduler tracepoints' record layouts (and ids) from tracefs, mounted for the moment
 /// if it is not (root only); a user who may not read them gets `denied_line`.
@@ -643,7 +648,11 @@ fn open_perf(
     }
     let tracer = opened.map_err(|e| {
         if is_denied(&e) {
-            bad_input(PERMISSION_LINE)
+            bad_input(if s.mechanism == Mechanism::Perf {
+                PERF_PERMISSION_LINE
+            } else {
+                PERMISSION_LINE
+            })
         } else {
             anyhow::anyhow!("perf_event_open of the scheduler tracepoints: {e}")
         }

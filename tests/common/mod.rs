@@ -77,15 +77,26 @@ pub fn cpulab_under_taskset(cpus: &str, args: &[&str]) -> std::process::Output {
 /// Runs cpulab with `args` as user and group nobody (65534), through `setpriv`, to see what a
 /// user without root gets. `None` when setpriv is missing (reported as [`program`] does).
 pub fn cpulab_as_nobody(test: &str, args: &[&str]) -> Option<std::process::Output> {
+    cpulab_as_nobody_with_caps(test, &[], args)
+}
+
+/// The same, with the capabilities `caps` (such as "bpf", "perfmon") granted as ambient ones,
+/// as `setcap` on the binary would grant them.
+pub fn cpulab_as_nobody_with_caps(
+    test: &str,
+    caps: &[&str],
+    args: &[&str],
+) -> Option<std::process::Output> {
     let setpriv = program(test, "setpriv", "util-linux")?;
-    Some(
-        std::process::Command::new(setpriv)
-            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-            .arg(cpulab_path())
-            .args(args)
-            .output()
-            .unwrap(),
-    )
+    let mut cmd = std::process::Command::new(setpriv);
+    cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups"]);
+    if !caps.is_empty() {
+        let list: Vec<String> = caps.iter().map(|c| format!("+{c}")).collect();
+        let list = list.join(",");
+        cmd.arg(format!("--inh-caps={list}"))
+            .arg(format!("--ambient-caps={list}"));
+    }
+    Some(cmd.arg(cpulab_path()).args(args).output().unwrap())
 }
 
 /// Runs `cpulab <subcommand> --json --quiet ARGS`, checks it succeeds with exactly one JSON
