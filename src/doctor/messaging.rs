@@ -60,9 +60,7 @@ impl Placement {
             Self::Spread(s) | Self::Os(s) => s.clone(),
         }
     }
-}
 
-impl Placement {
     /// The experiment's settings for one run of `messages` per sender and receiver.
     fn settings(&self, plan: &Plan, messages: usize) -> MessagingSettings {
         MessagingSettings {

@@ -606,6 +606,21 @@ pub fn parse_record(rec: &[u8]) -> Option<Record<'_>> {
     })
 }
 
+/// The maps every program writes to: the ring buffer (mapped for reading) and the per-CPU
+/// invocation and drop counters.
+fn maps() -> std::io::Result<(OwnedFd, OwnedFd, Ring)> {
+    let ringbuf = map_create(BPF_MAP_TYPE_RINGBUF, 0, 0, RING_BYTES as u32, "cpulab_ring")?;
+    let counts = map_create(
+        BPF_MAP_TYPE_PERCPU_ARRAY,
+        4,
+        8,
+        DROPPED_SLOT + 1,
+        "cpulab_counts",
+    )?;
+    let ring = Ring::map(&ringbuf, RING_BYTES)?;
+    Ok((ringbuf, counts, ring))
+}
+
 /// The loaded programs, running from [`Programs::load`] until [`Programs::disable`].
 pub struct Programs {
     ring: Ring,
@@ -648,15 +663,7 @@ impl Programs {
     /// Loads one program per tracepoint: `events` gives, in slot order, each tracepoint's id
     /// and the size of its raw record.
     pub fn load(events: &[(u64, usize)], possible_cpus: usize) -> std::io::Result<Self> {
-        let ringbuf = map_create(BPF_MAP_TYPE_RINGBUF, 0, 0, RING_BYTES as u32, "cpulab_ring")?;
-        let counts = map_create(
-            BPF_MAP_TYPE_PERCPU_ARRAY,
-            4,
-            8,
-            DROPPED_SLOT + 1,
-            "cpulab_counts",
-        )?;
-        let ring = Ring::map(&ringbuf, RING_BYTES)?;
+        let (ringbuf, counts, ring) = maps()?;
         let mut progs = Vec::new();
         let mut links = Vec::new();
         for (slot, &(id, size)) in events.iter().enumerate() {
@@ -693,15 +700,7 @@ impl Programs {
         typed: Option<&[u32; 4]>,
         possible_cpus: usize,
     ) -> std::io::Result<Self> {
-        let ringbuf = map_create(BPF_MAP_TYPE_RINGBUF, 0, 0, RING_BYTES as u32, "cpulab_ring")?;
-        let counts = map_create(
-            BPF_MAP_TYPE_PERCPU_ARRAY,
-            4,
-            8,
-            DROPPED_SLOT + 1,
-            "cpulab_counts",
-        )?;
-        let ring = Ring::map(&ringbuf, RING_BYTES)?;
+        let (ringbuf, counts, ring) = maps()?;
         let mut progs = Vec::new();
         let mut links = Vec::new();
         for (slot, name) in super::EVENT_NAMES.iter().enumerate() {

@@ -19,15 +19,6 @@ pub use bars::{Bar, bars, grouped};
 pub use heatmap::heatmap;
 pub use lines::{Point, lines};
 
-/// Escapes text for HTML and SVG, for markup not yet written with maud (the charts and pages
-/// here do not use it).
-pub fn esc(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
-}
-
 /// A step of 1, 2 or 5 times a power of ten, giving about `n` ticks over `range`.
 pub fn nice_step(range: f64, n: f64) -> f64 {
     if range <= 0.0 || !range.is_finite() {
