@@ -165,10 +165,32 @@ fn count(p: &mut Vec<Insn>, counts_fd: i32, slot: u32) {
 /// context, a multiple of 8), submit. Returns 1: the kernel then passes the event on to any
 /// other perf listeners (there are none unless someone else traces these events).
 pub fn program(ringbuf_fd: i32, counts_fd: i32, slot: u32, record: usize) -> Vec<Insn> {
+    framed(ringbuf_fd, counts_fd, slot, HEADER + record, 1, |p| {
+        p.push(Insn::mov64_reg(1, 7));
+        p.push(Insn::add64_imm(1, HEADER as i32));
+        p.push(Insn::mov64_imm(2, record as i32));
+        p.push(Insn::mov64_reg(3, 6));
+        // On a failed read the helper zeroes the destination: a zero record decodes to nothing.
+        p.push(Insn::call(helper::PROBE_READ_KERNEL));
+    })
+}
+
+/// What every program does around its own `body`: keep the context in r6, count the
+/// invocation in slot `slot`, reserve `bytes` in the ring (or count a drop and return), fill
+/// the [`HEADER`] (time, current pid/tgid, CPU, slot) with the record in r7, run `body`, submit
+/// without waking the reader, and return `ret`.
+fn framed(
+    ringbuf_fd: i32,
+    counts_fd: i32,
+    slot: u32,
+    bytes: usize,
+    ret: i32,
+    body: impl FnOnce(&mut Vec<Insn>),
+) -> Vec<Insn> {
     let mut p = vec![Insn::mov64_reg(6, 1)];
     count(&mut p, counts_fd, slot);
     p.extend(Insn::ld_map_fd(1, ringbuf_fd));
-    p.push(Insn::mov64_imm(2, (HEADER + record) as i32));
+    p.push(Insn::mov64_imm(2, bytes as i32));
     p.push(Insn::mov64_imm(3, 0));
     p.push(Insn::call(helper::RINGBUF_RESERVE));
     let null_check = p.len();
@@ -181,21 +203,16 @@ pub fn program(ringbuf_fd: i32, counts_fd: i32, slot: u32, record: usize) -> Vec
     p.push(Insn::call(helper::GET_SMP_PROCESSOR_ID));
     p.push(Insn::stx_w(7, 16, 0));
     p.push(Insn::st_w(7, 20, slot as i32));
-    p.push(Insn::mov64_reg(1, 7));
-    p.push(Insn::add64_imm(1, HEADER as i32));
-    p.push(Insn::mov64_imm(2, record as i32));
-    p.push(Insn::mov64_reg(3, 6));
-    // On a failed read the helper zeroes the destination: a zero record decodes to nothing.
-    p.push(Insn::call(helper::PROBE_READ_KERNEL));
+    body(&mut p);
     p.push(Insn::mov64_reg(1, 7));
     p.push(Insn::mov64_imm(2, RB_NO_WAKEUP));
     p.push(Insn::call(helper::RINGBUF_SUBMIT));
-    p.push(Insn::mov64_imm(0, 1));
+    p.push(Insn::mov64_imm(0, ret));
     p.push(Insn::exit());
     let drop_at = p.len();
     p[null_check] = Insn::jeq_imm(0, 0, (drop_at - null_check - 1) as i16);
     count(&mut p, counts_fd, DROPPED_SLOT);
-    p.push(Insn::mov64_imm(0, 1));
+    p.push(Insn::mov64_imm(0, ret));
     p.push(Insn::exit());
     p
 }
@@ -333,8 +350,9 @@ fn copy_arg_u32(p: &mut Vec<Insn>, arg: i16, at: i16) {
 ///   `preempt`;
 /// - migrate `(p, dest_cpu)`: `p->pid`, `dest_cpu`, `p->tgid`.
 ///
-/// `direct`: read the task fields with plain loads (a BTF-typed program, `tp_btf`: about a third
-/// of the per-event cost of the helper calls here), else with `bpf_probe_read_kernel`.
+/// `direct`: read the task fields with plain loads (a BTF-typed program, `tp_btf`; the helper
+/// calls were about 40% of what an untyped program adds per event), else with
+/// `bpf_probe_read_kernel`. Raw tracepoint programs return 0 (typed ones must).
 pub fn raw_program(
     ringbuf_fd: i32,
     counts_fd: i32,
@@ -342,57 +360,30 @@ pub fn raw_program(
     o: &TaskOffsets,
     direct: bool,
 ) -> Vec<Insn> {
-    let mut p = vec![Insn::mov64_reg(6, 1)];
-    count(&mut p, counts_fd, slot);
-    p.extend(Insn::ld_map_fd(1, ringbuf_fd));
-    p.push(Insn::mov64_imm(2, RAW_RECORD as i32));
-    p.push(Insn::mov64_imm(3, 0));
-    p.push(Insn::call(helper::RINGBUF_RESERVE));
-    let null_check = p.len();
-    p.push(Insn::jeq_imm(0, 0, 0)); // patched below to jump to the drop path
-    p.push(Insn::mov64_reg(7, 0));
-    p.push(Insn::call(helper::KTIME_GET_NS));
-    p.push(Insn::stx_dw(7, 0, 0));
-    p.push(Insn::call(helper::GET_CURRENT_PID_TGID));
-    p.push(Insn::stx_dw(7, 8, 0));
-    p.push(Insn::call(helper::GET_SMP_PROCESSOR_ID));
-    p.push(Insn::stx_w(7, 16, 0));
-    p.push(Insn::st_w(7, 20, slot as i32));
     let h = HEADER as i16;
-    match slot {
+    framed(ringbuf_fd, counts_fd, slot, RAW_RECORD, 0, |p| match slot {
         // switch(preempt, prev, next, prev_state)
         1 => {
-            read_task_u32(&mut p, 1, o.pid, h, direct);
-            read_task_u32(&mut p, 2, o.pid, h + 4, direct);
-            copy_arg_u32(&mut p, 3, h + 8);
-            copy_arg_u32(&mut p, 0, h + 12);
+            read_task_u32(p, 1, o.pid, h, direct);
+            read_task_u32(p, 2, o.pid, h + 4, direct);
+            copy_arg_u32(p, 3, h + 8);
+            copy_arg_u32(p, 0, h + 12);
         }
         // migrate(p, dest_cpu)
         2 => {
-            read_task_u32(&mut p, 0, o.pid, h, direct);
-            copy_arg_u32(&mut p, 1, h + 4);
-            read_task_u32(&mut p, 0, o.tgid, h + 8, direct);
+            read_task_u32(p, 0, o.pid, h, direct);
+            copy_arg_u32(p, 1, h + 4);
+            read_task_u32(p, 0, o.tgid, h + 8, direct);
             p.push(Insn::st_w(7, h + 12, 0));
         }
         // waking(p), wakeup(p)
         _ => {
-            read_task_u32(&mut p, 0, o.pid, h, direct);
-            read_task_u32(&mut p, 0, o.cpu, h + 4, direct);
-            read_task_u32(&mut p, 0, o.tgid, h + 8, direct);
+            read_task_u32(p, 0, o.pid, h, direct);
+            read_task_u32(p, 0, o.cpu, h + 4, direct);
+            read_task_u32(p, 0, o.tgid, h + 8, direct);
             p.push(Insn::st_w(7, h + 12, 0));
         }
-    }
-    p.push(Insn::mov64_reg(1, 7));
-    p.push(Insn::mov64_imm(2, RB_NO_WAKEUP));
-    p.push(Insn::call(helper::RINGBUF_SUBMIT));
-    p.push(Insn::mov64_imm(0, 0));
-    p.push(Insn::exit());
-    let drop_at = p.len();
-    p[null_check] = Insn::jeq_imm(0, 0, (drop_at - null_check - 1) as i16);
-    count(&mut p, counts_fd, DROPPED_SLOT);
-    p.push(Insn::mov64_imm(0, 0));
-    p.push(Insn::exit());
-    p
+    })
 }
 
 /// Decodes a raw-tracepoint program's record (see [`raw_program`]) into an event.
