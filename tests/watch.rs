@@ -442,12 +442,7 @@ fn a_user_without_root_is_told_what_to_grant_and_with_it_the_watch_runs() {
         .lock()
         .unwrap_or_else(|e| e.into_inner());
     let out = common::cpulab_as_nobody_with_caps(test_name!(), &["bpf", "perfmon"], &args).unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let w: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let w = common::json_of(&out);
     assert!(
         w["mechanism"].as_str().unwrap().contains("raw tracepoints"),
         "{}",

@@ -597,21 +597,6 @@ pub fn parse_record(rec: &[u8]) -> Option<Record<'_>> {
     })
 }
 
-/// The maps every program writes to: the ring buffer (mapped for reading) and the per-CPU
-/// invocation and drop counters.
-fn maps() -> std::io::Result<(OwnedFd, OwnedFd, Ring)> {
-    let ringbuf = map_create(BPF_MAP_TYPE_RINGBUF, 0, 0, RING_BYTES as u32, "cpulab_ring")?;
-    let counts = map_create(
-        BPF_MAP_TYPE_PERCPU_ARRAY,
-        4,
-        8,
-        DROPPED_SLOT + 1,
-        "cpulab_counts",
-    )?;
-    let ring = Ring::map(&ringbuf, RING_BYTES)?;
-    Ok((ringbuf, counts, ring))
-}
-
 /// The loaded programs, running from [`Programs::load`] until [`Programs::disable`].
 pub struct Programs {
     ring: Ring,
@@ -654,31 +639,23 @@ impl Programs {
     /// Loads one program per tracepoint: `events` gives, in slot order, each tracepoint's id
     /// and the size of its raw record.
     pub fn load(events: &[(u64, usize)], possible_cpus: usize) -> std::io::Result<Self> {
-        let (ringbuf, counts, ring) = maps()?;
-        let mut progs = Vec::new();
-        let mut links = Vec::new();
-        for (slot, &(id, size)) in events.iter().enumerate() {
-            let record = size.div_ceil(8) * 8;
-            let insns = program(ringbuf.as_raw_fd(), counts.as_raw_fd(), slot as u32, record);
-            let prog = prog_load(
-                &insns,
-                &format!("cpulab_tp{slot}"),
-                BPF_PROG_TYPE_TRACEPOINT,
-                None,
-            )?;
-            links.push(attach(id, &prog)?);
-            progs.push(prog);
-        }
-        Ok(Self {
-            ring,
-            counts,
-            links,
-            _progs: progs,
-            _ringbuf: ringbuf,
-            last_fill: 0.0,
+        Self::load_each(
+            Kind::Tracepoint,
+            events.len(),
             possible_cpus,
-            kind: Kind::Tracepoint,
-        })
+            |slot, ring, counts| {
+                let (id, size) = events[slot as usize];
+                let insns = program(ring, counts, slot, size.div_ceil(8) * 8);
+                let prog = prog_load(
+                    &insns,
+                    &format!("cpulab_tp{slot}"),
+                    BPF_PROG_TYPE_TRACEPOINT,
+                    None,
+                )?;
+                let link = attach(id, &prog)?;
+                Ok((prog, link))
+            },
+        )
     }
 
     /// Loads one raw-tracepoint program per scheduler tracepoint (in [`super::EVENT_NAMES`]
@@ -691,23 +668,20 @@ impl Programs {
         typed: Option<&[u32; 4]>,
         possible_cpus: usize,
     ) -> std::io::Result<Self> {
-        let (ringbuf, counts, ring) = maps()?;
-        let mut progs = Vec::new();
-        let mut links = Vec::new();
-        for (slot, name) in super::EVENT_NAMES.iter().enumerate() {
-            let insns = raw_program(
-                ringbuf.as_raw_fd(),
-                counts.as_raw_fd(),
-                slot as u32,
-                offsets,
-                typed.is_some(),
-            );
+        let names = super::EVENT_NAMES;
+        let kind = if typed.is_some() {
+            Kind::TypedRaw
+        } else {
+            Kind::Raw
+        };
+        Self::load_each(kind, names.len(), possible_cpus, |slot, ring, counts| {
+            let insns = raw_program(ring, counts, slot, offsets, typed.is_some());
             let prog = match typed {
                 Some(ids) => prog_load(
                     &insns,
                     &format!("cpulab_btf{slot}"),
                     BPF_PROG_TYPE_TRACING,
-                    Some(ids[slot]),
+                    Some(ids[slot as usize]),
                 )?,
                 None => prog_load(
                     &insns,
@@ -717,8 +691,35 @@ impl Programs {
                 )?,
             };
             // A typed program names its tracepoint by its BTF id: the name is left out.
-            links.push(raw_attach(typed.is_none().then_some(*name), &prog)?);
+            let link = raw_attach(typed.is_none().then_some(names[slot as usize]), &prog)?;
+            Ok((prog, link))
+        })
+    }
+
+    /// Creates the maps every program writes to (the ring buffer, mapped for reading, and the
+    /// per-CPU invocation and drop counters), then loads and attaches `n` programs with `one`,
+    /// given the slot and the two maps' descriptors; returns the program and its link.
+    fn load_each(
+        kind: Kind,
+        n: usize,
+        possible_cpus: usize,
+        mut one: impl FnMut(u32, i32, i32) -> std::io::Result<(OwnedFd, OwnedFd)>,
+    ) -> std::io::Result<Self> {
+        let ringbuf = map_create(BPF_MAP_TYPE_RINGBUF, 0, 0, RING_BYTES as u32, "cpulab_ring")?;
+        let counts = map_create(
+            BPF_MAP_TYPE_PERCPU_ARRAY,
+            4,
+            8,
+            DROPPED_SLOT + 1,
+            "cpulab_counts",
+        )?;
+        let ring = Ring::map(&ringbuf, RING_BYTES)?;
+        let mut progs = Vec::new();
+        let mut links = Vec::new();
+        for slot in 0..n as u32 {
+            let (prog, link) = one(slot, ringbuf.as_raw_fd(), counts.as_raw_fd())?;
             progs.push(prog);
+            links.push(link);
         }
         Ok(Self {
             ring,
@@ -728,11 +729,7 @@ impl Programs {
             _ringbuf: ringbuf,
             last_fill: 0.0,
             possible_cpus,
-            kind: if typed.is_some() {
-                Kind::TypedRaw
-            } else {
-                Kind::Raw
-            },
+            kind,
         })
     }
 

@@ -74,51 +74,51 @@ pub fn task_offsets(btf: &Btf) -> Result<TaskOffsets, String> {
     })
 }
 
-/// The number of arguments the tracepoint passes a raw-tracepoint program: the parameters of
-/// `btf_trace_<name>` (a pointer to a function whose first parameter is the `void *` data the
-/// kernel keeps to itself).
-pub fn tracepoint_args(btf: &Btf, name: &str) -> Result<usize, String> {
+/// The tracepoint's `btf_trace_<name>` typedef (a pointer to a function whose first parameter
+/// is the `void *` data the kernel keeps to itself): its BTF id and the function's prototype.
+fn tracepoint_proto(btf: &Btf, name: &str) -> Result<(u32, btf_rs::FuncProto), String> {
     let typedef = format!("btf_trace_{name}");
-    let t = btf
-        .resolve_types_by_name(&typedef)
+    let (id, t) = btf
+        .resolve_ids_by_name(&typedef)
         .ok()
-        .and_then(|v| v.into_iter().find(|t| matches!(t, Type::Typedef(_))))
+        .and_then(|ids| {
+            ids.into_iter()
+                .find_map(|id| match btf.resolve_type_by_id(id) {
+                    Ok(Type::Typedef(t)) => Some((id, t)),
+                    _ => None,
+                })
+        })
         .ok_or_else(|| format!("no {typedef} in the BTF"))?;
-    let mut cur = t;
-    for _ in 0..4 {
-        let next = match &cur {
-            Type::Typedef(x) => btf.resolve_chained_type(x),
-            Type::Ptr(x) => btf.resolve_chained_type(x),
-            Type::FuncProto(f) => return Ok(f.parameters.len().saturating_sub(1)),
-            _ => break,
-        };
-        cur = next.map_err(|e| format!("{typedef}: {e}"))?;
+    let not_fn = || format!("{typedef} is not a pointer to a function");
+    let Ok(Type::Ptr(p)) = btf.resolve_chained_type(&t) else {
+        return Err(not_fn());
+    };
+    match btf.resolve_chained_type(&p) {
+        Ok(Type::FuncProto(f)) => Ok((id, f)),
+        _ => Err(not_fn()),
     }
-    Err(format!("{typedef} is not a pointer to a function"))
+}
+
+/// The number of arguments the tracepoint passes a raw-tracepoint program: the parameters of
+/// its `btf_trace_<name>` function, less the data pointer.
+pub fn tracepoint_args(btf: &Btf, name: &str) -> Result<usize, String> {
+    Ok(tracepoint_proto(btf, name)?
+        .1
+        .parameters
+        .len()
+        .saturating_sub(1))
 }
 
 /// The BTF id of the tracepoint's `btf_trace_<name>` typedef: what a BTF-typed raw tracepoint
 /// program (`tp_btf`) names as the tracepoint it attaches to, and what types its arguments.
 pub fn tracepoint_typedef_id(btf: &Btf, name: &str) -> Option<u32> {
-    btf.resolve_ids_by_name(&format!("btf_trace_{name}"))
-        .ok()?
-        .into_iter()
-        .find(|&id| matches!(btf.resolve_type_by_id(id), Ok(Type::Typedef(_))))
+    tracepoint_proto(btf, name).ok().map(|(id, _)| id)
 }
 
 /// Whether parameter `i` of the tracepoint (0 = its first real argument) is a pointer: used to
 /// check that the task arguments are where the programs read them.
 pub fn tracepoint_arg_is_pointer(btf: &Btf, name: &str, i: usize) -> bool {
-    let Ok(v) = btf.resolve_types_by_name(&format!("btf_trace_{name}")) else {
-        return false;
-    };
-    let Some(Type::Typedef(td)) = v.into_iter().find(|t| matches!(t, Type::Typedef(_))) else {
-        return false;
-    };
-    let Ok(Type::Ptr(p)) = btf.resolve_chained_type(&td) else {
-        return false;
-    };
-    let Ok(Type::FuncProto(f)) = btf.resolve_chained_type(&p) else {
+    let Ok((_, f)) = tracepoint_proto(btf, name) else {
         return false;
     };
     f.parameters

@@ -409,17 +409,16 @@ pub fn run(machine: &Machine, s: &WatchSettings, progress: &Progress) -> Result<
     if report::incomplete(&delivery).is_some() {
         conditions.noisy = true;
     }
-    let mechanism = if bpf_kind == Some(bpf::Kind::TypedRaw) {
-        format!(
+    let mechanism = match bpf_kind {
+        Some(bpf::Kind::TypedRaw) => format!(
             "eBPF programs on the BTF-typed raw tracepoints (tp_btf) sched_waking, \
              sched_wakeup, sched_switch, sched_migrate_task, reading task fields with plain \
              loads, each writing a {}-byte record per event into one BPF ring buffer ({} MiB); \
              no in-kernel filter",
             bpf::RAW_RECORD,
             bpf::RING_BYTES >> 20
-        )
-    } else if bpf_kind == Some(bpf::Kind::Raw) {
-        format!(
+        ),
+        Some(bpf::Kind::Raw) => format!(
             "eBPF programs on the raw tracepoints sched_waking, sched_wakeup, sched_switch, \
              sched_migrate_task (task fields read with bpf_probe_read_kernel at offsets from the \
              kernel's BTF), each writing a {}-byte record per event into one BPF ring buffer \
@@ -427,33 +426,33 @@ pub fn run(machine: &Machine, s: &WatchSettings, progress: &Progress) -> Result<
             bpf::RAW_RECORD,
             bpf::RING_BYTES >> 20,
             typed_refused.as_deref().unwrap_or("unknown")
-        )
-    } else if bpf_kind.is_some() {
-        format!(
+        ),
+        Some(bpf::Kind::Tracepoint) => format!(
             "eBPF programs on sched:sched_waking, sched_wakeup, sched_switch, \
              sched_migrate_task, each copying every record into one BPF ring buffer ({} MiB); \
              no in-kernel filter (raw tracepoints not used: {})",
             bpf::RING_BYTES >> 20,
             raw_refused.as_deref().unwrap_or("unknown")
-        )
-    } else {
-        let mut m = format!(
-            "perf_event_open on every CPU: sched:sched_waking, sched_switch, sched_migrate_task \
+        ),
+        None => {
+            let mut m = format!(
+                "perf_event_open on every CPU: sched:sched_waking, sched_switch, sched_migrate_task \
              sampled; sched_wakeup {}",
-            if s.sample_wakeups {
-                "sampled (a check of each placement)"
-            } else {
-                "counted only"
+                if s.sample_wakeups {
+                    "sampled (a check of each placement)"
+                } else {
+                    "counted only"
+                }
+            );
+            if let Some((_, what)) = &filters {
+                m.push_str("; ");
+                m.push_str(what);
             }
-        );
-        if let Some((_, what)) = &filters {
-            m.push_str("; ");
-            m.push_str(what);
+            if let Some(why) = &bpf_refused {
+                m.push_str(&format!("; BPF not used: {why}"));
+            }
+            m
         }
-        if let Some(why) = &bpf_refused {
-            m.push_str(&format!("; BPF not used: {why}"));
-        }
-        m
     };
     Ok(report::build(report::Inputs {
         mechanism,
