@@ -34,4 +34,5 @@ pub(crate) mod testing;
 pub mod topology;
 pub mod trial;
 pub mod units;
+pub mod wakeups;
 pub mod watch;

@@ -1,0 +1,71 @@
+//! Cumulative wakeup counts: the one shape that the in-kernel aggregation of `watch` fills and
+//! that its consumers read (`watch`'s report, the Prometheus exporter, `doctor --comm`).
+//!
+//! The BPF programs count and bucket in per-CPU maps; user space only sums the maps when asked,
+//! so no per-event record has to cross to user space for these figures (rezolus and
+//! ebpf_exporter keep their counts the same way). Every number here is a counter since the
+//! programs were attached: it never decreases, so a consumer takes differences between two
+//! snapshots, or hands them to Prometheus as `_total` counters and histograms.
+
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// Upper bounds of the wakeup-to-run latency buckets, in nanoseconds: powers of two from 1 us
+/// (1,024 ns) to about 1 s (2^30 ns), the exp2 layout of runqlat and ebpf_exporter. A latency
+/// above the last bound counts only in the implicit `+Inf` bucket (the `count`).
+pub const LATENCY_BOUNDS_NS: [u64; 21] = {
+    let mut b = [0u64; 21];
+    let mut i = 0;
+    while i < 21 {
+        b[i] = 1u64 << (10 + i);
+        i += 1;
+    }
+    b
+};
+
+/// Wakeups of one target landing at one placement class from their waker.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct ClassCounts {
+    /// Wakeups whose destination CPU was idle when the wakeup was placed.
+    pub to_idle: u64,
+    /// Wakeups whose destination CPU was running something else.
+    pub to_busy: u64,
+    /// Wakeup-to-run latencies, non-cumulative: `buckets[i]` counts latencies in
+    /// `(LATENCY_BOUNDS_NS[i-1], LATENCY_BOUNDS_NS[i]]`; latencies above the last bound are
+    /// counted only in `count`. Always `LATENCY_BOUNDS_NS.len()` long.
+    pub buckets: Vec<u64>,
+    /// Every latency observed (>= the sum of `buckets`).
+    pub count: u64,
+    /// Sum of the observed latencies, ns.
+    pub sum_ns: u64,
+}
+
+/// One watched target (a command name, a cgroup, or `other` for those beyond the cap), with
+/// counts by placement class (`same-cpu`, then each class of `topology::PlacementClass` away).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct TargetCounts {
+    /// The target's label: a name, never a pid.
+    pub target: String,
+    pub classes: BTreeMap<String, ClassCounts>,
+}
+
+/// Everything the aggregation has counted since it was attached.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Snapshot {
+    pub targets: Vec<TargetCounts>,
+    /// Scheduler events the programs ran on.
+    pub events_seen: u64,
+    /// Events the programs could not count (a full map, a failed look-up).
+    pub events_lost: u64,
+    /// Tasks that matched no target slot because the cap was reached (counted under `other`).
+    pub targets_dropped: u64,
+}
+
+/// A source of cumulative snapshots: the in-kernel aggregation, or the perf fallback that
+/// aggregates in user space (at a higher cost per event).
+pub trait Source: Send {
+    /// How the counts are collected (`bpf`, `perf`), for the `_info` metric and the docs.
+    fn mechanism(&self) -> &str;
+    /// Sums the counts kept so far.
+    fn snapshot(&mut self) -> anyhow::Result<Snapshot>;
+}
