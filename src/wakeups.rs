@@ -69,3 +69,19 @@ pub trait Source: Send {
     /// Sums the counts kept so far.
     fn snapshot(&mut self) -> anyhow::Result<Snapshot>;
 }
+
+/// What to watch, as the exporter and `watch` take it from their flags.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SourceOptions {
+    /// Command names (`comm`); each is one target labelled by its name.
+    pub comms: Vec<String>,
+    /// Process ids; each process is labelled by its command name, never by its pid.
+    pub pids: Vec<i32>,
+    /// cgroup v2 paths relative to the cgroup root, globs allowed (`system.slice/*.service`),
+    /// re-read as services and containers come and go; each match is labelled by its path.
+    pub cgroups: Vec<String>,
+    /// At most this many targets get their own label; the rest count under `other`.
+    pub max_targets: usize,
+    /// `auto` (BPF, else perf), `bpf` or `perf`.
+    pub mechanism: String,
+}
