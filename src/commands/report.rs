@@ -2,7 +2,7 @@
 //! as a self-contained HTML page. A doctor result is rendered exactly as it was judged (its
 //! findings are stored in it); other kinds get the charts or tables their figures allow.
 
-use crate::cli::Global;
+use super::Global;
 use crate::doctor::{DoctorReport, text};
 use crate::error::bad_input;
 use crate::output;
@@ -34,7 +34,7 @@ fn doctor(l: &Loaded, name: &str) -> Result<DoctorReport> {
 
 pub fn run(args: Args, g: &Global) -> Result<()> {
     let name = args.result.display().to_string();
-    let l = crate::experiment::registry::load(&args.result)?;
+    let l = crate::registry::load(&args.result)?;
     let (page, text) = match l.kind {
         Kind::Doctor => {
             let r = doctor(&l, &name)?;
@@ -51,7 +51,7 @@ pub fn run(args: Args, g: &Global) -> Result<()> {
                 crate::probe::render(&p, &output::Style::new()),
             )
         }
-        k => match crate::experiment::registry::lookup(k) {
+        k => match crate::registry::lookup(k) {
             // The kind's own renderers; a document of the right kind but the wrong shape is bad
             // input, not something to flatten.
             Some(entry) => {

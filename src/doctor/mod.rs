@@ -15,6 +15,7 @@ pub mod findings;
 pub mod html;
 pub mod measurements;
 pub mod messaging;
+pub mod mode;
 pub mod progress;
 pub mod rules;
 mod stages;
