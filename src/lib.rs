@@ -22,6 +22,7 @@ pub mod messaging;
 pub mod oscost;
 pub mod output;
 pub mod pair;
+pub mod perf_event;
 pub mod pingpong;
 pub mod probe;
 pub mod registry;
