@@ -76,6 +76,13 @@ pub struct Args {
     /// How wakeups are counted.
     #[arg(long, value_enum, default_value_t)]
     pub mechanism: Mechanism,
+    /// Most HTTP connections open at once; beyond it the oldest still sending its request is
+    /// closed.
+    #[arg(long, value_name = "N", default_value_t = 64)]
+    pub max_connections: usize,
+    /// Seconds a client has to send its whole request (TLS handshake included).
+    #[arg(long, hide = true, value_name = "S", default_value_t = 10)]
+    pub request_timeout_s: u64,
 }
 
 /// The placement classes that exist among the allowed CPUs, nearest first.
@@ -269,7 +276,11 @@ pub fn run(args: Args, g: &Global) -> Result<()> {
         listener,
         tls,
         handler,
-        server::Limits::default(),
+        server::Limits {
+            max_connections: s.max_connections,
+            head_timeout: std::time::Duration::from_secs(s.request_timeout_s),
+            ..server::Limits::default()
+        },
         stats,
         &|| crate::pair::signals::pending().is_some(),
     );

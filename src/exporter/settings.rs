@@ -51,6 +51,8 @@ pub struct Settings {
     pub probe_interval: Option<Duration>,
     pub web: Option<WebConfig>,
     pub mechanism: Mechanism,
+    pub max_connections: usize,
+    pub request_timeout_s: u64,
 }
 
 /// `--listen`: `ADDR:PORT` (`[::1]:PORT` for IPv6).
@@ -208,6 +210,11 @@ pub fn settings(args: &super::Args, machine: &Machine) -> Result<Settings> {
             "--max-targets 0 leaves no target; give 1 or more (the rest count as `other`)",
         ));
     }
+    if args.max_connections == 0 || args.request_timeout_s == 0 {
+        return Err(bad_input(
+            "--max-connections and the request timeout must be at least 1",
+        ));
+    }
     let probe_interval = args
         .probe_interval
         .as_deref()
@@ -229,6 +236,8 @@ pub fn settings(args: &super::Args, machine: &Machine) -> Result<Settings> {
         probe_interval,
         web,
         mechanism: args.mechanism,
+        max_connections: args.max_connections,
+        request_timeout_s: args.request_timeout_s,
     })
 }
 
