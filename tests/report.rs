@@ -159,6 +159,7 @@ pub fn sample_report() -> DoctorReport {
                 warm_samples_mhz: ws,
                 ramp_up_ms: Some(12.0),
                 clock_mhz: true,
+                clock: None,
             }),
         }),
         share: Some(ShareCheck {
@@ -209,7 +210,9 @@ pub fn sample_report() -> DoctorReport {
         },
         mode: Mode::Default,
         duration_s: 41.0,
-        probe: serde_json::json!({}),
+        probe: cpulab::probe::probe(
+            &cpulab::machine::Machine::detect(&common::fixture("kvm-guest")).unwrap(),
+        ),
         facts,
         measurements: m,
         findings,
