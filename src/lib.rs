@@ -17,6 +17,7 @@ pub mod cpulist;
 pub mod doctor;
 pub mod error;
 pub mod experiment;
+pub mod load;
 pub mod machine;
 pub mod messaging;
 pub mod oscost;
@@ -28,6 +29,7 @@ pub mod registry;
 pub mod report;
 pub mod scale;
 pub mod share;
+pub mod signals;
 pub mod sim;
 pub mod stats;
 #[cfg(test)]
