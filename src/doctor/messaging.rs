@@ -107,7 +107,7 @@ pub fn run(
     let mut received = vec![0u64; placements.len()];
     for _ in 0..plan.repetitions {
         for (i, p) in placements.iter().enumerate() {
-            crate::pair::signals::check()?;
+            crate::signals::check()?;
             let before = SystemSnapshot::take(&machine.root);
             let r = Messaging::run(machine, &p.settings(plan, messages), &progress)?;
             let d = before.delta(&SystemSnapshot::take(&machine.root), &p.cpus());

@@ -124,7 +124,7 @@ fn unpinned_with_neighbours(machine: &Machine, b: &Budget, p: &Progress) -> Resu
     let sink =
         |level: Level, m: &str| p.emit(level, &format!("pingpong with {n} busy neighbour(s): {m}"));
     let sink = Sink::new(&sink);
-    let busy = share::load::BusyNeighbours::start(&others);
+    let busy = crate::load::BusyNeighbours::start(&others);
     let r = Pingpong::run(
         machine,
         &pingpong_settings(
