@@ -23,7 +23,7 @@ pub mod server;
 pub mod settings;
 pub mod webconfig;
 
-use crate::cli::Global;
+use crate::commands::Global;
 use crate::error::bad_input;
 use crate::machine::Machine;
 use crate::topology::PlacementClass;
