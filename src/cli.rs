@@ -42,6 +42,14 @@ pub struct Global {
         default_value = "/"
     )]
     pub root: PathBuf,
+    /// Record measured results in this history file instead of the default
+    /// (`~/.local/state/cpulab/history.sqlite`; as root `/var/lib/cpulab/history.sqlite`;
+    /// or `CPULAB_HISTORY`, `off` for none).
+    #[arg(long, global = true, value_name = "PATH")]
+    pub history: Option<PathBuf>,
+    /// Record nothing in the history.
+    #[arg(long, global = true)]
+    pub no_history: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -77,6 +85,9 @@ pub enum Command {
     /// Write the man pages, cpulab.1 and one per command, into a directory.
     #[command(hide = true)]
     Manpages(commands::manpages::Args),
+    /// Every measured result kept with the machine's fingerprint: list, show, diff, check for
+    /// regressions and name the configuration change, report over time.
+    History(commands::history::Args),
     /// Simulate the hypervisor layer: predictions checked against the field notes (SIMULATED).
     Sim(commands::sim::Args),
 }
@@ -131,6 +142,7 @@ pub fn run_invocation(inv: Invocation) -> Result<()> {
             matches,
             command,
         } => {
+            crate::history::configure(global.history.as_deref(), global.no_history, global.quiet);
             crate::trial::journal::recover_at_start(&global.root, global.quiet);
             (command.run)(&matches, &global.root, global.quiet)
         }
@@ -139,6 +151,7 @@ pub fn run_invocation(inv: Invocation) -> Result<()> {
 
 pub fn run(cli: Cli) -> Result<()> {
     let g = cli.global;
+    crate::history::configure(g.history.as_deref(), g.no_history, g.quiet);
     crate::trial::journal::recover_at_start(&g.root, g.quiet);
     match cli.command {
         Command::Probe(a) => commands::probe::run(a, &g),
@@ -154,5 +167,6 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Completions(a) => commands::completions::run(a, command()),
         Command::Manpages(a) => commands::manpages::run(a, command(), g.quiet),
         Command::Sim(a) => commands::sim::run(a, &g),
+        Command::History(a) => commands::history::run(a, &g),
     }
 }

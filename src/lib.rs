@@ -17,6 +17,7 @@ pub mod cpulist;
 pub mod doctor;
 pub mod error;
 pub mod experiment;
+pub mod history;
 pub mod machine;
 pub mod messaging;
 pub mod oscost;

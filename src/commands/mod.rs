@@ -3,6 +3,7 @@
 pub mod compare;
 pub mod completions;
 pub mod doctor;
+pub mod history;
 pub mod manpages;
 pub mod oscost;
 pub mod pair;
