@@ -159,6 +159,7 @@ pub fn sample_report() -> DoctorReport {
                 warm_samples_mhz: ws,
                 ramp_up_ms: Some(12.0),
                 clock_mhz: true,
+                clock: None,
             }),
         }),
         share: Some(ShareCheck {

@@ -90,7 +90,9 @@ pub fn oscost(r: &oscost::OscostReport) -> OsCosts {
         })
         .collect();
     let frequency = r.frequency.as_ref().and_then(|f| {
-        let mhz = |v: &[f64]| v.iter().map(|x| x * 1000.0).collect::<Vec<_>>();
+        // Cycles per iteration only when the clock check accepted the loop as a clock.
+        let scale = f.cycles_per_iteration.unwrap_or(1.0) * 1000.0;
+        let mhz = |v: &[f64]| v.iter().map(|x| x * scale).collect::<Vec<_>>();
         let cold = mhz(&f.trials.iter().map(|t| t.cold_per_ns).collect::<Vec<_>>());
         let warm = mhz(&f.trials.iter().map(|t| t.warm_per_ns).collect::<Vec<_>>());
         Some(FrequencyRamp {
@@ -99,7 +101,8 @@ pub fn oscost(r: &oscost::OscostReport) -> OsCosts {
             cold_samples_mhz: cold,
             warm_samples_mhz: warm,
             ramp_up_ms: f.ramp_up_us.as_ref().map(|m| m.mean / 1000.0),
-            clock_mhz: f.one_add_per_cycle_loop,
+            clock_mhz: f.cycles_per_iteration.is_some(),
+            clock: f.clock.clone(),
         })
     });
     OsCosts {

@@ -119,7 +119,11 @@ fn oscost(m: &Measurements) -> Markup {
         }
         @if let Some(f) = &o.frequency {
             (chart(svg::bars(
-                "Effective speed of a dependent loop (MHz-equivalent)",
+                if f.clock_mhz {
+                    "Clock of a dependent multiply chain (MHz)"
+                } else {
+                    "Rate of a dependent loop (iterations per us; not a clock)"
+                },
                 &[
                     bar("after idle (cold)".into(), &f.cold_mhz, false),
                     bar("under load (warm)".into(), &f.warm_mhz, false),

@@ -102,7 +102,9 @@ pub struct PrimitiveCost {
     pub min_ns: Option<f64>,
 }
 
-/// Effective frequency of a dependent loop timed cold (after idle) and warm (after load).
+/// Effective frequency of a dependent loop timed cold (after idle) and warm (after load): in
+/// MHz when the clock check accepted the loop as a clock, else the loop rate (iterations per
+/// us), whose cold/warm ratio alone is meaningful.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct FrequencyRamp {
     pub cold_mhz: MeanCi,
@@ -111,9 +113,12 @@ pub struct FrequencyRamp {
     pub warm_samples_mhz: Vec<f64>,
     /// Time until the loop reached 95% of its warm speed, when measured.
     pub ramp_up_ms: Option<f64>,
-    /// True when the loop retires one iteration per cycle, so the MHz figures are clock MHz
-    /// (false for the portable fallback loop: only the ratio is meaningful).
+    /// True when the clock check accepted the loop as a clock, so the MHz figures are clock
+    /// MHz (false: only the ratio is meaningful).
     pub clock_mhz: bool,
+    /// The clock check: what converting time to cycles uses, and why.
+    #[serde(default)]
+    pub clock: Option<crate::oscost::clock::ClockCheck>,
 }
 
 /// OS primitive costs and the frequency ramp.

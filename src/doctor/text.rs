@@ -201,14 +201,23 @@ pub fn measurements(s: &Style, m: &Measurements) -> String {
             ]);
         }
         if let Some(f) = &o.frequency {
+            // A loop rate is not a frequency: MHz only when the clock check accepted it.
+            let unit = if f.clock_mhz {
+                "MHz"
+            } else {
+                "loop iterations per us (no clock)"
+            };
             t.add_row(vec![
                 "speed after idle".into(),
-                format!("{:.0} MHz-equivalent", f.cold_mhz.mean),
+                format!("{:.0} {unit}", f.cold_mhz.mean),
             ]);
             t.add_row(vec![
                 "speed under load".into(),
-                format!("{:.0} MHz-equivalent", f.warm_mhz.mean),
+                format!("{:.0} {unit}", f.warm_mhz.mean),
             ]);
+            if let Some(c) = &f.clock {
+                t.add_row(vec!["clock check".into(), c.verdict.clone()]);
+            }
         }
         out += &format!("{t}\n\n");
     }

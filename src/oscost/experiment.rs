@@ -48,12 +48,11 @@ impl Experiment for Oscost {
             })
             .collect();
         if let Some(f) = &report.frequency {
-            let unit = if f.one_add_per_cycle_loop {
-                Unit::Megahertz
-            } else {
-                Unit::PerSecond
+            // MHz only when the clock check accepted the loop as a clock; else a loop rate.
+            let (unit, scale) = match f.cycles_per_iteration {
+                Some(c) => (Unit::Megahertz, c * 1e3),
+                None => (Unit::PerSecond, 1e9),
             };
-            let scale = if f.one_add_per_cycle_loop { 1e3 } else { 1e9 };
             for (name, label, v) in [
                 (
                     "cold_speed",

@@ -3,25 +3,32 @@
 //! Field notes D: switching the governor from `powersave` to `performance` took a batch job
 //! from 168 s to 159 s although powersave reaches full speed under sustained load: bursty work
 //! pays the ramp-up each time it wakes. Inside a VM there is usually no cpufreq to ask, so the
-//! speed is measured directly: a chain of dependent integer adds, each waiting for the last,
-//! retires about one add per cycle on any out-of-order core, so adds per nanosecond is about
-//! the clock in GHz. It is timed in short slices (100 us) starting right after ~200 ms of
-//! sleep (cold: the median of the first three slices) and continuing through ~1 s of
-//! sustained load (warm). The report gives the cold and warm rates, their ratio, and the
-//! ramp-up time: when the rolling median of the slices first reaches 95% of the warm rate.
+//! speed is measured directly: a chain of dependent 64-bit multiplies, each waiting for the
+//! last (3 cycles each on every x86-64 core from Nehalem and Zen on, and no renamer removes
+//! them, unlike the dependent add-immediates a Golden Cove core folds five at a time). It is
+//! timed in short slices (100 us) starting right after ~200 ms of sleep (cold: the median of
+//! the first three slices) and continuing through ~1 s of sustained load (warm). The report
+//! gives the cold and warm loop rates, their ratio, and the ramp-up time: when the rolling
+//! median of the slices first reaches 95% of the warm rate.
 //!
-//! The figure is labelled for what it is: loop iterations per ns, ~GHz only if the loop
-//! retires one iteration per cycle. A hypervisor that preempts the vCPU makes slices slow
-//! (steal), which looks like a low clock; the rolling median keeps single interrupted slices
-//! from passing for a ramp.
+//! A loop rate is not a frequency. It becomes one only through [`super::clock`]: a calibration
+//! that times the multiply chain beside an add chain and the TSC and checks the result against
+//! what the CPU can run at; the MHz figures exist only when that check accepts the clock. A
+//! hypervisor that preempts the vCPU makes slices slow (steal), which looks like a low clock;
+//! the rolling median keeps single interrupted slices from passing for a ramp.
 
+use super::clock::{self, ChainRates, ClockCheck, ClockRefs};
 use crate::stats::{MeanCi, percentile};
 use serde::{Deserialize, Serialize};
 use std::hint::black_box;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
-/// Dependent adds per timed chunk (a few microseconds at any plausible clock).
-const CHUNK: u64 = 16_384;
+/// Dependent multiplies per timed chunk (a few microseconds at any plausible clock).
+const CHUNK: u64 = 4096;
+/// Calibration: rounds of each chain, and operations per round (about 1 ms each).
+const CALIBRATION_ROUNDS: usize = 7;
+const CALIBRATION_OPS: u64 = 1 << 20;
 /// Slices kept raw at the start of each trial.
 const HEAD_SLICES: usize = 100;
 /// Slices in the rolling median used to find the end of the ramp.
@@ -71,9 +78,20 @@ pub struct FreqReport {
     pub unit: String,
     /// The loop that was timed.
     pub method: String,
-    /// True when the loop is the hand-written one-add-per-cycle chain (x86_64); false for the
-    /// portable fallback, whose figures are not ~GHz.
-    pub one_add_per_cycle_loop: bool,
+    /// Cycles one loop iteration takes when the clock check accepts the clock (3 for the
+    /// multiply chain); `None` when the loop rate is no clock.
+    #[serde(default)]
+    pub cycles_per_iteration: Option<f64>,
+    /// The clock check: the calibration chains, the TSC, what the kernel and CPUID report, and
+    /// whether the measured clock is accepted.
+    #[serde(default)]
+    pub clock: Option<ClockCheck>,
+    /// Cold clock in MHz (cold rate x cycles per iteration), only when the clock is accepted.
+    #[serde(default)]
+    pub cold_mhz: Option<MeanCi>,
+    /// Warm clock in MHz, only when the clock is accepted.
+    #[serde(default)]
+    pub warm_mhz: Option<MeanCi>,
     /// Length of one timed slice, in microseconds.
     pub slice_us: f64,
     /// Sleep before each trial, in seconds.
@@ -108,9 +126,9 @@ pub struct FreqTrial {
     pub head_per_ns: Vec<f64>,
 }
 
-/// `iters` dependent adds (rounded down to a multiple of 8): one add per cycle.
+/// `iters` dependent adds (rounded down to a multiple of 8).
 #[cfg(target_arch = "x86_64")]
-fn chain(mut x: u64, iters: u64) -> u64 {
+fn add_chain(mut x: u64, iters: u64) -> u64 {
     let mut n = (iters / 8).max(1);
     // SAFETY: registers only; no memory, no stack.
     unsafe {
@@ -129,30 +147,131 @@ fn chain(mut x: u64, iters: u64) -> u64 {
     x
 }
 
-#[cfg(not(target_arch = "x86_64"))]
+/// `iters` dependent 64-bit multiplies by an odd constant (rounded down to a multiple of 8):
+/// each waits for the last, 3 cycles apart.
+#[cfg(target_arch = "x86_64")]
 fn chain(mut x: u64, iters: u64) -> u64 {
+    let mut n = (iters / 8).max(1);
+    let k: u64 = 0x9E37_79B9_7F4A_7C15;
+    // SAFETY: registers only; no memory, no stack.
+    unsafe {
+        std::arch::asm!(
+            "2:",
+            "imul {x}, {k}", "imul {x}, {k}", "imul {x}, {k}", "imul {x}, {k}",
+            "imul {x}, {k}", "imul {x}, {k}", "imul {x}, {k}", "imul {x}, {k}",
+            "dec {n}",
+            "jnz 2b",
+            x = inout(reg) x,
+            n = inout(reg) n,
+            k = in(reg) k,
+            options(nomem, nostack),
+        );
+    }
+    black_box(n);
+    x
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn add_chain(mut x: u64, iters: u64) -> u64 {
     for _ in 0..iters {
         x = black_box(x).wrapping_add(1);
     }
     x
 }
 
-/// Runs the probe on the calling thread (pin it first).
-pub fn run(s: &FreqSettings) -> FreqReport {
+#[cfg(not(target_arch = "x86_64"))]
+fn chain(mut x: u64, iters: u64) -> u64 {
+    for _ in 0..iters {
+        x = black_box(x).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+    x
+}
+
+/// Operations a chain call really ran.
+fn ran(iters: u64) -> u64 {
+    if cfg!(target_arch = "x86_64") {
+        (iters / 8).max(1) * 8
+    } else {
+        iters
+    }
+}
+
+fn tsc() -> Option<u64> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: RDTSC is unprivileged on Linux x86_64 (CR4.TSD is clear for user space).
+        Some(unsafe { core::arch::x86_64::_rdtsc() })
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        None
+    }
+}
+
+/// Times both chains in alternating rounds, and the TSC over the multiply rounds; each rate is
+/// the fastest round's (preemption only slows a round).
+pub fn calibrate() -> ChainRates {
+    let (mut add, mut imul, mut tscs) = (0f64, 0f64, Vec::new());
+    let mut x = 1u64;
+    for _ in 0..CALIBRATION_ROUNDS {
+        let t = Instant::now();
+        x = add_chain(x, CALIBRATION_OPS);
+        add = add.max(ran(CALIBRATION_OPS) as f64 / t.elapsed().as_nanos().max(1) as f64);
+        let (t, c) = (Instant::now(), tsc());
+        x = chain(x | 1, CALIBRATION_OPS);
+        let ns = t.elapsed().as_nanos().max(1) as f64;
+        imul = imul.max(ran(CALIBRATION_OPS) as f64 / ns);
+        if let (Some(a), Some(b)) = (c, tsc()) {
+            tscs.push(b.wrapping_sub(a) as f64 / ns);
+        }
+    }
+    black_box(x);
+    ChainRates {
+        add_per_ns: add,
+        imul_per_ns: imul,
+        tsc_per_ns: percentile(&tscs, 0.5),
+    }
+}
+
+/// Runs the probe on the calling thread (pin it first); `root` is where the kernel's and
+/// CPUID's account of the clock is read.
+pub fn run(s: &FreqSettings, root: &Path) -> FreqReport {
     let trials: Vec<FreqTrial> = (0..s.trials).map(|_| trial(s)).collect();
+    // Right after the warm window: the clock is at its sustained speed.
+    let check = clock::judge(
+        calibrate(),
+        ClockRefs::read(root),
+        cfg!(target_arch = "x86_64"),
+    );
+    report(s, trials, Some(check))
+}
+
+/// The report from the trials and the clock check (pure).
+pub fn report(s: &FreqSettings, trials: Vec<FreqTrial>, check: Option<ClockCheck>) -> FreqReport {
     let pick = |f: &dyn Fn(&FreqTrial) -> Option<f64>| -> Option<MeanCi> {
         let v: Vec<f64> = trials.iter().filter_map(f).collect();
         MeanCi::of(&v)
     };
+    let cycles = check
+        .as_ref()
+        .filter(|c| c.accepted)
+        .map(|_| clock::IMUL_LATENCY_CYCLES);
+    let mhz = |f: &dyn Fn(&FreqTrial) -> f64| {
+        cycles
+            .and_then(|c| MeanCi::of(&trials.iter().map(|t| f(t) * c * 1000.0).collect::<Vec<_>>()))
+    };
     FreqReport {
-        unit: "loop iterations per ns, ~GHz if the loop retires one iteration per cycle".into(),
+        unit: "loop iterations (dependent multiplies) per ns: a loop rate, MHz only through the clock check".into(),
         method: if cfg!(target_arch = "x86_64") {
-            "x86_64 asm: 8 dependent `add reg, 1` per loop iteration, timed in chunks of 16384"
+            "x86_64 asm: 8 dependent `imul r64, r64` per loop iteration, timed in chunks of 4096"
         } else {
-            "portable loop of dependent adds through black_box (not one add per cycle)"
+            "portable loop of dependent multiplies through black_box (latency unknown: no clock)"
         }
         .into(),
-        one_add_per_cycle_loop: cfg!(target_arch = "x86_64"),
+        cycles_per_iteration: cycles,
+        cold_mhz: mhz(&|t| t.cold_per_ns),
+        warm_mhz: mhz(&|t| t.warm_per_ns),
+        clock: check,
         slice_us: s.slice.as_secs_f64() * 1e6,
         idle_s: s.idle.as_secs_f64(),
         load_s: s.load.as_secs_f64(),
@@ -173,8 +292,8 @@ fn trial(s: &FreqSettings) -> FreqTrial {
     let (mut x, mut iters) = (0u64, 0u64);
     let mut slice_start = start;
     loop {
-        x = chain(x, CHUNK);
-        iters += CHUNK / 8 * 8;
+        x = chain(x | 1, CHUNK);
+        iters += ran(CHUNK);
         let now = Instant::now();
         let dt = now.duration_since(slice_start);
         if dt >= s.slice {
@@ -254,17 +373,28 @@ mod tests {
     }
 
     #[test]
-    fn the_chain_adds_exactly_what_it_is_asked() {
-        // Rounded down to a multiple of 8 on x86_64 (eight adds per loop iteration).
-        let expect = |n: u64| {
-            if cfg!(target_arch = "x86_64") {
-                n / 8 * 8
-            } else {
-                n
-            }
-        };
-        assert_eq!(chain(5, 800), 5 + expect(800));
-        assert_eq!(chain(0, CHUNK), expect(CHUNK));
+    fn the_chains_run_exactly_what_they_are_asked() {
+        // Rounded down to a multiple of 8 on x86_64 (eight operations per loop iteration).
+        assert_eq!(add_chain(5, 800), 5 + ran(800));
+        assert_eq!(ran(CHUNK), CHUNK);
+        let k: u64 = 0x9E37_79B9_7F4A_7C15;
+        let want = (0..ran(80)).fold(3u64, |x, _| x.wrapping_mul(k));
+        assert_eq!(
+            chain(3, 80),
+            want,
+            "80 dependent multiplies, none folded away"
+        );
+    }
+
+    #[test]
+    fn the_calibration_is_physical() {
+        let r = calibrate();
+        assert!(r.add_per_ns > 0.0 && r.imul_per_ns > 0.0);
+        // A multiply never completes faster than an add on a dependent chain.
+        assert!(r.imul_per_ns <= r.add_per_ns * 1.1, "{r:?}");
+        if let Some(t) = r.tsc_per_ns {
+            assert!(t > 0.0);
+        }
     }
 
     #[test]
@@ -276,8 +406,15 @@ mod tests {
             slice: Duration::from_micros(100),
             warm_window: Duration::from_millis(2),
         };
-        let r = run(&s);
+        let r = run(&s, Path::new("/"));
         assert_eq!(r.trials.len(), 2);
+        let c = r.clock.as_ref().unwrap();
+        assert_eq!(
+            c.accepted,
+            r.cold_mhz.is_some(),
+            "MHz only from an accepted clock"
+        );
+        assert!(c.used_mhz.is_none_or(|m| m > 0.0));
         for t in &r.trials {
             // Each slice lasts at least `slice`, so the run cannot hold more than
             // (load + warm window) / slice of them, plus the one that crosses the end.

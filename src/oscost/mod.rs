@@ -13,6 +13,7 @@
 //! (`freq`) runs last, on the same CPU.
 
 pub mod batch;
+pub mod clock;
 mod experiment;
 pub mod freq;
 pub mod platform;
@@ -214,7 +215,7 @@ pub fn run(
     }
     let frequency = settings.frequency.as_ref().map(|f| {
         progress.step("oscost: effective frequency, cold and warm");
-        freq::run(f)
+        freq::run(f, &machine.root)
     });
     Ok(OscostReport {
         conditions,

@@ -67,19 +67,48 @@ pub fn render(r: &OscostReport, st: &Style) -> String {
                 .map(|m| format!("{:.*} ± {:.*}", d, m.mean, d, m.ci95_half_width))
                 .unwrap_or_else(|| "n/a".into())
         };
+        // A loop rate is not a frequency: MHz only when the clock check accepted the loop.
+        let (cold, warm) = match (&f.cold_mhz, &f.warm_mhz) {
+            (Some(c), Some(w)) => (
+                format!(
+                    "{} MHz (loop {} per ns)",
+                    m(&Some(c.clone()), 0),
+                    m(&f.cold_per_ns, 3)
+                ),
+                format!(
+                    "{} MHz (loop {} per ns)",
+                    m(&Some(w.clone()), 0),
+                    m(&f.warm_per_ns, 3)
+                ),
+            ),
+            _ => (
+                format!("loop {} per ns (no clock)", m(&f.cold_per_ns, 3)),
+                format!("loop {} per ns (no clock)", m(&f.warm_per_ns, 3)),
+            ),
+        };
         out.push_str(&format!(
-            "\n{} ({})\n  cold (median of the first 3 slices of {:.0} us after {:.1} s idle): {}\n  warm (after {:.1} s \
-             of load): {}\n  cold/warm: {}   ramp-up to 95% of warm: {} us\n",
+            "\n{} ({})\n  cold (median of the first 3 slices of {:.0} us after {:.1} s idle): {cold}\n  warm (after {:.1} s \
+             of load): {warm}\n  cold/warm: {}   ramp-up to 95% of warm: {} us\n",
             st.bold("effective frequency"),
-            f.unit,
+            f.method,
             f.slice_us,
             f.idle_s,
-            m(&f.cold_per_ns, 2),
             f.load_s,
-            m(&f.warm_per_ns, 2),
             m(&f.cold_to_warm_ratio, 2),
             m(&f.ramp_up_us, 0),
         ));
+        if let Some(c) = &f.clock {
+            out.push_str(&format!(
+                "  clock check: add chain {:.3}/ns, multiply chain {:.3}/ns{}\n  {}\n  cycles use {}\n",
+                c.rates.add_per_ns,
+                c.rates.imul_per_ns,
+                c.tsc_mhz.map(|t| format!(", TSC {t:.0} MHz")).unwrap_or_default(),
+                c.verdict,
+                c.used_mhz
+                    .map(|u| format!("{u:.0} MHz ({})", c.used_source))
+                    .unwrap_or_else(|| c.used_source.clone()),
+            ));
+        }
     }
     out.push_str(&format!(
         "\n{}\n",

@@ -196,6 +196,9 @@ fn live_leaves() -> Leaves {
     let mut out = Leaves::new();
     out.insert(0, get(0));
     out.insert(1, get(1));
+    if out[&0][0] >= FREQUENCY_LEAF {
+        out.insert(FREQUENCY_LEAF, get(FREQUENCY_LEAF));
+    }
     if out[&1][2] & (1 << 31) != 0 {
         for k in 0..0x100 {
             let base = HYPERVISOR_BASE + k * 0x100;
@@ -228,6 +231,37 @@ pub fn read(root: &Path, live: bool) -> Reading<CpuidFacts> {
             super::reading::Reason::NotApplicable,
             "CPUID exists only on x86",
         )
+    }
+}
+
+/// CPUID leaf 0x16: the processor's base and maximum frequency in MHz (Intel since Skylake;
+/// zero or absent on AMD and in many guests).
+pub const FREQUENCY_LEAF: u32 = 0x16;
+
+/// Base and maximum MHz from leaf 0x16 when the CPU fills it (pure). The leaf is valid only
+/// when leaf 0 says it exists.
+pub fn frequency_mhz(leaves: &Leaves) -> (Option<f64>, Option<f64>) {
+    let listed = leaves.get(&0).is_some_and(|r| r[0] >= FREQUENCY_LEAF);
+    let r = leaves.get(&FREQUENCY_LEAF).filter(|_| listed);
+    let mhz = |v: u32| (v & 0xffff > 0).then(|| f64::from(v & 0xffff));
+    (r.and_then(|r| mhz(r[0])), r.and_then(|r| mhz(r[1])))
+}
+
+/// Leaf 0x16's base and maximum MHz: the live CPU, or a fixture's `cpuid.txt`.
+pub fn read_frequency(root: &Path, live: bool) -> (Option<f64>, Option<f64>) {
+    if !live {
+        return read_trim(&root.join("cpuid.txt"))
+            .into_value()
+            .map(|t| frequency_mhz(&parse_cpuid_dump(&t)))
+            .unwrap_or((None, None));
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        frequency_mhz(&live_leaves())
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        (None, None)
     }
 }
 
@@ -304,5 +338,7 @@ mod tests {
         let text = format_dump(&l)
             + "   0x00000001 0x01: eax=0x1 ebx=0x0 ecx=0x0 edx=0x0\nCPU 1:\n   0x00000002 0x00: eax=0x1\n";
         assert_eq!(parse_cpuid_dump(&text), l);
+        // Leaf 0x16 counts only when leaf 0 lists it.
+        assert_eq!(frequency_mhz(&l), (None, None));
     }
 }

@@ -80,7 +80,22 @@ pub fn ramp(cold: f64, warm: f64) -> FrequencyRamp {
         warm_samples_mhz: w,
         ramp_up_ms: None,
         clock_mhz: true,
+        clock: Some(clock_at(warm)),
     }
+}
+
+/// A clock check that accepted `mhz`: both chains agree and nothing bounds it.
+pub fn clock_at(mhz: f64) -> crate::oscost::clock::ClockCheck {
+    use crate::oscost::clock::{ChainRates, ClockRefs, IMUL_LATENCY_CYCLES, judge};
+    judge(
+        ChainRates {
+            add_per_ns: mhz / 1000.0,
+            imul_per_ns: mhz / 1000.0 / IMUL_LATENCY_CYCLES,
+            tsc_per_ns: None,
+        },
+        ClockRefs::default(),
+        true,
+    )
 }
 
 pub fn share(share: f64, model: f64, steal: f64, other: f64) -> ShareCheck {
