@@ -465,7 +465,18 @@ pub fn run(store: &Store, kind: Option<&str>, settings: &Settings) -> Result<Rep
     })
 }
 
-/// The check for people.
+/// A figure's value in its unit, for people.
+pub fn fmt_value(unit: Unit, v: f64) -> String {
+    match unit {
+        Unit::Nanoseconds => crate::output::fmt_ns(v),
+        Unit::Share => format!("{:.1}%", v * 100.0),
+        _ if v.abs() >= 100.0 => format!("{v:.0}{}", unit.suffix()),
+        _ => format!("{v:.3}{}", unit.suffix()),
+    }
+}
+
+/// The check for people: the changes that share a split and the same named facts are one
+/// block, so a cause that moved twenty figures is said once.
 pub fn render(r: &Report) -> String {
     use std::fmt::Write;
     let mut s = String::new();
@@ -486,41 +497,63 @@ pub fn render(r: &Report) -> String {
                 r.settings.threshold_pct
             );
         }
+        // Blocks in the order of their first (most important) change.
+        let mut blocks: Vec<(String, Vec<&Change>)> = Vec::new();
         for c in &k.changes {
-            let word = match c.verdict {
-                Verdict::Worse => "WORSE",
-                Verdict::Better => "better",
-                Verdict::Changed => "changed",
-            };
+            let key = format!(
+                "{}>{}:{}",
+                c.last_before,
+                c.first_after,
+                c.causes
+                    .iter()
+                    .map(|x| format!("{}{:?}", x.change, x.rules))
+                    .collect::<Vec<_>>()
+                    .join(";")
+            );
+            match blocks.iter_mut().find(|(k, _)| *k == key) {
+                Some((_, v)) => v.push(c),
+                None => blocks.push((key, vec![c])),
+            }
+        }
+        for (_, changes) in &blocks {
+            let first = changes[0];
             let _ = writeln!(
                 s,
-                "  {word} {:+.1}%: {} ({}), {} -> {} from run @{} on ({} runs before, {} after; {} p={:.2e})",
-                c.change_pct,
-                c.figure,
-                c.label,
-                crate::compare::text::fmt_value(&c.figure, c.split.before_mean),
-                crate::compare::text::fmt_value(&c.figure, c.split.after_mean),
-                c.first_after,
-                c.runs_before,
-                c.runs_after,
-                c.split.test,
-                c.split.p_value
+                "  from run @{} on ({} run(s) before, {} after):",
+                first.first_after, first.runs_before, first.runs_after
             );
-            if let Some(n) = &c.no_configuration_change {
+            for c in changes {
+                let word = match c.verdict {
+                    Verdict::Worse => "WORSE",
+                    Verdict::Better => "better",
+                    Verdict::Changed => "changed",
+                };
+                let _ = writeln!(
+                    s,
+                    "    {word} {:+.1}%  {}  {} -> {}  ({} p={:.1e})",
+                    c.change_pct,
+                    c.figure,
+                    fmt_value(c.unit, c.split.before_mean),
+                    fmt_value(c.unit, c.split.after_mean),
+                    c.split.test,
+                    c.split.p_value
+                );
+            }
+            if let Some(n) = &first.no_configuration_change {
                 let _ = writeln!(s, "    {n}");
-            } else {
-                let line: Vec<String> = c.causes.iter().map(|x| x.change.to_string()).collect();
-                let _ = writeln!(s, "    changed with it: {}", line.join("; "));
-                for x in &c.causes {
-                    let rules = if x.rules.is_empty() {
-                        "no doctor rule ties it to this figure".to_string()
-                    } else {
-                        format!("doctor rules: {}", x.rules.join(", "))
-                    };
-                    let _ = writeln!(s, "    - {} ({rules})", x.change);
-                    if let Some(t) = &x.try_command {
-                        let _ = writeln!(s, "      confirm: {t}");
-                    }
+                continue;
+            }
+            let line: Vec<String> = first.causes.iter().map(|x| x.change.to_string()).collect();
+            let _ = writeln!(s, "    changed with it: {}", line.join("; "));
+            for x in &first.causes {
+                let rules = if x.rules.is_empty() {
+                    "no doctor rule ties it to these figures".to_string()
+                } else {
+                    format!("doctor rules: {}", x.rules.join(", "))
+                };
+                let _ = writeln!(s, "    - {} ({rules})", x.change);
+                if let Some(t) = &x.try_command {
+                    let _ = writeln!(s, "      confirm: {t}");
                 }
             }
         }

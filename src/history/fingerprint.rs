@@ -37,7 +37,8 @@ pub fn of_probe(p: &Probe) -> Fingerprint {
     put("cmdline", p.cmdline.value().cloned());
     put(
         "mitigations",
-        Some(p.mitigations.mode().unwrap_or("default").to_string()),
+        // No `mitigations=` on the command line: the kernel's default, `auto`.
+        Some(p.mitigations.mode().unwrap_or("auto").to_string()),
     );
     if let Some(v) = p.mitigations.vulnerabilities.value() {
         for (name, vuln) in v {
