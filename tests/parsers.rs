@@ -233,9 +233,9 @@ proptest! {
 /// A saved result as `report` and `compare` read it: the envelope checked, then the typed
 /// figures of its kind.
 fn load(text: &str) {
-    let kinds = cpulab::experiment::registry::kinds();
+    let kinds = cpulab::registry::kinds();
     if let Ok(l) = cpulab::report::envelope::parse(text, "x.json", &kinds)
-        && let Some(e) = cpulab::experiment::registry::lookup(l.kind)
+        && let Some(e) = cpulab::registry::lookup(l.kind)
     {
         let _ = (e.figures)(&l.value);
     }
