@@ -197,6 +197,21 @@ pub struct RunCounters {
     pub other_busy_pct: BTreeMap<u32, f64>,
 }
 
+/// One stage's share of the budget and what it used.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StageTime {
+    /// The stage's name, as progress and `skipped` name it.
+    pub stage: String,
+    /// Seconds the budget gave it: its deadline, counted from its start.
+    pub planned_s: f64,
+    /// Seconds it took (measured).
+    pub actual_s: f64,
+    /// Set when the stage stopped at its deadline with part of its work: what it kept and
+    /// what it left out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cut_short: Option<String>,
+}
+
 /// Something the battery did not run, and why.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Skipped {
@@ -269,6 +284,9 @@ pub struct Measurements {
     /// The live application's wakeups (`doctor --pid` / `--comm`).
     #[serde(default)]
     pub app_watch: Option<AppWatch>,
+    /// Every stage's deadline and the time it took, in run order.
+    #[serde(default)]
+    pub stage_times: Vec<StageTime>,
 }
 
 impl Measurements {

@@ -82,8 +82,9 @@ pub fn run(
         conditions.load_not_checked();
     }
     progress.done(1.0);
+    let end = t0 + std::time::Duration::from_secs_f64(settings.mode.total_s());
     let (mut m, interrupted): (Measurements, _) =
-        battery::run(machine, settings, &stages, &progress);
+        battery::run(machine, settings, &stages, &progress, end);
     m.counters.other_busy_pct = other_busy;
     skipped.append(&mut m.skipped);
     m.skipped = skipped;

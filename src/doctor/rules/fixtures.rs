@@ -188,6 +188,7 @@ pub fn quiet_machine() -> (Facts, Measurements) {
         },
         skipped: vec![],
         app_watch: None,
+        stage_times: vec![],
     };
     (facts(), m)
 }
@@ -253,6 +254,7 @@ pub fn everything_wrong() -> (Facts, Measurements) {
                 cross_wakeups_per_s: 34_080.0,
             }],
         }),
+        stage_times: vec![],
     };
     (f, m)
 }
