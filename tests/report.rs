@@ -211,7 +211,9 @@ pub fn sample_report() -> DoctorReport {
         },
         mode: Mode::Default,
         duration_s: 41.0,
-        probe: serde_json::json!({}),
+        probe: cpulab::probe::probe(
+            &cpulab::machine::Machine::detect(&common::fixture("kvm-guest")).unwrap(),
+        ),
         facts,
         measurements: m,
         findings,

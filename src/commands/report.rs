@@ -3,10 +3,9 @@
 //! findings are stored in it); other kinds get the charts or tables their figures allow.
 
 use crate::cli::Global;
-use crate::doctor::{DoctorReport, text};
 use crate::error::bad_input;
 use crate::output;
-use crate::report::envelope::{Kind, Loaded};
+use crate::report::envelope::Loaded;
 use crate::report::html;
 use anyhow::{Context, Result};
 use std::path::PathBuf;
@@ -24,42 +23,18 @@ pub struct Args {
     pub html: Option<PathBuf>,
 }
 
-fn doctor(l: &Loaded, name: &str) -> Result<DoctorReport> {
-    serde_json::from_value(l.value.clone()).map_err(|e| {
-        bad_input(format!(
-            "{name} says it is a doctor result but does not match its schema ({e})"
-        ))
-    })
-}
-
 pub fn run(args: Args, g: &Global) -> Result<()> {
     let name = args.result.display().to_string();
     let l = crate::experiment::registry::load(&args.result)?;
-    let (page, text) = match l.kind {
-        Kind::Doctor => {
-            let r = doctor(&l, &name)?;
-            (crate::doctor::html::page(&r), text::render(&r))
+    let (page, text) = match crate::experiment::registry::lookup(l.kind) {
+        // The kind's own renderers (a doctor result exactly as it was judged); a document of
+        // the right kind but the wrong shape is bad input, not something to flatten.
+        Some(entry) => {
+            let (text, page) = (entry.render)(&l.value, &output::Style::new())
+                .map_err(|e| bad_input(format!("{name}: {e:#}")))?;
+            (page, text)
         }
-        Kind::Probe => {
-            let p: crate::probe::Probe = serde_json::from_value(l.value.clone()).map_err(|e| {
-                bad_input(format!(
-                    "{name} says it is a probe result but does not match its schema ({e})"
-                ))
-            })?;
-            (
-                probe_page(&p),
-                crate::probe::render(&p, &output::Style::new()),
-            )
-        }
-        k => match crate::experiment::registry::lookup(k) {
-            // The kind's own renderers; a document of the right kind but the wrong shape is bad
-            // input, not something to flatten.
-            Some(entry) => {
-                let (text, page) = (entry.render)(&l.value, &output::Style::new())?;
-                (page, text)
-            }
-            None => (generic_page(k.as_str(), &l.value), generic_text(&l)),
-        },
+        None => (generic_page(l.kind.as_str(), &l.value), generic_text(&l)),
     };
     match &args.html {
         Some(path) => {
@@ -73,19 +48,6 @@ pub fn run(args: Args, g: &Global) -> Result<()> {
         }
         None => output::print_text(&text),
     }
-}
-
-/// A probe result as a page: the fingerprint as `cpulab probe` prints it, and its conditions.
-fn probe_page(p: &crate::probe::Probe) -> String {
-    let plain = output::Style { on: false };
-    let body = maud::html! {
-        section {
-            h2 { "Machine fingerprint" }
-            pre { (crate::probe::render(p, &plain)) }
-        }
-        (html::conditions(&p.conditions, &[]))
-    };
-    html::page("cpulab probe", html::facts_line(&p.conditions), body)
 }
 
 fn generic_text(l: &Loaded) -> String {

@@ -3,8 +3,9 @@
 //!
 //! Every experiment's figures carry their [`Direction`] in their type
 //! ([`crate::experiment::Figure`]); `compare` reads it from there through the registry, and
-//! [`from_direction`] turns it into the direction of worse. Only for kinds without typed
-//! figures (the doctor's report, probe) does `compare` fall back to [`of_path`], which reads
+//! [`from_direction`] turns it into the direction of worse (the doctor's and the probe's figures
+//! are typed too). Only for documents without typed figures (doctor or probe results older than
+//! theirs) does `compare` fall back to [`of_path`], which reads
 //! the key's spelling: a time or a cost got worse when it grew, a rate or a share when it
 //! shrank. The name is read from the innermost key outwards, so `tps.samples` is a rate and
 //! `wakeup[...].rtt_ns` a time. A key that names both an overhead and a rate

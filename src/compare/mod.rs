@@ -2,9 +2,10 @@
 //!
 //! Before and after a kernel upgrade, host A against host B, with and without a tuning change:
 //! the question is always which figures moved, by how much, and whether the move is larger than
-//! the run-to-run noise. For an experiment's result, `compare` reads the kind's typed figures
-//! through the registry (each with its unit, direction and raw samples); for any other kind (the
-//! doctor's report, probe) it works without knowing the shape: [`walk`] names the figures and
+//! the run-to-run noise. `compare` reads the kind's typed figures through the registry (each
+//! with its unit, direction and raw samples), the doctor's and the probe's included. Only for a
+//! document it has no typed reader for (a doctor or probe result older than their typed
+//! figures) does it work without knowing the shape: [`walk`] names the figures and
 //! [`direction`] guesses which way is worse from their names, saying "unknown" where it cannot.
 //!
 //! **Beyond noise** needs both of these, on figures that kept raw samples:

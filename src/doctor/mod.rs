@@ -13,6 +13,7 @@ pub mod battery;
 pub mod figures;
 pub mod findings;
 pub mod html;
+pub mod measured;
 pub mod measurements;
 pub mod messaging;
 pub mod progress;
@@ -37,7 +38,7 @@ pub struct DoctorReport {
     /// Seconds the whole doctor run took, probe included (measured).
     pub duration_s: f64,
     /// The full machine fingerprint, as `cpulab probe --json` writes it.
-    pub probe: serde_json::Value,
+    pub probe: crate::probe::Probe,
     /// The probe facts the rules used.
     pub facts: Facts,
     /// Every measurement, with raw samples.
@@ -110,7 +111,7 @@ pub fn run(
         conditions,
         mode: settings.mode,
         duration_s: t0.elapsed().as_secs_f64(),
-        probe: serde_json::to_value(&probe).unwrap_or(serde_json::Value::Null),
+        probe,
         facts,
         measurements: m,
         findings,

@@ -88,6 +88,20 @@ pub const ENTRIES: &[Entry] = &[
         command: None,
     },
     entry::<crate::trial::Trial>(),
+    // Not experiments but results all the same: their typed figures (unit, direction,
+    // samples) are what `compare` and the history read, never a walk of the JSON.
+    Entry {
+        kind: Kind::Doctor,
+        render: crate::doctor::measured::render_document,
+        figures: crate::doctor::measured::figures_of_document,
+        command: None,
+    },
+    Entry {
+        kind: Kind::Probe,
+        render: crate::probe::render_document,
+        figures: crate::probe::figures_of_document,
+        command: None,
+    },
     command::<crate::messaging::Messaging>(),
     command::<crate::bursty::Bursty>(),
 ];

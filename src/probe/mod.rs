@@ -27,7 +27,7 @@ pub mod topo;
 pub mod virt;
 
 pub use reading::{Reading, Reason, Unavailable};
-pub use render::render;
+pub use render::{figures_of_document, page, render, render_document};
 
 use crate::machine::{Conditions, Machine};
 use serde::{Deserialize, Serialize};
@@ -140,6 +140,56 @@ impl Probe {
     /// The tightest cgroup CPU quota in CPUs, if any.
     pub fn cpu_quota_cpus(&self) -> Option<f64> {
         self.sched.cpu_quota_cpus()
+    }
+
+    /// The probe's typed figures: the settings and sizes it read that a reader of many probes
+    /// follows over time. None is better or worse in itself (a setting is judged by what it
+    /// does to a measurement), so each says `Neither`, and each is one reading, never tested
+    /// for noise.
+    pub fn figures(&self) -> Vec<crate::experiment::Figure> {
+        use crate::experiment::{Direction::Neither, Figure, Unit};
+        let mut out = vec![
+            Figure::single(
+                "online_cpus",
+                "online CPUs",
+                Unit::Count,
+                Neither,
+                self.topology.online.len() as f64,
+            ),
+            Figure::single(
+                "allowed_cpus",
+                "CPUs this process may use",
+                Unit::Count,
+                Neither,
+                self.topology.allowed.len() as f64,
+            ),
+        ];
+        let optional = [
+            (
+                "guest_halt_poll_ns",
+                "guest halt-poll window",
+                Unit::Nanoseconds,
+                self.halt_poll_ns().map(|v| v as f64),
+            ),
+            (
+                "cpu_quota_cpus",
+                "cgroup CPU quota, in CPUs",
+                Unit::CpuSecondsPerSecond,
+                self.cpu_quota_cpus(),
+            ),
+            (
+                "deepest_idle_exit_ns",
+                "exit latency of the deepest enabled idle state",
+                Unit::Nanoseconds,
+                self.idle.deepest_latency_us().map(|us| us as f64 * 1e3),
+            ),
+        ];
+        for (name, label, unit, v) in optional {
+            if let Some(v) = v {
+                out.push(Figure::single(name, label, unit, Neither, v));
+            }
+        }
+        out
     }
 
     /// The kernel version of the probed machine (falls back to the live kernel).

@@ -14,6 +14,42 @@ use std::fmt::Write;
 
 const LABEL: usize = 22;
 
+/// The probe as a self-contained page: the fingerprint as `cpulab probe` prints it, and its
+/// conditions.
+pub fn page(p: &Probe) -> String {
+    use crate::report::html;
+    let plain = Style { on: false };
+    let body = maud::html! {
+        section {
+            h2 { "Machine fingerprint" }
+            pre { (render(p, &plain)) }
+        }
+        (html::conditions(&p.conditions, &[]))
+    };
+    html::page("cpulab probe", html::facts_line(&p.conditions), body)
+}
+
+/// Text and page of a loaded probe document (the registry's renderer).
+pub fn render_document(doc: &serde_json::Value, style: &Style) -> anyhow::Result<(String, String)> {
+    let p = typed(doc)?;
+    Ok((render(&p, style), page(&p)))
+}
+
+/// The typed figures of a loaded probe document (the registry's reader).
+pub fn figures_of_document(
+    doc: &serde_json::Value,
+) -> anyhow::Result<Vec<crate::experiment::Figure>> {
+    Ok(typed(doc)?.figures())
+}
+
+fn typed(doc: &serde_json::Value) -> anyhow::Result<Probe> {
+    serde_json::from_value(doc.clone()).map_err(|e| {
+        crate::error::bad_input(format!(
+            "this probe result does not match its schema ({e}); write it again with `cpulab probe --json`"
+        ))
+    })
+}
+
 fn row(s: &mut String, label: &str, value: &str) {
     let _ = writeln!(s, "  {label:<LABEL$} {value}");
 }
