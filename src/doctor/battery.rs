@@ -331,7 +331,9 @@ pub fn run(
                 keep(c)
             }),
             Stage::Watch(t, secs) => {
-                let secs = secs.min(deadline.left_s()).max(0.5);
+                // Setting the watch up (BTF, programs) takes time too: half the deadline for
+                // the watch itself.
+                let secs = secs.min(deadline.left_s() * 0.5).max(0.5);
                 stages::watch(machine, t, secs, progress).map(|x| m.app_watch = Some(x))
             }
             Stage::Preset(p) => {

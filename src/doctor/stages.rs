@@ -73,7 +73,47 @@ pub fn watch(
         ..Default::default()
     };
     let r = crate::watch::run(machine, &settings, &sink)?;
-    Ok(crate::doctor::measurements::AppWatch::from_report(&r))
+    let mut w = crate::doctor::measurements::AppWatch::from_report(&r);
+    for p in &mut w.processes {
+        // A short-lived process (one pgbench run) may be gone: then a live one of its name.
+        p.cgroup = p
+            .pids
+            .iter()
+            .find_map(|pid| cgroup_of(&machine.root, *pid))
+            .or_else(|| {
+                live_pid_named(&machine.root, &p.name).and_then(|pid| cgroup_of(&machine.root, pid))
+            });
+    }
+    Ok(w)
+}
+
+/// A live process whose command name is `name`.
+fn live_pid_named(root: &std::path::Path, name: &str) -> Option<i32> {
+    std::fs::read_dir(root.join("proc"))
+        .ok()?
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .find(|pid| {
+            std::fs::read_to_string(root.join(format!("proc/{pid}/comm")))
+                .is_ok_and(|c| c.trim() == name)
+        })
+}
+
+/// The cgroup a process lives in, from /proc/<pid>/cgroup: the v1 cpuset hierarchy's path when
+/// there is one (that is where a cpuset is set), else the v2 path.
+pub fn cgroup_of(root: &std::path::Path, pid: i32) -> Option<String> {
+    let text = std::fs::read_to_string(root.join(format!("proc/{pid}/cgroup"))).ok()?;
+    pick_cgroup(&crate::probe::cgroup::parse_proc_cgroup(&text))
+}
+
+/// The cpuset hierarchy's path, else the unified (v2) one (pure).
+pub fn pick_cgroup(m: &[crate::probe::cgroup::Membership]) -> Option<String> {
+    m.iter()
+        .find(|l| l.controllers.iter().any(|c| c == "cpuset"))
+        .or_else(|| {
+            m.iter()
+                .find(|l| l.hierarchy == 0 && l.controllers.is_empty())
+        })
+        .map(|l| l.path.clone())
 }
 
 /// Overhead of one pingpong run beyond its warm-up and timed batches (threads, pinning).
@@ -310,4 +350,24 @@ pub fn preset(machine: &Machine, name: &str, mode: Mode, p: &Progress) -> Result
     let sink = |level: Level, m: &str| p.emit(level, &format!("{name}: {m}"));
     let r = Pair::run(machine, &s, &Sink::new(&sink))?;
     Ok(adapt::pair(&r, name))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::pick_cgroup;
+    use crate::probe::cgroup::parse_proc_cgroup;
+
+    #[test]
+    fn the_cpuset_hierarchy_wins_else_the_unified_one() {
+        let v2 = parse_proc_cgroup("0::/system.slice/postgresql@15-main.service\n");
+        assert_eq!(
+            pick_cgroup(&v2).as_deref(),
+            Some("/system.slice/postgresql@15-main.service")
+        );
+        let v1 = parse_proc_cgroup(
+            "12:cpuset:/docker/abc\n4:cpu,cpuacct:/docker/abc\n1:name=systemd:/docker/abc\n0::/\n",
+        );
+        assert_eq!(pick_cgroup(&v1).as_deref(), Some("/docker/abc"));
+        assert_eq!(pick_cgroup(&[]), None);
+    }
 }
