@@ -282,15 +282,9 @@ fn pick(
 mod tests {
     use super::*;
 
-    #[test]
-    fn calibration_reproduces_its_round_trips() {
-        let cal = Calibration::field_notes();
-        let c = cal.apply(&Costs::default());
-        let same = 2.0 * (PIPE_WORK_NS + c.guest_switch_ns);
-        let cross = 2.0 * (PIPE_WORK_NS + c.guest_switch_ns + c.halted_wake_ns());
-        assert!((same - cal.same_rtt_ns).abs() < 1.0, "{same}");
-        assert!((cross - cal.cross_rtt_ns).abs() < 1.0, "{cross}");
-    }
+    // That a calibration reproduces its round trips is checked through the model, not by
+    // algebra on the costs: validate's table M simulates the pipe pair with the calibrated costs
+    // (`sim::validate::tests::this_machine_halt_polling_recovers_and_misses_are_explained`).
 
     #[test]
     fn pick_prefers_pipe_and_skips_unpinned() {
