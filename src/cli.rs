@@ -1,12 +1,11 @@
 //! The command line: clap structures and dispatch. Each subcommand lives in its own file under
 //! `commands/`, where its flags are turned into validated settings before anything runs.
 
-use crate::commands;
-use crate::experiment::registry;
+use crate::commands::{self, Global};
+use crate::registry;
 use anyhow::Result;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use std::ffi::OsString;
-use std::path::PathBuf;
 
 /// Measure and explain how CPU placement, scheduling and system settings change an
 /// application's speed, on bare metal and inside virtual machines.
@@ -24,32 +23,6 @@ pub struct Cli {
     pub global: Global,
     #[command(subcommand)]
     pub command: Command,
-}
-
-/// Options every subcommand understands.
-#[derive(Debug, Clone, clap::Args)]
-pub struct Global {
-    /// No progress or status lines on stderr.
-    #[arg(long, short, global = true)]
-    pub quiet: bool,
-    /// Read /sys and /proc below this directory instead of `/` (for fixture trees; measuring
-    /// commands always run on the live machine).
-    #[arg(
-        long,
-        global = true,
-        hide = true,
-        value_name = "DIR",
-        default_value = "/"
-    )]
-    pub root: PathBuf,
-    /// Record measured results in this history file instead of the default
-    /// (`~/.local/state/cpulab/history.sqlite`; as root `/var/lib/cpulab/history.sqlite`;
-    /// or `CPULAB_HISTORY`, `off` for none).
-    #[arg(long, global = true, value_name = "PATH")]
-    pub history: Option<PathBuf>,
-    /// Record nothing in the history.
-    #[arg(long, global = true)]
-    pub no_history: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -90,6 +63,8 @@ pub enum Command {
     History(commands::history::Args),
     /// Simulate the hypervisor layer: predictions checked against the field notes (SIMULATED).
     Sim(commands::sim::Args),
+    /// Serve wakeup placement, halts, IPIs and machine facts as Prometheus metrics, until stopped.
+    Exporter(crate::exporter::Args),
 }
 
 /// The whole command line: the subcommands above plus one per experiment of the registry that
@@ -168,5 +143,6 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Manpages(a) => commands::manpages::run(a, command(), g.quiet),
         Command::Sim(a) => commands::sim::run(a, &g),
         Command::History(a) => commands::history::run(a, &g),
+        Command::Exporter(a) => crate::exporter::run(a, &g),
     }
 }

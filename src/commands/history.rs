@@ -1,7 +1,7 @@
 //! `cpulab history`: the runs every measuring command recorded, and what changed between them.
 //! See [`crate::history`] for the store and the method.
 
-use crate::cli::Global;
+use crate::commands::Global;
 use crate::error::bad_input;
 use crate::history::check::{self, Settings};
 use crate::history::store::{Filter, NewRun, Store};
@@ -433,7 +433,7 @@ fn export(which: &Which) -> Result<()> {
 
 /// One run to import from a file's text: a `--json` result, or lines of `history export`.
 fn runs_of(text: &str, name: &str) -> Result<Vec<NewRun>> {
-    let kinds = crate::experiment::registry::kinds();
+    let kinds = crate::registry::kinds();
     let trimmed = text.trim_start();
     let first_line = trimmed.lines().next().unwrap_or("");
     let exported = serde_json::from_str::<Value>(first_line)
@@ -558,6 +558,6 @@ pub fn load_ref(reference: &str) -> Result<crate::report::envelope::Loaded> {
     crate::report::envelope::parse(
         &doc.to_string(),
         &format!("@{id}"),
-        &crate::experiment::registry::kinds(),
+        &crate::registry::kinds(),
     )
 }

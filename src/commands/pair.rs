@@ -1,6 +1,6 @@
 //! `cpulab pair`: flags become validated [`PairSettings`]; the experiment lives in `crate::pair`.
 
-use crate::cli::Global;
+use super::Global;
 use crate::cpulist::CpuSet;
 use crate::error::bad_input;
 use crate::experiment::{Experiment as _, Level, Progress};

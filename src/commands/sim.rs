@@ -1,6 +1,6 @@
 //! `cpulab sim`: flags -> validated settings, simulate or validate, print.
 
-use crate::cli::Global;
+use super::Global;
 use crate::error::bad_input;
 use crate::output;
 use crate::report::envelope::Kind;

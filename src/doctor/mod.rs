@@ -16,6 +16,7 @@ pub mod html;
 pub mod measured;
 pub mod measurements;
 pub mod messaging;
+pub mod mode;
 pub mod progress;
 pub mod rules;
 mod stages;

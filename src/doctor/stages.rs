@@ -3,8 +3,8 @@
 //! knows how to drive its module for the doctor.
 
 use super::adapt;
-use super::battery::{Budget, Mode};
 use super::measurements::{OsCosts, PresetRun, ScalePoint, ShareCheck, WakeupRun};
+use super::mode::{Budget, Mode};
 use super::progress::Progress;
 use crate::experiment::{Experiment, Level, Progress as Sink};
 use crate::machine::Machine;

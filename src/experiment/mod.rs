@@ -3,7 +3,7 @@
 //! An experiment is anything that takes validated settings, measures on the live machine and
 //! returns one typed result: pingpong, pair, share, scale, oscost, and whatever comes next. The
 //! subcommands, the doctor's battery, `cpulab try --measure` and `cpulab report` all go through
-//! [`Experiment`], so adding one is one new module plus one line in [`registry`].
+//! [`Experiment`], so adding one is one new module plus one line in `crate::registry`.
 //!
 //! What every experiment shares lives here and nowhere else:
 //! - [`Progress`]: the messages a run emits, each with its [`Level`] as data (the printer decides
@@ -18,7 +18,7 @@
 //! [`Level`] is defined with the terminal printer in `output` (the bottom layer, which must not
 //! import this one) and re-exported here.
 
-pub mod registry;
+pub mod erased;
 
 use crate::machine::{Conditions, Machine};
 use crate::output::Style;
@@ -238,7 +238,7 @@ pub trait Experiment {
 /// An experiment that is its own subcommand, `cpulab NAME`, and a `cpulab try --measure
 /// NAME:FLAGS`: its flags and their validation live beside it, and the registry builds the
 /// subcommand, its help and man page from them. Listing it with
-/// [`registry::command`] in [`registry::ENTRIES`] is all the wiring it needs.
+/// [`erased::command`] in `crate::registry::ENTRIES` is all the wiring it needs.
 pub trait Command: Experiment + Sized + 'static
 where
     Self::Settings: 'static,

@@ -135,7 +135,7 @@ pub fn new_run(
     fingerprint: fingerprint::Fingerprint,
     command_line: &[String],
 ) -> store::NewRun {
-    let figures = crate::experiment::registry::lookup(kind)
+    let figures = crate::registry::lookup(kind)
         .and_then(|e| (e.figures)(document).ok())
         .unwrap_or_default();
     let c = &document["conditions"];

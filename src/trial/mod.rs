@@ -4,7 +4,7 @@
 //! the machine in question. A trial applies one or more settings ([`setting::Setting`]), and
 //! measures baseline (A) and changed (B) rounds interleaved, ABAB..., so whatever drifts on the
 //! host during the run falls on both sides. Each round runs an experiment through the common
-//! interface ([`crate::experiment::registry::Runnable`]) and yields [`Figure`]s; the comparison
+//! interface ([`crate::experiment::erased::Runnable`]) and yields [`Figure`]s; the comparison
 //! takes each figure's round-level values (one per round: samples within a round are correlated)
 //! and tests them with Welch's t-test, giving each side's 95% interval, the ratio, a verdict, and
 //! for "no difference" the smallest effect the run could have detected. The cost of a change
@@ -32,7 +32,7 @@ pub mod tuned;
 #[cfg(test)]
 pub mod testing;
 
-use crate::experiment::registry::Runnable;
+use crate::experiment::erased::Runnable;
 use crate::experiment::{Experiment, Figure, Progress};
 use crate::machine::{Conditions, Machine};
 use crate::report::envelope::Kind;
