@@ -142,7 +142,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Completions(a) => commands::completions::run(a, command()),
         Command::Manpages(a) => commands::manpages::run(a, command(), g.quiet),
         Command::Sim(a) => commands::sim::run(a, &g),
-        Command::History(a) => commands::history::run(a, &g),
         Command::Exporter(a) => crate::exporter::run(a, &g),
+        Command::History(a) => commands::history::run(a, &g),
     }
 }

@@ -1,7 +1,7 @@
 //! `cpulab history`: the runs every measuring command recorded, and what changed between them.
 //! See [`crate::history`] for the store and the method.
 
-use crate::commands::Global;
+use super::Global;
 use crate::error::bad_input;
 use crate::history::check::{self, Settings};
 use crate::history::store::{Filter, NewRun, Store};
