@@ -369,6 +369,10 @@ fn report(which: &Which, file: &std::path::Path, threshold: f64, quiet: bool) ->
                 hardware_key: r.hardware_key.clone(),
                 figure: f.name.clone(),
                 label: f.label.clone(),
+                unit: match f.unit.suffix() {
+                    "" => "value".to_string(),
+                    u => u.to_string(),
+                },
                 points: Vec::new(),
                 change_points: Vec::new(),
                 changed_facts: Vec::new(),
