@@ -18,6 +18,8 @@ pub mod doctor;
 pub mod error;
 pub mod experiment;
 pub mod exporter;
+pub mod history;
+pub mod load;
 pub mod machine;
 pub mod messaging;
 pub mod oscost;
@@ -30,6 +32,7 @@ pub mod registry;
 pub mod report;
 pub mod scale;
 pub mod share;
+pub mod signals;
 pub mod sim;
 pub mod stats;
 #[cfg(test)]

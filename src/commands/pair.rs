@@ -12,7 +12,7 @@ use crate::pair::settings::{
     HttpClientKind, HttpServerKind, MIN_REPEAT, PairSettings, PgbenchSettings, Placements, Preset,
     Programs, Readiness, Workload,
 };
-use crate::pair::signals::Interrupted;
+use crate::signals::Interrupted;
 use crate::units::flag_duration;
 use anyhow::Result;
 use clap::builder::TypedValueParser;

@@ -242,7 +242,7 @@ pub fn run(args: Args, g: &Global) -> Result<()> {
     let report = match Trial::run(&machine, &settings, &Progress::new(&sink)) {
         Ok(r) => r,
         Err(e) => {
-            if let Some(i) = e.downcast_ref::<crate::pair::signals::Interrupted>() {
+            if let Some(i) = e.downcast_ref::<crate::signals::Interrupted>() {
                 eprintln!(
                     "cpulab: interrupted by {}; every setting restored and read back",
                     i.name

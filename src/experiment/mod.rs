@@ -13,7 +13,8 @@
 //!   direction from here instead of guessing it from a key's spelling.
 //! - the text and HTML renderers of each result, beside the experiment, so `cpulab report` renders
 //!   every kind it can load with that kind's own renderer.
-//! - [`check_load`]: the prologue before measuring (watch the CPUs for other load, warn, record).
+//! - [`prologue`]: the start of every run (the conditions now, then a watch of the CPUs for
+//!   other load: warn, record).
 //!
 //! [`Level`] is defined with the terminal printer in `output` (the bottom layer, which must not
 //! import this one) and re-exported here.
@@ -176,20 +177,21 @@ impl<'a> Progress<'a> {
     }
 }
 
-/// The prologue every experiment runs before measuring: unless `enabled` is false, watch `cpus`
-/// for other load for `window`, warn when there is some, and record the check in `conditions`;
-/// otherwise note in `conditions` that no check was made.
-pub fn check_load(
-    conditions: &mut Conditions,
+/// The prologue every experiment runs before measuring: the [`Conditions`] as they are now,
+/// then, unless `enabled` is false, `cpus` watched for other load for `window` (a warning when
+/// there is some, the check recorded in the conditions); otherwise a note in the conditions that
+/// no check was made.
+pub fn prologue(
     machine: &Machine,
     cpus: &crate::cpulist::CpuSet,
     window: std::time::Duration,
     enabled: bool,
     progress: &Progress,
-) {
+) -> Conditions {
+    let mut conditions = Conditions::now(machine);
     if !enabled || cpus.is_empty() {
         conditions.load_not_checked();
-        return;
+        return conditions;
     }
     progress.step(&format!("checking CPUs {cpus} for other load"));
     let check = crate::counters::check_background_load(&machine.root, cpus, window);
@@ -197,6 +199,7 @@ pub fn check_load(
         progress.warn(&format!("{r}; results are marked noisy"));
     }
     conditions.record_load(check);
+    conditions
 }
 
 /// A sink that drops everything (tests, nested runs whose caller reports progress itself).

@@ -265,7 +265,7 @@ pub fn run(args: Args, g: &Global) -> Result<()> {
             _ => Response::not_found(),
         }
     });
-    crate::pair::signals::install();
+    crate::signals::install();
     say(&format!(
         "serving http{}://{}/metrics (mechanism {})",
         if tls.is_some() { "s" } else { "" },
@@ -282,7 +282,7 @@ pub fn run(args: Args, g: &Global) -> Result<()> {
             ..server::Limits::default()
         },
         stats,
-        &|| crate::pair::signals::pending().is_some(),
+        &|| crate::signals::pending().is_some(),
     );
     stop_probe.store(true, Ordering::SeqCst);
     if let Some(t) = probe_thread {

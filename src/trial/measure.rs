@@ -207,7 +207,7 @@ impl Runnable for ProcessWatch {
         let gone = || anyhow::anyhow!("process {} ended during the trial", self.pid);
         let (s0, c0) = process_counts(&machine.root, self.pid).ok_or_else(gone)?;
         let t0 = Instant::now();
-        crate::pair::signals::sleep(Duration::from_secs_f64(self.seconds))?;
+        crate::signals::sleep(Duration::from_secs_f64(self.seconds))?;
         let (s1, c1) = process_counts(&machine.root, self.pid).ok_or_else(gone)?;
         let dt = t0.elapsed().as_secs_f64();
         let figures = vec![

@@ -171,7 +171,7 @@ fn run_trial(
     session.revert()?;
     let mut rounds = Vec::new();
     for index in 0..2 * s.rounds {
-        crate::pair::signals::check()?;
+        crate::signals::check()?;
         let side = if index % 2 == 0 {
             Side::Baseline
         } else {
@@ -201,7 +201,7 @@ fn run_trial(
             }
         ));
         // Let adaptive mechanisms (halt-poll growth, governors) settle on the new value.
-        crate::pair::signals::sleep(std::time::Duration::from_millis(200))?;
+        crate::signals::sleep(std::time::Duration::from_millis(200))?;
         let started_s = t0.elapsed().as_secs_f64();
         costs.iter_mut().for_each(|c| c.begin());
         let out = s.measure.run(
@@ -239,7 +239,7 @@ impl Experiment for Trial {
     const KIND: Kind = Kind::Try;
 
     fn run(machine: &Machine, s: &TrialSettings, progress: &Progress) -> Result<TrialReport> {
-        crate::pair::signals::install();
+        crate::signals::install();
         let mut conditions = Conditions::now(machine);
         let changes: Vec<ChangeRecord> = s
             .changes
