@@ -1,12 +1,11 @@
 //! The command line: clap structures and dispatch. Each subcommand lives in its own file under
 //! `commands/`, where its flags are turned into validated settings before anything runs.
 
-use crate::commands;
-use crate::experiment::registry;
+use crate::commands::{self, Global};
+use crate::registry;
 use anyhow::Result;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use std::ffi::OsString;
-use std::path::PathBuf;
 
 /// Measure and explain how CPU placement, scheduling and system settings change an
 /// application's speed, on bare metal and inside virtual machines.
@@ -24,24 +23,6 @@ pub struct Cli {
     pub global: Global,
     #[command(subcommand)]
     pub command: Command,
-}
-
-/// Options every subcommand understands.
-#[derive(Debug, Clone, clap::Args)]
-pub struct Global {
-    /// No progress or status lines on stderr.
-    #[arg(long, short, global = true)]
-    pub quiet: bool,
-    /// Read /sys and /proc below this directory instead of `/` (for fixture trees; measuring
-    /// commands always run on the live machine).
-    #[arg(
-        long,
-        global = true,
-        hide = true,
-        value_name = "DIR",
-        default_value = "/"
-    )]
-    pub root: PathBuf,
 }
 
 #[derive(Debug, Subcommand)]
@@ -79,6 +60,8 @@ pub enum Command {
     Manpages(commands::manpages::Args),
     /// Simulate the hypervisor layer: predictions checked against the field notes (SIMULATED).
     Sim(commands::sim::Args),
+    /// Serve wakeup placement, halts, IPIs and machine facts as Prometheus metrics, until stopped.
+    Exporter(crate::exporter::Args),
 }
 
 /// The whole command line: the subcommands above plus one per experiment of the registry that
@@ -154,5 +137,6 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Completions(a) => commands::completions::run(a, command()),
         Command::Manpages(a) => commands::manpages::run(a, command(), g.quiet),
         Command::Sim(a) => commands::sim::run(a, &g),
+        Command::Exporter(a) => crate::exporter::run(a, &g),
     }
 }

@@ -4,7 +4,7 @@
 //! The library holds everything; the binary only parses the command line and maps errors to
 //! exit codes. Layers, bottom up: `cpulist` and `topology` (what the machine is), `counters`
 //! and `stats` (how we observe and summarise), the experiments (`pingpong`, `pair`, `share`,
-//! `scale`, `oscost`, `messaging`, `bursty`, listed once in `experiment::registry`), and the
+//! `scale`, `oscost`, `messaging`, `bursty`, listed once in `registry`), and the
 //! `doctor` that runs them and names causes.
 
 pub mod affinity;
@@ -17,16 +17,21 @@ pub mod cpulist;
 pub mod doctor;
 pub mod error;
 pub mod experiment;
+pub mod exporter;
+pub mod load;
 pub mod machine;
 pub mod messaging;
 pub mod oscost;
 pub mod output;
 pub mod pair;
+pub mod perf_event;
 pub mod pingpong;
 pub mod probe;
+pub mod registry;
 pub mod report;
 pub mod scale;
 pub mod share;
+pub mod signals;
 pub mod sim;
 pub mod stats;
 #[cfg(test)]

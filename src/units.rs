@@ -16,7 +16,9 @@ pub const MAX_DURATION: Duration = Duration::from_secs(86_400);
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let t = text.trim();
     let split = t
-        .find(|c: char| c.is_ascii_alphabetic() && c != 'e' && c != 'E')
+        // Any letter, not only ASCII: `µs` starts with the micro sign (issue 21, found by a
+        // property test: `250µs` was refused as not a time).
+        .find(|c: char| c.is_alphabetic() && c != 'e' && c != 'E')
         .unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
     let scale = match unit.trim() {

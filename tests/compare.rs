@@ -323,8 +323,8 @@ fn each_experiments_figures_say_which_way_is_worse() {
         "--threads",
         "1,2",
     ]);
-    for doc in [share, scale] {
-        let c = compare_json(&doc, &doc);
+    for doc in [&share, &scale] {
+        let c = compare_json(doc, doc);
         let figures = c["figures"].as_array().unwrap();
         assert!(!figures.is_empty(), "{c}");
         for f in figures {
@@ -336,7 +336,40 @@ fn each_experiments_figures_say_which_way_is_worse() {
             };
             assert_eq!(f["worse_when"], want, "{path}");
             assert_eq!(f["direction_source"], "typed", "{path}");
-            assert_ne!(f["verdict"], "worse", "a result against itself: {path}");
+        }
+        common::assert_same_as_itself(&c);
+    }
+    // A known answer: the scale result with tight samples, against the same with every run
+    // taking twice as long, is worse on every time figure, by 100%.
+    let with_times = |k: f64| {
+        let mut d = scale.clone();
+        for p in d["policies"].as_array_mut().unwrap() {
+            for x in p["points"].as_array_mut().unwrap() {
+                let t = x["time_samples_s"][0].as_f64().unwrap();
+                x["time_samples_s"] = json!([k * t * 0.999, k * t * 1.001]);
+            }
+        }
+        d
+    };
+    let (scale, slower) = (with_times(1.0), with_times(2.0));
+    let c = compare_json(&scale, &slower);
+    let times: Vec<&Value> = c["figures"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["path"].as_str().unwrap().starts_with("time_s"))
+        .collect();
+    assert!(!times.is_empty(), "{c}");
+    for f in times {
+        assert_eq!(f["verdict"], "worse", "{f}");
+        let by = f["worse_by_pct"].as_f64().unwrap();
+        assert!((by - 100.0).abs() < 1e-6, "{f}");
+    }
+    // And the other way round: twice as fast is better.
+    let c = compare_json(&slower, &scale);
+    for f in c["figures"].as_array().unwrap() {
+        if f["path"].as_str().unwrap().starts_with("time_s") {
+            assert_eq!(f["verdict"], "better", "{f}");
         }
     }
 }

@@ -59,18 +59,33 @@ fn every_primitive_in_a_fixed_shape() {
             "{}: no negative costs",
             o["name"]
         );
-        assert!(o["per_op_ns"]["mean"].as_f64().unwrap() >= 0.0);
-        assert!(o["min_ns"].as_f64().unwrap() <= o["median_ns"].as_f64().unwrap());
+        common::assert_mean_ci_of("per_op_ns", &o["per_op_ns"], &samples);
+        let (min, median) = (
+            o["min_ns"].as_f64().unwrap(),
+            o["median_ns"].as_f64().unwrap(),
+        );
+        let lowest = samples.iter().copied().fold(f64::INFINITY, f64::min);
+        let highest = samples.iter().copied().fold(0.0, f64::max);
+        assert_eq!(min, lowest, "{}: min of the samples", o["name"]);
+        assert!(min <= median && median <= highest, "{}", o["name"]);
         assert!(o["ops_per_batch"].as_u64().unwrap() >= 1);
     }
     let by_name = |n: &str| ops.iter().find(|o| o["name"] == n).unwrap();
     // A blocking round trip on one CPU switches the caller out at least once.
-    if let Some(c) = by_name("pipe_round_trip_same_cpu")["counted"]["per_op"].as_f64() {
-        assert!(c >= 0.95, "caller switches per round trip {c}");
+    match by_name("pipe_round_trip_same_cpu")["counted"]["per_op"].as_f64() {
+        Some(c) => assert!(c >= 0.95, "caller switches per round trip {c}"),
+        None => common::skipped(
+            "oscost pipe_round_trip_same_cpu",
+            "no software perf counter for context switches: switches per round trip not checked",
+        ),
     }
     // The first write to a fresh page faults once.
-    if let Some(c) = by_name("page_fault")["counted"]["per_op"].as_f64() {
-        assert!((0.9..=1.5).contains(&c), "faults per page {c}");
+    match by_name("page_fault")["counted"]["per_op"].as_f64() {
+        Some(c) => assert!((0.9..=1.5).contains(&c), "faults per page {c}"),
+        None => common::skipped(
+            "oscost page_fault",
+            "no software perf counter for page faults: faults per page not checked",
+        ),
     }
     let f = &v["frequency"];
     assert!(f["unit"].as_str().unwrap().contains("per ns"));

@@ -123,13 +123,22 @@ fn interrupt_mid_run(preset: &[&str], sig: i32, expect_code: Option<i32>) {
     args.extend_from_slice(preset);
     // The server is up and the first measured client is running.
     let mut r = start_until(&args, "starting the server");
-    std::thread::sleep(Duration::from_millis(2500));
     let pid = r.child.id();
-    assert!(
-        !dirs_of(pid).is_empty(),
-        "the run has its temporary directory"
-    );
-    assert!(!procs_of(pid).is_empty(), "the run has started its server");
+    // Wait (bounded) for the condition itself: the run's temporary directory exists and the
+    // server it started is running.
+    let until = Instant::now() + Duration::from_secs(60);
+    while dirs_of(pid).is_empty() || procs_of(pid).is_empty() {
+        if let Ok(Some(s)) = r.child.try_wait() {
+            panic!("cpulab ended ({s}) before its server was up");
+        }
+        assert!(
+            Instant::now() < until,
+            "no temporary directory and server within 60 s: {:?} {:?}",
+            dirs_of(pid),
+            procs_of(pid)
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
     kill(pid, sig);
     let status = r.child.wait().unwrap();
     let stderr = std::fs::read_to_string(&r.stderr).unwrap_or_default();

@@ -318,3 +318,97 @@ fn parent_quota_tighter_than_leaf_binds_the_probe() {
         "{cpu}"
     );
 }
+
+/// A CPU list (`0-3,8`) as a sorted set, parsed here rather than by the code under test.
+fn cpu_set(list: &str) -> std::collections::BTreeSet<u64> {
+    let mut set = std::collections::BTreeSet::new();
+    for part in list.trim().split(',').filter(|p| !p.is_empty()) {
+        let (a, b) = part.split_once('-').unwrap_or((part, part));
+        let (a, b): (u64, u64) = (a.trim().parse().unwrap(), b.trim().parse().unwrap());
+        set.extend(a..=b);
+    }
+    set
+}
+
+/// hwloc, an independent reader of the same machine, asked one question.
+fn hwloc(args: &[&str]) -> String {
+    let out = std::process::Command::new("hwloc-calc")
+        .arg("--whole-system")
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "hwloc-calc {args:?}: {out:?}");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// The sets of CPUs (OS numbers) in each hwloc object of `kind` (`core`, `l3cache`...).
+fn hwloc_groups(kind: &str) -> std::collections::BTreeSet<std::collections::BTreeSet<u64>> {
+    let n: usize = hwloc(&["--number-of", kind, "all"]).parse().unwrap();
+    (0..n)
+        .map(|i| {
+            hwloc(&["-p", "--intersect", "pu", &format!("{kind}:{i}")])
+                .split(',')
+                .map(|c| c.parse().unwrap())
+                .collect()
+        })
+        .collect()
+}
+
+/// The live probe against hwloc's view of the same machine: packages, cores, NUMA nodes, SMT
+/// siblings and the last-level cache domains agree (hwloc reads sysfs and CPUID through its own
+/// code, so a misread topology file or a wrong grouping in cpulab shows as a difference).
+#[test]
+fn the_live_topology_agrees_with_hwloc() {
+    if !installed(test_name!(), &[("hwloc-calc", "hwloc")]) {
+        return;
+    }
+    let t = &probe_json(None)["topology"];
+    if t["online"] != t["allowed"] {
+        common::skipped(
+            test_name!(),
+            "this process may not use every online CPU; hwloc and the probe would count different sets",
+        );
+        return;
+    }
+    let count = |k: &str| hwloc(&["--number-of", k, "all"]).parse::<u64>().unwrap();
+    assert_eq!(t["packages"].as_u64(), Some(count("package")), "packages");
+    assert_eq!(t["cores"].as_u64(), Some(count("core")), "cores");
+    let nodes: std::collections::BTreeSet<_> = t["nodes"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|l| cpu_set(l.as_str().unwrap()))
+        .collect();
+    assert_eq!(nodes, hwloc_groups("numanode"), "NUMA nodes");
+    let siblings: std::collections::BTreeSet<_> = t["cpus"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| cpu_set(c["smt_siblings"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        siblings,
+        hwloc_groups("core"),
+        "SMT siblings (the CPUs of each core)"
+    );
+    let llc: std::collections::BTreeSet<_> = t["llc_domains"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| cpu_set(l.as_str().unwrap()))
+        .collect();
+    let top = t["caches"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|c| c["level"].as_u64())
+        .max()
+        .unwrap_or(0);
+    if top >= 2 {
+        assert_eq!(
+            llc,
+            hwloc_groups(&format!("l{top}cache")),
+            "last-level caches"
+        );
+    }
+}

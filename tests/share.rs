@@ -1,18 +1,36 @@
 //! `cpulab share` end to end: JSON structure and physics, bad input. No timing thresholds.
 
+#[macro_use]
 mod common;
 
-use common::{cpulab, run_json};
-use cpulab::share::model::relative_share;
+use common::{cpulab, cpulab_under_taskset, json_of};
 use serde_json::Value;
 
-fn share_json(args: &[&str]) -> Value {
-    run_json::<cpulab::share::ShareReport>("share", args, 60)
+/// `cpulab share ARGS` restricted to CPU 0, as `taskset -c 0` restricts a user's program: one
+/// usable CPU, so the model's answers are known by hand (field notes C: a worker beside a busy
+/// thread on one CPU gets half of it).
+fn share_json_on_cpu0(args: &[&str]) -> Value {
+    let mut all = vec!["share", "--json", "--quiet"];
+    all.extend_from_slice(args);
+    let v = json_of(&cpulab_under_taskset("0", &all));
+    serde_json::from_value::<cpulab::share::ShareReport>(v.clone()).expect("a share result");
+    v
+}
+
+/// Checks that no CPU gave out more time than it had: on one CPU, the worker's and the burners'
+/// CPU shares of a run add up to at most the whole CPU (a clock tick of slack each).
+fn assert_one_cpu_shared(run: &Value) {
+    let total: f64 = ["worker_cpu_share", "burner_cpu_share"]
+        .iter()
+        .flat_map(|k| run[*k].as_array().cloned().unwrap_or_default())
+        .map(|s| s.as_f64().unwrap())
+        .sum();
+    assert!(total <= 1.1, "one CPU shared out {total} CPUs: {run}");
 }
 
 #[test]
 fn one_worker_beside_one_burner() {
-    let v = share_json(&[
+    let v = share_json_on_cpu0(&[
         "--threads",
         "1",
         "--burners",
@@ -23,15 +41,13 @@ fn one_worker_beside_one_burner() {
         "2",
     ]);
     assert!(v["conditions"]["kernel"].is_string());
-    let usable = v["usable_cpus"].as_f64().unwrap();
-    assert!(usable > 0.0);
+    assert_eq!(v["usable_cpus"], 1.0, "taskset -c 0 leaves one CPU");
     let configs = v["configs"].as_array().unwrap();
     assert_eq!(configs.len(), 2, "the alone baseline and the loaded run");
     assert_eq!(configs[0]["burners"], 0);
     assert_eq!(configs[1]["burners"], 1);
-    // The model is the water-filling one over the usable CPUs the report names: alone is the
-    // baseline, and one full-duty burner halves a worker's share only once CPUs run out.
-    let expected = [1.0, relative_share(usable, 1, 1, 1.0)];
+    // Alone is the baseline; one always-busy burner on the one CPU takes half of it.
+    let expected = [1.0, 0.5];
     for (c, want) in configs.iter().zip(expected) {
         let model = c["model_relative"].as_f64().unwrap();
         assert!((model - want).abs() < 1e-12, "model {model}, want {want}");
@@ -52,9 +68,7 @@ fn one_worker_beside_one_burner() {
                 let s = s.as_f64().unwrap();
                 assert!((0.0..=1.05).contains(&s), "burner CPU share {s}");
             }
-            if let Some(st) = r["steal_pct"].as_f64() {
-                assert!((0.0..=100.0).contains(&st));
-            }
+            assert_one_cpu_shared(r);
         }
     }
     assert_eq!(configs[0]["burner_cpu_share"], Value::Null);
@@ -62,7 +76,7 @@ fn one_worker_beside_one_burner() {
 
 #[test]
 fn partial_duty_burners_pinned() {
-    let v = share_json(&[
+    let v = share_json_on_cpu0(&[
         "--threads",
         "1",
         "--burners",
@@ -79,9 +93,13 @@ fn partial_duty_burners_pinned() {
     assert_eq!(v["duty_pct"], 30.0);
     assert_eq!(v["burner_cpus"], "0");
     let loaded = &v["configs"][1];
-    let usable = v["usable_cpus"].as_f64().unwrap();
-    let want = relative_share(usable, 1, 2, 0.3);
-    assert!((loaded["model_relative"].as_f64().unwrap() - want).abs() < 1e-12);
+    // Two burners asking 30% each of the one CPU get it (max-min fairness gives a small demand
+    // all it asks), and the worker the 40% left.
+    let model = loaded["model_relative"].as_f64().unwrap();
+    assert!((model - 0.4).abs() < 1e-9, "model {model}");
+    for r in loaded["runs"].as_array().unwrap() {
+        assert_one_cpu_shared(r);
+    }
     assert!(
         !v["conditions"]["notes"].as_array().unwrap().is_empty(),
         "pinning is noted"
@@ -128,4 +146,73 @@ fn bad_input_exits_2_with_one_line() {
     bad(&["--duration=-1"]);
     bad(&["--duration", "1e20"]);
     bad(&["--repeats", "0"]);
+}
+
+/// stress-ng, a program cpulab did not write, as the neighbour: one always-busy stress-ng worker
+/// on CPU 0 beside a share worker restricted to CPU 0. The scheduler gives two equal-weight
+/// runnable threads on one CPU half of it each, so the worker's measured CPU share cannot be near
+/// a whole CPU (which a share taken from wall time instead of CPU time would give).
+#[test]
+fn a_stress_ng_neighbour_takes_its_part_of_the_cpu() {
+    if !common::installed(test_name!(), &[("stress-ng", "stress-ng")]) {
+        return;
+    }
+    let mut neighbour = std::process::Command::new("stress-ng")
+        .args([
+            "--cpu",
+            "1",
+            "--taskset",
+            "0",
+            "--timeout",
+            "60s",
+            "--quiet",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Wait (bounded) until stress-ng's worker is running, not merely its parent.
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let busy = || {
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter_map(|e| std::fs::read_to_string(e.path().join("stat")).ok())
+            .filter(|st| st.contains("(stress-ng") && st.contains(") R "))
+            .count()
+            > 0
+    };
+    while !busy() {
+        assert!(std::time::Instant::now() < until, "stress-ng never ran");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let out = cpulab_under_taskset(
+        "0",
+        &[
+            "share",
+            "--json",
+            "--quiet",
+            "--no-load-check",
+            "--threads",
+            "1",
+            "--burners",
+            "0",
+            "--duration",
+            "0.3",
+            "--repeats",
+            "2",
+        ],
+    );
+    let _ = neighbour.kill();
+    let _ = neighbour.wait();
+    let v = json_of(&out);
+    for r in v["configs"][0]["runs"].as_array().unwrap() {
+        for s in r["worker_cpu_share"].as_array().unwrap() {
+            let s = s.as_f64().unwrap();
+            assert!(
+                s <= 0.75,
+                "worker got {s} of a CPU it shared with stress-ng"
+            );
+        }
+    }
 }

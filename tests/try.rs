@@ -158,8 +158,13 @@ fn a_trial_on_a_copy_restores_and_report_and_compare_read_it() {
         .unwrap();
     assert!(r.status.success());
     assert!(std::fs::read_to_string(&html).unwrap().contains("<table>"));
-    let r = cpulab().arg("compare").arg(&f).arg(&f).output().unwrap();
-    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let r = cpulab()
+        .args(["compare", "--json"])
+        .arg(&f)
+        .arg(&f)
+        .output()
+        .unwrap();
+    common::assert_same_as_itself(&common::json_of(&r));
 }
 
 #[test]

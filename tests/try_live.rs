@@ -31,10 +31,9 @@ fn can_run() -> bool {
     match why {
         None => true,
         Some(w) => {
-            eprintln!("skipped: live try tests need root and halt polling ({w})");
-            assert!(
-                std::env::var("CI").as_deref() != Ok("true"),
-                "CI must run these: {w}"
+            common::skipped(
+                "try_live",
+                &format!("live try tests need root and halt polling ({w})"),
             );
             false
         }
@@ -185,11 +184,19 @@ fn a_whole_trial_restores_and_reads_back() {
         .collect();
     assert!(names.iter().any(|n| n.starts_with("rtt_ns")), "{names:?}");
     assert!(names.contains(&"cost.poll_cpu_s_per_s"), "{names:?}");
-    // Physics: polling time is never negative, a round trip costs something.
+    // Physics: no CPU polls for longer than the time that passed (seconds of polling per
+    // second is at most the number of CPUs), and a round trip costs something.
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
     for c in v["trial"]["comparisons"].as_array().unwrap() {
+        let name = c["name"].as_str().unwrap();
         for side in ["baseline_rounds", "changed_rounds"] {
             for x in c[side].as_array().unwrap() {
-                assert!(x.as_f64().unwrap() >= 0.0);
+                let x = x.as_f64().unwrap();
+                if name == "cost.poll_cpu_s_per_s" {
+                    assert!((0.0..=cpus * 1.01).contains(&x), "{name}: {x}");
+                } else if name.starts_with("rtt_ns") {
+                    assert!(x > 0.0, "{name}: {x}");
+                }
             }
         }
     }
@@ -230,11 +237,7 @@ fn a_thread_started_mid_trial_gets_the_original_mask(kill: bool) {
     }
     let python = Command::new("python3").arg("-c").arg("pass").status();
     if !matches!(python, Ok(s) if s.success()) {
-        eprintln!("skipped: needs python3 for a process that starts a thread on demand");
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "CI must run this"
-        );
+        common::not_installed("a_thread_started_mid_trial", "python3", "python3");
         return;
     }
     let mut victim = Command::new("python3")
@@ -368,7 +371,7 @@ fn other_load_is_a_neighbours_not_cpulabs_own() {
         let _ = l.kill();
         let _ = l.wait();
     }
-    assert!(busy.len() >= 6);
+    assert_eq!(busy.len(), 6, "3 baseline and 3 changed rounds");
     for r in &busy {
         let l = &r["load_before"];
         assert!(
@@ -376,6 +379,14 @@ fn other_load_is_a_neighbours_not_cpulabs_own() {
             "a busy neighbour is other load: {r}"
         );
         assert!(l["reason"].as_str().unwrap().contains("busy"), "{l}");
+        // A loop pinned to each CPU keeps it busy, and none of it is cpulab's own.
+        for (cpu, other) in l["other_busy_pct"].as_object().unwrap() {
+            let other = other.as_f64().unwrap();
+            assert!(
+                other >= 50.0,
+                "cpu{cpu} with a busy loop: {other}% other load: {l}"
+            );
+        }
     }
     // The check names who was busy: the loops are among the busiest other processes (in some
     // round at least: other programs on a shared machine may outdo them in one window).
@@ -387,21 +398,20 @@ fn other_load_is_a_neighbours_not_cpulabs_own() {
             .any(|t| loop_pids.contains(&t["pid"].as_i64().unwrap()))
     });
     assert!(named, "no round named the busy loops {loop_pids:?}");
-    // Without the neighbour: whatever a round calls noisy is load cpulab did not make.
+    // Without the neighbour: cpulab's own time in a window is at most the window on every
+    // CPU, and taking it off never makes a CPU's other load exceed its whole load.
+    let cpus = online.len() as f64;
     for r in &rounds_of_a_short_trial() {
         let l = &r["load_before"];
         let own = l["own_cpu_s"].as_f64().unwrap();
-        assert!(own >= 0.0);
+        let window = l["window_s"].as_f64().unwrap();
+        assert!(
+            own <= window * cpus + 0.02,
+            "{own} s own in {window} s: {l}"
+        );
         for (cpu, other) in l["other_busy_pct"].as_object().unwrap() {
             let total = l["busy_pct"][cpu].as_f64().unwrap();
             assert!(other.as_f64().unwrap() <= total + 1e-9, "{l}");
         }
-        let over = l["other_busy_pct"]
-            .as_object()
-            .unwrap()
-            .values()
-            .any(|v| v.as_f64().unwrap() > 10.0);
-        let steal = l["steal_pct"].as_f64().unwrap() > 10.0;
-        assert_eq!(r["noisy"].as_bool().unwrap(), over || steal, "{l}");
     }
 }

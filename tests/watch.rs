@@ -112,14 +112,21 @@ fn check_pair(pair: &str, expect_same: bool, flags: &[&str]) -> Value {
         wakeups <= waking_counted,
         "{wakeups} wakeups, {waking_counted} counted"
     );
-    let complete = waking_delivered as f64 >= 0.99 * waking_counted as f64
-        && switch_delivered as f64 >= 0.99 * switch_counted as f64;
-    assert_eq!(
-        w["incomplete"].is_null(),
-        complete,
-        "incomplete flag: {}",
-        w["incomplete"]
-    );
+    // Everything delivered: nothing to call incomplete. A tenth or more missing: the report
+    // must say so (whatever threshold it uses in between).
+    let complete = waking_delivered == waking_counted && switch_delivered == switch_counted;
+    if complete {
+        assert!(
+            w["incomplete"].is_null(),
+            "all delivered: {}",
+            w["incomplete"]
+        );
+    }
+    if (waking_delivered as f64) < 0.9 * waking_counted as f64
+        || (switch_delivered as f64) < 0.9 * switch_counted as f64
+    {
+        assert!(!w["incomplete"].is_null(), "{w}");
+    }
     // Every voluntary context switch of an endpoint (it blocked) is ended by one wakeup: the
     // watched wakeups of the two endpoints match their voluntary switches. With both sides
     // blocking on every round trip that is two per round trip (one CPU apart on an idle
@@ -161,7 +168,13 @@ fn check_pair(pair: &str, expect_same: bool, flags: &[&str]) -> Value {
             );
         }
     } else {
-        eprintln!("note: {lost} records lost; the wakeup count is a lower bound, not compared");
+        common::skipped(
+            &format!("check_pair {pair}"),
+            &format!(
+                "{lost} records lost, {waking_delivered} of {waking_counted} wakings delivered: \
+                 the wakeup count is a lower bound and is not compared with the switches"
+            ),
+        );
     }
     let (want, total) = if expect_same {
         (same, wakeups)
@@ -280,12 +293,12 @@ fn a_saved_watch_renders_and_compares() {
             .contains("Wakeup graph")
     );
     let out = cpulab()
-        .arg("compare")
+        .args(["compare", "--json"])
         .arg(&path)
         .arg(&path)
         .output()
         .unwrap();
-    common::assert_success(&out);
+    common::assert_same_as_itself(&common::json_of(&out));
 }
 
 /// PostgreSQL and pgbench started by `cpulab pair` (server on CPU 0, client on CPU 1), watched
@@ -341,7 +354,13 @@ fn pgbench_against_postgres_one_cpu_apart_wakes_across_both_ways() {
         }
     }
     assert!(to_pg > 0 && to_bench > 0, "{to_pg} {to_bench}");
-    if w["lost_events"].as_u64() == Some(0) {
+    let lost = w["lost_events"].as_u64();
+    if lost != Some(0) {
+        common::skipped(
+            test_name!(),
+            &format!("{lost:?} records lost: the two directions are not compared"),
+        );
+    } else {
         // Each query wakes the backend and each answer wakes pgbench, so the two directions
         // agree (within 1% on a quiet machine: 13,973 and 13,973; 13,500 and 13,506), except
         // that a side preempted before it blocked is still runnable when the other side's

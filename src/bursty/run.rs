@@ -2,8 +2,8 @@
 //! the bursts after each sleep.
 
 use super::{BurstyReport, BurstyRun, BurstySettings};
-use crate::experiment::{Progress, check_load};
-use crate::machine::{Conditions, Machine};
+use crate::experiment::{Progress, prologue};
+use crate::machine::Machine;
 use crate::stats::{MeanCi, percentile};
 use anyhow::{Context, Result};
 use nix::time::{ClockId, clock_gettime};
@@ -90,10 +90,8 @@ fn one_run(s: &BurstySettings, iterations: u64) -> Option<BurstyRun> {
 
 /// Measures `s.repeats` runs on the calling thread, its affinity the allowed set meanwhile.
 pub fn run(machine: &Machine, s: &BurstySettings, progress: &Progress) -> Result<BurstyReport> {
-    let mut conditions = Conditions::now(machine);
     let cpus = s.cpus.clone().unwrap_or_else(|| machine.allowed.clone());
-    check_load(
-        &mut conditions,
+    let conditions = prologue(
         machine,
         &cpus,
         Duration::from_millis(300),

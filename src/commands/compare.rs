@@ -1,11 +1,11 @@
 //! `cpulab compare A.json B.json`: every figure the two results share, side by side, with a
 //! significance test on the raw samples. See [`crate::compare`] for the method.
 
-use crate::cli::Global;
+use super::Global;
 use crate::compare::{self, text};
 use crate::error::bad_input;
-use crate::experiment::registry;
 use crate::output;
+use crate::registry;
 use crate::report::envelope::{self, Envelope, Kind};
 use anyhow::Result;
 use std::path::PathBuf;

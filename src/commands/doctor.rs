@@ -1,6 +1,6 @@
 //! `cpulab doctor`: probe, measure, and name the causes, with evidence and remedies.
 
-use crate::cli::Global;
+use super::Global;
 use crate::doctor::battery::{DoctorSettings, Mode};
 use crate::doctor::{self, text};
 use crate::error::bad_input;

@@ -1,4 +1,7 @@
 //! One file per subcommand: its clap flags, their validation into settings, and `run`.
+//!
+//! Each `run` takes its flags and the [`Global`] options; nothing here imports `cli.rs`, which
+//! stands above and dispatches to these.
 
 pub mod compare;
 pub mod completions;
@@ -14,3 +17,23 @@ pub mod scale;
 pub mod share;
 pub mod sim;
 pub mod try_;
+
+use std::path::PathBuf;
+
+/// Options every subcommand understands.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Global {
+    /// No progress or status lines on stderr.
+    #[arg(long, short, global = true)]
+    pub quiet: bool,
+    /// Read /sys and /proc below this directory instead of `/` (for fixture trees; measuring
+    /// commands always run on the live machine).
+    #[arg(
+        long,
+        global = true,
+        hide = true,
+        value_name = "DIR",
+        default_value = "/"
+    )]
+    pub root: PathBuf,
+}

@@ -1,6 +1,6 @@
 //! `cpulab oscost`: flags -> [`OscostSettings`], run, print.
 
-use crate::cli::Global;
+use super::Global;
 use crate::commands::print::run_experiment;
 use crate::error::bad_input;
 use crate::machine::Machine;

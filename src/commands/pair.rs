@@ -1,6 +1,6 @@
 //! `cpulab pair`: flags become validated [`PairSettings`]; the experiment lives in `crate::pair`.
 
-use crate::cli::Global;
+use super::Global;
 use crate::cpulist::CpuSet;
 use crate::error::bad_input;
 use crate::experiment::{Experiment as _, Level, Progress};
@@ -12,7 +12,7 @@ use crate::pair::settings::{
     HttpClientKind, HttpServerKind, MIN_REPEAT, PairSettings, PgbenchSettings, Placements, Preset,
     Programs, Readiness, Workload,
 };
-use crate::pair::signals::Interrupted;
+use crate::signals::Interrupted;
 use crate::units::flag_duration;
 use anyhow::Result;
 use clap::builder::TypedValueParser;

@@ -3,8 +3,8 @@
 //! Every CPU number the user gives is checked here against the machine (exists, online,
 //! allowed, inside `--cpus`); below this file nothing re-validates.
 
+use super::Global;
 use crate::affinity;
-use crate::cli::Global;
 use crate::commands::print::run_experiment;
 use crate::cpulist::CpuSet;
 use crate::error::bad_input;

@@ -3,7 +3,7 @@
 //! The only input is the hidden `--root`, which must look like a machine's root (it has
 //! `sys/devices/system/cpu/online`); anything else is bad input, exit 2, before reading starts.
 
-use crate::cli::Global;
+use super::Global;
 use crate::error::bad_input;
 use crate::machine::Machine;
 use crate::output::{Style, print_json, print_text};

@@ -2,7 +2,7 @@
 //! as a self-contained HTML page. A doctor result is rendered exactly as it was judged (its
 //! findings are stored in it); other kinds get the charts or tables their figures allow.
 
-use crate::cli::Global;
+use super::Global;
 use crate::error::bad_input;
 use crate::output;
 use crate::report::envelope::Loaded;
@@ -25,8 +25,8 @@ pub struct Args {
 
 pub fn run(args: Args, g: &Global) -> Result<()> {
     let name = args.result.display().to_string();
-    let l = crate::experiment::registry::load(&args.result)?;
-    let (page, text) = match crate::experiment::registry::lookup(l.kind) {
+    let l = crate::registry::load(&args.result)?;
+    let (page, text) = match crate::registry::lookup(l.kind) {
         // The kind's own renderers (a doctor result exactly as it was judged); a document of
         // the right kind but the wrong shape is bad input, not something to flatten.
         Some(entry) => {

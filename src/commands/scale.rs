@@ -1,6 +1,6 @@
 //! `cpulab scale`: flags -> [`ScaleSettings`], run, print.
 
-use crate::cli::Global;
+use super::Global;
 use crate::commands::print::run_experiment;
 use crate::cpulist::CpuSet;
 use crate::error::bad_input;

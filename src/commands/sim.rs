@@ -1,6 +1,6 @@
 //! `cpulab sim`: flags -> validated settings, simulate or validate, print.
 
-use crate::cli::Global;
+use super::Global;
 use crate::error::bad_input;
 use crate::output;
 use crate::report::envelope::Kind;
@@ -198,7 +198,7 @@ struct Bench {
 
 fn bench(json: bool) -> Result<()> {
     let t0 = std::time::Instant::now();
-    let c0 = crate::share::load::thread_cpu_s();
+    let c0 = crate::load::thread_cpu_s();
     let mut events = 0;
     let mut scenarios_s = Vec::new();
     let mut all = builtin::all(&Calibration::field_notes());
@@ -213,7 +213,7 @@ fn bench(json: bool) -> Result<()> {
         scenarios_s.push((sc.name.clone(), t.elapsed().as_secs_f64()));
     }
     let wall_s = t0.elapsed().as_secs_f64();
-    let cpu_s = crate::share::load::thread_cpu_s() - c0;
+    let cpu_s = crate::load::thread_cpu_s() - c0;
     let b = Bench {
         label: "measured wall time of the simulator (the figures it computes are SIMULATED)",
         events,

@@ -1,11 +1,13 @@
 //! `cpulab try SETTING=VALUE...`: flags, their validation into [`TrialSettings`], and output.
 //! `--list`, `--dry-run` and `--restore` are answered here without measuring.
 
-use crate::cli::Global;
+use super::Global;
 use crate::error::bad_input;
+use crate::experiment::erased::{Catalogue, Configured, Runnable};
 use crate::experiment::{Experiment, Level, Progress};
 use crate::machine::Machine;
 use crate::output::{self, Style};
+use crate::registry::Registry;
 use crate::report::envelope::Kind;
 use crate::trial::setting::{self, Availability, Roots};
 use crate::trial::{self, Trial, TrialSettings, journal, measure};
@@ -190,7 +192,13 @@ pub fn run(args: Args, g: &Global) -> Result<()> {
     let machine = Machine::detect(&g.root)?;
     let (measure, measure_label) = match &args.measure {
         Some(spec) => (
-            measure::parse(spec, args.metric.as_deref(), args.lower_is_better, &machine)?,
+            measure::parse(
+                spec,
+                args.metric.as_deref(),
+                args.lower_is_better,
+                &machine,
+                &Experiments,
+            )?,
             spec.clone(),
         ),
         None => {
@@ -234,7 +242,7 @@ pub fn run(args: Args, g: &Global) -> Result<()> {
     let report = match Trial::run(&machine, &settings, &Progress::new(&sink)) {
         Ok(r) => r,
         Err(e) => {
-            if let Some(i) = e.downcast_ref::<crate::pair::signals::Interrupted>() {
+            if let Some(i) = e.downcast_ref::<crate::signals::Interrupted>() {
                 eprintln!(
                     "cpulab: interrupted by {}; every setting restored and read back",
                     i.name
@@ -297,4 +305,128 @@ fn plan(changes: &[setting::Change], skipped: &[String], measure: &str, rounds: 
         "\nmeasure: {measure}\nrounds: {rounds} baseline and {rounds} changed, interleaved (ABAB...), the writes above before each changed round and the original values before each baseline round\njournal: /run/cpulab/try.journal (0600), written before the first write; restored on exit, signals and (by a watchdog) SIGKILL\n"
     );
     s
+}
+
+/// The experiments `--measure NAME:FLAGS` can name: the five whose flags live in this folder,
+/// then the registry's subcommands.
+struct Experiments;
+
+impl Catalogue for Experiments {
+    fn measure(
+        &self,
+        name: &str,
+        words: &[String],
+        machine: &Machine,
+    ) -> Option<Result<Box<dyn Runnable>>> {
+        use super as c;
+        Some(match name {
+            "pingpong" => configured::<c::pingpong::Args, crate::pingpong::Pingpong>(
+                "pingpong",
+                words,
+                machine,
+                c::pingpong::settings,
+            ),
+            "pair" => configured::<c::pair::Flags, crate::pair::Pair>(
+                "pair",
+                words,
+                machine,
+                c::pair::settings,
+            ),
+            "oscost" => configured::<c::oscost::Args, crate::oscost::Oscost>(
+                "oscost",
+                words,
+                machine,
+                c::oscost::settings,
+            ),
+            "share" => configured::<c::share::Args, crate::share::Share>(
+                "share",
+                words,
+                machine,
+                c::share::settings,
+            ),
+            "scale" => configured::<c::scale::Args, crate::scale::Scale>(
+                "scale",
+                words,
+                machine,
+                c::scale::settings,
+            ),
+            other => return Registry.measure(other, words, machine),
+        })
+    }
+
+    fn names(&self) -> Vec<&'static str> {
+        let mut names = vec!["pingpong", "pair", "oscost", "share", "scale"];
+        names.extend(Registry.names());
+        names
+    }
+}
+
+/// An experiment from its flags, parsed and validated by its own subcommand.
+fn configured<A: clap::Args, E>(
+    name: &'static str,
+    words: &[String],
+    machine: &Machine,
+    settings: fn(&A, &Machine) -> Result<E::Settings>,
+) -> Result<Box<dyn Runnable>>
+where
+    E: Experiment + 'static,
+    E::Settings: 'static,
+{
+    let a = clap_args::<A>(name, words)?;
+    Ok(Box::new(Configured::<E>::new(settings(&a, machine)?)))
+}
+
+/// Parses a subcommand's flags from words.
+fn clap_args<A: clap::Args>(name: &'static str, words: &[String]) -> Result<A> {
+    use clap::Parser;
+    #[derive(Parser)]
+    struct Wrap<T: clap::Args> {
+        #[command(flatten)]
+        inner: T,
+    }
+    let cmd = <Wrap<A> as clap::CommandFactory>::command().name(name);
+    let m = cmd
+        .try_get_matches_from(std::iter::once(name.to_string()).chain(words.iter().cloned()))
+        .map_err(|e| {
+            let first = e.to_string().lines().next().unwrap_or("").to_string();
+            bad_input(format!(
+                "--measure {name}: {}",
+                first.trim_start_matches("error: ")
+            ))
+        })?;
+    A::from_arg_matches(&m).map_err(|e| bad_input(format!("--measure {name}: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    #[test]
+    fn bad_measure_specs_are_one_line() {
+        let m = Machine::detect(Path::new("/")).unwrap();
+        for (spec, metric) in [
+            ("nothing", None),
+            ("pingpong:--pairs 0:99", None),
+            ("pingpong:--bogus", None),
+            ("cmd:true", None),
+            ("cmd:", Some("x (?P<value>1)")),
+        ] {
+            let e = measure::parse(spec, metric, false, &m, &Experiments)
+                .err()
+                .unwrap();
+            assert_eq!(crate::error::exit_code(&e), 2, "{spec}");
+            assert!(!format!("{e:#}").contains('\n'), "{e:#}");
+        }
+        assert!(
+            measure::parse(
+                "pingpong:--pairs unpinned --max-time 0.1",
+                None,
+                false,
+                &m,
+                &Experiments
+            )
+            .is_ok()
+        );
+    }
 }

@@ -13,7 +13,7 @@ use crate::{oscost, pair, pingpong, scale, share};
 /// The probe facts the rules use as context.
 pub fn facts(p: &Probe) -> Facts {
     let mut f = facts_only(p);
-    f.environment = crate::doctor::rules::environment::Environment::detect(&f);
+    f.environment = crate::doctor::measurements::Environment::detect(&f);
     f.environment_evidence = p.virt.evidence.clone();
     f
 }

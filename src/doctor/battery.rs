@@ -17,27 +17,16 @@
 
 use super::measurements::{Measurements, Skipped, StageTime};
 use super::messaging::{self, Placement};
+pub use super::mode::{Budget, Mode};
 use super::progress::Progress;
 use super::stages;
 use crate::counters::SystemSnapshot;
 use crate::machine::Machine;
-use crate::pair::signals;
 use crate::probe::cgroup;
+use crate::signals;
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
 use std::time::{Duration, Instant};
-
-/// How long and how precisely to measure.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Mode {
-    /// At most about 15 s: the essentials at short intervals.
-    Quick,
-    /// At most about 60 s on a 2-vCPU machine.
-    Default,
-    /// Longer runs for tighter intervals.
-    Thorough,
-}
 
 /// A stage's deadline: when it must be done by.
 #[derive(Clone, Copy, Debug)]
@@ -57,65 +46,6 @@ impl Deadline {
 
     pub fn passed(&self) -> bool {
         Instant::now() >= self.0
-    }
-}
-
-/// Time allowed to each experiment in a mode.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct Budget {
-    /// Longest a wakeup run may last, seconds (it stops earlier once its interval is tight).
-    pub wakeup_max_s: f64,
-    /// Length of one batch of round trips, seconds.
-    pub wakeup_batch_s: f64,
-    /// Interval half-width, relative to the mean, at which a wakeup run may stop early.
-    pub wakeup_target_ci: f64,
-    pub messaging_run_s: f64,
-    pub messaging_repetitions: usize,
-    /// Time for the OS-cost figures, seconds.
-    pub oscost_s: f64,
-    pub share_run_s: f64,
-    pub share_repetitions: usize,
-    pub scale_run_s: f64,
-    /// Per placement of a preset, seconds.
-    pub preset_run_s: f64,
-}
-
-impl Mode {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Mode::Quick => "quick",
-            Mode::Default => "default",
-            Mode::Thorough => "thorough",
-        }
-    }
-
-    /// The whole run's budget in seconds, probe and judging included.
-    pub fn total_s(self) -> f64 {
-        match self {
-            Mode::Quick => 15.0,
-            Mode::Default => 30.0,
-            Mode::Thorough => 120.0,
-        }
-    }
-
-    pub fn budget(self) -> Budget {
-        let (wm, wb, ci, mr, mn, os, sr, sn, sc, pr) = match self {
-            Mode::Quick => (0.6, 0.03, 0.03, 0.25, 3, 2.2, 0.25, 3, 0.3, 1.0),
-            Mode::Default => (2.0, 0.05, 0.02, 0.5, 5, 6.5, 0.5, 4, 0.5, 3.0),
-            Mode::Thorough => (6.0, 0.1, 0.01, 1.0, 8, 13.5, 1.0, 6, 1.0, 5.0),
-        };
-        Budget {
-            wakeup_max_s: wm,
-            wakeup_batch_s: wb,
-            wakeup_target_ci: ci,
-            messaging_run_s: mr,
-            messaging_repetitions: mn,
-            oscost_s: os,
-            share_run_s: sr,
-            share_repetitions: sn,
-            scale_run_s: sc,
-            preset_run_s: pr,
-        }
     }
 }
 

@@ -1,10 +1,11 @@
-//! Evidence figures in words: the one place where a typed [`Quantity`] or [`Versus`] becomes
-//! English. Rules state figures as data; the text and HTML reporters render them through these
-//! functions, so a figure reads the same in every finding and a `--json` reader gets the number
-//! the sentence was made from.
+//! Evidence figures as data and in words: a typed [`Quantity`] or [`Versus`] is defined here
+//! with the one place it becomes English. Rules state figures as data; the text and HTML
+//! reporters render them through these functions (`findings::Evidence::in_words` joins them to a
+//! note), so a figure reads the same in every finding and a `--json` reader gets the number the
+//! sentence was made from.
 
-use super::findings::{Evidence, Quantity, Versus};
 use crate::units::{fmt_ns, thousands};
+use serde::{Deserialize, Serialize};
 
 /// One value in its unit, at the precision people read it in: `20.27 us`, `16,512/s`, `37%`,
 /// `3781 MHz`, `0.53`.
@@ -67,18 +68,43 @@ pub fn versus(v: &Versus) -> String {
     )
 }
 
-/// What a reporter shows as the evidence's value: the typed figure in words when there is one,
-/// else the text; a note qualifies either.
-pub fn evidence(e: &Evidence) -> String {
-    let base = match (&e.quantity, &e.versus) {
-        (Some(q), _) => quantity(q),
-        (None, Some(v)) => versus(v),
-        (None, None) => return e.value.clone(),
-    };
-    match &e.note {
-        Some(n) => format!("{base} ({n})"),
-        None => base,
-    }
+/// A figure as data: what `--json` readers use instead of the text.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Quantity {
+    /// The figure (a mean, when `ci95` is given).
+    pub value: f64,
+    /// Its unit: `ns`, `per_s`, `share`, `pct`, `cycles`, `mhz`, `count`, `per_round_trip`.
+    pub unit: String,
+    /// 95% confidence interval, low and high, in `unit`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ci95: Option<[f64; 2]>,
+    /// Samples behind the mean and interval.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub n: Option<usize>,
+    /// The whole `value` is a part of, in `unit` ("12 throttled periods of 40").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub of: Option<f64>,
+    /// Lowest and highest of the runs behind the mean, in `unit`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub range: Option<[f64; 2]>,
+}
+
+/// Two values of one figure side by side ("1.94 idle vs 0.00 with busy neighbours"), as data:
+/// a script reads both numbers and their unit instead of parsing the sentence.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Versus {
+    /// The unit both values share (`per_round_trip`, `pct`, `count`).
+    pub unit: String,
+    pub a: Side,
+    pub b: Side,
+}
+
+/// One side of a [`Versus`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Side {
+    /// What the side is: "idle", "with busy neighbours", "packed".
+    pub label: String,
+    pub value: f64,
 }
 
 #[cfg(test)]

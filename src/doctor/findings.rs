@@ -7,6 +7,8 @@
 //! are. A finding never rests on a configuration fact alone: the magnitude is always a measured
 //! difference that is larger than its noise.
 
+use super::figures;
+pub use super::figures::{Quantity, Side, Versus};
 use serde::{Deserialize, Serialize};
 
 /// How much the effect matters, from its measured size.
@@ -87,27 +89,6 @@ pub struct Magnitude {
     pub unit: String,
 }
 
-/// A figure as data: what `--json` readers use instead of the text.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Quantity {
-    /// The figure (a mean, when `ci95` is given).
-    pub value: f64,
-    /// Its unit: `ns`, `per_s`, `share`, `pct`, `cycles`, `mhz`, `count`, `per_round_trip`.
-    pub unit: String,
-    /// 95% confidence interval, low and high, in `unit`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ci95: Option<[f64; 2]>,
-    /// Samples behind the mean and interval.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub n: Option<usize>,
-    /// The whole `value` is a part of, in `unit` ("12 throttled periods of 40").
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub of: Option<f64>,
-    /// Lowest and highest of the runs behind the mean, in `unit`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub range: Option<[f64; 2]>,
-}
-
 /// What a piece of evidence rests on.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -138,24 +119,6 @@ impl SourceKind {
     }
 }
 
-/// Two values of one figure side by side ("1.94 idle vs 0.00 with busy neighbours"), as data:
-/// a script reads both numbers and their unit instead of parsing the sentence.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Versus {
-    /// The unit both values share (`per_round_trip`, `pct`, `count`).
-    pub unit: String,
-    pub a: Side,
-    pub b: Side,
-}
-
-/// One side of a [`Versus`].
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Side {
-    /// What the side is: "idle", "with busy neighbours", "packed".
-    pub label: String,
-    pub value: f64,
-}
-
 /// A value for evidence: a figure as data (a quantity or a versus), or text for what is not a
 /// figure (a CPU list, a driver's name). Rules build these; only the reporters
 /// ([`super::figures`]) turn a figure into words.
@@ -170,8 +133,8 @@ pub struct Datum {
 impl std::fmt::Display for Datum {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match (&self.quantity, &self.versus) {
-            (Some(q), _) => f.write_str(&super::figures::quantity(q)),
-            (None, Some(v)) => f.write_str(&super::figures::versus(v)),
+            (Some(q), _) => f.write_str(&figures::quantity(q)),
+            (None, Some(v)) => f.write_str(&figures::versus(v)),
             (None, None) => f.write_str(&self.text),
         }
     }
@@ -383,6 +346,20 @@ pub struct Finding {
 }
 
 impl Evidence {
+    /// What a reporter shows as the value: the typed figure in words when there is one (through
+    /// [`figures`], the one formatter), else the text; a note qualifies either.
+    pub fn in_words(&self) -> String {
+        let base = match (&self.quantity, &self.versus) {
+            (Some(q), _) => figures::quantity(q),
+            (None, Some(v)) => figures::versus(v),
+            (None, None) => return self.value.clone(),
+        };
+        match &self.note {
+            Some(n) => format!("{base} ({n})"),
+            None => base,
+        }
+    }
+
     pub fn new(
         label: impl Into<String>,
         value: impl Into<Datum>,
@@ -400,7 +377,7 @@ impl Evidence {
             source,
         };
         if e.quantity.is_some() || e.versus.is_some() {
-            e.value = super::figures::evidence(&e);
+            e.value = e.in_words();
         }
         e
     }

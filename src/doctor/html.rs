@@ -32,7 +32,7 @@ fn finding(n: usize, f: &Finding, guest: bool) -> Markup {
             table {
                 tr { th { "what" } th { "value" } th { "source" } }
                 @for e in &f.evidence {
-                    tr { td { (e.label) } td { (super::figures::evidence(e)) } td.src { (e.source) } }
+                    tr { td { (e.label) } td { (e.in_words()) } td.src { (e.source) } }
                 }
             }
             h4 { "Mechanism" }

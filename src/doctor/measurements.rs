@@ -59,7 +59,7 @@ pub struct Facts {
     pub hardware_counters: Option<String>,
     /// Where this runs, from what the guest can see: decides the mechanism words and remedies.
     #[serde(default)]
-    pub environment: crate::doctor::rules::environment::Environment,
+    pub environment: Environment,
     /// What the environment was told from (CPUID, DMI, clocksource, guest modules).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub environment_evidence: Vec<String>,
@@ -318,5 +318,73 @@ impl Measurements {
 
     pub fn throughput(&self, placement: &str) -> Option<&ThroughputRun> {
         self.throughput.iter().find(|t| t.placement == placement)
+    }
+}
+
+/// The environments the field notes met, plus bare metal.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Environment {
+    /// Microsoft Hyper-V guest (Azure too): no haltpoll driver; the host's scheduler type
+    /// decides the cross-VP penalty (field notes A, B).
+    HyperV,
+    /// Xen guest: the credit/credit2 scheduler, module and SMT contention (field notes E).
+    Xen,
+    /// VMware ESXi guest.
+    Vmware,
+    /// KVM guest idling through the haltpoll cpuidle driver (guest halt polling available).
+    KvmHaltpoll,
+    /// KVM guest without haltpoll (typical of clouds): no guest polling knob to turn.
+    KvmNoHaltpoll,
+    /// Another hypervisor, or one that does not say which.
+    OtherVm,
+    /// No hypervisor seen: deep C-states and the frequency governor are the cost.
+    BareMetal,
+    /// Not recorded (a result written before environments were told apart).
+    #[default]
+    Unknown,
+}
+
+impl Environment {
+    /// From the probe facts the doctor keeps.
+    pub fn detect(f: &Facts) -> Self {
+        let Some(h) = f.hypervisor.as_deref() else {
+            return Self::BareMetal;
+        };
+        // KVM that emulates Hyper-V's interface names both; the host is KVM.
+        if h.contains("KVM") {
+            return if f.cpuidle_driver.as_deref() == Some("haltpoll") {
+                Self::KvmHaltpoll
+            } else {
+                Self::KvmNoHaltpoll
+            };
+        }
+        if h.contains("Hyper-V") || h.contains("Microsoft") {
+            Self::HyperV
+        } else if h.to_ascii_lowercase().contains("xen") {
+            Self::Xen
+        } else if h.contains("VMware") {
+            Self::Vmware
+        } else {
+            Self::OtherVm
+        }
+    }
+
+    pub fn is_vm(self) -> bool {
+        !matches!(self, Self::BareMetal | Self::Unknown)
+    }
+
+    /// In words, for reports.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Self::HyperV => "Microsoft Hyper-V guest (Azure included)",
+            Self::Xen => "Xen guest",
+            Self::Vmware => "VMware guest",
+            Self::KvmHaltpoll => "KVM guest with the haltpoll cpuidle driver",
+            Self::KvmNoHaltpoll => "KVM guest without guest halt polling",
+            Self::OtherVm => "virtual machine (hypervisor not identified)",
+            Self::BareMetal => "bare metal",
+            Self::Unknown => "unknown",
+        }
     }
 }

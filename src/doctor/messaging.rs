@@ -120,7 +120,7 @@ pub fn run(
     let mut done = 0;
     'reps: for rep in 0..plan.repetitions {
         for (i, p) in placements.iter().enumerate() {
-            crate::pair::signals::check()?;
+            crate::signals::check()?;
             let runs_left = (plan.repetitions - rep) * placements.len() - i;
             let secs = plan
                 .run_time

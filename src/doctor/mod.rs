@@ -16,6 +16,7 @@ pub mod html;
 pub mod measured;
 pub mod measurements;
 pub mod messaging;
+pub mod mode;
 pub mod progress;
 pub mod rules;
 mod stages;
@@ -61,7 +62,7 @@ pub fn run(
     let t0 = Instant::now();
     // From here an interrupt is recorded rather than fatal: every stage checks for it, tears
     // its processes down, and the doctor reports what it measured before it.
-    crate::pair::signals::install();
+    crate::signals::install();
     let (stages, mut skipped) = battery::plan(machine, settings);
     let total: f64 = 1.0 + stages.iter().map(|(_, s)| s).sum::<f64>();
     let progress = progress::Progress::new(total, progress_visible, quiet);

@@ -4,8 +4,9 @@
 //! [`Deadline`], returning what it left out when the deadline cut it short.
 
 use super::adapt;
-use super::battery::{Budget, Deadline, Mode};
+use super::battery::Deadline;
 use super::measurements::{OsCosts, PresetRun, ScalePoint, ShareCheck, WakeupRun};
+use super::mode::{Budget, Mode};
 use super::progress::Progress;
 use crate::experiment::{Experiment, Level, Progress as Sink};
 use crate::machine::Machine;
@@ -209,7 +210,7 @@ fn unpinned_with_neighbours(machine: &Machine, b: &Budget, p: &Progress) -> Resu
     let sink =
         |level: Level, m: &str| p.emit(level, &format!("pingpong with {n} busy neighbour(s): {m}"));
     let sink = Sink::new(&sink);
-    let busy = share::load::BusyNeighbours::start(&others);
+    let busy = crate::load::BusyNeighbours::start(&others);
     let r = Pingpong::run(
         machine,
         &pingpong_settings(

@@ -75,12 +75,7 @@ pub fn finding_in(s: &Style, n: usize, f: &Finding, guest: bool) -> String {
     out += &format!("   {}\n", s.bold("Evidence"));
     for e in &f.evidence {
         out += &wrap(
-            &format!(
-                "- {}: {}  [{}]",
-                e.label,
-                super::figures::evidence(e),
-                e.source
-            ),
+            &format!("- {}: {}  [{}]", e.label, e.in_words(), e.source),
             5,
         );
     }

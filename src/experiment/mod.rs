@@ -3,7 +3,7 @@
 //! An experiment is anything that takes validated settings, measures on the live machine and
 //! returns one typed result: pingpong, pair, share, scale, oscost, and whatever comes next. The
 //! subcommands, the doctor's battery, `cpulab try --measure` and `cpulab report` all go through
-//! [`Experiment`], so adding one is one new module plus one line in [`registry`].
+//! [`Experiment`], so adding one is one new module plus one line in `crate::registry`.
 //!
 //! What every experiment shares lives here and nowhere else:
 //! - [`Progress`]: the messages a run emits, each with its [`Level`] as data (the printer decides
@@ -13,12 +13,13 @@
 //!   direction from here instead of guessing it from a key's spelling.
 //! - the text and HTML renderers of each result, beside the experiment, so `cpulab report` renders
 //!   every kind it can load with that kind's own renderer.
-//! - [`check_load`]: the prologue before measuring (watch the CPUs for other load, warn, record).
+//! - [`prologue`]: the start of every run (the conditions now, then a watch of the CPUs for
+//!   other load: warn, record).
 //!
 //! [`Level`] is defined with the terminal printer in `output` (the bottom layer, which must not
 //! import this one) and re-exported here.
 
-pub mod registry;
+pub mod erased;
 
 use crate::machine::{Conditions, Machine};
 use crate::output::Style;
@@ -176,20 +177,21 @@ impl<'a> Progress<'a> {
     }
 }
 
-/// The prologue every experiment runs before measuring: unless `enabled` is false, watch `cpus`
-/// for other load for `window`, warn when there is some, and record the check in `conditions`;
-/// otherwise note in `conditions` that no check was made.
-pub fn check_load(
-    conditions: &mut Conditions,
+/// The prologue every experiment runs before measuring: the [`Conditions`] as they are now,
+/// then, unless `enabled` is false, `cpus` watched for other load for `window` (a warning when
+/// there is some, the check recorded in the conditions); otherwise a note in the conditions that
+/// no check was made.
+pub fn prologue(
     machine: &Machine,
     cpus: &crate::cpulist::CpuSet,
     window: std::time::Duration,
     enabled: bool,
     progress: &Progress,
-) {
+) -> Conditions {
+    let mut conditions = Conditions::now(machine);
     if !enabled || cpus.is_empty() {
         conditions.load_not_checked();
-        return;
+        return conditions;
     }
     progress.step(&format!("checking CPUs {cpus} for other load"));
     let check = crate::counters::check_background_load(&machine.root, cpus, window);
@@ -197,6 +199,7 @@ pub fn check_load(
         progress.warn(&format!("{r}; results are marked noisy"));
     }
     conditions.record_load(check);
+    conditions
 }
 
 /// A sink that drops everything (tests, nested runs whose caller reports progress itself).
@@ -238,7 +241,7 @@ pub trait Experiment {
 /// An experiment that is its own subcommand, `cpulab NAME`, and a `cpulab try --measure
 /// NAME:FLAGS`: its flags and their validation live beside it, and the registry builds the
 /// subcommand, its help and man page from them. Listing it with
-/// [`registry::command`] in [`registry::ENTRIES`] is all the wiring it needs.
+/// [`erased::command`] in `crate::registry::ENTRIES` is all the wiring it needs.
 pub trait Command: Experiment + Sized + 'static
 where
     Self::Settings: 'static,

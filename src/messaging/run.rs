@@ -2,8 +2,8 @@
 //! opening the gate to the last task's end.
 
 use super::{Channel, MESSAGE_BYTES, MessagingReport, MessagingRun, MessagingSettings, Tasks};
-use crate::experiment::{Progress, check_load};
-use crate::machine::{Conditions, Machine};
+use crate::experiment::{Progress, prologue};
+use crate::machine::Machine;
 use crate::stats::MeanCi;
 use anyhow::{Context, Result, anyhow};
 use nix::errno::Errno;
@@ -18,10 +18,8 @@ pub fn run(
     s: &MessagingSettings,
     progress: &Progress,
 ) -> Result<MessagingReport> {
-    let mut conditions = Conditions::now(machine);
     let cpus = s.cpus.clone().unwrap_or_else(|| machine.allowed.clone());
-    check_load(
-        &mut conditions,
+    let conditions = prologue(
         machine,
         &cpus,
         Duration::from_millis(300),

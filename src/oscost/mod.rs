@@ -24,7 +24,7 @@ pub mod switch;
 pub use experiment::Oscost;
 
 use crate::error::bad_input;
-use crate::experiment::{Progress, check_load};
+use crate::experiment::{Progress, prologue};
 use crate::machine::{Conditions, Machine};
 use crate::stats::MeanCi;
 use anyhow::Result;
@@ -190,17 +190,9 @@ pub fn run(
         .cpu
         .or_else(|| machine.allowed.first())
         .ok_or_else(|| bad_input("no CPU is allowed to this process"))?;
-    let mut conditions = Conditions::now(machine);
     let one = crate::cpulist::CpuSet::from_iter_u32([cpu]);
     let window = Duration::from_millis(300);
-    check_load(
-        &mut conditions,
-        machine,
-        &one,
-        window,
-        settings.check_load,
-        progress,
-    );
+    let conditions = prologue(machine, &one, window, settings.check_load, progress);
     let _restore = RestoreAffinity(crate::affinity::get(0).ok());
     crate::affinity::pin_self(cpu)?;
 

@@ -13,7 +13,7 @@
 use super::batch::{BatchOutcome, Primitive};
 use super::primitives::thread_rusage;
 use crate::affinity;
-use crate::share::load::Gate;
+use crate::load::Gate;
 use anyhow::{Context, Result, bail};
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicUsize, Ordering};

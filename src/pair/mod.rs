@@ -20,7 +20,7 @@
 //!
 //! Nothing is left behind on any exit path: see `procs` (pinning, process groups, parent-death
 //! signal, orderly stop), `cleanup` (drop guards, panic hook, stale directories), `watchdog`
-//! (SIGKILL of cpulab) and `signals` (Ctrl-C and SIGTERM become an orderly teardown).
+//! (SIGKILL of cpulab) and `crate::signals` (Ctrl-C and SIGTERM become an orderly teardown).
 
 pub mod cleanup;
 mod experiment;
@@ -33,7 +33,6 @@ pub mod proctable;
 pub mod report;
 pub mod runner;
 pub mod settings;
-pub mod signals;
 pub mod watchdog;
 
 pub use experiment::Pair;
@@ -42,8 +41,8 @@ pub use runner::RunResult;
 pub use settings::{PairSettings, Preset};
 
 use crate::cpulist::CpuSet;
-use crate::experiment::{Progress, check_load};
-use crate::machine::{Conditions, Machine};
+use crate::experiment::{Progress, prologue};
+use crate::machine::Machine;
 use anyhow::Result;
 use settings::{Programs, Workload};
 use std::time::Duration;
@@ -84,23 +83,21 @@ fn workload(settings: &PairSettings) -> Option<String> {
 /// Spawns every server and client from the calling thread, which must live until this returns
 /// (the kernel's parent-death signal fires when the spawning *thread* exits).
 pub fn run(machine: &Machine, settings: &PairSettings, progress: &Progress) -> Result<PairReport> {
-    signals::install();
+    crate::signals::install();
     let placements = placement::plan(machine, &settings.placements);
-    let mut conditions = Conditions::now(machine);
-    if machine.allowed.len() < 2 {
-        conditions.notes.push(
-            "only one CPU may be used: no cross-CPU placement can be measured here".to_string(),
-        );
-    }
     let window = Duration::from_millis(500);
-    check_load(
-        &mut conditions,
+    let mut conditions = prologue(
         machine,
         &machine.allowed,
         window,
         settings.check_load,
         progress,
     );
+    if machine.allowed.len() < 2 {
+        conditions.notes.push(
+            "only one CPU may be used: no cross-CPU placement can be measured here".to_string(),
+        );
+    }
     let mut env = presets::Env::create(settings.ready_timeout)?;
     let mut setup = presets::build(settings, &mut env)?;
     progress.step(&format!("preparing {}", setup.server.describe()));
@@ -111,7 +108,7 @@ pub fn run(machine: &Machine, settings: &PairSettings, progress: &Progress) -> R
             "starting {} busy neighbour(s) (spinning threads)",
             settings.neighbour_load
         ));
-        crate::share::load::BusyNeighbours::start(&vec![None; settings.neighbour_load])
+        crate::load::BusyNeighbours::start(&vec![None; settings.neighbour_load])
     });
     let secs = settings.duration_s;
     let schedule = placement::schedule(placements.len(), settings.repeat);
@@ -119,7 +116,7 @@ pub fn run(machine: &Machine, settings: &PairSettings, progress: &Progress) -> R
     let mut running: Option<Option<CpuSet>> = None;
     let mut starts = 0;
     for (k, &i) in schedule.iter().enumerate() {
-        signals::check()?;
+        crate::signals::check()?;
         let p = &placements[i];
         if running.as_ref() != Some(&p.server_cpus) {
             let on = p

@@ -16,7 +16,7 @@ use crate::pair::placement::Placement;
 use crate::pair::presets::{ClientKind, Env, Setup, builtin};
 use crate::pair::procs::{Launch, Proc, tail};
 use crate::pair::settings::PairSettings;
-use crate::pair::signals;
+use crate::signals;
 use anyhow::{Result, bail};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;

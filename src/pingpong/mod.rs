@@ -34,7 +34,7 @@ pub use settings::{Endpoints, Method, PairSpec, PingpongSettings, Placement, par
 
 use crate::cpulist::CpuSet;
 use crate::error::bad_input;
-use crate::experiment::{Experiment, Figure, Progress, check_load};
+use crate::experiment::{Experiment, Figure, Progress, prologue};
 use crate::machine::{Conditions, Machine};
 use anyhow::{Result, bail};
 use measure::LoopLimits;
@@ -66,7 +66,14 @@ pub fn run(
         min_batches: settings.min_batches,
         batch: seconds("batch_s", settings.batch_s)?,
     };
-    let mut conditions = Conditions::now(machine);
+    let (planned, mut skipped) =
+        plan::plan(&machine.topology, &cpus, &settings.methods, &settings.pairs);
+    let in_use: CpuSet = planned
+        .iter()
+        .flat_map(|p| plan::cpus_in_use(p.placement, &cpus).to_vec())
+        .collect();
+    let window = seconds("load_check_s", settings.load_check_s)?;
+    let mut conditions = prologue(machine, &in_use, window, !window.is_zero(), progress);
     if cpus.len() == 1 {
         let note = format!(
             "only one CPU ({cpus}) is available: only the same-cpu and unpinned placements can \
@@ -75,27 +82,12 @@ pub fn run(
         progress.note(&note);
         conditions.notes.push(note);
     }
-    let (planned, mut skipped) =
-        plan::plan(&machine.topology, &cpus, &settings.methods, &settings.pairs);
-    let in_use: CpuSet = planned
-        .iter()
-        .flat_map(|p| plan::cpus_in_use(p.placement, &cpus).to_vec())
-        .collect();
-    let window = seconds("load_check_s", settings.load_check_s)?;
-    check_load(
-        &mut conditions,
-        machine,
-        &in_use,
-        window,
-        !window.is_zero(),
-        progress,
-    );
     let timer = Timer::detect(&machine.root);
     let mut runs = Vec::new();
     let mut failures = Vec::new();
     for (i, p) in planned.iter().enumerate() {
         // An interrupt stops the whole command (the doctor included), not just this run.
-        crate::pair::signals::check()?;
+        crate::signals::check()?;
         let (a, b) = plan::cpus_of(p.placement);
         let where_ = a.zip(b).map_or("any".into(), |(a, b)| format!("{a}:{b}"));
         progress.step(&format!(

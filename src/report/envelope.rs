@@ -33,7 +33,7 @@ pub enum Kind {
     Compare,
     Try,
     Sim,
-    /// An experiment known by its registered name (see `experiment::registry`).
+    /// An experiment known by its registered name (see `crate::registry`).
     Experiment(&'static str),
 }
 
@@ -124,7 +124,7 @@ impl<T> Envelope<T> {
 }
 
 /// A result document read back from a file, checked for its envelope.
-/// `registered` are the kinds of the experiment registry (`experiment::registry::kinds()`).
+/// `registered` are the kinds of the experiment registry (`crate::registry::kinds()`).
 #[derive(Clone, Debug)]
 pub struct Loaded {
     pub kind: Kind,

@@ -8,9 +8,9 @@ use super::workload::{self, TriadArrays};
 use super::{PolicyResult, ScalePoint, ScaleReport, ScaleSettings, Workload};
 use crate::counters::SystemSnapshot;
 use crate::cpulist::CpuSet;
-use crate::experiment::{Progress, check_load};
+use crate::experiment::{Progress, prologue};
+use crate::load;
 use crate::machine::{Conditions, Machine};
-use crate::share::load;
 use crate::stats::MeanCi;
 use anyhow::Result;
 use std::collections::BTreeMap;
@@ -31,10 +31,8 @@ pub fn run(
     settings: &ScaleSettings,
     progress: &Progress,
 ) -> Result<ScaleReport> {
-    let mut conditions = Conditions::now(machine);
     let window = Duration::from_millis(300);
-    check_load(
-        &mut conditions,
+    let mut conditions = prologue(
         machine,
         &machine.allowed,
         window,
@@ -93,7 +91,7 @@ pub fn run(
         .iter()
         .flat_map(|p| p.points.iter().filter_map(|x| x.other_load_cpus))
         .fold(0.0, f64::max);
-    if max_other >= crate::share::OTHER_LOAD_NOISY_CPUS {
+    if max_other >= load::OTHER_LOAD_NOISY_CPUS {
         conditions.noisy = true;
         conditions.notes.push(format!(
             "other processes used up to {max_other:.2} CPUs during the runs: speedups are \

@@ -15,13 +15,13 @@
 
 pub mod cgroup;
 mod experiment;
-pub mod load;
 pub mod model;
 mod render;
 mod run;
 
+pub use crate::load::OTHER_LOAD_NOISY_CPUS;
 pub use experiment::Share;
-pub use run::{OTHER_LOAD_NOISY_CPUS, run};
+pub use run::run;
 
 use crate::cpulist::CpuSet;
 use crate::error::bad_input;

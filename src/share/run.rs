@@ -2,11 +2,11 @@
 //! the measured interval, and the alone runs interleaved with the loaded ones.
 
 use super::cgroup::{CgroupCpu, ThrottleDelta};
-use super::load::{self, Duty, Gate, WorkerOutcome};
 use super::model;
 use super::{ShareConfig, ShareReport, ShareRun, ShareSettings};
 use crate::counters::SystemSnapshot;
-use crate::experiment::{Progress, check_load};
+use crate::experiment::{Progress, prologue};
+use crate::load::{self, Duty, Gate, OTHER_LOAD_NOISY_CPUS, WorkerOutcome};
 use crate::machine::{Conditions, Machine};
 use crate::stats::MeanCi;
 use anyhow::{Context, Result};
@@ -27,19 +27,14 @@ impl Drop for StopOnDrop<'_> {
     }
 }
 
-/// CPUs' worth of other load during a run above which the result is marked noisy.
-pub const OTHER_LOAD_NOISY_CPUS: f64 = 0.1;
-
 /// Measures every configuration of `settings` on `machine`. Progress lines go to `progress`.
 pub fn run(
     machine: &Machine,
     settings: &ShareSettings,
     progress: &Progress,
 ) -> Result<ShareReport> {
-    let mut conditions = Conditions::now(machine);
     let window = Duration::from_millis(300);
-    check_load(
-        &mut conditions,
+    let mut conditions = prologue(
         machine,
         &machine.allowed,
         window,

@@ -199,7 +199,8 @@ impl Calibration {
 
 /// Reads a `pingpong` or `doctor` result and takes its blocking round trips.
 pub fn load_calibration(path: &Path) -> Result<Calibration> {
-    let loaded = crate::experiment::registry::load(path)?;
+    // The kinds it takes have their own variants, so the envelope's loader needs no registry.
+    let loaded = crate::report::envelope::load(path, &[])?;
     let name = path.display().to_string();
     let v = &loaded.value;
     // (method, class, mean rtt ns) of every blocking run.
@@ -281,15 +282,9 @@ fn pick(
 mod tests {
     use super::*;
 
-    #[test]
-    fn calibration_reproduces_its_round_trips() {
-        let cal = Calibration::field_notes();
-        let c = cal.apply(&Costs::default());
-        let same = 2.0 * (PIPE_WORK_NS + c.guest_switch_ns);
-        let cross = 2.0 * (PIPE_WORK_NS + c.guest_switch_ns + c.halted_wake_ns());
-        assert!((same - cal.same_rtt_ns).abs() < 1.0, "{same}");
-        assert!((cross - cal.cross_rtt_ns).abs() < 1.0, "{cross}");
-    }
+    // That a calibration reproduces its round trips is checked through the model, not by
+    // algebra on the costs: validate's table M simulates the pipe pair with the calibrated costs
+    // (`sim::validate::tests::this_machine_halt_polling_recovers_and_misses_are_explained`).
 
     #[test]
     fn pick_prefers_pipe_and_skips_unpinned() {

@@ -129,7 +129,7 @@ pub fn try_remedies(
                     };
                     match Trial::run(machine, &s, &Progress::new(&sink)) {
                         Ok(rep) => (measured_line(&rep), measured_figures(&rep)),
-                        Err(e) if e.is::<crate::pair::signals::Interrupted>() => return Err(e),
+                        Err(e) if e.is::<crate::signals::Interrupted>() => return Err(e),
                         Err(e) => (format!("not measured: {e:#}"), Vec::new()),
                     }
                 }

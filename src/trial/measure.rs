@@ -8,7 +8,7 @@
 
 use super::setting::{Cost, Subject};
 use crate::error::bad_input;
-use crate::experiment::registry::{Configured, Outcome, Runnable, Sequence};
+use crate::experiment::erased::{Catalogue, Configured, Outcome, Runnable, Sequence};
 use crate::experiment::{Direction, Figure, Progress, Unit};
 use crate::machine::Machine;
 use crate::pingpong::{PairSpec, Pingpong, PingpongSettings, Placement};
@@ -17,115 +17,40 @@ use anyhow::Result;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-/// Parses `--measure NAME[:ARGS]` into something to run each round.
+/// Parses `--measure NAME[:ARGS]` into something to run each round. `experiments` are the ones
+/// NAME may choose (the registry's, handed down by the command layer, which stands above this).
 pub fn parse(
     spec: &str,
     metric: Option<&str>,
     lower: bool,
     machine: &Machine,
+    experiments: &dyn Catalogue,
 ) -> Result<Box<dyn Runnable>> {
     let (name, args) = spec.split_once(':').unwrap_or((spec, ""));
     let words =
         shell_words::split(args).map_err(|e| bad_input(format!("--measure `{spec}`: {e}")))?;
-    use crate::commands as c;
-    match name {
-        "pingpong" => configured::<c::pingpong::Args, Pingpong>(
-            "pingpong",
-            &words,
-            machine,
-            c::pingpong::settings,
-        ),
-        "pair" => configured::<c::pair::Flags, crate::pair::Pair>(
-            "pair",
-            &words,
-            machine,
-            c::pair::settings,
-        ),
-        "oscost" => configured::<c::oscost::Args, crate::oscost::Oscost>(
-            "oscost",
-            &words,
-            machine,
-            c::oscost::settings,
-        ),
-        "share" => configured::<c::share::Args, crate::share::Share>(
-            "share",
-            &words,
-            machine,
-            c::share::settings,
-        ),
-        "scale" => configured::<c::scale::Args, crate::scale::Scale>(
-            "scale",
-            &words,
-            machine,
-            c::scale::settings,
-        ),
-        "cmd" => {
-            let Some(m) = metric else {
-                return Err(bad_input(
-                    "--measure cmd:... needs --metric REGEX (a named group `value`) or a built-in parser name such as pgbench",
-                ));
-            };
-            if words.is_empty() {
-                return Err(bad_input("--measure cmd: give the command after `cmd:`"));
-            }
-            Ok(Box::new(UserCommand {
-                argv: words,
-                metric: crate::pair::metric::Metric::parse(m, None, !lower)?,
-            }))
+    if name == "cmd" {
+        let Some(m) = metric else {
+            return Err(bad_input(
+                "--measure cmd:... needs --metric REGEX (a named group `value`) or a built-in parser name such as pgbench",
+            ));
+        };
+        if words.is_empty() {
+            return Err(bad_input("--measure cmd: give the command after `cmd:`"));
         }
-        other => match crate::experiment::registry::command_named(other) {
-            Some((_, command)) => (command.measure)(&words, machine),
-            None => Err(bad_input(format!(
-                "--measure `{other}` is not an experiment; give pingpong, pair, oscost, share, scale{} [:FLAGS], or cmd:COMMAND with --metric",
-                registered_names()
-            ))),
-        },
+        return Ok(Box::new(UserCommand {
+            argv: words,
+            metric: crate::pair::metric::Metric::parse(m, None, !lower)?,
+        }));
     }
-}
-
-/// The registry's own subcommands, for the list in a message: `, messaging, bursty`.
-fn registered_names() -> String {
-    crate::experiment::registry::ENTRIES
-        .iter()
-        .filter(|e| e.command.is_some())
-        .map(|e| format!(", {}", e.kind))
-        .collect()
-}
-
-/// An experiment from the registry, its flags parsed and validated by its own subcommand.
-fn configured<A: clap::Args, E>(
-    name: &'static str,
-    words: &[String],
-    machine: &Machine,
-    settings: fn(&A, &Machine) -> Result<E::Settings>,
-) -> Result<Box<dyn Runnable>>
-where
-    E: crate::experiment::Experiment + 'static,
-    E::Settings: 'static,
-{
-    let a = clap_args::<A>(name, words)?;
-    Ok(Box::new(Configured::<E>::new(settings(&a, machine)?)))
-}
-
-/// Parses a subcommand's flags from words.
-fn clap_args<A: clap::Args>(name: &'static str, words: &[String]) -> Result<A> {
-    use clap::Parser;
-    #[derive(Parser)]
-    struct Wrap<T: clap::Args> {
-        #[command(flatten)]
-        inner: T,
-    }
-    let cmd = <Wrap<A> as clap::CommandFactory>::command().name(name);
-    let m = cmd
-        .try_get_matches_from(std::iter::once(name.to_string()).chain(words.iter().cloned()))
-        .map_err(|e| {
-            let first = e.to_string().lines().next().unwrap_or("").to_string();
-            bad_input(format!(
-                "--measure {name}: {}",
-                first.trim_start_matches("error: ")
-            ))
-        })?;
-    A::from_arg_matches(&m).map_err(|e| bad_input(format!("--measure {name}: {e}")))
+    experiments
+        .measure(name, &words, machine)
+        .unwrap_or_else(|| {
+            Err(bad_input(format!(
+                "--measure `{name}` is not an experiment; give {} [:FLAGS], or cmd:COMMAND with --metric",
+                experiments.names().join(", ")
+            )))
+        })
 }
 
 /// The default measurement for what the settings are about.
@@ -282,7 +207,7 @@ impl Runnable for ProcessWatch {
         let gone = || anyhow::anyhow!("process {} ended during the trial", self.pid);
         let (s0, c0) = process_counts(&machine.root, self.pid).ok_or_else(gone)?;
         let t0 = Instant::now();
-        crate::pair::signals::sleep(Duration::from_secs_f64(self.seconds))?;
+        crate::signals::sleep(Duration::from_secs_f64(self.seconds))?;
         let (s1, c1) = process_counts(&machine.root, self.pid).ok_or_else(gone)?;
         let dt = t0.elapsed().as_secs_f64();
         let figures = vec![
@@ -412,22 +337,5 @@ mod tests {
         std::fs::write(d.path().join("proc/42/task/43/status"), status(4, 1)).unwrap();
         assert_eq!(process_counts(d.path(), 42), Some((18, 12)));
         assert_eq!(process_counts(d.path(), 7), None, "no such process");
-    }
-
-    #[test]
-    fn bad_measure_specs_are_one_line() {
-        let m = Machine::detect(Path::new("/")).unwrap();
-        for (spec, metric) in [
-            ("nothing", None),
-            ("pingpong:--pairs 0:99", None),
-            ("pingpong:--bogus", None),
-            ("cmd:true", None),
-            ("cmd:", Some("x (?P<value>1)")),
-        ] {
-            let e = parse(spec, metric, false, &m).err().unwrap();
-            assert_eq!(crate::error::exit_code(&e), 2, "{spec}");
-            assert!(!format!("{e:#}").contains('\n'), "{e:#}");
-        }
-        assert!(parse("pingpong:--pairs unpinned --max-time 0.1", None, false, &m).is_ok());
     }
 }

@@ -4,7 +4,7 @@
 //! the machine in question. A trial applies one or more settings ([`setting::Setting`]), and
 //! measures baseline (A) and changed (B) rounds interleaved, ABAB..., so whatever drifts on the
 //! host during the run falls on both sides. Each round runs an experiment through the common
-//! interface ([`crate::experiment::registry::Runnable`]) and yields [`Figure`]s; the comparison
+//! interface ([`crate::experiment::erased::Runnable`]) and yields [`Figure`]s; the comparison
 //! takes each figure's round-level values (one per round: samples within a round are correlated)
 //! and tests them with Welch's t-test, giving each side's 95% interval, the ratio, a verdict, and
 //! for "no difference" the smallest effect the run could have detected. The cost of a change
@@ -32,7 +32,7 @@ pub mod tuned;
 #[cfg(test)]
 pub mod testing;
 
-use crate::experiment::registry::Runnable;
+use crate::experiment::erased::Runnable;
 use crate::experiment::{Experiment, Figure, Progress};
 use crate::machine::{Conditions, Machine};
 use crate::report::envelope::Kind;
@@ -171,7 +171,7 @@ fn run_trial(
     session.revert()?;
     let mut rounds = Vec::new();
     for index in 0..2 * s.rounds {
-        crate::pair::signals::check()?;
+        crate::signals::check()?;
         let side = if index % 2 == 0 {
             Side::Baseline
         } else {
@@ -201,7 +201,7 @@ fn run_trial(
             }
         ));
         // Let adaptive mechanisms (halt-poll growth, governors) settle on the new value.
-        crate::pair::signals::sleep(std::time::Duration::from_millis(200))?;
+        crate::signals::sleep(std::time::Duration::from_millis(200))?;
         let started_s = t0.elapsed().as_secs_f64();
         costs.iter_mut().for_each(|c| c.begin());
         let out = s.measure.run(
@@ -239,7 +239,7 @@ impl Experiment for Trial {
     const KIND: Kind = Kind::Try;
 
     fn run(machine: &Machine, s: &TrialSettings, progress: &Progress) -> Result<TrialReport> {
-        crate::pair::signals::install();
+        crate::signals::install();
         let mut conditions = Conditions::now(machine);
         let changes: Vec<ChangeRecord> = s
             .changes

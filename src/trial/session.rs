@@ -3,7 +3,7 @@
 //!
 //! - success and error: [`Session::finish`] restores and verifies;
 //! - panic: [`Drop`] restores during unwinding;
-//! - SIGINT, SIGTERM, SIGHUP: the handlers of [`crate::pair::signals`] only set a flag; the trial
+//! - SIGINT, SIGTERM, SIGHUP: the handlers of [`crate::signals`] only set a flag; the trial
 //!   loop stops at its next check and the session restores on the way out;
 //! - SIGKILL (or a second signal): nothing of ours runs, so a watchdog script started before the
 //!   first write sees its pipe close without `done` and runs `cpulab try --restore`, which

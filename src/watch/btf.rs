@@ -286,7 +286,10 @@ pub(crate) mod tests {
     #[test]
     fn this_kernels_btf_agrees_with_the_programs_where_there_is_one() {
         let Ok(btf) = Btf::from_file("/sys/kernel/btf/vmlinux") else {
-            eprintln!("no /sys/kernel/btf/vmlinux here: the live check is skipped");
+            crate::testing::skipped(
+                "this_kernels_btf_agrees_with_the_programs_where_there_is_one",
+                "no readable /sys/kernel/btf/vmlinux (a kernel without CONFIG_DEBUG_INFO_BTF)",
+            );
             return;
         };
         let o = task_offsets(&btf).unwrap();

@@ -501,8 +501,17 @@ fn estimate(pairs: &[PairReport], processes: &[ProcessReport]) -> Option<Estimat
 /// Headline figures: per process, wakeups/s, the same-CPU share and each class's p50/p99.
 pub fn figures(r: &WatchReport) -> Vec<Figure> {
     let mut out = Vec::new();
+    // Two processes of one name (both ends of `pingpong --processes`) need distinct paths, or
+    // compare pairs one's figure with the other's: the second is `name#2`, in report order.
+    let mut seen: std::collections::BTreeMap<&str, usize> = std::collections::BTreeMap::new();
     for p in &r.processes {
-        let id = &p.name;
+        let n = seen.entry(p.name.as_str()).or_insert(0);
+        *n += 1;
+        let id = if *n == 1 {
+            p.name.clone()
+        } else {
+            format!("{}#{n}", p.name)
+        };
         out.push(Figure::single(
             format!("wakeups_per_s[process={id}]"),
             format!("{id}: wakeups per second"),

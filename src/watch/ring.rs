@@ -18,21 +18,18 @@
 //! kernel drops records and says how many in a `PERF_RECORD_LOST`; cpulab counts and reports
 //! them. Record parsing ([`parse_records`]) is pure and tested on bytes captured from a real run.
 
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-const PERF_TYPE_TRACEPOINT: u32 = 2;
+use crate::perf_event::{
+    IOC_DISABLE as PERF_EVENT_IOC_DISABLE, IOC_ENABLE as PERF_EVENT_IOC_ENABLE,
+    IOC_SET_OUTPUT as PERF_EVENT_IOC_SET_OUTPUT, TYPE_TRACEPOINT as PERF_TYPE_TRACEPOINT, ioctl,
+    read_count,
+};
 const PERF_SAMPLE_TID: u64 = 1 << 1;
 const PERF_SAMPLE_TIME: u64 = 1 << 2;
 const PERF_SAMPLE_CPU: u64 = 1 << 7;
 const PERF_SAMPLE_RAW: u64 = 1 << 10;
-const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 8;
-const PERF_EVENT_IOC_ENABLE: libc::c_ulong = 0x2400;
-const PERF_EVENT_IOC_DISABLE: libc::c_ulong = 0x2401;
-const PERF_EVENT_IOC_SET_OUTPUT: libc::c_ulong = 0x2405;
-/// `_IOW('$', 6, char *)`: a tracepoint filter string, evaluated in the kernel before a record
-/// is written (and before the event is counted).
-const PERF_EVENT_IOC_SET_FILTER: libc::c_ulong = 0x4008_2406;
 /// PERF_ATTR_SIZE_VER5: large enough to carry `clockid` (offset 92).
 const ATTR_SIZE: usize = 112;
 pub const PERF_RECORD_LOST: u32 = 2;
@@ -128,50 +125,11 @@ fn perf_open(spec: &EventSpec, cpu: u32) -> std::io::Result<OwnedFd> {
     let flags: u64 = 1 | (1 << 25);
     attr[40..48].copy_from_slice(&flags.to_ne_bytes());
     attr[92..96].copy_from_slice(&libc::CLOCK_MONOTONIC.to_ne_bytes());
-    // SAFETY: attr is a zero-initialised perf_event_attr of the size it declares; the other
-    // arguments are plain integers; the returned descriptor is checked before use.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_perf_event_open,
-            attr.as_ptr(),
-            -1 as libc::pid_t,
-            cpu as libc::c_int,
-            -1 as libc::c_int,
-            PERF_FLAG_FD_CLOEXEC,
-        )
-    };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: a fresh descriptor returned by the kernel, owned by nobody else.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+    let fd = crate::perf_event::open(&attr, -1, cpu as libc::c_int)?;
     if let Some(f) = &spec.filter {
-        let c = std::ffi::CString::new(f.as_str())
-            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
-        // SAFETY: a perf event descriptor we own and a NUL-terminated string that outlives the
-        // call.
-        if unsafe { libc::ioctl(fd.as_raw_fd(), PERF_EVENT_IOC_SET_FILTER, c.as_ptr()) } < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
+        crate::perf_event::set_filter(&fd, f)?;
     }
     Ok(fd)
-}
-
-/// The event's count: `read(2)` of a descriptor opened with `read_format` 0 is one u64, and for
-/// a sampling event it counts every event that fired, including samples the ring never got.
-fn read_count(fd: &OwnedFd) -> Option<u64> {
-    let mut buf = [0u8; 8];
-    // SAFETY: reading 8 bytes into a buffer we own from a descriptor we own.
-    let n = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), 8) };
-    (n == 8).then(|| u64::from_ne_bytes(buf))
-}
-
-fn ioctl(fd: &OwnedFd, request: libc::c_ulong, arg: libc::c_int) -> std::io::Result<()> {
-    // SAFETY: a perf event descriptor we own, and a request that takes an integer argument.
-    if unsafe { libc::ioctl(fd.as_raw_fd(), request, arg) } < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
 }
 
 /// One CPU's ring buffer and the events writing into it (and those only counted).

@@ -145,11 +145,10 @@ macro_rules! test_name {
 /// goes straight to the process's stderr, past the test harness's capture, so a run that
 /// skipped something shows it. Under `CI=true` it is a failure: CI installs every program.
 pub fn not_installed(test: &str, program: &str, package: &str) {
-    let line = format!("SKIPPED: {test}: {program} not installed (apt-get install {package})");
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
-        panic!("{line}; CI installs every program, so a missing one is a failure");
-    }
-    let _ = writeln!(std::io::stderr(), "{line}");
+    skipped(
+        test,
+        &format!("{program} not installed (apt-get install {package}); CI installs every program"),
+    );
 }
 
 /// True when every `(program, Debian package)` is installed; otherwise reports the first
@@ -207,4 +206,158 @@ pub fn json_docs(out: &std::process::Output) -> Vec<Value> {
         .into_iter::<Value>()
         .collect::<Result<_, _>>()
         .expect("JSON documents on stdout")
+}
+
+/// True under `CI=true`, where every program is installed and every test must run.
+pub fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true")
+}
+
+/// Says that `test` (or a part of it) cannot run here, and why. The line goes straight to the
+/// process's stderr, past the harness's capture; under `CI=true` it is a failure instead.
+pub fn skipped(test: &str, why: &str) {
+    let line = format!("SKIPPED: {test}: {why}");
+    if in_ci() {
+        panic!("{line}; under CI=true a test that cannot run fails");
+    }
+    let _ = writeln!(std::io::stderr(), "{line}");
+}
+
+/// The 0.975 quantile of Student's t, from the printed table (NIST/SEMATECH e-Handbook, 1.3.6.7.2),
+/// so a confidence interval is checked against a source other than the code that computed it.
+const T_975: &[(usize, f64)] = &[
+    (1, 12.706),
+    (2, 4.303),
+    (3, 3.182),
+    (4, 2.776),
+    (5, 2.571),
+    (6, 2.447),
+    (7, 2.365),
+    (8, 2.306),
+    (9, 2.262),
+    (10, 2.228),
+    (15, 2.131),
+    (20, 2.086),
+    (30, 2.042),
+    (60, 2.000),
+    (100, 1.984),
+    (usize::MAX, 1.960),
+];
+
+/// Checks that `ci`, a `{mean, ci95_low, ci95_high, ci95_half_width, stddev, n}` document, is the
+/// mean of `samples` with its 95% Student's t interval: the mean and sample standard deviation
+/// computed here, the quantile from the printed table (bracketed between its rows). A z-interval,
+/// an n instead of n - 1, or a mean of other samples fails.
+pub fn assert_mean_ci_of(what: &str, ci: &Value, samples: &[f64]) {
+    let g = |k: &str| {
+        ci[k]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{what}: {k} missing: {ci}"))
+    };
+    let n = samples.len();
+    assert!(n >= 1, "{what}: no samples");
+    assert_eq!(ci["n"].as_u64(), Some(n as u64), "{what}: n: {ci}");
+    let close = |a: f64, b: f64, rel: f64| (a - b).abs() <= rel * a.abs().max(b.abs()).max(1e-12);
+    let mean = samples.iter().sum::<f64>() / n as f64;
+    assert!(
+        close(g("mean"), mean, 1e-9),
+        "{what}: mean {ci} of {samples:?}"
+    );
+    if n == 1 {
+        assert_eq!(
+            g("ci95_half_width"),
+            0.0,
+            "{what}: one sample has no interval"
+        );
+        return;
+    }
+    let sd = (samples.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1) as f64).sqrt();
+    assert!(
+        close(g("stddev"), sd, 1e-6),
+        "{what}: stddev {ci} of {samples:?}"
+    );
+    let half = g("ci95_half_width");
+    assert!(close(g("ci95_low"), mean - half, 1e-9), "{what}: {ci}");
+    assert!(close(g("ci95_high"), mean + half, 1e-9), "{what}: {ci}");
+    if sd == 0.0 {
+        assert_eq!(half, 0.0, "{what}: {ci}");
+        return;
+    }
+    let t = half / (sd / (n as f64).sqrt());
+    let df = n - 1;
+    let hi = T_975
+        .iter()
+        .rev()
+        .find(|(d, _)| *d <= df)
+        .map_or(12.706, |r| r.1);
+    let lo = T_975.iter().find(|(d, _)| *d >= df).map_or(1.960, |r| r.1);
+    assert!(
+        t <= hi + 5e-3 && t >= lo - 5e-3,
+        "{what}: half-width is {t:.4} standard errors, the table gives {lo}..{hi} for {df} degrees of freedom"
+    );
+}
+
+/// Checks one CPU's time shares (`user_pct`, `system_pct`, ...) over an interval: each in
+/// 0..=100, together the whole of the CPU's ticks (nothing counted twice or dropped), and the
+/// ticks no more than the interval holds at the kernel's USER_HZ of 100.
+pub fn assert_cpu_time_shares(what: &str, shares: &Value, interval_s: Option<f64>) {
+    let parts = [
+        "user_pct",
+        "system_pct",
+        "irq_pct",
+        "softirq_pct",
+        "steal_pct",
+        "iowait_pct",
+        "idle_pct",
+    ];
+    let mut sum = 0.0;
+    for k in parts {
+        let v = shares[k]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{what}: {k} missing: {shares}"));
+        assert!((0.0..=100.0 + 1e-9).contains(&v), "{what}: {k} = {v}");
+        sum += v;
+    }
+    let ticks = shares["ticks"].as_u64().unwrap_or(0);
+    if ticks > 0 {
+        // /proc/stat's iowait may step back a tick on a NO_HZ kernel: a little slack.
+        assert!(
+            (sum - 100.0).abs() <= 2.0,
+            "{what}: shares sum to {sum}: {shares}"
+        );
+    } else {
+        assert_eq!(sum, 0.0, "{what}: shares without ticks: {shares}");
+    }
+    if let Some(s) = interval_s {
+        assert!(
+            ticks as f64 <= s * 100.0 + 2.0,
+            "{what}: {ticks} ticks in {s} s: {shares}"
+        );
+    }
+}
+
+/// Checks `cpulab compare --json A A`: a result against itself has every judged figure the
+/// same, with a ratio of exactly 1 and no change (a test that calls identical samples different,
+/// or a ratio taken the wrong way up, fails).
+pub fn assert_same_as_itself(c: &Value) {
+    let figures = c["figures"].as_array().expect("figures");
+    assert!(!figures.is_empty(), "no figures compared: {c}");
+    for f in figures {
+        let path = f["path"].as_str().unwrap_or("?");
+        assert_eq!(f["a"], f["b"], "{path}");
+        if f["a"].as_f64() != Some(0.0) {
+            assert_eq!(f["ratio"].as_f64(), Some(1.0), "{path}: {f}");
+            assert_eq!(f["change_pct"].as_f64(), Some(0.0), "{path}: {f}");
+        }
+        let want = if f["test"] == "none" {
+            "untested"
+        } else {
+            "same"
+        };
+        assert_eq!(f["verdict"], want, "{path}: {f}");
+    }
+    assert!(
+        c["regressions"].as_array().is_some_and(|r| r.is_empty()),
+        "{c}"
+    );
 }

@@ -49,15 +49,43 @@ fn a_load_makes_it_faster_and_one_vcpu_wins_within_15_percent() {
     assert!(a.cells[2..].iter().all(|c| c.simulated < 0.6));
 }
 
+/// Table E's gap set `module_contention`, so the gap itself is an input; what the model must
+/// predict is where it appears and what the placements do that nobody tuned: the curves below
+/// are outputs, each checked against a statement of field notes E.
 #[test]
-fn e_gap_and_module_aware_scaling_within_10_percent() {
+fn e_the_model_predicts_where_the_gap_appears_and_module_aware_scaling() {
     let t = tables();
     let e = by_id(&t, "E");
-    let gap = e.cells[0].simulated;
-    assert!((gap / 1.38 - 1.0).abs() <= 0.10, "gap {gap}");
-    assert!((e.cells[1].simulated - 1.0).abs() <= 0.10);
-    // 8-8 never loses to 0-16, and module-aware never loses to either.
     let (c88, c016, aware) = (&e.curves[0].y, &e.curves[1].y, &e.curves[2].y);
+    let threads = &e.curves[0].x;
+    assert_eq!(threads.first(), Some(&1.0));
+    assert_eq!(threads.last(), Some(&16.0));
+    let last = threads.len() - 1;
+    // One thread shares no module, whatever the placement: no gap.
+    for c in [c88, c016, aware] {
+        assert!((c[0] - 1.0).abs() <= 0.05, "1 thread: speedup {}", c[0]);
+    }
+    // At 16 threads 8-8 (pCPUs 0-7 and 16-23) and 0-16 (16-31) both fill 8 modules with two
+    // busy cores each: the gap closes.
+    assert!(
+        (c88[last] / c016[last] - 1.0).abs() <= 0.05,
+        "16 threads: 8-8 {} vs 0-16 {}",
+        c88[last],
+        c016[last]
+    );
+    // In between, where 0-16 doubles modules that 8-8 does not, 8-8 is ahead by up to the
+    // published 38% (within the table's 10%).
+    let gap = (0..c88.len()).map(|i| c88[i] / c016[i]).fold(0.0, f64::max);
+    assert!(gap > 1.1 && (gap / 1.38 - 1.0).abs() <= 0.10, "gap {gap}");
+    // One core per module: near-ideal scaling (published), so speedup / threads near 1 at 16,
+    // and more threads never slow it down.
+    assert!(
+        (aware[last] / 16.0 - 1.0).abs() <= 0.10,
+        "16 threads: {}",
+        aware[last]
+    );
+    assert!(aware.windows(2).all(|w| w[1] >= w[0] - 1e-9), "{aware:?}");
+    // 8-8 never loses to 0-16, and module-aware never loses to either.
     for i in 0..c88.len() {
         assert!(
             c88[i] >= c016[i] - 1e-9 && aware[i] >= c88[i] - 1e-9,

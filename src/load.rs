@@ -1,5 +1,6 @@
-//! The two kinds of thread `share` runs: workers that count deterministic work units, and
-//! burners that only take CPU time.
+//! CPU load made on purpose: workers that count deterministic work units, and burners that only
+//! take CPU time. `share` runs both; pair, scale, oscost and the doctor use the burners, the
+//! CPU-time clocks or the start gate, so they live here rather than inside `share`.
 //!
 //! The work unit is sysbench cpu's event: check every number from 3 to `max_prime` for
 //! primality by trial division. It touches no memory beyond registers, so its rate depends only
@@ -15,6 +16,9 @@ use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
+
+/// CPUs' worth of other load during a run above which the result is marked noisy.
+pub const OTHER_LOAD_NOISY_CPUS: f64 = 0.1;
 
 /// One sysbench-cpu event: the number of primes in 3..=max_prime, by trial division.
 pub fn prime_event(max_prime: u64) -> u64 {

@@ -1,4 +1,5 @@
-//! Ctrl-C, SIGTERM and SIGHUP become an orderly teardown instead of an abrupt exit.
+//! Ctrl-C, SIGTERM and SIGHUP become an orderly teardown instead of an abrupt exit, for every
+//! command that runs something (pair, pingpong, the doctor, try).
 //!
 //! The handlers only record which signal arrived (an atomic store, safe in a handler); the run
 //! loop checks [`check`] between steps and while it waits, returns [`Interrupted`], and the drop

@@ -1,0 +1,357 @@
+//! What a scrape reads: the wakeup source's cumulative snapshot, the system's halt and IPI
+//! counters (the same readers as every experiment: `counters::SystemSnapshot`), the machine
+//! facts probed once at start, the active probe's last result, and the exporter's own health.
+//!
+//! The source is opened in exactly one place, [`open_source`]. Everything is read under one
+//! lock per scrape, so two scrapes at once see consistent counters.
+
+use super::metrics::{self, Format, Frame, Health, ProbeFigures};
+use super::server::Stats;
+use crate::counters::SystemSnapshot;
+use crate::machine::Machine;
+use crate::wakeups::{ClassCounts, Snapshot, Source, SourceOptions, TargetCounts};
+use anyhow::Result;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+/// The label of the target that collects everything beyond the cap.
+pub const OTHER: &str = "other";
+
+/// Opens the wakeup source the flags ask for: the one call site of the in-kernel aggregation.
+/// `Ok(None)` when this build has no such source (the exporter then publishes everything else).
+pub fn open_source(
+    _machine: &Machine,
+    opts: &SourceOptions,
+    classes: &[String],
+) -> Result<Option<Box<dyn Source>>> {
+    if opts.mechanism == "fake" {
+        return Ok(Some(Box::new(FakeSource::new(opts, classes))));
+    }
+    // WIRING (issue 19): replace this line with
+    //     crate::watch::open_source(_machine, opts).map(Some)
+    // once the in-kernel aggregation (branch `watchx`) is on main.
+    Ok(None)
+}
+
+/// A test double behind the hidden `--mechanism fake`: counts that grow by a fixed pattern on
+/// every snapshot, so the HTTP side, the encoding and a real Prometheus can be tested without
+/// BPF. Its figures are labelled `mechanism="fake"` and are not measurements.
+pub struct FakeSource {
+    targets: Vec<String>,
+    classes: Vec<String>,
+    snapshots: u64,
+}
+
+impl FakeSource {
+    pub fn new(opts: &SourceOptions, classes: &[String]) -> Self {
+        let mut targets: Vec<String> = opts.comms.clone();
+        targets.extend(opts.cgroups.iter().cloned());
+        if targets.is_empty() {
+            targets.push("fake".into());
+        }
+        targets.truncate(opts.max_targets.max(1));
+        Self {
+            targets,
+            classes: classes.to_vec(),
+            snapshots: 0,
+        }
+    }
+}
+
+impl Source for FakeSource {
+    fn mechanism(&self) -> &str {
+        "fake"
+    }
+
+    fn snapshot(&mut self) -> Result<Snapshot> {
+        self.snapshots += 1;
+        let n = self.snapshots;
+        let bounds = crate::wakeups::LATENCY_BOUNDS_NS.len();
+        let targets = self
+            .targets
+            .iter()
+            .map(|t| TargetCounts {
+                target: t.clone(),
+                classes: self
+                    .classes
+                    .iter()
+                    .enumerate()
+                    .map(|(i, c)| {
+                        // Class i lands in bucket 2 + 2i: farther classes wait longer.
+                        let mut buckets = vec![0; bounds];
+                        buckets[(2 + 2 * i).min(bounds - 1)] = 10 * n;
+                        let counts = ClassCounts {
+                            to_idle: 7 * n,
+                            to_busy: 3 * n,
+                            buckets,
+                            count: 10 * n,
+                            sum_ns: 10 * n * (4_000 << (2 * i)),
+                        };
+                        (c.clone(), counts)
+                    })
+                    .collect(),
+            })
+            .collect();
+        Ok(Snapshot {
+            targets,
+            events_seen: 40 * n,
+            events_lost: 0,
+            targets_dropped: 0,
+        })
+    }
+}
+
+/// Keeps at most `named` targets with their own label; the rest (and any `other` the source
+/// gave) are summed into one `other`. Returns how many were folded.
+pub fn fit(mut snap: Snapshot, named: usize) -> (Snapshot, u64) {
+    let (mut own, rest): (Vec<_>, Vec<_>) = snap.targets.drain(..).partition(|t| t.target != OTHER);
+    let mut other: Vec<TargetCounts> = rest;
+    let folded = own.len().saturating_sub(named) as u64;
+    if own.len() > named {
+        other.extend(own.drain(named..));
+    }
+    if !other.is_empty() {
+        let mut sum = TargetCounts {
+            target: OTHER.into(),
+            classes: BTreeMap::new(),
+        };
+        for t in other {
+            for (class, c) in t.classes {
+                add(sum.classes.entry(class).or_default(), &c);
+            }
+        }
+        own.push(sum);
+    }
+    snap.targets = own;
+    (snap, folded)
+}
+
+fn add(into: &mut ClassCounts, c: &ClassCounts) {
+    into.to_idle += c.to_idle;
+    into.to_busy += c.to_busy;
+    into.count += c.count;
+    into.sum_ns += c.sum_ns;
+    if into.buckets.len() < c.buckets.len() {
+        into.buckets.resize(c.buckets.len(), 0);
+    }
+    for (a, b) in into.buckets.iter_mut().zip(&c.buckets) {
+        *a += b;
+    }
+}
+
+/// Sums per-CPU counters by name (cpuidle states by state name, interrupts by kind).
+pub fn system_totals(s: &SystemSnapshot) -> (BTreeMap<String, u64>, BTreeMap<String, u64>) {
+    let mut idle = BTreeMap::new();
+    for states in s.idle.iter().flat_map(|m| m.values()) {
+        for st in states {
+            *idle.entry(st.name.clone()).or_insert(0u64) += st.usage;
+        }
+    }
+    let irqs = s
+        .interrupts
+        .iter()
+        .flat_map(|m| m.iter())
+        .map(|(k, per_cpu)| (k.clone(), per_cpu.values().sum()))
+        .collect();
+    (idle, irqs)
+}
+
+/// The exporter's state between scrapes.
+pub struct Collector {
+    pub root: PathBuf,
+    pub classes: Vec<String>,
+    pub machine: Vec<(String, String)>,
+    pub mechanism: String,
+    /// Targets with their own label, `other` aside.
+    pub named: usize,
+    pub series_budget: usize,
+    pub probe: Arc<Mutex<Option<ProbeFigures>>>,
+    pub stats: Arc<Stats>,
+    inner: Mutex<Inner>,
+}
+
+struct Inner {
+    source: Option<Box<dyn Source>>,
+    health: Health,
+}
+
+impl Collector {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        root: PathBuf,
+        classes: Vec<String>,
+        machine: Vec<(String, String)>,
+        source: Option<Box<dyn Source>>,
+        named: usize,
+        series_budget: usize,
+        probe: Arc<Mutex<Option<ProbeFigures>>>,
+        stats: Arc<Stats>,
+    ) -> Self {
+        let mechanism = source
+            .as_ref()
+            .map_or("none".to_string(), |s| s.mechanism().to_string());
+        Self {
+            root,
+            classes,
+            machine,
+            mechanism,
+            named,
+            series_budget,
+            probe,
+            stats,
+            inner: Mutex::new(Inner {
+                source,
+                health: Health {
+                    series_budget,
+                    ..Health::default()
+                },
+            }),
+        }
+    }
+
+    /// One scrape: read everything, encode in `format`.
+    pub fn scrape(&self, format: Format) -> String {
+        let started = Instant::now();
+        let Ok(mut inner) = self.inner.lock() else {
+            return String::new();
+        };
+        let wakeups = match inner.source.as_mut().map(|s| s.snapshot()) {
+            None => None,
+            Some(Ok(s)) => {
+                let (s, folded) = fit(s, self.named);
+                inner.health.targets_folded += folded;
+                Some(s)
+            }
+            Some(Err(_)) => {
+                inner.health.source_errors += 1;
+                None
+            }
+        };
+        let (idle_entries, interrupts) = system_totals(&SystemSnapshot::take(&self.root));
+        inner.health.scrapes += 1;
+        inner.health.connections_evicted = self.stats.evicted.load(Ordering::Relaxed);
+        let frame = Frame {
+            classes: self.classes.clone(),
+            wakeups,
+            mechanism: self.mechanism.clone(),
+            idle_entries,
+            interrupts,
+            machine: self.machine.clone(),
+            probe: self.probe.lock().ok().and_then(|p| p.clone()),
+            health: inner.health.clone(),
+        };
+        let text = metrics::encode(&frame, format);
+        inner.health.last_scrape_duration_s = started.elapsed().as_secs_f64();
+        text
+    }
+
+    /// Detaches the source (its drop closes the programs).
+    pub fn close(&self) {
+        if let Ok(mut inner) = self.inner.lock() {
+            inner.source = None;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn target(name: &str, idle: u64) -> TargetCounts {
+        let c = ClassCounts {
+            to_idle: idle,
+            to_busy: 1,
+            buckets: vec![1, 0],
+            count: 1,
+            sum_ns: 5,
+        };
+        TargetCounts {
+            target: name.into(),
+            classes: [("same-cpu".to_string(), c)].into_iter().collect(),
+        }
+    }
+
+    #[test]
+    fn fit_folds_the_extra_targets_and_the_sources_other_into_one_other() {
+        let snap = Snapshot {
+            targets: vec![
+                target("a", 1),
+                target(OTHER, 10),
+                target("b", 2),
+                target("c", 4),
+            ],
+            ..Snapshot::default()
+        };
+        let (s, folded) = fit(snap, 1);
+        assert_eq!(folded, 2);
+        let names: Vec<_> = s.targets.iter().map(|t| t.target.as_str()).collect();
+        assert_eq!(names, ["a", OTHER]);
+        let o = &s.targets[1].classes["same-cpu"];
+        assert_eq!(o.to_idle, 16);
+        assert_eq!(o.to_busy, 3);
+        assert_eq!(o.buckets, vec![3, 0]);
+    }
+
+    #[test]
+    fn fit_keeps_a_snapshot_within_the_cap_as_it_is() {
+        let snap = Snapshot {
+            targets: vec![target("a", 1), target("b", 2)],
+            ..Snapshot::default()
+        };
+        let (s, folded) = fit(snap.clone(), 2);
+        assert_eq!(folded, 0);
+        assert_eq!(s, snap);
+    }
+
+    #[test]
+    fn the_fake_source_only_grows() {
+        let opts = SourceOptions {
+            comms: vec!["x".into()],
+            max_targets: 4,
+            mechanism: "fake".into(),
+            ..SourceOptions::default()
+        };
+        let mut f = FakeSource::new(&opts, &["same-cpu".into(), "shared-llc".into()]);
+        let a = f.snapshot().unwrap();
+        let b = f.snapshot().unwrap();
+        let (ca, cb) = (
+            &a.targets[0].classes["shared-llc"],
+            &b.targets[0].classes["shared-llc"],
+        );
+        assert!(cb.count > ca.count && cb.to_idle > ca.to_idle);
+        assert_eq!(cb.buckets.iter().sum::<u64>(), cb.count);
+    }
+
+    #[test]
+    fn system_totals_sum_over_cpus() {
+        use crate::counters::{IdleStateCount, parse};
+        let state = |name: &str, usage| IdleStateCount {
+            name: name.into(),
+            usage,
+            time_us: 0,
+        };
+        let irq = "           CPU0       CPU1\n  1:  5  6  IO-APIC\nRES:  3  4  Rescheduling interrupts\n";
+        let s = SystemSnapshot {
+            at: Instant::now(),
+            cpu_times: None,
+            interrupts: Some(parse::parse_interrupts(irq)),
+            idle: Some(
+                [
+                    (0, vec![state("poll", 1), state("haltpoll", 10)]),
+                    (1, vec![state("poll", 2), state("haltpoll", 20)]),
+                ]
+                .into_iter()
+                .collect(),
+            ),
+            unavailable: vec![],
+        };
+        let (idle, irqs) = system_totals(&s);
+        assert_eq!(idle["haltpoll"], 30);
+        assert_eq!(idle["poll"], 3);
+        assert_eq!(irqs["RES"], 7);
+        assert_eq!(irqs["device"], 11);
+    }
+}

@@ -1,0 +1,486 @@
+//! One scrape's figures ([`Frame`]) and their exposition, encoded by the official
+//! `prometheus-client` crate in the Prometheus text format or in OpenMetrics.
+//!
+//! Nothing here reads the machine: a frame is built from one snapshot of each reader, then
+//! encoded. Encoding an owned snapshot is what keeps a histogram whole: its `_count`, its
+//! `+Inf` bucket and its buckets all come from the same values, so a scrape that races an
+//! update of the kernel's maps can never show a `_count` that differs from `+Inf`
+//! ([`histogram_buckets`] repairs a snapshot whose count lags its buckets).
+
+use crate::wakeups::{ClassCounts, LATENCY_BOUNDS_NS, Snapshot};
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::{Registry, Unit};
+use std::collections::BTreeMap;
+
+/// Metric name prefix.
+pub const PREFIX: &str = "cpulab";
+
+/// Everything one scrape publishes.
+#[derive(Clone, Debug, Default)]
+pub struct Frame {
+    /// The placement classes that exist on this host (`same-cpu` first); each target is
+    /// published with exactly these, zeros included, so its series exist from the start.
+    pub classes: Vec<String>,
+    /// The wakeup counts, when a source is attached.
+    pub wakeups: Option<Snapshot>,
+    /// How the wakeups are counted (`bpf`, `perf`, `fake`, `none`).
+    pub mechanism: String,
+    /// cpuidle state entries summed over CPUs, by state name (halts, in a guest).
+    pub idle_entries: BTreeMap<String, u64>,
+    /// /proc/interrupts rows summed over CPUs, by kind (`RES`, `CAL`, ... and `device`).
+    pub interrupts: BTreeMap<String, u64>,
+    /// The machine facts that decide wakeup costs, as `(label, value)`.
+    pub machine: Vec<(String, String)>,
+    /// The active probe's last result, when it is on and has run.
+    pub probe: Option<ProbeFigures>,
+    /// The exporter's own health.
+    pub health: Health,
+}
+
+/// The last active probe.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ProbeFigures {
+    /// Per placement class measured: (class, p50 round trip s, p99 round trip s).
+    pub round_trips: Vec<(String, f64, f64)>,
+    /// When it finished, seconds since the Unix epoch.
+    pub finished_unix_s: f64,
+    /// Probes run and failed since the exporter started.
+    pub runs: u64,
+    pub failures: u64,
+}
+
+/// The exporter's own counters.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Health {
+    /// Scrapes served (this one included).
+    pub scrapes: u64,
+    /// Seconds the previous scrape took to collect and encode.
+    pub last_scrape_duration_s: f64,
+    /// Snapshots the source failed to give.
+    pub source_errors: u64,
+    /// Connections closed unserved because the connection cap was reached.
+    pub connections_evicted: u64,
+    /// The series budget, and series in this exposition (filled by [`encode`]).
+    pub series_budget: usize,
+    pub series: usize,
+    /// Targets folded into `other` by the exporter to keep within the budget.
+    pub targets_folded: u64,
+}
+
+/// The exposition formats a scraper may ask for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    /// Prometheus text format 0.0.4.
+    Prometheus,
+    /// OpenMetrics 1.0 text.
+    OpenMetrics,
+}
+
+impl Format {
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Format::Prometheus => prometheus_client::encoding::prometheus_text::CONTENT_TYPE,
+            Format::OpenMetrics => "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        }
+    }
+}
+
+/// Series each watched target adds on a host with `classes` placement classes: two wakeup
+/// counters (idle and busy destination) and a histogram (buckets, `+Inf`, `_sum`, `_count`)
+/// per class.
+pub fn series_per_target(classes: usize) -> usize {
+    classes * (2 + LATENCY_BOUNDS_NS.len() + 3)
+}
+
+/// Encodes a frame; the series count in its health is the count of samples in the output.
+pub fn encode(frame: &Frame, format: Format) -> String {
+    let first = encode_once(frame, format);
+    let mut f = frame.clone();
+    f.health.series = count_samples(&first);
+    encode_once(&f, format)
+}
+
+/// Sample lines of an exposition (every line that is not a comment).
+pub fn count_samples(text: &str) -> usize {
+    text.lines()
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .count()
+}
+
+fn encode_once(frame: &Frame, format: Format) -> String {
+    let mut registry = Registry::with_prefix(PREFIX);
+    registry.register_collector(Box::new(FrameCollector(frame.clone())));
+    let mut out = String::new();
+    // invariant: writing into a String cannot fail, and every label set is well formed.
+    let r = match format {
+        Format::Prometheus => {
+            prometheus_client::encoding::prometheus_text::encode(&mut out, &registry)
+        }
+        Format::OpenMetrics => prometheus_client::encoding::text::encode(&mut out, &registry),
+    };
+    debug_assert!(r.is_ok());
+    out
+}
+
+/// Non-cumulative `(upper bound s, count)` pairs ending with `+Inf`, and the count: the count
+/// is at least the sum of the finite buckets, so `+Inf` always equals it.
+pub fn histogram_buckets(c: &ClassCounts) -> (Vec<(f64, u64)>, u64) {
+    let mut out = Vec::with_capacity(LATENCY_BOUNDS_NS.len() + 1);
+    let mut finite = 0u64;
+    for (i, bound) in LATENCY_BOUNDS_NS.iter().enumerate() {
+        let n = c.buckets.get(i).copied().unwrap_or(0);
+        finite = finite.saturating_add(n);
+        out.push((*bound as f64 / 1e9, n));
+    }
+    let count = c.count.max(finite);
+    out.push((f64::INFINITY, count - finite));
+    (out, count)
+}
+
+#[derive(Debug)]
+struct FrameCollector(Frame);
+
+type Labels = Vec<(String, String)>;
+
+fn labels(pairs: &[(&str, &str)]) -> Labels {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+impl Collector for FrameCollector {
+    fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let f = &self.0;
+        let empty = ClassCounts::default();
+        if let Some(snap) = &f.wakeups {
+            let mut m = enc.encode_descriptor(
+                "wakeups",
+                "Wakeups of a watched target by placement class from its waker (same CPU, or \
+                 how far away) and whether the destination CPU was idle",
+                None,
+                MetricType::Counter,
+            )?;
+            for t in &snap.targets {
+                for class in &f.classes {
+                    let c = t.classes.get(class).unwrap_or(&empty);
+                    for (dest, n) in [("idle", c.to_idle), ("busy", c.to_busy)] {
+                        let l = labels(&[("target", &t.target), ("class", class), ("dest", dest)]);
+                        m.encode_family(&l)?
+                            .encode_counter::<NoLabelSet, _, u64>(&n, None)?;
+                    }
+                }
+            }
+            let mut m = enc.encode_descriptor(
+                "wakeup_latency",
+                "Wakeup-to-run latency of a watched target by placement class (exp2 buckets)",
+                Some(&Unit::Seconds),
+                MetricType::Histogram,
+            )?;
+            for t in &snap.targets {
+                for class in &f.classes {
+                    let c = t.classes.get(class).unwrap_or(&empty);
+                    let (buckets, count) = histogram_buckets(c);
+                    let l = labels(&[("target", &t.target), ("class", class)]);
+                    m.encode_family(&l)?.encode_histogram::<NoLabelSet>(
+                        c.sum_ns as f64 / 1e9,
+                        count,
+                        &buckets,
+                        None,
+                    )?;
+                }
+            }
+            for (name, help, v) in [
+                (
+                    "exporter_events_seen",
+                    "Scheduler events the wakeup programs ran on",
+                    snap.events_seen,
+                ),
+                (
+                    "exporter_events_lost",
+                    "Scheduler events the wakeup programs could not count",
+                    snap.events_lost,
+                ),
+                (
+                    "exporter_targets_dropped",
+                    "Tasks counted under target=\"other\" because the target cap was reached",
+                    snap.targets_dropped,
+                ),
+            ] {
+                enc.encode_descriptor(name, help, None, MetricType::Counter)?
+                    .encode_counter::<NoLabelSet, _, u64>(&v, None)?;
+            }
+        }
+        let mut m = enc.encode_descriptor(
+            "idle_state_entries",
+            "Entries into each cpuidle state, summed over CPUs (in a guest, the halting states \
+             count halts)",
+            None,
+            MetricType::Counter,
+        )?;
+        for (state, n) in &f.idle_entries {
+            m.encode_family(&labels(&[("state", state)]))?
+                .encode_counter::<NoLabelSet, _, u64>(n, None)?;
+        }
+        let mut m = enc.encode_descriptor(
+            "interrupts",
+            "Interrupts from /proc/interrupts summed over CPUs, by kind (RES rescheduling IPIs, \
+             CAL function-call IPIs, LOC timer; device IRQs summed as device)",
+            None,
+            MetricType::Counter,
+        )?;
+        for (kind, n) in &f.interrupts {
+            m.encode_family(&labels(&[("kind", kind)]))?
+                .encode_counter::<NoLabelSet, _, u64>(n, None)?;
+        }
+        enc.encode_descriptor(
+            "machine",
+            "Machine facts that decide what a wakeup costs",
+            None,
+            MetricType::Info,
+        )?
+        .encode_info(&f.machine)?;
+        if let Some(p) = &f.probe {
+            for (name, help, pick) in [
+                (
+                    "probe_round_trip_p50",
+                    "Median round trip of cpulab's pipe pingpong between two pinned threads, by \
+                     placement class, from the last active probe",
+                    0usize,
+                ),
+                (
+                    "probe_round_trip_p99",
+                    "99th percentile round trip of cpulab's pipe pingpong between two pinned \
+                     threads, by placement class, from the last active probe",
+                    1,
+                ),
+            ] {
+                let mut m =
+                    enc.encode_descriptor(name, help, Some(&Unit::Seconds), MetricType::Gauge)?;
+                for (class, p50, p99) in &p.round_trips {
+                    let v = if pick == 0 { p50 } else { p99 };
+                    m.encode_family(&labels(&[("class", class)]))?
+                        .encode_gauge(v)?;
+                }
+            }
+            enc.encode_descriptor(
+                "probe_last_run_timestamp",
+                "When the last active probe finished",
+                Some(&Unit::Seconds),
+                MetricType::Gauge,
+            )?
+            .encode_gauge(&p.finished_unix_s)?;
+            for (name, help, v) in [
+                ("probe_runs", "Active probes run", p.runs),
+                ("probe_failures", "Active probes that failed", p.failures),
+            ] {
+                enc.encode_descriptor(name, help, None, MetricType::Counter)?
+                    .encode_counter::<NoLabelSet, _, u64>(&v, None)?;
+            }
+        }
+        let h = &f.health;
+        enc.encode_descriptor(
+            "exporter",
+            "The exporter itself: how wakeups are counted",
+            None,
+            MetricType::Info,
+        )?
+        .encode_info(&labels(&[
+            ("mechanism", &f.mechanism),
+            ("version", env!("CPULAB_VERSION")),
+        ]))?;
+        for (name, help, v) in [
+            ("exporter_scrapes", "Scrapes served", h.scrapes),
+            (
+                "exporter_source_errors",
+                "Scrapes whose wakeup snapshot failed",
+                h.source_errors,
+            ),
+            (
+                "exporter_connections_evicted",
+                "Connections closed before their request because the connection cap was reached",
+                h.connections_evicted,
+            ),
+            (
+                "exporter_targets_folded",
+                "Targets the exporter folded into target=\"other\" to stay within the series budget",
+                h.targets_folded,
+            ),
+        ] {
+            enc.encode_descriptor(name, help, None, MetricType::Counter)?
+                .encode_counter::<NoLabelSet, _, u64>(&v, None)?;
+        }
+        enc.encode_descriptor(
+            "exporter_last_scrape_duration",
+            "Time the previous scrape took to collect and encode",
+            Some(&Unit::Seconds),
+            MetricType::Gauge,
+        )?
+        .encode_gauge(&h.last_scrape_duration_s)?;
+        for (name, help, v) in [
+            (
+                "exporter_series",
+                "Series in this exposition",
+                h.series as i64,
+            ),
+            (
+                "exporter_series_budget",
+                "Most series this exporter publishes (--series-budget)",
+                h.series_budget as i64,
+            ),
+        ] {
+            enc.encode_descriptor(name, help, None, MetricType::Gauge)?
+                .encode_gauge(&v)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wakeups::TargetCounts;
+
+    fn class(buckets: &[(usize, u64)], count: u64) -> ClassCounts {
+        let mut b = vec![0; LATENCY_BOUNDS_NS.len()];
+        for &(i, n) in buckets {
+            b[i] = n;
+        }
+        ClassCounts {
+            to_idle: 3,
+            to_busy: 1,
+            buckets: b,
+            count,
+            sum_ns: 40_000,
+        }
+    }
+
+    fn frame() -> Frame {
+        let mut classes = BTreeMap::new();
+        classes.insert("same-cpu".to_string(), class(&[(0, 2), (3, 1)], 4));
+        Frame {
+            classes: vec!["same-cpu".into(), "shared-llc".into()],
+            wakeups: Some(Snapshot {
+                targets: vec![TargetCounts {
+                    target: "postgres".into(),
+                    classes,
+                }],
+                events_seen: 10,
+                events_lost: 0,
+                targets_dropped: 0,
+            }),
+            mechanism: "fake".into(),
+            idle_entries: [("haltpoll".to_string(), 7)].into_iter().collect(),
+            interrupts: [("RES".to_string(), 5)].into_iter().collect(),
+            machine: vec![("kernel".into(), "6.1.0".into())],
+            probe: None,
+            health: Health::default(),
+        }
+    }
+
+    fn sample(text: &str, prefix: &str) -> Vec<u64> {
+        text.lines()
+            .filter(|l| l.starts_with(prefix))
+            .filter_map(|l| l.rsplit(' ').next()?.parse().ok())
+            .collect()
+    }
+
+    #[test]
+    fn count_equals_inf_bucket_even_when_the_count_lags_the_buckets() {
+        // A racy read: buckets already hold 5 latencies, the count says 4.
+        let c = class(&[(0, 2), (3, 3)], 4);
+        let (b, count) = histogram_buckets(&c);
+        assert_eq!(b.len(), LATENCY_BOUNDS_NS.len() + 1);
+        assert_eq!(b.iter().map(|x| x.1).sum::<u64>(), count);
+        assert_eq!(count, 5);
+        let mut f = frame();
+        f.wakeups.as_mut().unwrap().targets[0]
+            .classes
+            .insert("same-cpu".into(), c);
+        for format in [Format::Prometheus, Format::OpenMetrics] {
+            let t = encode(&f, format);
+            // The encoders order the labels differently: match each part.
+            let inf: Vec<u64> = t
+                .lines()
+                .filter(|l| l.starts_with("cpulab_wakeup_latency_seconds_bucket{"))
+                .filter(|l| {
+                    ["le=\"+Inf\"", "target=\"postgres\"", "class=\"same-cpu\""]
+                        .iter()
+                        .all(|p| l.contains(p))
+                })
+                .filter_map(|l| l.rsplit(' ').next()?.parse().ok())
+                .collect();
+            let cnt = sample(
+                &t,
+                "cpulab_wakeup_latency_seconds_count{target=\"postgres\",class=\"same-cpu\"}",
+            );
+            assert_eq!(inf, vec![5], "{t}");
+            assert_eq!(cnt, vec![5]);
+        }
+    }
+
+    #[test]
+    fn buckets_are_exp2_seconds_from_about_1us_to_about_1s() {
+        let (b, _) = histogram_buckets(&ClassCounts::default());
+        assert!((b[0].0 - 1.024e-6).abs() < 1e-12);
+        assert!(b.windows(2).all(|w| w[1].0 > w[0].0));
+        let last_finite = b[b.len() - 2].0;
+        assert!((1.0..1.1).contains(&last_finite));
+    }
+
+    #[test]
+    fn every_host_class_is_published_for_every_target_zeros_included() {
+        let t = encode(&frame(), Format::Prometheus);
+        for class in ["same-cpu", "shared-llc"] {
+            for dest in ["idle", "busy"] {
+                let line = format!(
+                    "cpulab_wakeups_total{{target=\"postgres\",class=\"{class}\",dest=\"{dest}\"}}"
+                );
+                assert_eq!(sample(&t, &line).len(), 1, "{line}\n{t}");
+            }
+        }
+        assert_eq!(
+            sample(
+                &t,
+                "cpulab_wakeups_total{target=\"postgres\",class=\"shared-llc\",dest=\"idle\"}"
+            ),
+            vec![0]
+        );
+    }
+
+    #[test]
+    fn series_gauge_counts_the_samples_and_matches_the_arithmetic() {
+        let f = frame();
+        let t = encode(&f, Format::Prometheus);
+        let n = count_samples(&t);
+        assert_eq!(sample(&t, "cpulab_exporter_series "), vec![n as u64]);
+        let mut no_targets = f.clone();
+        no_targets.wakeups.as_mut().unwrap().targets.clear();
+        let base = count_samples(&encode(&no_targets, Format::Prometheus));
+        assert_eq!(n - base, series_per_target(2));
+    }
+
+    #[test]
+    fn openmetrics_ends_with_eof_and_names_counters_with_total() {
+        let t = encode(&frame(), Format::OpenMetrics);
+        assert!(t.ends_with("# EOF\n"));
+        assert!(t.contains("# TYPE cpulab_wakeups counter"));
+        assert!(t.contains("cpulab_wakeups_total{"));
+        assert!(t.contains("# UNIT cpulab_wakeup_latency_seconds seconds"));
+        assert!(t.contains("cpulab_machine_info{kernel=\"6.1.0\"} 1"));
+        let p = encode(&frame(), Format::Prometheus);
+        assert!(!p.contains("# EOF"));
+        assert!(p.contains("# TYPE cpulab_wakeups_total counter"));
+    }
+
+    #[test]
+    fn no_source_publishes_no_wakeup_series() {
+        let mut f = frame();
+        f.wakeups = None;
+        let t = encode(&f, Format::Prometheus);
+        assert!(!t.contains("cpulab_wakeups_total"));
+        assert!(t.contains("cpulab_interrupts_total{kind=\"RES\"} 5"));
+    }
+}

@@ -1,0 +1,370 @@
+//! `cpulab exporter`: what wakeups cost, per placement, as Prometheus metrics, for every host
+//! of a fleet.
+//!
+//! `doctor` and `watch` answer "why is it slow here, now". The field notes' problems appear over
+//! days and across machines (a neighbour VM gets busy, an upgrade changes costs), and the people
+//! who run fleets keep such signals in Prometheus. The exporter publishes cpulab's measurement
+//! there: wakeups of the watched targets by placement class and destination idle, their
+//! wakeup-to-run latency as exp2 histograms, halts and IPIs from the system counters (so halts
+//! per wakeup is one PromQL ratio), the machine facts that decide those costs as an `_info`
+//! metric, an optional bounded active probe, and its own health.
+//!
+//! The counting is the kernel's (the wakeup aggregation `watch` shares, opened in
+//! [`collect::open_source`]); this module only sums when scraped. Its parts: [`settings`] (flags
+//! checked before anything is bound or attached), [`collect`] (one scrape's readings),
+//! [`metrics`] (encoding with `prometheus-client`), [`server`] and [`http`] (a bounded std
+//! listener), [`webconfig`] (TLS and basic auth in the exporter-toolkit format) and [`probe`].
+
+pub mod collect;
+pub mod http;
+pub mod metrics;
+pub mod probe;
+pub mod server;
+pub mod settings;
+pub mod webconfig;
+
+use crate::commands::Global;
+use crate::error::bad_input;
+use crate::machine::Machine;
+use crate::topology::PlacementClass;
+use crate::wakeups::SourceOptions;
+use anyhow::Result;
+use http::{Request, Response};
+use metrics::{Format, Frame, ProbeFigures};
+use settings::{DEFAULT_LISTEN, Mechanism, Settings};
+use std::collections::BTreeSet;
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// Flags of `cpulab exporter`.
+#[derive(Debug, clap::Args)]
+#[command(after_help = "Examples:\n  \
+    cpulab exporter --comm postgres\n  \
+    cpulab exporter --cgroup 'system.slice/*.service' --probe-interval 5m\n  \
+    cpulab exporter --listen 0.0.0.0:10039 --web.config.file /etc/cpulab/web.yml\n\n\
+    Then scrape http://127.0.0.1:10039/metrics; docs/exporter.md lists every metric.")]
+pub struct Args {
+    /// Address and port to serve /metrics on (beyond loopback, give --web.config.file).
+    #[arg(long, value_name = "ADDR:PORT", default_value = DEFAULT_LISTEN)]
+    pub listen: String,
+    /// Watch processes with this command name (repeat, or separate with commas).
+    #[arg(long, value_name = "NAME", value_delimiter = ',')]
+    pub comm: Vec<String>,
+    /// Watch these processes, labelled by command name, never by pid.
+    #[arg(long, value_name = "PID", value_delimiter = ',')]
+    pub pid: Vec<String>,
+    /// Watch cgroups (relative to /sys/fs/cgroup; globs like 'system.slice/*.service'),
+    /// re-read as services and containers come and go.
+    #[arg(long, value_name = "GLOB", value_delimiter = ',')]
+    pub cgroup: Vec<String>,
+    /// At most this many targets get their own label; the rest count as target="other".
+    #[arg(long, value_name = "N", default_value_t = 16)]
+    pub max_targets: usize,
+    /// Most series published; fewer targets get their own label when the host's classes need
+    /// it.
+    #[arg(long, value_name = "N", default_value_t = 500)]
+    pub series_budget: usize,
+    /// Run a short same-CPU and cross-CPU pingpong (about 25 ms of work) this often, e.g. 5m;
+    /// off by default.
+    #[arg(long, value_name = "DURATION")]
+    pub probe_interval: Option<String>,
+    /// TLS and basic-auth settings in the node_exporter format (exporter-toolkit).
+    #[arg(long = "web.config.file", value_name = "FILE")]
+    pub web_config_file: Option<PathBuf>,
+    /// How wakeups are counted.
+    #[arg(long, value_enum, default_value_t)]
+    pub mechanism: Mechanism,
+    /// Most HTTP connections open at once; beyond it the oldest still sending its request is
+    /// closed.
+    #[arg(long, value_name = "N", default_value_t = 64)]
+    pub max_connections: usize,
+    /// Seconds a client has to send its whole request (TLS handshake included).
+    #[arg(long, hide = true, value_name = "S", default_value_t = 10)]
+    pub request_timeout_s: u64,
+}
+
+/// The placement classes that exist among the allowed CPUs, nearest first.
+pub fn host_classes(machine: &Machine) -> Vec<String> {
+    let cpus = machine.allowed.to_vec();
+    let mut set: BTreeSet<PlacementClass> = BTreeSet::new();
+    set.insert(PlacementClass::SameCpu);
+    for &a in &cpus {
+        for &b in &cpus {
+            if a != b {
+                set.insert(machine.topology.class(a, b));
+            }
+        }
+    }
+    set.iter().map(|c| c.as_str().to_string()).collect()
+}
+
+/// The fingerprint facts published as `cpulab_machine_info` labels.
+pub fn machine_labels(p: &crate::probe::Probe) -> Vec<(String, String)> {
+    let or_none = |v: Option<&String>| v.cloned().unwrap_or_else(|| "none".into());
+    let governors = p.freq.governors();
+    vec![
+        ("kernel".into(), p.kernel().to_string()),
+        (
+            "virtualization".into(),
+            p.virt.hypervisor.clone().unwrap_or_else(|| "none".into()),
+        ),
+        ("idle_driver".into(), or_none(p.idle.driver.value())),
+        ("idle_governor".into(), or_none(p.idle.governor.value())),
+        (
+            "guest_halt_poll_ns".into(),
+            p.halt_poll_ns()
+                .map_or_else(|| "none".into(), |n| n.to_string()),
+        ),
+        (
+            "cpufreq_governor".into(),
+            if governors.is_empty() {
+                "none".into()
+            } else {
+                governors.join(",")
+            },
+        ),
+        ("smt".into(), or_none(p.topology.smt_control.value())),
+        (
+            "mitigations".into(),
+            p.mitigations.summary().unwrap_or_else(|| "unknown".into()),
+        ),
+    ]
+}
+
+/// Targets with their own label that fit in the budget, `other` aside; bad input when not even
+/// `other` fits.
+pub fn named_targets(base_series: usize, classes: usize, s: &Settings) -> Result<usize> {
+    let per = metrics::series_per_target(classes);
+    let slots = s.series_budget.saturating_sub(base_series) / per;
+    if slots == 0 {
+        return Err(bad_input(format!(
+            "--series-budget {} is too small: this host publishes {base_series} series of its own \
+             and {per} per target ({classes} placement classes); give at least {}",
+            s.series_budget,
+            base_series + 2 * per
+        )));
+    }
+    Ok(s.max_targets.min(slots.saturating_sub(1)))
+}
+
+/// Runs the exporter until SIGTERM or Ctrl-C.
+pub fn run(args: Args, g: &Global) -> Result<()> {
+    let machine = Machine::detect(&g.root)?;
+    let s = settings::settings(&args, &machine)?;
+    let say = |msg: &str| {
+        if !g.quiet {
+            eprintln!("cpulab exporter: {msg}");
+        }
+    };
+    if s.mechanism != Mechanism::Fake {
+        let status = std::fs::read_to_string(settings::own_status()).unwrap_or_default();
+        if !settings::cap_eff(&status).is_some_and(settings::caps_allow_bpf) {
+            return Err(bad_input(
+                "cpulab exporter needs CAP_BPF and CAP_PERFMON to count wakeups: run it as root \
+                 or from its systemd unit (packaging/cpulab-exporter.service), or grant them: \
+                 setcap cap_bpf,cap_perfmon+ep $(which cpulab)",
+            ));
+        }
+    }
+    let listener = bind(&s)?;
+    let beyond_loopback = !s.listen.ip().is_loopback();
+    let tls = s.web.as_ref().and_then(|w| w.tls.clone());
+    let users = s.web.as_ref().is_some_and(|w| w.has_users());
+    if beyond_loopback && (tls.is_none() || !users) {
+        say(&format!(
+            "warning: listening on {} without {}: anyone who reaches this port can read the \
+             metrics; give --web.config.file with tls_server_config and basic_auth_users",
+            s.listen,
+            match (tls.is_some(), users) {
+                (false, false) => "TLS or basic auth",
+                (false, true) => "TLS",
+                _ => "basic auth",
+            }
+        ));
+    }
+    let classes = host_classes(&machine);
+    let machine_info = machine_labels(&crate::probe::probe(&machine));
+    let probe_slot: Arc<Mutex<Option<ProbeFigures>>> = Arc::new(Mutex::new(None));
+    let base = base_series(&machine, &classes, &machine_info, &s);
+    let named = named_targets(base, classes.len(), &s)?;
+    if named < s.max_targets {
+        say(&format!(
+            "{named} targets get their own label (not {}): the series budget {} holds {base} \
+             series for the host and {} per target here",
+            s.max_targets,
+            s.series_budget,
+            metrics::series_per_target(classes.len())
+        ));
+    }
+    let opts = SourceOptions {
+        comms: s.comms.clone(),
+        pids: s.pids.clone(),
+        cgroups: s.cgroups.clone(),
+        max_targets: named,
+        mechanism: s.mechanism.as_str().to_string(),
+    };
+    let source = collect::open_source(&machine, &opts, &classes)?;
+    if source.is_none() {
+        say(
+            "warning: this cpulab has no wakeup source yet; publishing the system counters, \
+             machine facts and probe only",
+        );
+    }
+    let stats = Arc::new(server::Stats::default());
+    let collector = Arc::new(collect::Collector::new(
+        machine.root.clone(),
+        classes.clone(),
+        machine_info,
+        source,
+        named,
+        s.series_budget,
+        probe_slot.clone(),
+        stats.clone(),
+    ));
+    let stop_probe = Arc::new(AtomicBool::new(false));
+    let probe_thread = match s.probe_interval {
+        Some(every) => Some(probe::start(
+            machine.clone(),
+            every,
+            probe_slot,
+            stop_probe.clone(),
+        )?),
+        None => None,
+    };
+    let landing = landing_page(&s, &collector.mechanism, &classes);
+    let web = s.web.map(Arc::new);
+    let c2 = collector.clone();
+    let handler: server::Handler = Arc::new(move |req: &Request| {
+        if let Some(w) = &web
+            && !w.authorized(req.authorization.as_deref())
+        {
+            return Response::unauthorized();
+        }
+        match req.path.as_str() {
+            "/" => Response {
+                status: (200, "OK"),
+                content_type: "text/html; charset=utf-8",
+                body: landing.clone().into_bytes(),
+                extra_headers: Vec::new(),
+            },
+            "/metrics" => {
+                let format = if http::wants_openmetrics(req.accept.as_deref()) {
+                    Format::OpenMetrics
+                } else {
+                    Format::Prometheus
+                };
+                Response {
+                    status: (200, "OK"),
+                    content_type: format.content_type(),
+                    body: c2.scrape(format).into_bytes(),
+                    extra_headers: Vec::new(),
+                }
+            }
+            _ => Response::not_found(),
+        }
+    });
+    crate::signals::install();
+    say(&format!(
+        "serving http{}://{}/metrics (mechanism {})",
+        if tls.is_some() { "s" } else { "" },
+        s.listen,
+        collector.mechanism
+    ));
+    let served = server::serve(
+        listener,
+        tls,
+        handler,
+        server::Limits {
+            max_connections: s.max_connections,
+            head_timeout: std::time::Duration::from_secs(s.request_timeout_s),
+            ..server::Limits::default()
+        },
+        stats,
+        &|| crate::signals::pending().is_some(),
+    );
+    stop_probe.store(true, Ordering::SeqCst);
+    if let Some(t) = probe_thread {
+        let _ = t.join();
+    }
+    collector.close();
+    served.map_err(|e| anyhow::anyhow!("serving {}: {e}", s.listen))
+}
+
+fn bind(s: &Settings) -> Result<TcpListener> {
+    TcpListener::bind(s.listen).map_err(|e| {
+        let why = match e.kind() {
+            std::io::ErrorKind::AddrInUse => "is in use (another exporter?); stop it or choose \
+                 another port with --listen ADDR:PORT"
+                .to_string(),
+            std::io::ErrorKind::PermissionDenied => "may not be bound by this user (a port below \
+                 1024 needs CAP_NET_BIND_SERVICE); choose a port above 1024 with --listen"
+                .to_string(),
+            std::io::ErrorKind::AddrNotAvailable => "is not an address of this machine; give one \
+                 of its addresses (or 0.0.0.0) with --listen"
+                .to_string(),
+            _ => format!("cannot be bound: {e}; choose another with --listen ADDR:PORT"),
+        };
+        bad_input(format!("--listen {} {why}", s.listen))
+    })
+}
+
+/// Series of everything but the targets, measured by encoding a frame without targets.
+fn base_series(
+    machine: &Machine,
+    classes: &[String],
+    machine_info: &[(String, String)],
+    s: &Settings,
+) -> usize {
+    let (idle_entries, interrupts) =
+        collect::system_totals(&crate::counters::SystemSnapshot::take(&machine.root));
+    let probe = s.probe_interval.map(|_| ProbeFigures {
+        round_trips: probe::pairs(machine)
+            .iter()
+            .map(|_| (String::new(), 0.0, 0.0))
+            .collect(),
+        ..ProbeFigures::default()
+    });
+    let frame = Frame {
+        classes: classes.to_vec(),
+        wakeups: Some(crate::wakeups::Snapshot::default()),
+        mechanism: String::new(),
+        idle_entries,
+        interrupts,
+        machine: machine_info.to_vec(),
+        probe,
+        health: metrics::Health::default(),
+    };
+    metrics::count_samples(&metrics::encode(&frame, Format::Prometheus))
+}
+
+fn landing_page(s: &Settings, mechanism: &str, classes: &[String]) -> String {
+    use maud::{DOCTYPE, html};
+    let mut targets: Vec<String> = s.comms.iter().map(|c| format!("comm {c}")).collect();
+    targets.extend(s.pids.iter().map(|p| format!("pid {p}")));
+    targets.extend(s.cgroups.iter().map(|c| format!("cgroup {c}")));
+    if targets.is_empty() {
+        targets.push("every task, grouped by command name".into());
+    }
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head { meta charset="utf-8"; title { "cpulab exporter" } }
+            body {
+                h1 { "cpulab exporter" }
+                p { "Wakeups by placement class (same CPU, or how far away), their wakeup-to-run \
+                     latency, halts and IPIs, and the machine facts that decide them." }
+                ul {
+                    li { "Watching: " (targets.join(", ")) }
+                    li { "Counted by: " (mechanism) }
+                    li { "Placement classes on this host: " (classes.join(", ")) }
+                    li { "Active probe: " (s.probe_interval.map_or("off".to_string(),
+                        |d| format!("every {} s", d.as_secs()))) }
+                }
+                p { a href="/metrics" { "Metrics" } }
+            }
+        }
+    }
+    .into_string()
+}

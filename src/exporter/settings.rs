@@ -1,0 +1,354 @@
+//! Flags -> validated settings. Every bad value is one line naming the fix and exit 2, here,
+//! before a port is bound or anything is attached.
+
+use super::webconfig::WebConfig;
+use crate::error::bad_input;
+use crate::machine::Machine;
+use anyhow::Result;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Where the exporter listens unless told otherwise. The Prometheus wiki's default-port
+/// allocations fill 9100-9999 completely, so cpulab takes a port above that range which no
+/// service in `/etc/services` uses (docs/exporter.md).
+pub const DEFAULT_PORT: u16 = 10039;
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:10039";
+
+/// How wakeups are counted. (Plain comments: doc comments would change `--help`'s layout.)
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Mechanism {
+    // BPF when it loads here, else perf.
+    #[default]
+    Auto,
+    Bpf,
+    Perf,
+    // A test double with made-up counts, labelled mechanism="fake" (tests only).
+    #[value(hide = true)]
+    Fake,
+}
+
+impl Mechanism {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mechanism::Auto => "auto",
+            Mechanism::Bpf => "bpf",
+            Mechanism::Perf => "perf",
+            Mechanism::Fake => "fake",
+        }
+    }
+}
+
+/// Validated settings.
+#[derive(Debug)]
+pub struct Settings {
+    pub listen: SocketAddr,
+    pub comms: Vec<String>,
+    pub pids: Vec<i32>,
+    pub cgroups: Vec<String>,
+    pub max_targets: usize,
+    pub series_budget: usize,
+    pub probe_interval: Option<Duration>,
+    pub web: Option<WebConfig>,
+    pub mechanism: Mechanism,
+    pub max_connections: usize,
+    pub request_timeout_s: u64,
+}
+
+/// `--listen`: `ADDR:PORT` (`[::1]:PORT` for IPv6).
+pub fn parse_listen(text: &str) -> Result<SocketAddr, String> {
+    text.trim().parse::<SocketAddr>().map_err(|_| {
+        format!(
+            "--listen `{text}` is not ADDR:PORT; write it like {DEFAULT_LISTEN}, \
+             0.0.0.0:{DEFAULT_PORT} or [::1]:{DEFAULT_PORT}"
+        )
+    })
+}
+
+/// `--probe-interval`: seconds, or a number with `s`, `m` or `h`; at least the minimum.
+pub fn parse_interval(text: &str) -> Result<Duration, String> {
+    let t = text.trim();
+    let (num, mult) = match t.char_indices().last() {
+        Some((i, 's')) => (&t[..i], 1),
+        Some((i, 'm')) => (&t[..i], 60),
+        Some((i, 'h')) => (&t[..i], 3600),
+        _ => (t, 1),
+    };
+    let min = super::probe::MIN_INTERVAL_S;
+    let secs = num
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(mult))
+        .ok_or_else(|| {
+            format!("--probe-interval `{text}` is not a duration; write it like 60s, 5m or 1h")
+        })?;
+    if secs < min {
+        return Err(format!(
+            "--probe-interval `{text}` is shorter than {min}s; the probe is bounded to at most \
+             a quarter of a percent of one CPU, so give {min}s or more"
+        ));
+    }
+    Ok(Duration::from_secs(secs))
+}
+
+/// Matches one path component against a glob component (`*` any run, `?` one character).
+fn component_matches(pat: &[u8], s: &[u8]) -> bool {
+    match (pat.first(), s.first()) {
+        (None, None) => true,
+        (Some(b'*'), _) => {
+            component_matches(&pat[1..], s) || (!s.is_empty() && component_matches(pat, &s[1..]))
+        }
+        (Some(b'?'), Some(_)) => component_matches(&pat[1..], &s[1..]),
+        (Some(p), Some(c)) if p == c => component_matches(&pat[1..], &s[1..]),
+        _ => false,
+    }
+}
+
+/// True when the cgroup path (relative to the cgroup root) matches the glob; `*` never
+/// crosses a `/`.
+pub fn glob_matches(glob: &str, path: &str) -> bool {
+    let g: Vec<&str> = glob.split('/').filter(|c| !c.is_empty()).collect();
+    let p: Vec<&str> = path.split('/').filter(|c| !c.is_empty()).collect();
+    g.len() == p.len()
+        && g.iter()
+            .zip(&p)
+            .all(|(g, p)| component_matches(g.as_bytes(), p.as_bytes()))
+}
+
+/// cgroup directories under `cgroup_root` (at the glob's depth) that match the glob.
+pub fn matching_cgroups(cgroup_root: &Path, glob: &str) -> Vec<String> {
+    let depth = glob.split('/').filter(|c| !c.is_empty()).count();
+    let mut level: Vec<String> = vec![String::new()];
+    for _ in 0..depth {
+        let mut next = Vec::new();
+        for rel in &level {
+            let Ok(rd) = std::fs::read_dir(cgroup_root.join(rel)) else {
+                continue;
+            };
+            for e in rd.flatten() {
+                if e.file_type().is_ok_and(|t| t.is_dir()) {
+                    let name = e.file_name().to_string_lossy().to_string();
+                    let path = if rel.is_empty() {
+                        name
+                    } else {
+                        format!("{rel}/{name}")
+                    };
+                    next.push(path);
+                }
+            }
+        }
+        // Keep only prefixes that can still match, so a deep tree is not walked whole.
+        let n = level_len(&next);
+        let g: Vec<&str> = glob.split('/').filter(|c| !c.is_empty()).take(n).collect();
+        next.retain(|p| glob_matches(&g.join("/"), p));
+        level = next;
+    }
+    level.sort();
+    level
+}
+
+fn level_len(paths: &[String]) -> usize {
+    paths
+        .first()
+        .map_or(0, |p| p.split('/').filter(|c| !c.is_empty()).count())
+}
+
+/// Checks a `--cgroup` value's shape.
+pub fn check_cgroup_glob(glob: &str) -> Result<(), String> {
+    let g = glob.trim_matches('/');
+    if g.is_empty() || g.split('/').any(|c| c == ".." || c == "." || c.is_empty()) {
+        return Err(format!(
+            "--cgroup `{glob}` is not a cgroup path; give one relative to /sys/fs/cgroup, like \
+             system.slice/postgresql.service or system.slice/*.service"
+        ));
+    }
+    Ok(())
+}
+
+/// Flags -> settings, checked against this machine.
+pub fn settings(args: &super::Args, machine: &Machine) -> Result<Settings> {
+    let listen = parse_listen(&args.listen).map_err(bad_input)?;
+    for c in &args.comm {
+        if c.is_empty() || c.len() > 15 {
+            return Err(bad_input(format!(
+                "--comm `{c}` can never match: a command name is 1 to 15 bytes (the kernel \
+                 truncates longer ones; see `ps -o comm`)"
+            )));
+        }
+    }
+    let mut pids = Vec::new();
+    for p in &args.pid {
+        let pid: i32 = p.trim().parse().ok().filter(|p| *p > 0).ok_or_else(|| {
+            bad_input(format!(
+                "--pid `{p}` is not a process id; give a number like 1234"
+            ))
+        })?;
+        if !machine.root.join(format!("proc/{pid}")).exists() {
+            return Err(bad_input(format!(
+                "--pid {pid}: no such process; check it with `ps -p {pid}`"
+            )));
+        }
+        pids.push(pid);
+    }
+    let cgroup_root = machine.root.join("sys/fs/cgroup");
+    let mut cgroups = Vec::new();
+    for g in &args.cgroup {
+        check_cgroup_glob(g).map_err(bad_input)?;
+        let g = g.trim_matches('/').to_string();
+        if matching_cgroups(&cgroup_root, &g).is_empty() {
+            return Err(bad_input(format!(
+                "--cgroup `{g}` matches no cgroup under {}; list them with `systemd-cgls` or \
+                 `ls {}`",
+                cgroup_root.display(),
+                cgroup_root.display()
+            )));
+        }
+        cgroups.push(g);
+    }
+    if args.max_targets == 0 {
+        return Err(bad_input(
+            "--max-targets 0 leaves no target; give 1 or more (the rest count as `other`)",
+        ));
+    }
+    if args.max_connections == 0 || args.request_timeout_s == 0 {
+        return Err(bad_input(
+            "--max-connections and the request timeout must be at least 1",
+        ));
+    }
+    let probe_interval = args
+        .probe_interval
+        .as_deref()
+        .map(parse_interval)
+        .transpose()
+        .map_err(bad_input)?;
+    let web = args
+        .web_config_file
+        .as_deref()
+        .map(WebConfig::load)
+        .transpose()?;
+    Ok(Settings {
+        listen,
+        comms: args.comm.clone(),
+        pids,
+        cgroups,
+        max_targets: args.max_targets,
+        series_budget: args.series_budget,
+        probe_interval,
+        web,
+        mechanism: args.mechanism,
+        max_connections: args.max_connections,
+        request_timeout_s: args.request_timeout_s,
+    })
+}
+
+/// True when the effective capability mask (`CapEff` of /proc/self/status, hex) holds what the
+/// BPF programs need: CAP_BPF and CAP_PERFMON, or CAP_SYS_ADMIN on older kernels.
+pub fn caps_allow_bpf(cap_eff_hex: &str) -> bool {
+    let Ok(mask) = u64::from_str_radix(cap_eff_hex.trim(), 16) else {
+        return false;
+    };
+    let has = |bit: u32| mask & (1u64 << bit) != 0;
+    const CAP_SYS_ADMIN: u32 = 21;
+    const CAP_PERFMON: u32 = 38;
+    const CAP_BPF: u32 = 39;
+    (has(CAP_BPF) && has(CAP_PERFMON)) || has(CAP_SYS_ADMIN)
+}
+
+/// The `CapEff:` value of a /proc/PID/status text.
+pub fn cap_eff(status: &str) -> Option<&str> {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .map(str::trim)
+}
+
+/// Where the probe reads this process's capabilities.
+pub fn own_status() -> PathBuf {
+    PathBuf::from("/proc/self/status")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn listen_takes_addr_port_only() {
+        assert_eq!(
+            parse_listen("127.0.0.1:10039").unwrap().port(),
+            DEFAULT_PORT
+        );
+        assert!(parse_listen("[::1]:9").is_ok());
+        for bad in ["10039", "localhost:10039", "127.0.0.1", "1.2.3.4:99999", ""] {
+            let e = parse_listen(bad).unwrap_err();
+            assert!(e.contains("ADDR:PORT"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn intervals_have_units_and_a_floor() {
+        assert_eq!(parse_interval("60s").unwrap(), Duration::from_secs(60));
+        assert_eq!(parse_interval("5m").unwrap(), Duration::from_secs(300));
+        assert_eq!(parse_interval("30").unwrap(), Duration::from_secs(30));
+        assert!(parse_interval("1s").unwrap_err().contains("shorter"));
+        assert!(
+            parse_interval("soon")
+                .unwrap_err()
+                .contains("not a duration")
+        );
+        assert!(parse_interval("").is_err());
+    }
+
+    #[test]
+    fn globs_match_one_component_per_star() {
+        assert!(glob_matches(
+            "system.slice/*.service",
+            "system.slice/postgresql.service"
+        ));
+        assert!(!glob_matches(
+            "system.slice/*.service",
+            "system.slice/a/b.service"
+        ));
+        assert!(!glob_matches(
+            "system.slice/*.service",
+            "system.slice/x.scope"
+        ));
+        assert!(glob_matches(
+            "user.slice/user-?.slice",
+            "user.slice/user-0.slice"
+        ));
+        assert!(glob_matches("*", "init.scope"));
+        assert!(check_cgroup_glob("../etc").is_err());
+        assert!(check_cgroup_glob("").is_err());
+        assert!(check_cgroup_glob("/system.slice/").is_ok());
+    }
+
+    #[test]
+    fn matching_cgroups_walks_only_the_globs_depth() {
+        let d = tempfile::tempdir().unwrap();
+        for p in [
+            "system.slice/a.service",
+            "system.slice/b.service/inner",
+            "system.slice/c.scope",
+            "user.slice",
+        ] {
+            std::fs::create_dir_all(d.path().join(p)).unwrap();
+        }
+        assert_eq!(
+            matching_cgroups(d.path(), "system.slice/*.service"),
+            ["system.slice/a.service", "system.slice/b.service"]
+        );
+        assert!(matching_cgroups(d.path(), "nothing/*").is_empty());
+    }
+
+    #[test]
+    fn capabilities_need_bpf_and_perfmon_or_sys_admin() {
+        assert!(caps_allow_bpf("000001ffffffffff")); // root
+        assert!(caps_allow_bpf("000000c000000000")); // bpf + perfmon
+        assert!(!caps_allow_bpf("0000008000000000")); // bpf only
+        assert!(caps_allow_bpf("0000000000200000")); // sys_admin
+        assert!(!caps_allow_bpf("0000000000000000"));
+        assert!(!caps_allow_bpf("zz"));
+        let status = "Name:\tcpulab\nCapEff:\t000001ffffffffff\n";
+        assert_eq!(cap_eff(status), Some("000001ffffffffff"));
+    }
+}

@@ -1,0 +1,421 @@
+//! A watch as a session: [`Session::open`] chooses the mechanism and loads or opens the events,
+//! [`Session::enable`] starts the window (the system counters' first sample, the command under
+//! watch), [`Session::read`] drains what arrived and feeds the analysis (as often as the caller
+//! likes: `cpulab watch` every [`Session::poll_interval`]), and [`Session::close`] detaches
+//! everything, then builds the report.
+//!
+//! `cpulab watch` and `doctor --comm/--pid` both drive one (through [`super::run`]); a
+//! long-running consumer keeps one open. Nothing outlives it: every program, link, ring and perf
+//! event is an owned descriptor, so dropping the session (a `?` on an error, a panic) detaches
+//! them all, and SIGINT or SIGTERM make the next `read` report the window ended, so the caller
+//! closes it and reports what was seen. The handlers are removed when it is dropped.
+
+use super::analyze::Analysis;
+use super::events::Timed;
+use super::mechanism::{RawRefusal, Source, Tally};
+use super::{
+    BPF_PERMISSION_LINE, BPF_TRACEPOINT_PERMISSION_LINE, Mechanism, PERF_PERMISSION_LINE,
+    PERMISSION_LINE, POLL, SETTLE_NS, Target, WatchReport, WatchSettings, bpf, is_denied,
+    mechanism, monotonic_ns, report, ring, targets, whole_records,
+};
+use crate::error::bad_input;
+use crate::experiment::Progress;
+use crate::machine::{Conditions, Machine};
+use anyhow::Result;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// An open watch: the events are attached from [`Session::open`] until it is closed or dropped.
+pub struct Session<'m> {
+    machine: &'m Machine,
+    settings: WatchSettings,
+    source: Source,
+    cpus: Vec<u32>,
+    /// Why BPF, the raw tracepoints, or their BTF-typed form were not used (for the report).
+    bpf_refused: Option<String>,
+    raw_refused: Option<String>,
+    typed_refused: Option<String>,
+    filters: Option<([String; 4], String)>,
+    specs: Vec<ring::EventSpec>,
+    stop: Arc<AtomicBool>,
+    signals: Vec<signal_hook::SigId>,
+    window: Option<Window<'m>>,
+}
+
+/// What [`Session::enable`] starts.
+struct Window<'m> {
+    conditions: Conditions,
+    before: crate::counters::SystemSnapshot,
+    started: Instant,
+    deadline: Instant,
+    child: Option<targets::Child>,
+    target: Target,
+    tasks: targets::LiveTasks,
+    analysis: Analysis<'m>,
+    pending: Vec<Timed>,
+    tally: Tally,
+    torn: u64,
+    dump: Option<std::path::PathBuf>,
+    last_refresh: Instant,
+    ended: Option<String>,
+}
+
+impl<'m> Session<'m> {
+    /// Chooses the mechanism (BPF raw tracepoints, BPF tracepoint programs, perf, as the
+    /// settings allow and the kernel takes them) and attaches it; a refusal the user can fix is
+    /// one line (exit 2).
+    pub fn open(machine: &'m Machine, s: &WatchSettings, progress: &Progress) -> Result<Self> {
+        let root_user = nix::unistd::geteuid().is_root();
+        let denied_line = match s.mechanism {
+            Mechanism::Bpf => BPF_PERMISSION_LINE,
+            Mechanism::BpfTracepoint => BPF_TRACEPOINT_PERMISSION_LINE,
+            Mechanism::Perf => PERF_PERMISSION_LINE,
+            Mechanism::Auto => PERMISSION_LINE,
+        };
+        let cpus = machine.topology.online.to_vec();
+        let want_bpf = s.mechanism != Mechanism::Perf && s.dump_records.is_none();
+        // BPF first, unless perf was asked for (or a perf ring dump, a parser fixture); raw
+        // tracepoints first of all: they need the kernel's BTF but not tracefs.
+        let mut bpf_refused = None;
+        let mut raw_refused: Option<String> = None;
+        let mut typed_refused: Option<String> = None;
+        let mut source = None;
+        if want_bpf && s.mechanism != Mechanism::BpfTracepoint {
+            match mechanism::open_raw(&machine.root) {
+                Ok((p, why)) => {
+                    typed_refused = why;
+                    source = Some(Source::Bpf(p, None));
+                }
+                Err(RawRefusal::Denied(_)) if s.mechanism == Mechanism::Bpf => {
+                    return Err(bad_input(BPF_PERMISSION_LINE));
+                }
+                Err(RawRefusal::Denied(e)) => bpf_refused = Some(e),
+                Err(RawRefusal::Unusable(why)) => raw_refused = Some(why),
+            }
+        } else if want_bpf {
+            raw_refused = Some("--mechanism bpf-tracepoint".into());
+        }
+        let mut filters = None;
+        // What each event costs a record (all of them, with BPF); the ids are perf's concern.
+        let mut specs: Vec<ring::EventSpec> = (0..4)
+            .map(|_| ring::EventSpec {
+                id: 0,
+                sampled: true,
+                filter: None,
+            })
+            .collect();
+        let source = match source {
+            Some(b) => b,
+            None => {
+                let formats = mechanism::read_formats(root_user, denied_line)?;
+                let decoder =
+                    super::events::Decoder::new(&formats[0], &formats[1], &formats[2], &formats[3])
+                        .map_err(|e| anyhow::anyhow!(e))?;
+                let mut bpf = None;
+                if want_bpf && bpf_refused.is_none() {
+                    match mechanism::open_tracepoint_bpf(&formats, &machine.root) {
+                        Ok(p) => {
+                            if let Some(why) = raw_refused
+                                .as_ref()
+                                .filter(|_| s.mechanism != Mechanism::BpfTracepoint)
+                            {
+                                progress.note(&format!(
+                                    "BPF tracepoint programs instead of raw tracepoints: {why}"
+                                ));
+                            }
+                            bpf = Some(p);
+                        }
+                        Err(e) if s.mechanism != Mechanism::Auto => {
+                            return Err(if is_denied(&e) {
+                                bad_input(denied_line)
+                            } else {
+                                bad_input(format!(
+                                    "--mechanism {}: the BPF programs did not load here ({e}); use --mechanism perf",
+                                    if s.mechanism == Mechanism::Bpf {
+                                        "bpf"
+                                    } else {
+                                        "bpf-tracepoint"
+                                    }
+                                ))
+                            });
+                        }
+                        Err(e) => bpf_refused = Some(e.to_string()),
+                    }
+                }
+                match bpf {
+                    Some(p) => Source::Bpf(p, Some(decoder)),
+                    None => {
+                        if let Some(why) = &bpf_refused {
+                            progress.note(&format!(
+                                "reading the tracepoints with perf: BPF did not load ({why})"
+                            ));
+                        }
+                        let (tracer, f, sp) = mechanism::open_perf(machine, s, &decoder, &cpus)?;
+                        filters = f;
+                        specs = sp;
+                        Source::Perf(tracer, decoder)
+                    }
+                }
+            }
+        };
+        let stop = Arc::new(AtomicBool::new(false));
+        let signals = [libc::SIGINT, libc::SIGTERM]
+            .into_iter()
+            .filter_map(|sig| signal_hook::flag::register(sig, stop.clone()).ok())
+            .collect();
+        Ok(Self {
+            machine,
+            settings: s.clone(),
+            source,
+            cpus,
+            bpf_refused,
+            raw_refused,
+            typed_refused,
+            filters,
+            specs,
+            stop,
+            signals,
+            window: None,
+        })
+    }
+
+    /// Starts the window: the conditions and system counters' first sample, the events enabled,
+    /// the command under watch started (after tracing began, so its first wakeups are seen).
+    pub fn enable(&mut self, progress: &Progress) -> Result<()> {
+        let machine = self.machine;
+        let s = &self.settings;
+        let conditions = Conditions::now(machine);
+        let before = crate::counters::SystemSnapshot::take(&machine.root);
+        let started = Instant::now();
+        self.source.enable()?;
+        let child = match &s.command {
+            Some(argv) => Some(targets::Child::spawn(argv).map_err(bad_input)?),
+            None => None,
+        };
+        let target = match &child {
+            Some(c) => Target::Command(c.pid()),
+            None => s.target.clone(),
+        };
+        progress.step(&format!(
+            "watching {} for {:.1} s",
+            target.describe(),
+            s.duration_s
+        ));
+        self.window = Some(Window {
+            conditions,
+            before,
+            started,
+            deadline: started + Duration::from_secs_f64(s.duration_s),
+            child,
+            tasks: targets::LiveTasks::new(&machine.root, target.clone()),
+            target,
+            analysis: Analysis::new(&machine.topology),
+            pending: Vec::new(),
+            tally: Tally::default(),
+            torn: 0,
+            dump: s.dump_records.clone(),
+            last_refresh: Instant::now(),
+            ended: None,
+        });
+        Ok(())
+    }
+
+    /// Drains what the events delivered and feeds the analysis every event old enough to be
+    /// complete. Returns why the window ended once it has (elapsed, interrupted, the command or
+    /// every watched process exited): the events are then stopped and fully drained.
+    pub fn read(&mut self) -> Result<Option<String>> {
+        let Some(w) = self.window.as_mut() else {
+            anyhow::bail!("a watch session was read before it was enabled");
+        };
+        if let Some(ended) = &w.ended {
+            return Ok(Some(ended.clone()));
+        }
+        let ended = if self.stop.load(Ordering::Relaxed) {
+            Some("interrupted: reporting what was seen")
+        } else if w.child.as_mut().is_some_and(|c| c.exited()) {
+            Some("command exited")
+        } else if let Target::Pids(p) = &w.target
+            && p.iter().all(|pid| {
+                !self
+                    .machine
+                    .root
+                    .join("proc")
+                    .join(pid.to_string())
+                    .exists()
+            })
+        {
+            Some("every watched process exited")
+        } else if Instant::now() >= w.deadline {
+            Some("window elapsed")
+        } else {
+            None
+        };
+        if ended.is_some() {
+            // Stop the events before the last drain, so the counts read after it cover exactly
+            // what could have been delivered.
+            self.source.disable();
+        }
+        let cutoff = if ended.is_some() {
+            u64::MAX
+        } else {
+            monotonic_ns().saturating_sub(SETTLE_NS)
+        };
+        if w.started.elapsed() > Duration::from_millis(300)
+            && let Source::Perf(tracer, decoder) = &mut self.source
+            && let Some(path) = w.dump.take()
+        {
+            let bytes = tracer.drain_bytes();
+            std::fs::write(&path, whole_records(&bytes, 32 * 1024))
+                .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+            let cpu = self.cpus.first().copied().unwrap_or(0);
+            ring::parse_records(&bytes, |r| {
+                mechanism::collect(decoder, cpu, r, &mut w.pending, &mut w.tally)
+            });
+        }
+        w.torn += self.source.drain(&mut w.pending, &mut w.tally);
+        w.pending.sort_by_key(|t| t.time_ns);
+        let ready = w.pending.partition_point(|t| t.time_ns <= cutoff);
+        for ev in w.pending.drain(..ready) {
+            w.analysis.feed(&ev, &mut w.tasks);
+        }
+        if w.last_refresh.elapsed() > Duration::from_secs(1) {
+            w.tasks.refresh();
+            w.last_refresh = Instant::now();
+        }
+        w.ended = ended.map(str::to_string);
+        Ok(w.ended.clone())
+    }
+
+    /// How long to wait before the next [`Session::read`]: a ring an eighth full after one
+    /// interval would overflow within a few more slow intervals on a busy machine, so it is
+    /// drained ten times as often; never past the window's end.
+    pub fn poll_interval(&self) -> Duration {
+        let poll = if self.source.last_fill() > 0.125 {
+            POLL / 10
+        } else {
+            POLL
+        };
+        match &self.window {
+            Some(w) => poll.min(w.deadline.saturating_duration_since(Instant::now())),
+            None => poll,
+        }
+    }
+
+    /// Detaches everything, then builds the report of what was seen (a window not ended yet is
+    /// ended here, as if interrupted).
+    pub fn close(mut self) -> Result<WatchReport> {
+        if self.window.as_ref().is_some_and(|w| w.ended.is_none()) {
+            self.stop.store(true, Ordering::Relaxed);
+            self.read()?;
+        }
+        let Some(mut w) = self.window.take() else {
+            anyhow::bail!("a watch session was closed before it was enabled");
+        };
+        let machine = self.machine;
+        let s = &self.settings;
+        let interval_s = w.started.elapsed().as_secs_f64();
+        w.analysis.finish(&mut w.tasks);
+        let counts = self.source.counts(&self.cpus, &mut w.tally);
+        let bpf_kind = match &self.source {
+            Source::Bpf(p, _) => Some(p.kind),
+            Source::Perf(..) => None,
+        };
+        // Detach before the second sample of the system counters, so the programs' own cost
+        // ends inside the window.
+        self.source.disable();
+        drop(w.child.take());
+        let after = crate::counters::SystemSnapshot::take(&machine.root);
+        let lost: u64 = w.tally.lost.values().sum();
+        let delivery = report::delivery(&counts, &w.tally, &self.specs);
+        let mut conditions = w.conditions;
+        if report::incomplete(&delivery).is_some() {
+            conditions.noisy = true;
+        }
+        let mechanism = self.describe(bpf_kind);
+        Ok(report::build(report::Inputs {
+            mechanism,
+            delivery,
+            lost_by_cpu: w.tally.lost.clone(),
+            idle_switches: w
+                .tally
+                .idle
+                .iter()
+                .map(|(cpu, (to, from))| report::IdleSwitches {
+                    cpu: *cpu,
+                    to_idle: *to,
+                    from_idle: *from,
+                })
+                .collect(),
+            conditions,
+            target: &w.target,
+            requested_s: s.duration_s,
+            interval_s,
+            ended: w.ended.unwrap_or_else(|| "window elapsed".into()),
+            lost,
+            torn: w.torn,
+            analysis: &w.analysis,
+            before: &w.before,
+            after: &after,
+            root: &machine.root,
+        }))
+    }
+
+    /// The mechanism in words, for the report.
+    fn describe(&self, bpf_kind: Option<bpf::Kind>) -> String {
+        match bpf_kind {
+            Some(bpf::Kind::TypedRaw) => format!(
+                "eBPF programs on the BTF-typed raw tracepoints (tp_btf) sched_waking, \
+                 sched_wakeup, sched_switch, sched_migrate_task, reading task fields with plain \
+                 loads, each writing a {}-byte record per event into one BPF ring buffer ({} MiB); \
+                 no in-kernel filter",
+                bpf::RAW_RECORD,
+                bpf::RING_BYTES >> 20
+            ),
+            Some(bpf::Kind::Raw) => format!(
+                "eBPF programs on the raw tracepoints sched_waking, sched_wakeup, sched_switch, \
+                 sched_migrate_task (task fields read with bpf_probe_read_kernel at offsets from the \
+                 kernel's BTF), each writing a {}-byte record per event into one BPF ring buffer \
+                 ({} MiB); no in-kernel filter (BTF-typed programs not used: {})",
+                bpf::RAW_RECORD,
+                bpf::RING_BYTES >> 20,
+                self.typed_refused.as_deref().unwrap_or("unknown")
+            ),
+            Some(bpf::Kind::Tracepoint) => format!(
+                "eBPF programs on sched:sched_waking, sched_wakeup, sched_switch, \
+                 sched_migrate_task, each copying every record into one BPF ring buffer ({} MiB); \
+                 no in-kernel filter (raw tracepoints not used: {})",
+                bpf::RING_BYTES >> 20,
+                self.raw_refused.as_deref().unwrap_or("unknown")
+            ),
+            None => {
+                let mut m = format!(
+                    "perf_event_open on every CPU: sched:sched_waking, sched_switch, sched_migrate_task \
+                 sampled; sched_wakeup {}",
+                    if self.settings.sample_wakeups {
+                        "sampled (a check of each placement)"
+                    } else {
+                        "counted only"
+                    }
+                );
+                if let Some((_, what)) = &self.filters {
+                    m.push_str("; ");
+                    m.push_str(what);
+                }
+                if let Some(why) = &self.bpf_refused {
+                    m.push_str(&format!("; BPF not used: {why}"));
+                }
+                m
+            }
+        }
+    }
+}
+
+impl Drop for Session<'_> {
+    fn drop(&mut self) {
+        // The descriptors close with their owners; only the signal handlers need removing.
+        for id in self.signals.drain(..) {
+            signal_hook::low_level::unregister(id);
+        }
+    }
+}

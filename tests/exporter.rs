@@ -1,0 +1,353 @@
+//! `cpulab exporter`: bad input refused before anything is bound or attached, and an HTTP side
+//! that survives being reachable (malformed, oversized, slow and hundreds of idle clients, other
+//! paths, TLS and basic auth), with SIGTERM ending it with 0. The wakeup counts come from the
+//! hidden test double (`--mechanism fake`) so these tests need no BPF.
+
+mod common;
+
+use common::{bad_input, cpulab_process};
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+/// A port nothing listens on now.
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A running exporter, killed on drop.
+struct Exporter {
+    child: Child,
+    port: u16,
+}
+
+impl Exporter {
+    fn start(extra: &[&str]) -> Self {
+        let port = free_port();
+        let listen = format!("127.0.0.1:{port}");
+        let child = cpulab_process()
+            .args([
+                "exporter",
+                "--quiet",
+                "--mechanism",
+                "fake",
+                "--listen",
+                &listen,
+            ])
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let e = Self { child, port };
+        let until = Instant::now() + Duration::from_secs(20);
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < until, "the exporter never listened");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        e
+    }
+
+    fn connect(&self) -> TcpStream {
+        let s = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        s
+    }
+
+    /// Sends raw bytes, returns everything the server wrote before closing.
+    fn raw(&self, bytes: &[u8]) -> String {
+        let mut s = self.connect();
+        let _ = s.write_all(bytes);
+        let mut out = Vec::new();
+        let _ = s.read_to_end(&mut out);
+        String::from_utf8_lossy(&out).to_string()
+    }
+
+    fn get(&self, path: &str) -> String {
+        self.raw(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
+    }
+
+    fn threads(&self) -> usize {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("Threads:"))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap()
+    }
+}
+
+impl Drop for Exporter {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn status_of(response: &str) -> u16 {
+    response
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0)
+}
+
+#[test]
+fn bad_input_is_one_line_and_exit_2_before_anything_runs() {
+    bad_input(&["exporter", "--mechanism", "fake", "--listen", "localhost"]);
+    bad_input(&[
+        "exporter",
+        "--mechanism",
+        "fake",
+        "--listen",
+        "1.2.3.4:99999",
+    ]);
+    bad_input(&[
+        "exporter",
+        "--mechanism",
+        "fake",
+        "--cgroup",
+        "no-such.slice/*.service",
+    ]);
+    bad_input(&["exporter", "--mechanism", "fake", "--cgroup", "../etc"]);
+    bad_input(&["exporter", "--mechanism", "fake", "--pid", "999999999"]);
+    bad_input(&[
+        "exporter",
+        "--mechanism",
+        "fake",
+        "--comm",
+        "a-name-longer-than-15",
+    ]);
+    bad_input(&["exporter", "--mechanism", "fake", "--probe-interval", "1s"]);
+    bad_input(&["exporter", "--mechanism", "fake", "--series-budget", "20"]);
+    bad_input(&[
+        "exporter",
+        "--mechanism",
+        "fake",
+        "--web.config.file",
+        "/nonexistent.yml",
+    ]);
+    let d = tempfile::tempdir().unwrap();
+    let web = d.path().join("web.yml");
+    std::fs::write(&web, "basic_auth_users:\n  prometheus: plaintext\n").unwrap();
+    let w = web.to_str().unwrap();
+    bad_input(&["exporter", "--mechanism", "fake", "--web.config.file", w]);
+    std::fs::write(
+        &web,
+        "tls_server_config:\n  cert_file: a.crt\n  key_file: a.key\n",
+    )
+    .unwrap();
+    bad_input(&["exporter", "--mechanism", "fake", "--web.config.file", w]);
+    std::fs::write(&web, "unknown_section: 1\n").unwrap();
+    bad_input(&["exporter", "--mechanism", "fake", "--web.config.file", w]);
+}
+
+#[test]
+fn a_port_in_use_is_bad_input() {
+    let taken = TcpListener::bind("127.0.0.1:0").unwrap();
+    let listen = taken.local_addr().unwrap().to_string();
+    bad_input(&["exporter", "--mechanism", "fake", "--listen", &listen]);
+}
+
+#[test]
+fn without_capabilities_it_refuses_before_attaching() {
+    let Some(out) =
+        common::cpulab_as_nobody(test_name!(), &["exporter", "--listen", "127.0.0.1:1"])
+    else {
+        return;
+    };
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("CAP_BPF"), "{err}");
+}
+
+#[test]
+fn only_the_landing_page_and_metrics_answer() {
+    let e = Exporter::start(&["--comm", "postgres"]);
+    let landing = e.get("/");
+    assert_eq!(status_of(&landing), 200, "{landing}");
+    assert!(landing.contains("href=\"/metrics\""));
+    let m = e.get("/metrics?x=1");
+    assert_eq!(status_of(&m), 200);
+    assert!(m.contains("text/plain; version=0.0.4"));
+    assert!(m.contains("cpulab_wakeups_total{target=\"postgres\""));
+    for path in [
+        "/etc/passwd",
+        "/../../etc/passwd",
+        "/metrics/",
+        "/debug/pprof",
+        "/index.html",
+    ] {
+        let r = e.get(path);
+        assert_eq!(status_of(&r), 404, "{path}: {r}");
+        assert!(!r.contains("root:"), "{path}");
+        assert!(!r.contains("cpulab_"), "{path}");
+    }
+    let head = e.raw(b"HEAD /metrics HTTP/1.1\r\n\r\n");
+    assert_eq!(status_of(&head), 200);
+    assert!(head.ends_with("\r\n\r\n"), "HEAD has no body");
+    let om = e.raw(
+        b"GET /metrics HTTP/1.1\r\nAccept: application/openmetrics-text;version=1.0.0,text/plain;q=0.5\r\n\r\n",
+    );
+    assert!(om.contains("application/openmetrics-text"));
+    assert!(om.trim_end().ends_with("# EOF"));
+}
+
+#[test]
+fn malformed_and_oversized_requests_get_4xx() {
+    let e = Exporter::start(&[]);
+    assert_eq!(status_of(&e.raw(b"GARBAGE\r\n\r\n")), 400);
+    assert_eq!(status_of(&e.raw(b"GET /metrics HTTP/7.0\r\n\r\n")), 400);
+    assert_eq!(status_of(&e.raw(b"POST /metrics HTTP/1.1\r\n\r\n")), 405);
+    assert_eq!(status_of(&e.raw(b"\xff\xfe\xfd\r\n\r\n")), 400);
+    let mut big = b"GET /metrics HTTP/1.1\r\nX-Big: ".to_vec();
+    big.extend(std::iter::repeat_n(b'a', 64 * 1024));
+    assert_eq!(status_of(&e.raw(&big)), 431);
+    // Still serving afterwards.
+    assert_eq!(status_of(&e.get("/metrics")), 200);
+}
+
+#[test]
+fn a_slow_client_is_timed_out() {
+    let e = Exporter::start(&["--request-timeout-s", "1"]);
+    let mut s = e.connect();
+    // One byte, then nothing: the whole head must arrive within the timeout.
+    s.write_all(b"G").unwrap();
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    assert_eq!(status_of(&out), 408, "{out}");
+    let idle = e.connect();
+    let mut buf = [0u8; 64];
+    let n = (&idle).read(&mut buf).unwrap_or(0);
+    assert_eq!(status_of(&String::from_utf8_lossy(&buf[..n])), 408);
+}
+
+#[test]
+fn hundreds_of_idle_connections_neither_block_a_scrape_nor_grow_threads() {
+    let cap = 16;
+    let e = Exporter::start(&["--max-connections", &cap.to_string()]);
+    let base = e.threads();
+    let idle: Vec<TcpStream> = (0..300).map(|_| e.connect()).collect();
+    // Each scrape gets through although 300 clients hold connections open.
+    for _ in 0..3 {
+        let r = e.get("/metrics");
+        assert_eq!(status_of(&r), 200, "{r}");
+    }
+    let threads = e.threads();
+    assert!(
+        threads <= base + cap,
+        "{threads} threads with {} idle connections (cap {cap}, {base} at start)",
+        idle.len()
+    );
+    let m = e.get("/metrics");
+    let evicted: u64 = m
+        .lines()
+        .find_map(|l| l.strip_prefix("cpulab_exporter_connections_evicted_total "))
+        .and_then(|v| v.parse().ok())
+        .unwrap();
+    assert!(evicted >= (300 - cap) as u64, "{evicted}");
+}
+
+#[test]
+fn sigterm_ends_it_with_0() {
+    let mut e = Exporter::start(&[]);
+    assert_eq!(status_of(&e.get("/metrics")), 200);
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(e.child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let until = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(s) = e.child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(Instant::now() < until, "still running after SIGTERM");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(0));
+}
+
+/// A self-signed certificate and key for 127.0.0.1, through the openssl CLI.
+fn self_signed(dir: &std::path::Path) -> bool {
+    let Some(openssl) = common::program(test_name!(), "openssl", "openssl") else {
+        return false;
+    };
+    let ok = std::process::Command::new(openssl)
+        .current_dir(dir)
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+            "-keyout",
+            "key.pem",
+            "-out",
+            "cert.pem",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    true
+}
+
+#[test]
+fn tls_and_basic_auth_from_a_web_config_file() {
+    if !common::installed(test_name!(), &[("curl", "curl"), ("openssl", "openssl")]) {
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    if !self_signed(d.path()) {
+        return;
+    }
+    let hash = bcrypt::hash("s3cret", 4).unwrap();
+    let web = d.path().join("web.yml");
+    std::fs::write(
+        &web,
+        format!(
+            "tls_server_config:\n  cert_file: cert.pem\n  key_file: key.pem\nbasic_auth_users:\n  prometheus: '{hash}'\n"
+        ),
+    )
+    .unwrap();
+    let e = Exporter::start(&["--web.config.file", web.to_str().unwrap()]);
+    let url = format!("https://127.0.0.1:{}/metrics", e.port);
+    let cacert = d.path().join("cert.pem");
+    let curl = |auth: Option<&str>| {
+        let mut c = std::process::Command::new("curl");
+        c.args(["-s", "-o", "-", "-w", "\n%{http_code}", "--cacert"])
+            .arg(&cacert)
+            .arg(&url);
+        if let Some(a) = auth {
+            c.args(["-u", a]);
+        }
+        let out = c.output().unwrap();
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    let ok = curl(Some("prometheus:s3cret"));
+    assert!(ok.ends_with("200"), "{ok}");
+    assert!(ok.contains("cpulab_machine_info"));
+    assert!(curl(Some("prometheus:wrong")).ends_with("401"));
+    assert!(curl(None).ends_with("401"));
+    // Plain HTTP to the TLS port gets no metrics.
+    let plain = e.get("/metrics");
+    assert!(!plain.contains("cpulab_"), "{plain}");
+}

@@ -1,0 +1,366 @@
+//! `cpulab exporter` against a real Prometheus (Debian's `prometheus` package): a private
+//! server on a free loopback port in a temporary directory, scraping every second, queried
+//! through its HTTP API. Also `promtool check metrics` on a live scrape, and `promtool check
+//! rules` and `promtool test rules` on the rules in contrib/prometheus.
+
+mod common;
+
+use common::cpulab_process;
+use serde_json::Value;
+use std::net::{TcpListener, TcpStream};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn contrib() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("contrib/prometheus")
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn wait_listening(port: u16, what: &str) {
+    let until = Instant::now() + Duration::from_secs(60);
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < until, "{what} never listened on {port}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// A child process killed on drop, and with the test process (parent-death signal).
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn spawn(mut c: Command) -> Killed {
+    // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
+    unsafe {
+        c.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            Ok(())
+        });
+    }
+    Killed(
+        c.stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    )
+}
+
+fn exporter(port: u16, extra: &[&str]) -> Killed {
+    let mut c = cpulab_process();
+    c.args([
+        "exporter",
+        "--quiet",
+        "--listen",
+        &format!("127.0.0.1:{port}"),
+    ])
+    .args(extra);
+    let k = spawn(c);
+    wait_listening(port, "the exporter");
+    k
+}
+
+fn curl(url: &str, query: Option<&str>) -> String {
+    let mut c = Command::new("curl");
+    c.args(["-s", "--max-time", "10", "-G", url]);
+    if let Some(q) = query {
+        c.args(["--data-urlencode", &format!("query={q}")]);
+    }
+    String::from_utf8_lossy(&c.output().unwrap().stdout).to_string()
+}
+
+/// A private Prometheus scraping `target` every second, with the recording rules loaded.
+struct Prometheus {
+    _dir: tempfile::TempDir,
+    _child: Killed,
+    port: u16,
+}
+
+impl Prometheus {
+    fn start(target_port: u16) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("prometheus.yml");
+        std::fs::write(
+            &config,
+            format!(
+                "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nrule_files:\n  - {}\n\
+                 scrape_configs:\n  - job_name: cpulab\n    static_configs:\n      - targets: \
+                 ['127.0.0.1:{target_port}']\n",
+                contrib().join("cpulab.rules.yml").display()
+            ),
+        )
+        .unwrap();
+        let port = free_port();
+        let mut c = Command::new("prometheus");
+        c.arg(format!("--config.file={}", config.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.path().join("data").display()
+            ))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .arg(format!(
+                "--web.console.templates={}",
+                contrib().join("consoles").display()
+            ));
+        let libs = Path::new("/usr/share/doc/prometheus/examples/console_libraries");
+        if libs.is_dir() {
+            c.arg(format!("--web.console.libraries={}", libs.display()));
+        }
+        let child = spawn(c);
+        wait_listening(port, "prometheus");
+        Self {
+            _dir: dir,
+            _child: child,
+            port,
+        }
+    }
+
+    /// The result vector of an instant query.
+    fn query(&self, q: &str) -> Vec<Value> {
+        let body = curl(
+            &format!("http://127.0.0.1:{}/api/v1/query", self.port),
+            Some(q),
+        );
+        let v: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+        assert_eq!(v["status"], "success", "{q}: {body}");
+        v["data"]["result"].as_array().cloned().unwrap_or_default()
+    }
+
+    /// Waits until `q` returns at least one sample.
+    fn wait_for(&self, q: &str) -> Vec<Value> {
+        let until = Instant::now() + Duration::from_secs(90);
+        loop {
+            let r = self.query(q);
+            if !r.is_empty() {
+                return r;
+            }
+            assert!(Instant::now() < until, "no samples for {q}");
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+}
+
+fn value(sample: &Value) -> f64 {
+    sample["value"][1].as_str().unwrap().parse().unwrap()
+}
+
+fn label<'a>(sample: &'a Value, name: &str) -> &'a str {
+    sample["metric"][name].as_str().unwrap_or("")
+}
+
+fn prometheus_installed(test: &str) -> bool {
+    common::installed(
+        test,
+        &[
+            ("prometheus", "prometheus"),
+            ("promtool", "prometheus (promtool on newer Debian)"),
+            ("curl", "curl"),
+        ],
+    )
+}
+
+#[test]
+fn promtool_checks_and_tests_the_rules() {
+    if !prometheus_installed(test_name!()) {
+        return;
+    }
+    let check = Command::new("promtool")
+        .current_dir(contrib())
+        .args(["check", "rules", "cpulab.rules.yml", "cpulab.alerts.yml"])
+        .output()
+        .unwrap();
+    common::assert_success(&check);
+    let test = Command::new("promtool")
+        .current_dir(contrib())
+        .args(["test", "rules", "cpulab.rules.test.yml"])
+        .output()
+        .unwrap();
+    assert!(
+        test.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&test.stdout),
+        String::from_utf8_lossy(&test.stderr)
+    );
+}
+
+#[test]
+fn promtool_check_metrics_passes_on_a_live_scrape() {
+    if !prometheus_installed(test_name!()) {
+        return;
+    }
+    let port = free_port();
+    let _e = exporter(
+        port,
+        &[
+            "--mechanism",
+            "fake",
+            "--comm",
+            "postgres",
+            "--probe-interval",
+            "10s",
+        ],
+    );
+    let text = curl(&format!("http://127.0.0.1:{port}/metrics"), None);
+    assert!(text.contains("cpulab_wakeups_total"), "{text}");
+    let mut p = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    p.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+    let out = p.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn a_real_prometheus_scrapes_well_formed_metrics() {
+    if !prometheus_installed(test_name!()) {
+        return;
+    }
+    let port = free_port();
+    let _e = exporter(port, &["--mechanism", "fake", "--comm", "postgres,nginx"]);
+    let prom = Prometheus::start(port);
+    let up = prom.wait_for("up{job=\"cpulab\"} == 1");
+    assert_eq!(up.len(), 1);
+    // Two scrapes at least, so rates exist.
+    let rates = prom.wait_for("rate(cpulab_wakeups_total[10s]) > 0");
+    let targets: std::collections::BTreeSet<&str> =
+        rates.iter().map(|s| label(s, "target")).collect();
+    assert_eq!(targets, ["nginx", "postgres"].into_iter().collect());
+    let classes: std::collections::BTreeSet<&str> =
+        rates.iter().map(|s| label(s, "class")).collect();
+    assert!(classes.contains("same-cpu"), "{classes:?}");
+    assert!(
+        rates
+            .iter()
+            .all(|s| ["idle", "busy"].contains(&label(s, "dest")))
+    );
+    // Every histogram's _count equals its +Inf bucket, scrape after scrape.
+    let diff = prom.query(
+        "max_over_time((cpulab_wakeup_latency_seconds_count - on (instance, job, target, class) \
+         cpulab_wakeup_latency_seconds_bucket{le=\"+Inf\"})[30s:1s])",
+    );
+    assert!(!diff.is_empty());
+    assert!(diff.iter().all(|s| value(s) == 0.0), "{diff:?}");
+    // Buckets are cumulative: every class's p50 is at most its p99.
+    let q = |p: f64| {
+        prom.wait_for(&format!(
+            "histogram_quantile({p}, sum by (class, le) (rate(cpulab_wakeup_latency_seconds_bucket[10s])))"
+        ))
+    };
+    let (p50, p99) = (q(0.5), q(0.99));
+    for s in &p50 {
+        let hi = p99
+            .iter()
+            .find(|x| label(x, "class") == label(s, "class"))
+            .unwrap();
+        assert!(value(s) <= value(hi), "{s} {hi}");
+        assert!(value(s) > 0.0);
+    }
+    // The recording rules evaluate on live data.
+    let share = prom.wait_for("instance:cpulab_cross_cpu_wakeups:ratio_rate5m");
+    assert!((0.0..=1.0).contains(&value(&share[0])));
+    // The machine facts carry this kernel.
+    let info = prom.wait_for("cpulab_machine_info");
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+    assert_eq!(label(&info[0], "kernel"), release.trim());
+    assert_eq!(value(&info[0]), 1.0);
+    let exporter = prom.wait_for("cpulab_exporter_info");
+    assert_eq!(label(&exporter[0], "mechanism"), "fake");
+    // The console page renders against this Prometheus.
+    let page = curl(
+        &format!(
+            "http://127.0.0.1:{}/consoles/cpulab.html?instance=127.0.0.1:{port}",
+            prom.port
+        ),
+        None,
+    );
+    assert!(page.contains("cpulab: wakeup placement"), "{page}");
+    assert!(page.contains("Kernel"), "{page}");
+}
+
+/// The placement assertions need the in-kernel wakeup source: a known pinned pair (a copy of
+/// cpulab renamed, so its command name is its own) runs at the same CPU, then one CPU apart.
+#[test]
+#[ignore = "needs the in-kernel wakeup source: un-ignore when exporter::collect::open_source calls crate::watch::open_source"]
+fn placement_classes_follow_a_pinned_pair() {
+    if !prometheus_installed(test_name!()) {
+        return;
+    }
+    let online = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap();
+    if online.trim() == "0" {
+        eprintln!("SKIPPED: placement_classes_follow_a_pinned_pair: one CPU");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let pair = dir.path().join("cpulab-pair");
+    std::fs::copy(common::cpulab_path(), &pair).unwrap();
+    let port = free_port();
+    let _e = exporter(port, &["--comm", "cpulab-pair"]);
+    let prom = Prometheus::start(port);
+    prom.wait_for("up{job=\"cpulab\"} == 1");
+    let run = |pairs: &str| {
+        let out = Command::new(&pair)
+            .args([
+                "pingpong", "--quiet", "--json", "--method", "pipe", "--pairs", pairs,
+            ])
+            .args(["--max-time", "5s"])
+            .output()
+            .unwrap();
+        common::assert_success(&out);
+        std::thread::sleep(Duration::from_secs(3));
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs_f64()
+    };
+    let t1 = run("0:0");
+    let t2 = run("0:1");
+    let by_class = |t: f64| {
+        prom.query(&format!(
+            "sum by (class) (increase(cpulab_wakeups_total{{target=\"cpulab-pair\"}}[7s] @ {t}))"
+        ))
+        .iter()
+        .map(|s| (label(s, "class").to_string(), value(s)))
+        .collect::<std::collections::BTreeMap<_, _>>()
+    };
+    let (w1, w2) = (by_class(t1), by_class(t2));
+    let same =
+        |w: &std::collections::BTreeMap<String, f64>| w.get("same-cpu").copied().unwrap_or(0.0);
+    let cross = |w: &std::collections::BTreeMap<String, f64>| {
+        w.iter()
+            .filter(|(c, _)| *c != "same-cpu")
+            .map(|(_, v)| v)
+            .sum::<f64>()
+    };
+    assert!(same(&w1) > cross(&w1), "first window {w1:?}");
+    assert!(cross(&w2) > same(&w2), "second window {w2:?}");
+    let median = |class_match: &str, t: f64| {
+        let r = prom.query(&format!(
+            "histogram_quantile(0.5, sum by (le) (increase(cpulab_wakeup_latency_seconds_bucket{{target=\"cpulab-pair\",class{class_match}}}[7s] @ {t})))"
+        ));
+        value(&r[0])
+    };
+    assert!(median("!=\"same-cpu\"", t2) > median("=\"same-cpu\"", t1));
+}
