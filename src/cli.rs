@@ -58,6 +58,9 @@ pub enum Command {
     /// Write the man pages, cpulab.1 and one per command, into a directory.
     #[command(hide = true)]
     Manpages(commands::manpages::Args),
+    /// Every measured result kept with the machine's fingerprint: list, show, diff, check for
+    /// regressions and name the configuration change, report over time.
+    History(commands::history::Args),
     /// Simulate the hypervisor layer: predictions checked against the field notes (SIMULATED).
     Sim(commands::sim::Args),
     /// Serve wakeup placement, halts, IPIs and machine facts as Prometheus metrics, until stopped.
@@ -114,6 +117,7 @@ pub fn run_invocation(inv: Invocation) -> Result<()> {
             matches,
             command,
         } => {
+            crate::history::configure(global.history.as_deref(), global.no_history, global.quiet);
             crate::trial::journal::recover_at_start(&global.root, global.quiet);
             (command.run)(&matches, &global.root, global.quiet)
         }
@@ -122,6 +126,7 @@ pub fn run_invocation(inv: Invocation) -> Result<()> {
 
 pub fn run(cli: Cli) -> Result<()> {
     let g = cli.global;
+    crate::history::configure(g.history.as_deref(), g.no_history, g.quiet);
     crate::trial::journal::recover_at_start(&g.root, g.quiet);
     match cli.command {
         Command::Probe(a) => commands::probe::run(a, &g),
@@ -138,5 +143,6 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Manpages(a) => commands::manpages::run(a, command(), g.quiet),
         Command::Sim(a) => commands::sim::run(a, &g),
         Command::Exporter(a) => crate::exporter::run(a, &g),
+        Command::History(a) => commands::history::run(a, &g),
     }
 }

@@ -17,7 +17,7 @@
 
 use super::measurements::{Measurements, Skipped, StageTime};
 use super::messaging::{self, Placement};
-pub use super::mode::{Budget, Mode};
+pub use super::mode::{Budget, Deadline, Mode};
 use super::progress::Progress;
 use super::stages;
 use crate::counters::SystemSnapshot;
@@ -27,27 +27,6 @@ use crate::signals;
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
 use std::time::{Duration, Instant};
-
-/// A stage's deadline: when it must be done by.
-#[derive(Clone, Copy, Debug)]
-pub struct Deadline(pub Instant);
-
-impl Deadline {
-    pub fn after(secs: f64) -> Self {
-        Self(Instant::now() + Duration::from_secs_f64(secs.max(0.0)))
-    }
-
-    /// Seconds left (0 once passed).
-    pub fn left_s(&self) -> f64 {
-        self.0
-            .saturating_duration_since(Instant::now())
-            .as_secs_f64()
-    }
-
-    pub fn passed(&self) -> bool {
-        Instant::now() >= self.0
-    }
-}
 
 /// Validated doctor settings.
 #[derive(Clone, Debug)]

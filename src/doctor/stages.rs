@@ -4,9 +4,8 @@
 //! [`Deadline`], returning what it left out when the deadline cut it short.
 
 use super::adapt;
-use super::battery::Deadline;
 use super::measurements::{OsCosts, PresetRun, ScalePoint, ShareCheck, WakeupRun};
-use super::mode::{Budget, Mode};
+use super::mode::{Budget, Deadline, Mode};
 use super::progress::Progress;
 use crate::experiment::{Experiment, Level, Progress as Sink};
 use crate::machine::Machine;

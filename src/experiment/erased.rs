@@ -95,11 +95,18 @@ where
         std::fs::write(path, E::render_html(&report))
             .map_err(|e| bad_input(format!("cannot write {}: {e}", path.display())))?;
     }
+    let envelope = Envelope::new(E::KIND, &report);
     if E::json(&args) {
-        output::print_json(&Envelope::new(E::KIND, &report))
+        output::print_json(&envelope)?;
     } else {
-        output::print_text(&E::render_text(&report, &Style::new()))
+        output::print_text(&E::render_text(&report, &Style::new()))?;
     }
+    // The history records the result once it is printed. This call sits in the registry until
+    // the one output path exists (issue 18, move 4); it belongs there as one more target.
+    if let Ok(doc) = serde_json::to_value(&envelope) {
+        crate::history::record(E::KIND, &doc, root);
+    }
+    Ok(())
 }
 
 fn measure_of<E: Command>(words: &[String], machine: &Machine) -> Result<Box<dyn Runnable>>
