@@ -44,6 +44,9 @@ pub enum Command {
     /// Write the man pages, cpulab.1 and one per command, into a directory.
     #[command(hide = true)]
     Manpages(commands::manpages::Args),
+    /// Every measured result kept with the machine's fingerprint: list, show, diff, check for
+    /// regressions and name the configuration change, report over time.
+    History(commands::history::Args),
     /// Simulate the hypervisor layer: predictions checked against the field notes (SIMULATED).
     Sim(commands::sim::Args),
     /// Serve wakeup placement, halts, IPIs and machine facts as Prometheus metrics, until stopped.
@@ -66,6 +69,7 @@ pub enum Invocation {
     Builtin(Cli),
     /// An experiment's subcommand from the registry.
     Registered {
+        kind: crate::report::envelope::Kind,
         global: Global,
         matches: clap::ArgMatches,
         command: &'static registry::Subcommand,
@@ -80,9 +84,10 @@ where
 {
     let m = command().try_get_matches_from(argv)?;
     if let Some((name, sub)) = m.subcommand()
-        && let Some((_, command)) = registry::command_named(name)
+        && let Some((entry, command)) = registry::command_named(name)
     {
         return Ok(Invocation::Registered {
+            kind: entry.kind,
             global: Global::from_arg_matches(&m)?,
             matches: sub.clone(),
             command,
@@ -96,18 +101,24 @@ pub fn run_invocation(inv: Invocation) -> Result<()> {
     match inv {
         Invocation::Builtin(cli) => run(cli),
         Invocation::Registered {
+            kind,
             global,
             matches,
             command,
         } => {
+            crate::history::configure(global.history.as_deref(), global.no_history, global.quiet);
             crate::trial::journal::recover_at_start(&global.root, global.quiet);
-            (command.run)(&matches, &global.root, global.quiet)
+            let document = (command.run)(&matches, &global.root, global.quiet)?;
+            // The result's other sink: the history records what was just printed.
+            crate::history::record(kind, &document, &global.root);
+            Ok(())
         }
     }
 }
 
 pub fn run(cli: Cli) -> Result<()> {
     let g = cli.global;
+    crate::history::configure(g.history.as_deref(), g.no_history, g.quiet);
     crate::trial::journal::recover_at_start(&g.root, g.quiet);
     match cli.command {
         Command::Probe(a) => commands::probe::run(a, &g),
@@ -119,5 +130,6 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Manpages(a) => commands::manpages::run(a, command(), g.quiet),
         Command::Sim(a) => commands::sim::run(a, &g),
         Command::Exporter(a) => crate::exporter::run(a, &g),
+        Command::History(a) => commands::history::run(a, &g),
     }
 }

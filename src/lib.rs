@@ -18,6 +18,7 @@ pub mod doctor;
 pub mod error;
 pub mod experiment;
 pub mod exporter;
+pub mod history;
 pub mod load;
 pub mod machine;
 pub mod messaging;

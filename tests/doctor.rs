@@ -62,6 +62,23 @@ fn quick_json_has_the_documented_structure() {
                 .all(|v| v.as_f64().unwrap() >= 0.0)
         );
     }
+    // Every stage that ran has its deadline and the time it took; together they fit in the
+    // run, which fits in the budget's own record of it.
+    let stages = m["stage_times"].as_array().unwrap();
+    assert!(!stages.is_empty());
+    let mut taken = 0.0;
+    for st in stages {
+        let (planned, actual) = (
+            st["planned_s"].as_f64().unwrap(),
+            st["actual_s"].as_f64().unwrap(),
+        );
+        assert!(planned >= 0.0 && actual > 0.0, "{st}");
+        assert!(
+            st["cut_short"].is_null() || st["cut_short"].as_str().is_some_and(|c| !c.is_empty())
+        );
+        taken += actual;
+    }
+    assert!(taken <= d["duration_s"].as_f64().unwrap());
     for s in m["counters"]["steal_samples_pct"].as_array().unwrap() {
         let s = s.as_f64().unwrap();
         assert!((0.0..=100.0).contains(&s));

@@ -182,6 +182,7 @@ pub fn sample_report() -> DoctorReport {
             reason: "apache2 <not installed> & nginx too".into(),
         }],
         app_watch: None,
+        stage_times: vec![],
     };
     let facts = Facts {
         hypervisor: Some("KVM".into()),

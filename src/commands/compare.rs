@@ -16,9 +16,10 @@ use std::path::PathBuf;
     cpulab compare before.json after.json --fail-on-regression 5\n  \
     cpulab compare before.json after.json --json > comparison.json")]
 pub struct Args {
-    /// The earlier (or reference) result, written by a cpulab command's --json.
+    /// The earlier (or reference) result, written by a cpulab command's --json, or a run of
+    /// the history as `@ID` (`cpulab history list`).
     pub a: PathBuf,
-    /// The later (or candidate) result, of the same kind.
+    /// The later (or candidate) result, of the same kind (a file or `@ID`).
     pub b: PathBuf,
     /// Exit with code 1 when a figure got worse by more than PCT percent beyond noise.
     #[arg(long, value_name = "PCT")]
@@ -40,8 +41,8 @@ pub fn run(args: Args, _g: &Global) -> Result<()> {
         )));
     }
     let (an, bn) = (args.a.display().to_string(), args.b.display().to_string());
-    let a = registry::load(&args.a)?;
-    let b = registry::load(&args.b)?;
+    let a = super::report::load(&args.a)?;
+    let b = super::report::load(&args.b)?;
     check_shape(&a, &args.a)?;
     check_shape(&b, &args.b)?;
     if a.kind != b.kind {

@@ -6,7 +6,7 @@ use crate::doctor::{self, text};
 use crate::error::bad_input;
 use crate::machine::Machine;
 use crate::output;
-use crate::report::envelope::{Envelope, Kind};
+use crate::report::envelope::Kind;
 use anyhow::Result;
 use std::path::{Path, PathBuf};
 
@@ -192,7 +192,6 @@ pub fn run(args: Args, g: &Global) -> Result<()> {
     if args.try_remedies && report.interrupted.is_none() {
         crate::trial::doctor::try_remedies(&machine, &g.root, &mut report.findings, g.quiet)?;
     }
-    let doc = Envelope::new(Kind::Doctor, &report);
     let mut failed = None;
     if let Some(path) = &args.html {
         let html = crate::doctor::html::page(&report);
@@ -204,11 +203,7 @@ pub fn run(args: Args, g: &Global) -> Result<()> {
             Err(e) => failed = Some(e),
         }
     }
-    if args.json {
-        output::print_json(&doc)?;
-    } else {
-        output::print_text(&text::render(&report))?;
-    }
+    super::print::emit(args.json, Kind::Doctor, &report, text::render)?;
     if let Some(i) = &report.interrupted {
         if let Some(e) = &failed {
             eprintln!("cpulab: {e:#}");

@@ -6,6 +6,7 @@
 pub mod compare;
 pub mod completions;
 pub mod doctor;
+pub mod history;
 pub mod manpages;
 pub mod print;
 pub mod probe;
@@ -31,4 +32,12 @@ pub struct Global {
         default_value = "/"
     )]
     pub root: PathBuf,
+    /// Record measured results in this history file instead of the default
+    /// (`~/.local/state/cpulab/history.sqlite`; as root `/var/lib/cpulab/history.sqlite`;
+    /// or `CPULAB_HISTORY`, `off` for none).
+    #[arg(long, global = true, value_name = "PATH")]
+    pub history: Option<PathBuf>,
+    /// Record nothing in the history.
+    #[arg(long, global = true)]
+    pub no_history: bool,
 }

@@ -11,18 +11,24 @@ use anyhow::Result;
 use serde::Serialize;
 
 /// Prints a result: with `json`, one enveloped document (`cpulab_schema`, `kind`); otherwise
-/// the text `render` makes of it.
+/// the text `render` makes of it. Then records it in the history (after printing, so a history
+/// that cannot be written never costs the result; see [`crate::history::record`]).
 pub fn emit<T: Serialize>(
     json: bool,
     kind: Kind,
     report: &T,
     render: impl FnOnce(&T) -> String,
 ) -> Result<()> {
+    let envelope = Envelope::new(kind, report);
     if json {
-        output::print_json(&Envelope::new(kind, report))
+        output::print_json(&envelope)?;
     } else {
-        output::print_text(&render(report))
+        output::print_text(&render(report))?;
     }
+    if let Ok(doc) = serde_json::to_value(&envelope) {
+        crate::history::record(kind, &doc, std::path::Path::new("/"));
+    }
+    Ok(())
 }
 
 /// What every measuring subcommand does once its flags are settings: run the experiment with

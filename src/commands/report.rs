@@ -16,7 +16,7 @@ use std::path::PathBuf;
     cpulab report doctor.json --html doctor.html\n  \
     cpulab report pingpong.json --html pingpong.html")]
 pub struct Args {
-    /// A result written by a cpulab command's --json.
+    /// A result written by a cpulab command's --json, or a run of the history as `@ID`.
     pub result: PathBuf,
     /// Write a self-contained HTML report to FILE instead of printing text.
     #[arg(long, value_name = "FILE")]
@@ -25,7 +25,7 @@ pub struct Args {
 
 pub fn run(args: Args, g: &Global) -> Result<()> {
     let name = args.result.display().to_string();
-    let l = crate::registry::load(&args.result)?;
+    let l = load(&args.result)?;
     let (page, text) = match crate::registry::lookup(l.kind) {
         // The kind's own renderers (a doctor result exactly as it was judged); a document of
         // the right kind but the wrong shape is bad input, not something to flatten.
@@ -47,6 +47,15 @@ pub fn run(args: Args, g: &Global) -> Result<()> {
             Ok(())
         }
         None => output::print_text(&text),
+    }
+}
+
+/// Reads a saved result: `@ID` is run ID of the history (`cpulab history list`), anything else a
+/// file written by `--json`.
+pub fn load(arg: &std::path::Path) -> Result<Loaded> {
+    match arg.to_str().filter(|s| s.starts_with('@')) {
+        Some(id) => super::history::load_ref(id),
+        None => crate::registry::load(arg),
     }
 }
 

@@ -395,6 +395,10 @@ pub struct LoadCheck {
     /// The other processes (kernel threads included) that used the most CPU in the window.
     #[serde(default)]
     pub busiest_others: Vec<OtherTask>,
+    /// CPU seconds the watched application (`doctor --pid/--comm`: the patient) used during
+    /// the window; part of `other_busy_pct`, which a neighbour verdict must take it out of.
+    #[serde(default)]
+    pub patient_cpu_s: f64,
     pub steal_pct: f64,
     /// True when some CPU in use was busier than the threshold: results may be spoiled.
     pub noisy: bool,
@@ -416,6 +420,28 @@ pub const NOISY_BUSY_PCT: f64 = 10.0;
 
 /// Samples `/proc/stat` across a short sleep to see whether anything else is running on `cpus`.
 pub fn check_background_load(root: &Path, cpus: &CpuSet, window: Duration) -> LoadCheck {
+    check_background_load_beside(root, cpus, window, &|_, _| false)
+}
+
+/// CPU seconds the processes `pick` chooses (by pid and name) used between two tables.
+pub fn cpu_s_of(
+    before: &[(i32, String, parse::ProcStat)],
+    after: &[(i32, String, parse::ProcStat)],
+    pick: &dyn Fn(i32, &str) -> bool,
+) -> f64 {
+    busiest_others(before, after, usize::MAX)
+        .iter()
+        .filter(|t| pick(t.pid, &t.name))
+        .fold(0.0, |s, t| s + t.cpu_s)
+}
+
+/// [`check_background_load`], also counting what the watched application (`is_patient`) used.
+pub fn check_background_load_beside(
+    root: &Path,
+    cpus: &CpuSet,
+    window: Duration,
+    is_patient: &dyn Fn(i32, &str) -> bool,
+) -> LoadCheck {
     let before = SystemSnapshot::take(root);
     let procs_before = process_table(root);
     std::thread::sleep(window);
@@ -423,6 +449,7 @@ pub fn check_background_load(root: &Path, cpus: &CpuSet, window: Duration) -> Lo
     let after = SystemSnapshot::take(root);
     let (own_before, own_after) = (own_cpu_s_in(&procs_before), own_cpu_s_in(&procs_after));
     let busiest = busiest_others(&procs_before, &procs_after, 3);
+    let patient_cpu_s = cpu_s_of(&procs_before, &procs_after, is_patient);
     let d = before.delta(&after, cpus);
     let busy_pct: BTreeMap<u32, f64> = d.cpu_time.iter().map(|(c, s)| (*c, s.busy_pct())).collect();
     let own_cpu_s = (own_after - own_before).max(0.0);
@@ -450,6 +477,7 @@ pub fn check_background_load(root: &Path, cpus: &CpuSet, window: Duration) -> Lo
         own_cpu_s,
         other_busy_pct,
         busiest_others: busiest,
+        patient_cpu_s,
         steal_pct: steal,
         noisy: !reasons.is_empty(),
         reason: (!reasons.is_empty())

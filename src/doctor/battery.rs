@@ -4,15 +4,20 @@
 //! class it offers (blocking and spinning, plus unpinned), the messaging throughput test when
 //! there are two CPUs to spread over, the essential OS costs, a quick share check, parallel
 //! scaling only where SMT siblings or shared-L2 modules give threads something to contend for,
-//! and the real application presets only when asked. Each stage is timed against a budget per
-//! mode (default at most 60 s on a 2-vCPU machine, `--quick` at most 15 s), and a stage that
-//! fails is recorded as skipped with its reason: one broken experiment never hides the others.
+//! and the real application presets only when asked. The whole run has a budget per mode
+//! (default 30 s, `--quick` 15 s, probe included), and every stage a deadline from it: its
+//! share of the time left, in proportion to its planned seconds, so time a stage leaves unused
+//! goes to the later ones. A stage sizes its work to its deadline and stops there with what it
+//! has, saying so (`stage_times` in the JSON: planned and actual seconds, and what was cut).
+//! Issue 22: the messaging stage sized its runs from one calibration of the fastest placement
+//! and once took 51 s of a 30 s budget under load. A stage that fails is recorded as skipped
+//! with its reason: one broken experiment never hides the others.
 //! Around every stage the doctor samples steal time, and around the parallel ones the idle time
 //! of the CPUs it may not use; around the whole battery, the cgroup's throttling counters.
 
-use super::measurements::{Measurements, Skipped};
+use super::measurements::{Measurements, Skipped, StageTime};
 use super::messaging::{self, Placement};
-pub use super::mode::{Budget, Mode};
+pub use super::mode::{Budget, Deadline, Mode};
 use super::progress::Progress;
 use super::stages;
 use crate::counters::SystemSnapshot;
@@ -161,15 +166,30 @@ fn interruption(stage: &Stage) -> Option<Interruption> {
     })
 }
 
-/// Runs the planned battery. An interrupt (SIGINT, SIGTERM, SIGHUP) stops it at once: the
-/// running stage tears its processes down and no later stage starts; what was measured before
-/// is kept, and the interruption returned.
+/// Seconds kept back at the end of the budget for judging and printing.
+const FINISH_S: f64 = 0.5;
+
+/// Each stage's deadline from the time left: its planned share of what the stages from it on
+/// planned (pure). Later stages get back what earlier ones did not use.
+pub fn allot(left_s: f64, planned: &[f64], i: usize) -> f64 {
+    let rest: f64 = planned[i..].iter().sum();
+    if rest <= 0.0 {
+        return 0.0;
+    }
+    (left_s.max(0.0) * planned[i] / rest).min(left_s.max(0.0))
+}
+
+/// Runs the planned battery, each stage to its deadline, all within `end`. An interrupt
+/// (SIGINT, SIGTERM, SIGHUP) stops it at once: the running stage tears its processes down and
+/// no later stage starts; what was measured before is kept, and the interruption returned.
 pub fn run(
     machine: &Machine,
     s: &DoctorSettings,
     stages_planned: &[(Stage, f64)],
     progress: &Progress,
+    end: Instant,
 ) -> (Measurements, Option<Interruption>) {
+    let planned: Vec<f64> = stages_planned.iter().map(|(_, e)| *e).collect();
     let mut stopped = None;
     let b = s.mode.budget();
     let mut m = Measurements::default();
@@ -177,16 +197,24 @@ pub fn run(
     let limits_before = cgroup::read_cpu_limits(&cgroup::Layout::read(&machine.root)).into_value();
     let t0 = Instant::now();
     let mut forbidden_idle: Vec<f64> = Vec::new();
-    for (stage, est) in stages_planned {
+    for (i, (stage, est)) in stages_planned.iter().enumerate() {
         if let Some(i) = interruption(stage) {
             stopped = Some(i);
             break;
         }
         progress.step(&stage.name());
+        let left = end.saturating_duration_since(Instant::now()).as_secs_f64() - FINISH_S;
+        let planned_s = allot(left, &planned, i);
+        let deadline = Deadline::after(planned_s);
         let before = SystemSnapshot::take(&machine.root);
         let started = Instant::now();
+        let mut cut: Option<String> = None;
+        let mut keep = |c: Option<String>| cut = c;
         let outcome: Result<()> = match stage {
-            Stage::Wakeup => stages::wakeup(machine, &b, progress).map(|w| m.wakeup = w),
+            Stage::Wakeup => stages::wakeup(machine, &b, progress, deadline).map(|(w, c)| {
+                m.wakeup = w;
+                keep(c)
+            }),
             Stage::Messaging(p) => {
                 let plan = messaging::Plan {
                     groups: 2,
@@ -194,18 +222,46 @@ pub fn run(
                     run_time: Duration::from_secs_f64(b.messaging_run_s),
                     repetitions: b.messaging_repetitions,
                 };
-                messaging::run(machine, p, &plan, || {}).map(|t| m.throughput = t)
+                messaging::run(machine, p, &plan, deadline, || {}).map(|(t, c)| {
+                    m.throughput = t;
+                    keep(c)
+                })
             }
-            Stage::OsCost => stages::oscost(machine, s.mode, progress).map(|o| m.oscost = Some(o)),
-            Stage::Share => stages::share(machine, &b, progress).map(|x| m.share = Some(x)),
-            Stage::Scale => stages::scale(machine, &b, progress).map(|x| m.scaling = x),
+            Stage::OsCost => stages::oscost(machine, s.mode, progress, deadline).map(|(o, c)| {
+                m.oscost = Some(o);
+                keep(c)
+            }),
+            Stage::Share => stages::share(machine, &b, progress, deadline).map(|(x, c)| {
+                m.share = Some(x);
+                keep(c)
+            }),
+            Stage::Scale => stages::scale(machine, &b, progress, deadline).map(|(x, c)| {
+                m.scaling = x;
+                keep(c)
+            }),
             Stage::Watch(t, secs) => {
-                stages::watch(machine, t, *secs, progress).map(|x| m.app_watch = Some(x))
+                // Setting the watch up (BTF, programs) takes time too: half the deadline for
+                // the watch itself.
+                let secs = secs.min(deadline.left_s() * 0.5).max(0.5);
+                stages::watch(machine, t, secs, progress).map(|x| m.app_watch = Some(x))
             }
             Stage::Preset(p) => {
                 stages::preset(machine, p, s.mode, progress).map(|x| m.presets.extend(x))
             }
         };
+        let actual_s = started.elapsed().as_secs_f64();
+        if let Some(c) = &cut {
+            progress.warn(&format!(
+                "note: {} stopped at its deadline: {c}",
+                stage.name()
+            ));
+        }
+        m.stage_times.push(StageTime {
+            stage: stage.name(),
+            planned_s,
+            actual_s,
+            cut_short: cut,
+        });
         let after = SystemSnapshot::take(&machine.root);
         // A stage that ended because of a signal (or whose children a terminal's Ctrl-C
         // killed) is not a skipped experiment: the whole run stops here.
@@ -252,4 +308,30 @@ pub fn run(
         };
     }
     (m, stopped)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_stage_gets_its_share_of_the_time_left() {
+        let planned = [10.0, 5.0, 5.0];
+        // 40 s left for 20 planned: each stage twice its plan, never more than is left.
+        assert_eq!(allot(40.0, &planned, 0), 20.0);
+        // The first took 25 s of its 20: the later ones share the 15 left.
+        assert_eq!(allot(15.0, &planned, 1), 7.5);
+        assert_eq!(allot(7.5, &planned, 2), 7.5);
+        assert_eq!(
+            allot(-3.0, &planned, 2),
+            0.0,
+            "a budget already spent gives nothing"
+        );
+    }
+
+    #[test]
+    fn the_budgets_are_the_promised_ones() {
+        assert_eq!(Mode::Quick.total_s(), 15.0);
+        assert_eq!(Mode::Default.total_s(), 30.0);
+    }
 }

@@ -193,8 +193,27 @@ pub struct RunCounters {
     pub cfs_throttled_s: Option<f64>,
     /// Idle percent of online CPUs this process may not use, while the parallel tests ran.
     pub disallowed_idle_pct: Option<f64>,
-    /// Busy percent per allowed CPU from other programs before the battery.
+    /// Busy percent per allowed CPU from other programs before the battery (the watched
+    /// application's share taken out: it is the patient, not a neighbour).
     pub other_busy_pct: BTreeMap<u32, f64>,
+    /// Percent of one CPU the watched application (`--pid`/`--comm`) used before the battery.
+    #[serde(default)]
+    pub patient_busy_pct: Option<f64>,
+}
+
+/// One stage's share of the budget and what it used.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StageTime {
+    /// The stage's name, as progress and `skipped` name it.
+    pub stage: String,
+    /// Seconds the budget gave it: its deadline, counted from its start.
+    pub planned_s: f64,
+    /// Seconds it took (measured).
+    pub actual_s: f64,
+    /// Set when the stage stopped at its deadline with part of its work: what it kept and
+    /// what it left out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cut_short: Option<String>,
 }
 
 /// Something the battery did not run, and why.
@@ -209,6 +228,10 @@ pub struct Skipped {
 pub struct WatchedProcess {
     pub name: String,
     pub pids: Vec<i32>,
+    /// The cgroup its first pid lives in, as /proc/<pid>/cgroup names it (the v2 path, or the
+    /// v1 cpuset hierarchy's); filled by the doctor's watch stage.
+    #[serde(default)]
+    pub cgroup: Option<String>,
     pub wakeups_per_s: f64,
     /// Share of its wakeups placed on another CPU than the waker's, 0..1.
     pub cross_share: f64,
@@ -243,6 +266,7 @@ impl AppWatch {
                     wakeups_per_s: p.wakeups_per_s,
                     cross_share: cross.iter().map(|c| c.share).sum(),
                     cross_wakeups_per_s: cross.iter().map(|c| c.wakeups_per_s).sum(),
+                    cgroup: None,
                 }
             })
             .collect();
@@ -269,6 +293,9 @@ pub struct Measurements {
     /// The live application's wakeups (`doctor --pid` / `--comm`).
     #[serde(default)]
     pub app_watch: Option<AppWatch>,
+    /// Every stage's deadline and the time it took, in run order.
+    #[serde(default)]
+    pub stage_times: Vec<StageTime>,
 }
 
 impl Measurements {

@@ -8,9 +8,13 @@
 //! `packed` (all on one CPU), `spread` (pinned round-robin over the allowed CPUs) or `os` (placed
 //! by the scheduler). Runs of the placements are interleaved, repetition by repetition, so drift
 //! falls on all of them alike; the system counters around each run give halts and IPIs per
-//! message. The experiment sends a fixed number of messages; one short calibration run sizes it so
-//! a run lasts about the budget's run time.
+//! message. The experiment sends a fixed number of messages, so each placement is calibrated by
+//! one short run of its own (packed can be 8x faster than spread on a VM: one calibration of
+//! packed made every spread run 8x too long, and the stage once took 51 s), and every run is
+//! sized from its placement's latest rate and the time left before the stage's deadline.
+//! Repetitions stop at the deadline with the ones done (at least one of each placement).
 
+use super::battery::Deadline;
 use crate::counters::SystemSnapshot;
 use crate::cpulist::CpuSet;
 use crate::doctor::measurements::ThroughputRun;
@@ -77,37 +81,56 @@ impl Placement {
     }
 }
 
-/// Messages per sender and receiver so a run lasts about `plan.run_time`: one short run (that
-/// also warms the pipes and threads up) measures the rate.
-fn calibrate(machine: &Machine, p: &Placement, plan: &Plan, progress: &Progress) -> Result<usize> {
-    const PROBE: usize = 200;
+/// Messages per sender and receiver in the calibration run.
+const PROBE: usize = 200;
+
+/// A placement's rate in messages per second, from one short run (that also warms the pipes
+/// and threads up).
+fn calibrate(machine: &Machine, p: &Placement, plan: &Plan, progress: &Progress) -> Result<f64> {
     let r = Messaging::run(machine, &p.settings(plan, PROBE), progress)?;
-    let rate = r.runs.first().map_or(0.0, |x| x.messages_per_s);
-    let per_message = (plan.groups * plan.senders * plan.senders) as f64;
-    let m = rate * plan.run_time.as_secs_f64() / per_message;
-    // At most a million messages per receiver, as the experiment allows.
-    Ok((m as usize).clamp(PROBE, 1_000_000 / plan.senders.max(1)))
+    Ok(r.runs.first().map_or(0.0, |x| x.messages_per_s))
 }
 
-/// Runs every placement `repetitions` times, interleaved, and condenses each.
+/// Messages per sender and receiver so a run at `rate` lasts `secs` (pure): at least the
+/// calibration's count, at most a million messages per receiver, as the experiment allows.
+pub fn messages_for(rate: f64, secs: f64, plan: &Plan) -> usize {
+    let per_message = (plan.groups * plan.senders * plan.senders) as f64;
+    let m = rate * secs / per_message;
+    (m.max(0.0) as usize).clamp(PROBE, 1_000_000 / plan.senders.max(1))
+}
+
+/// Runs every placement up to `repetitions` times, interleaved, each run sized to fit before
+/// the deadline, and condenses each; the second value says what the deadline cut.
 pub fn run(
     machine: &Machine,
     placements: &[Placement],
     plan: &Plan,
+    deadline: Deadline,
     mut tick: impl FnMut(),
-) -> Result<Vec<ThroughputRun>> {
+) -> Result<(Vec<ThroughputRun>, Option<String>)> {
     let quiet = |_: crate::experiment::Level, _: &str| {};
     let progress = Progress::new(&quiet);
-    let Some(first) = placements.first() else {
-        return Ok(Vec::new());
-    };
-    let messages = calibrate(machine, first, plan, &progress)?;
+    let mut rate = Vec::with_capacity(placements.len());
+    for p in placements {
+        rate.push(calibrate(machine, p, plan, &progress)?);
+    }
     let mut rates: Vec<Vec<f64>> = vec![Vec::new(); placements.len()];
     let mut per_message: Vec<BTreeMap<String, f64>> = vec![BTreeMap::new(); placements.len()];
     let mut received = vec![0u64; placements.len()];
-    for _ in 0..plan.repetitions {
+    let mut done = 0;
+    'reps: for rep in 0..plan.repetitions {
         for (i, p) in placements.iter().enumerate() {
             crate::signals::check()?;
+            let runs_left = (plan.repetitions - rep) * placements.len() - i;
+            let secs = plan
+                .run_time
+                .as_secs_f64()
+                .min(deadline.left_s() / runs_left as f64);
+            // Past the deadline after the first full round: stop with what was measured.
+            if rep > 0 && deadline.passed() {
+                break 'reps;
+            }
+            let messages = messages_for(rate[i], secs, plan);
             let before = SystemSnapshot::take(&machine.root);
             let r = Messaging::run(machine, &p.settings(plan, messages), &progress)?;
             let d = before.delta(&SystemSnapshot::take(&machine.root), &p.cpus());
@@ -120,10 +143,17 @@ pub fn run(
             }
             received[i] += one.messages_received;
             rates[i].push(one.messages_per_s);
+            // The next run of this placement is sized from what it just did.
+            if one.messages_per_s > 0.0 {
+                rate[i] = one.messages_per_s;
+            }
             tick();
         }
+        done = rep + 1;
     }
-    Ok(placements
+    let cut = (done < plan.repetitions)
+        .then(|| format!("{done} of {} repetitions per placement", plan.repetitions));
+    let runs = placements
         .iter()
         .enumerate()
         .filter_map(|(i, p)| {
@@ -140,7 +170,8 @@ pub fn run(
                 per_message: per,
             })
         })
-        .collect())
+        .collect();
+    Ok((runs, cut))
 }
 
 #[cfg(test)]
@@ -163,7 +194,8 @@ mod tests {
             Placement::Spread(allowed.clone()),
             Placement::Os(allowed),
         ];
-        let r = run(&machine, &placements, &plan, || {}).unwrap();
+        let (r, cut) = run(&machine, &placements, &plan, Deadline::after(60.0), || {}).unwrap();
+        assert!(cut.is_none(), "a minute is enough for 2 x 3 runs of 30 ms");
         assert_eq!(r.len(), 3);
         for t in &r {
             assert_eq!(t.samples_per_s.len(), 2);
@@ -172,5 +204,51 @@ mod tests {
             let m = &t.messages_per_s;
             assert!(m.ci95_low <= m.mean && m.mean <= m.ci95_high);
         }
+    }
+
+    /// Regression (issue 22): the stage sized every run from one calibration and nothing
+    /// stopped it. With its deadline already passed it runs one round and says what it cut.
+    #[test]
+    fn a_passed_deadline_stops_after_one_round_and_says_so() {
+        let plan = Plan {
+            groups: 1,
+            senders: 2,
+            run_time: Duration::from_millis(30),
+            repetitions: 4,
+        };
+        let machine = Machine::detect(std::path::Path::new("/")).unwrap();
+        let cpu = crate::affinity::current_cpu().unwrap_or(0);
+        let (r, cut) = run(
+            &machine,
+            &[Placement::Packed(cpu)],
+            &plan,
+            Deadline::after(0.0),
+            || {},
+        )
+        .unwrap();
+        assert_eq!(r[0].samples_per_s.len(), 1);
+        assert_eq!(cut.as_deref(), Some("1 of 4 repetitions per placement"));
+    }
+
+    #[test]
+    fn runs_are_sized_by_rate_and_time() {
+        let plan = Plan {
+            groups: 2,
+            senders: 4,
+            run_time: Duration::from_millis(500),
+            repetitions: 5,
+        };
+        // 32 messages per message count; 320k/s for 0.5 s = 5000 each.
+        assert_eq!(messages_for(320_000.0, 0.5, &plan), 5000);
+        assert_eq!(
+            messages_for(320_000.0, 0.0, &plan),
+            PROBE,
+            "never below the calibration"
+        );
+        assert_eq!(
+            messages_for(1e12, 10.0, &plan),
+            250_000,
+            "the experiment's cap"
+        );
     }
 }

@@ -71,22 +71,36 @@ pub fn run(
     let facts = adapt::facts(&probe);
     let mut conditions = probe.conditions.clone();
     let mut other_busy = Default::default();
+    let mut patient_busy = None;
     if settings.check_load {
         progress.step("checking for other load");
-        let check = crate::counters::check_background_load(
+        let patient = settings.watch.as_ref().map(patient);
+        let check = crate::counters::check_background_load_beside(
             &machine.root,
             &machine.allowed,
             std::time::Duration::from_millis(300),
+            &|pid, name| patient.as_ref().is_some_and(|p| p(pid, name)),
         );
-        other_busy = check.other_busy_pct.clone();
+        // The watched application is the patient: its load is no neighbour's.
+        other_busy = crate::counters::without_own(
+            &check.other_busy_pct,
+            check.patient_cpu_s,
+            check.window_s,
+        );
+        patient_busy = settings
+            .watch
+            .as_ref()
+            .map(|_| check.patient_cpu_s / check.window_s.max(1e-9) * 100.0);
         conditions.record_load(check);
     } else {
         conditions.load_not_checked();
     }
     progress.done(1.0);
+    let end = t0 + std::time::Duration::from_secs_f64(settings.mode.total_s());
     let (mut m, interrupted): (Measurements, _) =
-        battery::run(machine, settings, &stages, &progress);
+        battery::run(machine, settings, &stages, &progress, end);
     m.counters.other_busy_pct = other_busy;
+    m.counters.patient_busy_pct = patient_busy;
     skipped.append(&mut m.skipped);
     m.skipped = skipped;
     progress.finish();
@@ -116,5 +130,24 @@ pub fn run(
         measurements: m,
         findings,
         interrupted,
+    }
+}
+
+/// A predicate over a process's pid and command name.
+type ProcessFilter = Box<dyn Fn(i32, &str) -> bool>;
+
+/// Which processes are the watched application, by pid and command name.
+fn patient(t: &crate::watch::Target) -> ProcessFilter {
+    use crate::watch::Target;
+    match t.clone() {
+        Target::Pids(p) => Box::new(move |pid, _| p.contains(&pid)),
+        Target::Comms(c) => Box::new(move |_, name| c.contains(name)),
+        Target::Cgroup(dir) => {
+            let procs = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
+            let p = crate::watch::targets::parse_procs(&procs);
+            Box::new(move |pid, _| p.contains(&pid))
+        }
+        Target::Command(root) => Box::new(move |pid, _| pid == root),
+        Target::All => Box::new(|_, _| false),
     }
 }

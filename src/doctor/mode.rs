@@ -1,8 +1,10 @@
-//! How long the doctor measures: a [`Mode`] (quick, default, thorough) and the [`Budget`] of
-//! time it gives each experiment. The battery chooses the stages, the stages run them; both read
-//! the budget from here, so neither imports the other for it.
+//! How long the doctor measures: a [`Mode`] (quick, default, thorough), the [`Budget`] of
+//! time it gives each experiment, and the [`Deadline`] each stage stops at. The battery chooses
+//! the stages, the stages run them; both read the budget from here, so neither imports the
+//! other for it.
 
 use serde::{Deserialize, Serialize};
+use std::time::{Duration, Instant};
 
 /// How long and how precisely to measure.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -14,6 +16,27 @@ pub enum Mode {
     Default,
     /// Longer runs for tighter intervals.
     Thorough,
+}
+
+/// A stage's deadline: when it must be done by.
+#[derive(Clone, Copy, Debug)]
+pub struct Deadline(pub Instant);
+
+impl Deadline {
+    pub fn after(secs: f64) -> Self {
+        Self(Instant::now() + Duration::from_secs_f64(secs.max(0.0)))
+    }
+
+    /// Seconds left (0 once passed).
+    pub fn left_s(&self) -> f64 {
+        self.0
+            .saturating_duration_since(Instant::now())
+            .as_secs_f64()
+    }
+
+    pub fn passed(&self) -> bool {
+        Instant::now() >= self.0
+    }
 }
 
 /// Time allowed to each experiment in a mode.
@@ -45,11 +68,20 @@ impl Mode {
         }
     }
 
+    /// The whole run's budget in seconds, probe and judging included.
+    pub fn total_s(self) -> f64 {
+        match self {
+            Mode::Quick => 15.0,
+            Mode::Default => 30.0,
+            Mode::Thorough => 120.0,
+        }
+    }
+
     pub fn budget(self) -> Budget {
         let (wm, wb, ci, mr, mn, os, sr, sn, sc, pr) = match self {
-            Mode::Quick => (0.6, 0.03, 0.03, 0.25, 3, 1.5, 0.25, 3, 0.3, 1.0),
-            Mode::Default => (2.0, 0.05, 0.02, 0.5, 5, 5.0, 0.5, 4, 0.5, 3.0),
-            Mode::Thorough => (6.0, 0.1, 0.01, 1.0, 8, 12.0, 1.0, 6, 1.0, 5.0),
+            Mode::Quick => (0.6, 0.03, 0.03, 0.25, 3, 2.2, 0.25, 3, 0.3, 1.0),
+            Mode::Default => (2.0, 0.05, 0.02, 0.5, 5, 6.5, 0.5, 4, 0.5, 3.0),
+            Mode::Thorough => (6.0, 0.1, 0.01, 1.0, 8, 13.5, 1.0, 6, 1.0, 5.0),
         };
         Budget {
             wakeup_max_s: wm,

@@ -1,10 +1,11 @@
 //! Calling the experiment modules with the doctor's budget, and condensing what they return
 //! (through [`super::adapt`]). One function per experiment; each is the single place that
-//! knows how to drive its module for the doctor.
+//! knows how to drive its module for the doctor, and sizes its work to the stage's
+//! [`Deadline`], returning what it left out when the deadline cut it short.
 
 use super::adapt;
 use super::measurements::{OsCosts, PresetRun, ScalePoint, ShareCheck, WakeupRun};
-use super::mode::{Budget, Mode};
+use super::mode::{Budget, Deadline, Mode};
 use super::progress::Progress;
 use crate::experiment::{Experiment, Level, Progress as Sink};
 use crate::machine::Machine;
@@ -72,22 +73,78 @@ pub fn watch(
         ..Default::default()
     };
     let r = crate::watch::run(machine, &settings, &sink)?;
-    Ok(crate::doctor::measurements::AppWatch::from_report(&r))
+    let mut w = crate::doctor::measurements::AppWatch::from_report(&r);
+    for p in &mut w.processes {
+        // A short-lived process (one pgbench run) may be gone: then a live one of its name.
+        p.cgroup = p
+            .pids
+            .iter()
+            .find_map(|pid| cgroup_of(&machine.root, *pid))
+            .or_else(|| {
+                live_pid_named(&machine.root, &p.name).and_then(|pid| cgroup_of(&machine.root, pid))
+            });
+    }
+    Ok(w)
+}
+
+/// A live process whose command name is `name`.
+fn live_pid_named(root: &std::path::Path, name: &str) -> Option<i32> {
+    std::fs::read_dir(root.join("proc"))
+        .ok()?
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .find(|pid| {
+            std::fs::read_to_string(root.join(format!("proc/{pid}/comm")))
+                .is_ok_and(|c| c.trim() == name)
+        })
+}
+
+/// The cgroup a process lives in, from /proc/<pid>/cgroup: the v1 cpuset hierarchy's path when
+/// there is one (that is where a cpuset is set), else the v2 path.
+pub fn cgroup_of(root: &std::path::Path, pid: i32) -> Option<String> {
+    let text = std::fs::read_to_string(root.join(format!("proc/{pid}/cgroup"))).ok()?;
+    pick_cgroup(&crate::probe::cgroup::parse_proc_cgroup(&text))
+}
+
+/// The cpuset hierarchy's path, else the unified (v2) one (pure).
+pub fn pick_cgroup(m: &[crate::probe::cgroup::Membership]) -> Option<String> {
+    m.iter()
+        .find(|l| l.controllers.iter().any(|c| c == "cpuset"))
+        .or_else(|| {
+            m.iter()
+                .find(|l| l.hierarchy == 0 && l.controllers.is_empty())
+        })
+        .map(|l| l.path.clone())
+}
+
+/// Overhead of one pingpong run beyond its warm-up and timed batches (threads, pinning).
+const PINGPONG_RUN_OVERHEAD_S: f64 = 0.05;
+
+/// The budget's wakeup settings with each run's time capped so `runs_left` runs fit in what
+/// is left of the deadline; `None` when not even a short run fits.
+fn fitted(b: &Budget, runs_left: usize, deadline: Deadline) -> Option<Budget> {
+    let per_run = deadline.left_s() / runs_left.max(1) as f64;
+    let mut fit = b.clone();
+    let warmup = (b.wakeup_batch_s * 2.0).max(0.05);
+    fit.wakeup_max_s = b
+        .wakeup_max_s
+        .min(per_run - warmup - PINGPONG_RUN_OVERHEAD_S);
+    // At least three batches, or the run says nothing.
+    (fit.wakeup_max_s >= 3.0 * b.wakeup_batch_s).then_some(fit)
 }
 
 /// Wakeup round trips: blocking (pipe) at every pair plus unpinned, and spinning at one pair
-/// of each cross-CPU class (spinning on one CPU is meaningless).
-pub fn wakeup(machine: &Machine, b: &Budget, p: &Progress) -> Result<Vec<WakeupRun>> {
+/// of each cross-CPU class (spinning on one CPU is meaningless), each run capped so they all
+/// fit before the deadline; a part that no longer fits is left out and named.
+pub fn wakeup(
+    machine: &Machine,
+    b: &Budget,
+    p: &Progress,
+    deadline: Deadline,
+) -> Result<(Vec<WakeupRun>, Option<String>)> {
     let sink = |level: Level, m: &str| p.emit(level, &format!("pingpong: {m}"));
     let sink = Sink::new(&sink);
     let mut pairs = blocking_pairs(machine);
     pairs.push(pingpong::Placement::Unpinned);
-    let blocking = Pingpong::run(
-        machine,
-        &pingpong_settings(b, pingpong::Method::Pipe, pairs),
-        &sink,
-    )?;
-    let mut runs = adapt::wakeup(&blocking);
     let spin_pairs: Vec<pingpong::Placement> = machine
         .topology
         .representative_pairs(&machine.allowed)
@@ -95,16 +152,44 @@ pub fn wakeup(machine: &Machine, b: &Budget, p: &Progress) -> Result<Vec<WakeupR
         .filter(|c| c.class != PlacementClass::SameCpu)
         .map(|c| pingpong::Placement::Pinned { a: c.a, b: c.b })
         .collect();
-    if !spin_pairs.is_empty() {
-        let spin = Pingpong::run(
-            machine,
-            &pingpong_settings(b, pingpong::Method::Spin, spin_pairs),
-            &sink,
-        )?;
-        runs.extend(adapt::wakeup(&spin));
+    let neighbours = usize::from(machine.allowed.len() > 1);
+    let mut left = pairs.len() + spin_pairs.len() + neighbours;
+    let mut cut = Vec::new();
+    let mut runs = Vec::new();
+    match fitted(b, left, deadline) {
+        Some(fit) => {
+            left -= pairs.len();
+            let blocking = Pingpong::run(
+                machine,
+                &pingpong_settings(&fit, pingpong::Method::Pipe, pairs),
+                &sink,
+            )?;
+            runs = adapt::wakeup(&blocking);
+        }
+        None => cut.push("the blocking round trips"),
     }
-    runs.extend(unpinned_with_neighbours(machine, b, p)?);
-    Ok(runs)
+    if !spin_pairs.is_empty() {
+        match fitted(b, left, deadline) {
+            Some(fit) => {
+                left -= spin_pairs.len();
+                let spin = Pingpong::run(
+                    machine,
+                    &pingpong_settings(&fit, pingpong::Method::Spin, spin_pairs),
+                    &sink,
+                )?;
+                runs.extend(adapt::wakeup(&spin));
+            }
+            None => cut.push("the spinning round trips"),
+        }
+    }
+    if neighbours > 0 {
+        match fitted(b, left, deadline) {
+            Some(fit) => runs.extend(unpinned_with_neighbours(machine, &fit, p)?),
+            None => cut.push("the unpinned round trip beside busy neighbours"),
+        }
+    }
+    let cut = (!cut.is_empty()).then(|| format!("left out {}", cut.join(", ")));
+    Ok((runs, cut))
 }
 
 /// The unpinned blocking round trip again, with a busy neighbour (a normal-priority spinning
@@ -142,8 +227,20 @@ fn unpinned_with_neighbours(machine: &Machine, b: &Budget, p: &Progress) -> Resu
     Ok(runs)
 }
 
-/// The OS primitive costs and the frequency ramp.
-pub fn oscost(machine: &Machine, mode: Mode, p: &Progress) -> Result<OsCosts> {
+/// Seconds one frequency trial takes: idle, load and warm window.
+fn freq_trial_s(f: &oscost::freq::FreqSettings) -> f64 {
+    (f.idle + f.load + f.warm_window).as_secs_f64()
+}
+
+/// The OS primitive costs and the frequency ramp, fewer batches and trials when the deadline
+/// is short: the primitives' batches first (at most half the time), the frequency trials in
+/// the rest (two at least, with a shorter load when two full ones do not fit).
+pub fn oscost(
+    machine: &Machine,
+    mode: Mode,
+    p: &Progress,
+    deadline: Deadline,
+) -> Result<(OsCosts, Option<String>)> {
     let mut s = match mode {
         Mode::Quick => oscost::OscostSettings::quick(),
         _ => oscost::OscostSettings::standard(),
@@ -154,32 +251,89 @@ pub fn oscost(machine: &Machine, mode: Mode, p: &Progress) -> Result<OsCosts> {
             f.trials = 6;
         }
     }
+    let left = deadline.left_s();
+    let mut cut = Vec::new();
+    // Each primitive: a calibration and a warm-up batch besides its timed ones; slow ones
+    // (fork + exec) overshoot their target, hence the factor 2.
+    let per_batch = s.batch_target.as_secs_f64() * oscost::PRIMITIVES.len() as f64 * 2.0;
+    let batches = ((left * 0.5 / per_batch) as usize)
+        .saturating_sub(2)
+        .clamp(3, s.batches);
+    if batches < s.batches {
+        cut.push(format!("{batches} of {} batches per primitive", s.batches));
+        s.batches = batches;
+    }
+    if let Some(f) = s.frequency.as_mut() {
+        let avail = (left - per_batch * (s.batches + 2) as f64) * 0.9;
+        let trials = ((avail / freq_trial_s(f)) as usize).min(f.trials);
+        if trials < f.trials && trials < 2 {
+            // Two trials give an interval; shorten the sustained load instead.
+            let load = avail / 2.0 - (f.idle + f.warm_window).as_secs_f64();
+            if load < 0.2 {
+                cut.push("no frequency trial".to_string());
+                s.frequency = None;
+            } else {
+                cut.push(format!(
+                    "2 frequency trials with {load:.2} s of load instead of {:.2} s",
+                    f.load.as_secs_f64()
+                ));
+                f.trials = 2;
+                f.load = Duration::from_secs_f64(load);
+            }
+        } else if trials < f.trials {
+            cut.push(format!("{trials} of {} frequency trials", f.trials));
+            f.trials = trials;
+        }
+    }
     let r = Oscost::run(machine, &s, &Sink::new(&|l, m| p.emit(l, m)))?;
-    Ok(adapt::oscost(&r))
+    Ok((adapt::oscost(&r), (!cut.is_empty()).then(|| cut.join(", "))))
 }
 
 /// One CPU-bound worker alone, then one per usable CPU, no burners: on an idle machine each
-/// worker keeps a whole CPU.
-pub fn share(machine: &Machine, b: &Budget, p: &Progress) -> Result<ShareCheck> {
+/// worker keeps a whole CPU. Fewer repetitions (at least two) when the deadline is short.
+pub fn share(
+    machine: &Machine,
+    b: &Budget,
+    p: &Progress,
+    deadline: Deadline,
+) -> Result<(ShareCheck, Option<String>)> {
     let n = machine.allowed.len().max(1);
+    let threads = if n > 1 { vec![1, n] } else { vec![1] };
+    // Each run: its duration and about 50 ms of thread start-up.
+    let per_rep = threads.len() as f64 * (b.share_run_s + 0.05);
+    let repeats = ((deadline.left_s() / per_rep) as usize).clamp(2, b.share_repetitions);
     let s = share::ShareSettings {
-        threads: if n > 1 { vec![1, n] } else { vec![1] },
+        threads,
         burners: vec![],
         duration: Duration::from_secs_f64(b.share_run_s),
-        repeats: b.share_repetitions,
+        repeats,
         ..share::ShareSettings::single(1, 0)
     };
     let r = Share::run(machine, &s, &Sink::new(&|l, m| p.emit(l, m)))?;
-    adapt::share(&r).ok_or_else(|| anyhow::anyhow!("the share check measured no worker rate"))
+    let cut = (repeats < b.share_repetitions)
+        .then(|| format!("{repeats} of {} repetitions", b.share_repetitions));
+    adapt::share(&r)
+        .map(|x| (x, cut))
+        .ok_or_else(|| anyhow::anyhow!("the share check measured no worker rate"))
 }
 
-/// Fib at 1..=usable CPUs threads, compact against scatter.
-pub fn scale(machine: &Machine, b: &Budget, p: &Progress) -> Result<Vec<ScalePoint>> {
+/// Fib at 1..=usable CPUs threads, compact against scatter, each run shortened when the
+/// deadline is short.
+pub fn scale(
+    machine: &Machine,
+    b: &Budget,
+    p: &Progress,
+    deadline: Deadline,
+) -> Result<(Vec<ScalePoint>, Option<String>)> {
     let mut s = scale::ScaleSettings::quick(machine);
     s.policies = vec![scale::Policy::Compact, scale::Policy::Scatter];
-    s.duration = Duration::from_secs_f64(b.scale_run_s);
+    let runs = (2 * machine.allowed.len().max(1)) as f64 + 1.0;
+    let secs = (deadline.left_s() / runs - 0.05).clamp(0.1, b.scale_run_s);
+    s.duration = Duration::from_secs_f64(secs);
     let r = Scale::run(machine, &s, &Sink::new(&|l, m| p.emit(l, m)))?;
-    Ok(adapt::scale(&r))
+    let cut = (secs < b.scale_run_s)
+        .then(|| format!("runs of {secs:.2} s instead of {:.2} s", b.scale_run_s));
+    Ok((adapt::scale(&r), cut))
 }
 
 /// A real application preset under the automatic placements.
@@ -196,4 +350,24 @@ pub fn preset(machine: &Machine, name: &str, mode: Mode, p: &Progress) -> Result
     let sink = |level: Level, m: &str| p.emit(level, &format!("{name}: {m}"));
     let r = Pair::run(machine, &s, &Sink::new(&sink))?;
     Ok(adapt::pair(&r, name))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::pick_cgroup;
+    use crate::probe::cgroup::parse_proc_cgroup;
+
+    #[test]
+    fn the_cpuset_hierarchy_wins_else_the_unified_one() {
+        let v2 = parse_proc_cgroup("0::/system.slice/postgresql@15-main.service\n");
+        assert_eq!(
+            pick_cgroup(&v2).as_deref(),
+            Some("/system.slice/postgresql@15-main.service")
+        );
+        let v1 = parse_proc_cgroup(
+            "12:cpuset:/docker/abc\n4:cpu,cpuacct:/docker/abc\n1:name=systemd:/docker/abc\n0::/\n",
+        );
+        assert_eq!(pick_cgroup(&v1).as_deref(), Some("/docker/abc"));
+        assert_eq!(pick_cgroup(&[]), None);
+    }
 }

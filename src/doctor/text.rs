@@ -286,6 +286,25 @@ pub fn measurements(s: &Style, m: &Measurements) -> String {
     if let (Some(p @ 1..), Some(t)) = (c.cfs_periods, c.cfs_throttled_periods) {
         out += &format!("cgroup quota: {t} of {p} periods throttled during the battery\n");
     }
+    if !m.stage_times.is_empty() {
+        let line = m
+            .stage_times
+            .iter()
+            .map(|t| format!("{} {:.1} of {:.1} s", t.stage, t.actual_s, t.planned_s))
+            .collect::<Vec<_>>()
+            .join("; ");
+        out += &wrap(&format!("Stage times (taken of deadline): {line}"), 0);
+        for t in m.stage_times.iter().filter(|t| t.cut_short.is_some()) {
+            out += &wrap(
+                &format!(
+                    "- {} stopped at its deadline: {}",
+                    t.stage,
+                    t.cut_short.as_deref().unwrap_or_default()
+                ),
+                2,
+            );
+        }
+    }
     if !m.skipped.is_empty() {
         out += &format!("\n{}\n", s.bold("Not measured"));
         for k in &m.skipped {
@@ -305,7 +324,7 @@ pub fn render(r: &DoctorReport) -> String {
         _ => "bare metal (no hypervisor seen)".into(),
     };
     let mut out = format!(
-        "{} on {}: {}, kernel {}, CPUs {} usable of {} online; {:.0} s ({} run)\n",
+        "{} on {}: {}, kernel {}, CPUs {} usable of {} online; {:.0} s ({} run, budget {:.0} s)\n",
         s.bold("cpulab doctor"),
         r.conditions.hostname,
         host,
@@ -313,7 +332,8 @@ pub fn render(r: &DoctorReport) -> String {
         f.allowed_cpus,
         f.online_cpus,
         r.duration_s,
-        r.mode.as_str()
+        r.mode.as_str(),
+        r.mode.total_s()
     );
     if let Some(model) = &f.cpu_model {
         out += &format!("{}\n", s.dim(model));

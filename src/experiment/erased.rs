@@ -30,8 +30,10 @@ pub struct Entry {
 pub struct Subcommand {
     /// The clap definition: flags, help, examples.
     pub clap: fn() -> clap::Command,
-    /// Runs it from parsed flags: `root` and `quiet` are the global options.
-    pub run: fn(&clap::ArgMatches, &Path, bool) -> Result<()>,
+    /// Runs it from parsed flags (`root` and `quiet` are the global options), prints the
+    /// result, and returns the enveloped document for the command layer's other sinks (the
+    /// history), which stand above this module.
+    pub run: fn(&clap::ArgMatches, &Path, bool) -> Result<serde_json::Value>,
     /// `try --measure NAME:FLAGS`: the flags (without the name) parsed and validated into
     /// something to run each round.
     pub measure: MeasureFn,
@@ -82,7 +84,11 @@ where
         .map_err(|e| bad_input(format!("{}: {}", E::NAME, e.to_string().trim())))
 }
 
-fn run_command<E: Command>(m: &clap::ArgMatches, root: &Path, quiet: bool) -> Result<()>
+fn run_command<E: Command>(
+    m: &clap::ArgMatches,
+    root: &Path,
+    quiet: bool,
+) -> Result<serde_json::Value>
 where
     E::Settings: 'static,
 {
@@ -112,11 +118,14 @@ where
         std::fs::write(path, E::render_html(&report))
             .map_err(|e| bad_input(format!("cannot write {}: {e}", path.display())))?;
     }
+    let envelope = Envelope::new(E::KIND, &report);
     if E::json(&args) {
-        output::print_json(&Envelope::new(E::KIND, &report))
+        output::print_json(&envelope)?;
     } else {
-        output::print_text(&E::render_text(&report, &Style::new()))
+        output::print_text(&E::render_text(&report, &Style::new()))?;
     }
+    // Printed first, so a later failure loses nothing; the caller hands the document on.
+    Ok(serde_json::to_value(&envelope)?)
 }
 
 fn measure_of<E: Command>(words: &[String], machine: &Machine) -> Result<Box<dyn Runnable>>

@@ -41,6 +41,10 @@ pub trait Tasks {
 #[derive(Clone, Debug)]
 pub struct ClassAcc {
     pub wakeups: u64,
+    /// Wakeups switched in straight from the idle task: their CPU was idle when placed.
+    pub to_idle: u64,
+    /// Sum of the timed latencies, ns.
+    pub sum_ns: u64,
     /// Wakeup-to-run latency, ns.
     pub latency: Histogram<u64>,
 }
@@ -49,6 +53,8 @@ impl ClassAcc {
     fn new() -> Self {
         Self {
             wakeups: 0,
+            to_idle: 0,
+            sum_ns: 0,
             // invariant: bounds 1..60 s with 2 significant digits are valid.
             latency: Histogram::new_with_bounds(1, 60_000_000_000, 2).expect("valid bounds"),
         }
@@ -56,6 +62,8 @@ impl ClassAcc {
 
     pub fn merge(&mut self, o: &ClassAcc) {
         self.wakeups += o.wakeups;
+        self.to_idle += o.to_idle;
+        self.sum_ns += o.sum_ns;
         let _ = self.latency.add(&o.latency);
     }
 }
@@ -187,7 +195,8 @@ impl<'t> Analysis<'t> {
         waker_cpu: u32,
         cpu: u32,
         pair: Option<(i32, i32)>,
-        latency_ns: Option<u64>,
+        // The latency and whether the CPU was idle (switched in from the idle task), if timed.
+        timed: Option<(u64, bool)>,
     ) {
         let class = self.topology.class(waker_cpu, cpu);
         self.cpus_involved.insert(waker_cpu);
@@ -195,7 +204,10 @@ impl<'t> Analysis<'t> {
         let p = self.process(info, tid);
         let acc = class_entry(&mut p.classes, class);
         acc.wakeups += 1;
+        let latency_ns = timed.map(|t| t.0);
+        acc.to_idle += u64::from(timed.is_some_and(|t| t.1));
         if let Some(ns) = latency_ns {
+            acc.sum_ns += ns;
             p.runq_wait_ns += ns;
             let _ = acc.latency.record(ns.max(1));
         }
@@ -361,7 +373,14 @@ impl<'t> Analysis<'t> {
                         None => {}
                     }
                     let wait = time_ns.saturating_sub(w.at_ns);
-                    self.count(&info, next_tid, w.waker_cpu, placed, w.pair, Some(wait));
+                    self.count(
+                        &info,
+                        next_tid,
+                        w.waker_cpu,
+                        placed,
+                        w.pair,
+                        Some((wait, prev_tid == 0 && placed == cpu)),
+                    );
                 } else if let Some(q) = queued {
                     self.process(&info, next_tid).runq_wait_ns += time_ns.saturating_sub(q);
                 }

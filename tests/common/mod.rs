@@ -13,14 +13,20 @@ use serde_json::Value;
 use std::io::Write;
 use std::path::PathBuf;
 
-/// The cpulab binary under test, for assert_cmd.
+/// The cpulab binary under test, for assert_cmd. It records nothing in a history
+/// (`CPULAB_HISTORY=off`) unless the test gives `--history PATH` or sets the variable again.
 pub fn cpulab() -> Command {
-    Command::new(cpulab_path())
+    let mut c = Command::new(cpulab_path());
+    c.env("CPULAB_HISTORY", "off");
+    c
 }
 
-/// The cpulab binary under test as a plain process, for tests that spawn it and signal it.
+/// The cpulab binary under test as a plain process, for tests that spawn it and signal it
+/// (no history, as [`cpulab`]).
 pub fn cpulab_process() -> std::process::Command {
-    std::process::Command::new(cpulab_path())
+    let mut c = std::process::Command::new(cpulab_path());
+    c.env("CPULAB_HISTORY", "off");
+    c
 }
 
 /// The path of the binary under test, for tests that run it under another program (taskset).

@@ -104,7 +104,7 @@ fn finding(id: &str, runs: &[&PresetRun], i: &Inputs<'_>) -> Option<Finding> {
                 .into()
         },
         remedies: if co_located {
-            remedies::colocate(cpu, i.facts)
+            remedies::colocate(cpu, i.facts, i.m.app_watch.as_ref())
         } else {
             vec![crate::doctor::findings::Remedy::new(
                 format!(

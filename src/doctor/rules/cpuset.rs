@@ -82,12 +82,33 @@ impl Rule for RestrictedCpuSet {
             Datum::number(idle, "pct"),
             "measured: /proc/stat",
         ));
+        // The watched application's own pids when the doctor watched one.
+        let (taskset_cmd, try_cmd) = match super::remedies::patient(i.m.app_watch.as_ref()) {
+            Some((pids, _)) => {
+                let (args, more) = super::remedies::pid_args(&pids, &online.to_string());
+                (
+                    format!(
+                        "{}{more}",
+                        pids.iter()
+                            .take(12)
+                            .map(|p| format!("taskset -a -pc {online} {p}"))
+                            .collect::<Vec<_>>()
+                            .join("; ")
+                    ),
+                    format!("cpulab try {args}"),
+                )
+            }
+            None => (
+                format!("taskset -a -pc {online} <pid>   (or start it with taskset -c {online})"),
+                format!("cpulab try pid:<pid>.affinity={online}"),
+            ),
+        };
         let taskset = Remedy::new(
-            format!("taskset -a -pc {online} <pid>   (or start it with taskset -c {online})"),
+            taskset_cmd,
             "Widens the affinity mask so the process may use every online CPU.",
             "If the restriction was set for isolation (other tenants, real-time CPUs), keep it.",
         )
-        .with_try(format!("cpulab try pid:<pid>.affinity={online}"));
+        .with_try(try_cmd);
         let mut widen_cpuset = Remedy::new(
             format!(
                 "systemctl set-property <unit> AllowedCPUs={online}; docker update --cpuset-cpus {online} <container>; or echo {online} > {group}/cpuset.cpus"

@@ -188,6 +188,7 @@ pub fn quiet_machine() -> (Facts, Measurements) {
         },
         skipped: vec![],
         app_watch: None,
+        stage_times: vec![],
     };
     (facts(), m)
 }
@@ -239,6 +240,7 @@ pub fn everything_wrong() -> (Facts, Measurements) {
             cfs_throttled_s: Some(6.0),
             disallowed_idle_pct: Some(95.0),
             other_busy_pct: BTreeMap::new(),
+            patient_busy_pct: None,
         },
         skipped: vec![],
         app_watch: Some(crate::doctor::measurements::AppWatch {
@@ -251,8 +253,10 @@ pub fn everything_wrong() -> (Facts, Measurements) {
                 wakeups_per_s: 48_000.0,
                 cross_share: 0.71,
                 cross_wakeups_per_s: 34_080.0,
+                cgroup: Some("/system.slice/postgresql@15-main.service".into()),
             }],
         }),
+        stage_times: vec![],
     };
     (f, m)
 }

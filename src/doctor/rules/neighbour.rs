@@ -8,6 +8,11 @@
 //! whole CPU; a share beyond noise below that is the effect, and steal, local load and the model
 //! say who took the rest. Steal whose whole interval lies above a few percent is an effect on
 //! its own: it is time measured as taken.
+//!
+//! The watched application (`doctor --pid/--comm`) is the patient, never the neighbour: its CPU
+//! time is taken out of the other load before the rule looks, and a shortfall that only the
+//! patient's own load explains is no finding here (issue 22: "other local programs" were
+//! postgres and pgbench, the application being examined).
 
 use super::{Inputs, Rule, plain_ci};
 use crate::doctor::findings::{Confidence, Datum, Evidence, Finding, Magnitude, Remedy, Severity};
@@ -28,6 +33,8 @@ struct Culprits {
     steal: Option<MeanCi>,
     outside: bool,
     local: Vec<(u32, f64)>,
+    /// The watched application was busy before the run (percent of one CPU).
+    patient_busy: bool,
 }
 
 fn culprits(i: &Inputs<'_>) -> Culprits {
@@ -42,14 +49,23 @@ fn culprits(i: &Inputs<'_>) -> Culprits {
             .filter(|(_, b)| **b > LOCAL_BUSY_PCT)
             .map(|(c, b)| (*c, *b))
             .collect();
-    if local.is_empty() && i.m.share.as_ref().is_some_and(|s| s.other_load_cpus >= 0.1) {
-        // Seen during the share check itself rather than before the run.
+    let patient_busy =
+        i.m.counters
+            .patient_busy_pct
+            .is_some_and(|p| p > LOCAL_BUSY_PCT);
+    // Seen during the share check itself rather than before the run; with a busy patient that
+    // load is most likely the patient's own.
+    if local.is_empty()
+        && !patient_busy
+        && i.m.share.as_ref().is_some_and(|s| s.other_load_cpus >= 0.1)
+    {
         local.push((u32::MAX, 0.0));
     }
     Culprits {
         steal,
         outside,
         local,
+        patient_busy,
     }
 }
 
@@ -148,6 +164,10 @@ impl Rule for NoisyNeighbour {
         let shortfall =
             share.filter(|s| s.share.n >= 2 && s.share.ci95_high < 1.0 && s.share.mean < SHORTFALL);
         if !c.outside && shortfall.is_none() {
+            return vec![];
+        }
+        // Only the watched application was busy: the patient, not a neighbour.
+        if !c.outside && c.local.is_empty() && c.patient_busy {
             return vec![];
         }
         // A shortfall the model predicts with no other load (a quota, a narrow cpuset) is not
@@ -288,5 +308,28 @@ mod tests {
                 .contains("Neither steal nor other local programs")
         );
         assert!(!f[0].mechanism.contains("other busy programs"));
+    }
+
+    /// Regression (issue 22): with `--comm postgres,pgbench` the finding blamed "other local
+    /// programs" that were postgres and pgbench. The patient's load is no neighbour's.
+    #[test]
+    fn the_watched_application_is_not_the_neighbour() {
+        let (facts, mut m) = everything_wrong();
+        m.counters.steal_samples_pct = vec![0.0, 0.1, 0.0];
+        // The load check's other load, with the patient's share already taken out.
+        m.counters.other_busy_pct = [(0, 2.0), (1, 1.0)].into();
+        m.counters.patient_busy_pct = Some(95.0);
+        let f = NoisyNeighbour.check(Inputs {
+            facts: &facts,
+            m: &m,
+        });
+        assert!(f.is_empty(), "{:?}", f.first().map(|f| &f.magnitude.text));
+        // A real neighbour beside the patient is still named.
+        m.counters.other_busy_pct = [(0, 60.0), (1, 1.0)].into();
+        let f = NoisyNeighbour.check(Inputs {
+            facts: &facts,
+            m: &m,
+        });
+        assert_eq!(f.len(), 1);
     }
 }

@@ -175,6 +175,7 @@ impl Rule for LoadMakesItFaster {
         rems.extend(remedies::colocate(
             i.facts.allowed_cpus.first().unwrap_or(0),
             i.facts,
+            i.m.app_watch.as_ref(),
         ));
         rems.push(Remedy::new(
             format!("cpulab pair --preset pgbench --neighbour-load {n}"),

@@ -1,32 +1,131 @@
 //! Remedies shared by several rules, as exact commands with what they buy and what they cost.
 //!
 //! The commands name the CPUs and paths of this machine where the doctor knows them, and a
-//! placeholder in angle brackets (`<server command>`) where only the user does.
+//! placeholder in angle brackets (`<server command>`) where only the user does. With a watched
+//! application (`doctor --pid/--comm`) the doctor knows its processes: the commands carry
+//! their pids and the cgroup they live in (issue 22: the remedies printed `<server pid>`
+//! beside a load line that named postgres and pgbench with their pids).
 
 use crate::doctor::findings::Remedy;
-use crate::doctor::measurements::Facts;
+use crate::doctor::measurements::{AppWatch, Facts};
 
-/// Put both ends of a request/response pair on one CPU.
-pub fn colocate(cpu: u32, facts: &Facts) -> Vec<Remedy> {
+/// At most this many pids on one command line; the rest are named as left out.
+const MAX_PIDS: usize = 12;
+
+/// The watched application's pids (most wakeups first) and the cgroups they live in.
+pub fn patient(app: Option<&AppWatch>) -> Option<(Vec<i32>, Vec<String>)> {
+    let app = app?;
+    let mut pids: Vec<i32> = Vec::new();
+    let mut groups: Vec<String> = Vec::new();
+    for p in &app.processes {
+        for pid in &p.pids {
+            if !pids.contains(pid) {
+                pids.push(*pid);
+            }
+        }
+        if let Some(g) = p.cgroup.as_ref().filter(|g| !groups.contains(g)) {
+            groups.push(g.clone());
+        }
+    }
+    (!pids.is_empty()).then_some((pids, groups))
+}
+
+/// `pid:1.affinity=0 pid:2.affinity=0 ...`, and a note when pids were left out.
+pub fn pid_args(pids: &[i32], cpu: &str) -> (String, String) {
+    let args = pids
+        .iter()
+        .take(MAX_PIDS)
+        .map(|p| format!("pid:{p}.affinity={cpu}"))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let more = if pids.len() > MAX_PIDS {
+        format!(" ({} more pids not listed)", pids.len() - MAX_PIDS)
+    } else {
+        String::new()
+    };
+    (args, more)
+}
+
+/// The cgroup directory under /sys/fs/cgroup of a path as /proc/<pid>/cgroup names it.
+fn cgroup_dir(path: &str, v1: bool) -> String {
+    if v1 {
+        format!("/sys/fs/cgroup/cpuset{path}")
+    } else {
+        format!("/sys/fs/cgroup{path}")
+    }
+}
+
+/// Put both ends of a request/response pair on one CPU; the watched application's own pids and
+/// cgroups when the doctor watched one.
+pub fn colocate(cpu: u32, facts: &Facts, app: Option<&AppWatch>) -> Vec<Remedy> {
     let caveat = "Both ends then share one CPU: right for a pair that takes turns (one client \
                   connection, pgbench -c 1, ab -c 1), wrong when either side needs a CPU of its \
                   own (many clients, CPU-heavy queries). Check with `cpulab pair`.";
-    let cpuset = match facts.cgroup_version {
-        Some(1) => format!("echo {cpu} > /sys/fs/cgroup/cpuset/<group>/cpuset.cpus"),
-        _ => format!("echo {cpu} > /sys/fs/cgroup/<group>/cpuset.cpus"),
+    let v1 = facts.cgroup_version == Some(1);
+    let known = patient(app);
+    let (try_pids, running) = match &known {
+        Some((pids, _)) => {
+            let (args, more) = pid_args(pids, &cpu.to_string());
+            (
+                format!("cpulab try {args}"),
+                format!(
+                    "for the running application: {}{more}",
+                    pids.iter()
+                        .take(MAX_PIDS)
+                        .map(|p| format!("taskset -a -pc {cpu} {p}"))
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                ),
+            )
+        }
+        None => (
+            format!("cpulab try pid:<server pid>.affinity={cpu} pid:<client pid>.affinity={cpu}"),
+            format!("for a running server: taskset -a -pc {cpu} <pid>"),
+        ),
     };
+    let groups: Vec<String> = known
+        .as_ref()
+        .map(|(_, g)| g.iter().filter(|g| g.as_str() != "/").cloned().collect())
+        .unwrap_or_default();
+    let (cpuset, cpuset_try) = if groups.is_empty() {
+        (
+            format!("echo {cpu} > {}/cpuset.cpus", cgroup_dir("/<group>", v1)),
+            Some(format!("cpulab try cgroup:<group>:cpuset.cpus={cpu}")),
+        )
+    } else {
+        let dirs: Vec<String> = groups.iter().map(|g| cgroup_dir(g, v1)).collect();
+        let tries: Vec<String> = dirs
+            .iter()
+            .filter_map(|d| cgroup_try(d, v1, "cpuset.cpus", &cpu.to_string()))
+            .collect();
+        (
+            dirs.iter()
+                .map(|d| format!("echo {cpu} > {d}/cpuset.cpus"))
+                .collect::<Vec<_>>()
+                .join("; "),
+            (!tries.is_empty()).then(|| tries.join("; ")),
+        )
+    };
+    let mut by_cgroup = Remedy::new(
+        cpuset,
+        "Confines every task of the cgroup (container, pod, slice) to that CPU.",
+        "Everything in the group competes for one CPU; with containers use the runtime's \
+         own knob (docker --cpuset-cpus, Kubernetes static CPU manager).",
+    )
+    .by("root on this machine, or the container platform's operator");
+    if let Some(t) = cpuset_try {
+        by_cgroup = by_cgroup.with_try(t);
+    }
     vec![
         Remedy::new(
             format!("taskset -c {cpu} <server command>; taskset -c {cpu} <client command>"),
             format!(
                 "Server and client start on one CPU, so each wakeup is a local context switch \
-                 (for a running server: taskset -a -pc {cpu} <pid>)."
+                 ({running})."
             ),
             caveat,
         )
-        .with_try(format!(
-            "cpulab try pid:<server pid>.affinity={cpu} pid:<client pid>.affinity={cpu}"
-        )),
+        .with_try(try_pids.clone()),
         Remedy::new(
             format!("systemctl edit <unit>  ->  [Service] CPUAffinity={cpu}  (both units)"),
             "The same pinning, kept across restarts for services started by systemd; the \
@@ -34,17 +133,8 @@ pub fn colocate(cpu: u32, facts: &Facts) -> Vec<Remedy> {
             "As above: both ends share one CPU.",
         )
         .by("root on this machine")
-        .with_try(format!(
-            "cpulab try pid:<server pid>.affinity={cpu} pid:<client pid>.affinity={cpu}"
-        )),
-        Remedy::new(
-            cpuset,
-            "Confines every task of the cgroup (container, pod, slice) to that CPU.",
-            "Everything in the group competes for one CPU; with containers use the runtime's \
-             own knob (docker --cpuset-cpus, Kubernetes static CPU manager).",
-        )
-        .by("root on this machine, or the container platform's operator")
-        .with_try(format!("cpulab try cgroup:<group>:cpuset.cpus={cpu}")),
+        .with_try(try_pids),
+        by_cgroup,
     ]
 }
 
@@ -141,7 +231,70 @@ pub fn cgroup_try(dir: &str, v1: bool, file: &str, value: &str) -> Option<String
 
 #[cfg(test)]
 mod tests {
-    use super::cgroup_try;
+    use super::{cgroup_try, colocate};
+    use crate::doctor::rules::fixtures::everything_wrong;
+
+    /// Regression (issue 22): with a watched application the remedies printed `<server pid>`,
+    /// `<client pid>` and `<group>` although the doctor knew them.
+    #[test]
+    fn a_watched_application_gets_its_own_pids_and_cgroup() {
+        let (mut facts, m) = everything_wrong();
+        facts.cgroup_version = Some(2);
+        let app = m.app_watch.as_ref().unwrap();
+        let pids = &app.processes[0].pids;
+        let r = colocate(0, &facts, Some(app));
+        let text: String = r
+            .iter()
+            .flat_map(|x| {
+                [
+                    x.command.clone(),
+                    x.effect.clone(),
+                    x.try_command.clone().unwrap_or_default(),
+                ]
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        assert!(
+            !text.contains("<server pid>") && !text.contains("<group>"),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!("pid:{}.affinity=0", pids[0])),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!("taskset -a -pc 0 {}", pids[0])),
+            "{text}"
+        );
+        assert!(
+            text.contains("/sys/fs/cgroup/system.slice/postgresql@15-main.service/cpuset.cpus"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "cpulab try cgroup:system.slice/postgresql@15-main.service:cpuset.cpus=0"
+            )
+        );
+        // cgroup v1: the cpuset hierarchy's directory; the try line names the group alone.
+        facts.cgroup_version = Some(1);
+        let r = colocate(0, &facts, Some(app));
+        assert_eq!(
+            r[2].command,
+            "echo 0 > /sys/fs/cgroup/cpuset/system.slice/postgresql@15-main.service/cpuset.cpus"
+        );
+        assert_eq!(
+            r[2].try_command.as_deref(),
+            Some("cpulab try cgroup:system.slice/postgresql@15-main.service:cpuset.cpus=0")
+        );
+        // Without a watch the placeholders stay: only the user knows.
+        let r = colocate(0, &facts, None);
+        assert!(r.iter().any(|x| {
+            x.try_command
+                .clone()
+                .unwrap_or_default()
+                .contains("<server pid>")
+        }));
+    }
 
     #[test]
     fn cgroup_try_lines_name_the_group_below_the_root() {

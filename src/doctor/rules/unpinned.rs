@@ -150,7 +150,7 @@ impl Rule for UnpinnedPlacement {
                 Whether it co-locates instead depends on load at that instant, so results flip \
                 between runs and change when something else (a monitoring tool) runs."
                 .into(),
-            remedies: remedies::colocate(cpu, i.facts),
+            remedies: remedies::colocate(cpu, i.facts, i.m.app_watch.as_ref()),
             confidence: if near_cross || modes.is_some() {
                 Confidence::High
             } else {

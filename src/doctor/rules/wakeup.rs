@@ -126,7 +126,7 @@ impl Rule for CrossCpuWakeup {
             .as_deref()
             .and_then(|c| c.split(':').next()?.parse().ok())
             .unwrap_or(0);
-        let mut remedies = remedies::colocate(cpu, i.facts);
+        let mut remedies = remedies::colocate(cpu, i.facts, i.m.app_watch.as_ref());
         remedies.extend(extra);
         vec![Finding {
             id: self.id().into(),

@@ -125,7 +125,7 @@ impl Rule for WatchedCrossWakeups {
                         latency per second is an estimate from those two measurements, not a \
                         measurement of the application: `cpulab try` measures it."
                 .into(),
-            remedies: remedies::colocate(cpu, i.facts),
+            remedies: remedies::colocate(cpu, i.facts, i.m.app_watch.as_ref()),
             confidence: Confidence::from_agreeing(2),
         }]
     }
@@ -149,6 +149,7 @@ mod tests {
                 wakeups_per_s: per_s,
                 cross_share,
                 cross_wakeups_per_s: per_s * cross_share,
+                cgroup: None,
             }],
         }
     }

@@ -5,6 +5,8 @@
 /// Helper function ids (`enum bpf_func_id`).
 pub mod helper {
     pub const MAP_LOOKUP_ELEM: i32 = 1;
+    pub const MAP_UPDATE_ELEM: i32 = 2;
+    pub const MAP_DELETE_ELEM: i32 = 3;
     pub const KTIME_GET_NS: i32 = 5;
     pub const GET_SMP_PROCESSOR_ID: i32 = 8;
     pub const GET_CURRENT_PID_TGID: i32 = 14;
@@ -46,6 +48,38 @@ impl Insn {
     /// `dst += imm` (64-bit).
     pub const fn add64_imm(dst: u8, imm: i32) -> Self {
         Self::new(0x07, dst, 0, 0, imm)
+    }
+    /// `dst += src` (64-bit).
+    pub const fn add64_reg(dst: u8, src: u8) -> Self {
+        Self::new(0x0f, dst, src, 0, 0)
+    }
+    /// `dst -= src` (64-bit).
+    pub const fn sub64_reg(dst: u8, src: u8) -> Self {
+        Self::new(0x1f, dst, src, 0, 0)
+    }
+    /// `dst *= imm` (64-bit).
+    pub const fn mul64_imm(dst: u8, imm: i32) -> Self {
+        Self::new(0x27, dst, 0, 0, imm)
+    }
+    /// `dst <<= imm` (64-bit).
+    pub const fn lsh64_imm(dst: u8, imm: i32) -> Self {
+        Self::new(0x67, dst, 0, 0, imm)
+    }
+    /// `dst >>= imm` (64-bit, logical).
+    pub const fn rsh64_imm(dst: u8, imm: i32) -> Self {
+        Self::new(0x77, dst, 0, 0, imm)
+    }
+    /// `if dst != imm goto pc + 1 + off`.
+    pub const fn jne_imm(dst: u8, imm: i32, off: i16) -> Self {
+        Self::new(0x55, dst, 0, off, imm)
+    }
+    /// `if dst <= imm goto pc + 1 + off` (unsigned).
+    pub const fn jle_imm(dst: u8, imm: i32, off: i16) -> Self {
+        Self::new(0xb5, dst, 0, off, imm)
+    }
+    /// `goto pc + 1 + off`.
+    pub const fn ja(off: i16) -> Self {
+        Self::new(0x05, 0, 0, off, 0)
     }
     /// `dst = *(u64 *)(src + off)`.
     pub const fn ldx_dw(dst: u8, src: u8, off: i16) -> Self {

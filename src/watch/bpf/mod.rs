@@ -23,6 +23,7 @@
 //! them exactly as it decodes perf's. Every descriptor is owned here: when cpulab ends, however
 //! it ends, the kernel detaches and frees everything (nothing is pinned).
 
+pub mod aggregate;
 pub mod insn;
 pub mod programs;
 pub mod ring;

@@ -8,7 +8,7 @@ use crate::watch::btf::TaskOffsets;
 use crate::watch::events::Event;
 
 /// `counts[slot] += 1` in the per-CPU array `counts_fd` (r0-r5 clobbered; r6-r9 kept).
-fn count(p: &mut Vec<Insn>, counts_fd: i32, slot: u32) {
+pub fn count(p: &mut Vec<Insn>, counts_fd: i32, slot: u32) {
     p.push(Insn::st_w(10, -4, slot as i32));
     p.extend(Insn::ld_map_fd(1, counts_fd));
     p.push(Insn::mov64_reg(2, 10));

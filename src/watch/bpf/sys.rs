@@ -8,6 +8,10 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 pub const BPF_MAP_CREATE: libc::c_long = 0;
 pub const BPF_MAP_LOOKUP_ELEM: libc::c_long = 1;
+pub const BPF_MAP_UPDATE_ELEM: libc::c_long = 2;
+pub const BPF_MAP_DELETE_ELEM: libc::c_long = 3;
+pub const BPF_MAP_TYPE_HASH: u32 = 1;
+pub const BPF_MAP_TYPE_ARRAY: u32 = 2;
 pub const BPF_PROG_LOAD: libc::c_long = 5;
 pub const BPF_MAP_TYPE_PERCPU_ARRAY: u32 = 6;
 pub const BPF_MAP_TYPE_RINGBUF: u32 = 27;
@@ -138,4 +142,79 @@ pub fn attach(id: u64, prog: &OwnedFd) -> std::io::Result<OwnedFd> {
     let fd = crate::perf_event::open(&attr, -1, 0)?;
     crate::perf_event::ioctl(&fd, crate::perf_event::IOC_SET_BPF, prog.as_raw_fd())?;
     Ok(fd)
+}
+
+/// Looks `key` up in map `map`, writing its value into `value` (for a per-CPU map: one value
+/// per possible CPU, each rounded up to 8 bytes). `ENOENT` when the key is absent.
+pub fn map_lookup(map: &OwnedFd, key: &[u8], value: &mut [u8]) -> std::io::Result<()> {
+    let mut a = [0u8; ATTR];
+    put_u32(&mut a, 0, map.as_raw_fd() as u32);
+    put_u64(&mut a, 8, key.as_ptr() as u64);
+    put_u64(&mut a, 16, value.as_mut_ptr() as u64);
+    sys_bpf(BPF_MAP_LOOKUP_ELEM, &mut a).map(|_| ())
+}
+
+/// Sets `key` to `value` in map `map` (created or replaced).
+pub fn map_update(map: &OwnedFd, key: &[u8], value: &[u8]) -> std::io::Result<()> {
+    let mut a = [0u8; ATTR];
+    put_u32(&mut a, 0, map.as_raw_fd() as u32);
+    put_u64(&mut a, 8, key.as_ptr() as u64);
+    put_u64(&mut a, 16, value.as_ptr() as u64);
+    sys_bpf(BPF_MAP_UPDATE_ELEM, &mut a).map(|_| ())
+}
+
+/// Removes `key` from hash map `map` (absent already: `ENOENT`).
+pub fn map_delete(map: &OwnedFd, key: &[u8]) -> std::io::Result<()> {
+    let mut a = [0u8; ATTR];
+    put_u32(&mut a, 0, map.as_raw_fd() as u32);
+    put_u64(&mut a, 8, key.as_ptr() as u64);
+    sys_bpf(BPF_MAP_DELETE_ELEM, &mut a).map(|_| ())
+}
+
+const BPF_PROG_GET_NEXT_ID: libc::c_long = 11;
+const BPF_PROG_GET_FD_BY_ID: libc::c_long = 13;
+const BPF_OBJ_GET_INFO_BY_FD: libc::c_long = 15;
+
+/// The kernel's id of a loaded program (`bpf_prog_info.id`).
+pub fn prog_id(prog: &OwnedFd) -> std::io::Result<u32> {
+    let mut info = [0u8; 64];
+    let mut a = [0u8; ATTR];
+    put_u32(&mut a, 0, prog.as_raw_fd() as u32);
+    put_u32(&mut a, 4, info.len() as u32);
+    put_u64(&mut a, 8, info.as_mut_ptr() as u64);
+    sys_bpf(BPF_OBJ_GET_INFO_BY_FD, &mut a)?;
+    Ok(u32::from_ne_bytes([info[4], info[5], info[6], info[7]]))
+}
+
+/// The ids of every BPF program loaded on the machine (`BPF_PROG_GET_NEXT_ID`; needs
+/// CAP_SYS_ADMIN).
+pub fn prog_ids() -> std::io::Result<Vec<u32>> {
+    let mut ids = Vec::new();
+    let mut at = 0u32;
+    loop {
+        let mut a = [0u8; ATTR];
+        put_u32(&mut a, 0, at);
+        match sys_bpf(BPF_PROG_GET_NEXT_ID, &mut a) {
+            Ok(_) => {
+                at = u32::from_ne_bytes([a[4], a[5], a[6], a[7]]);
+                ids.push(at);
+            }
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(ids),
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Whether program `id` is still loaded (`BPF_PROG_GET_FD_BY_ID`; needs CAP_SYS_ADMIN).
+pub fn prog_loaded(id: u32) -> std::io::Result<bool> {
+    let mut a = [0u8; ATTR];
+    put_u32(&mut a, 0, id);
+    match sys_bpf(BPF_PROG_GET_FD_BY_ID, &mut a) {
+        Ok(fd) => {
+            drop(owned(fd));
+            Ok(true)
+        }
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(false),
+        Err(e) => Err(e),
+    }
 }

@@ -1,0 +1,540 @@
+//! In-kernel aggregation: programs that count and bucket each watched wakeup in maps, so no
+//! per-event record crosses to user space (the way rezolus and ebpf_exporter keep their counts).
+//!
+//! Three programs on the scheduler's raw tracepoints, and six maps:
+//! - `sched_waking(p)`: looks the wakee's process up in `targets` (tgid -> target slot, filled by
+//!   user space; a miss is skipped, or counted under the `other` slot when the whole machine is
+//!   watched) and notes in `pending` (tid -> [`PENDING`] value) when it was woken, from which CPU,
+//!   and for which slot.
+//! - `sched_wakeup(p)`: the wakee now sits on its run queue CPU (`task_cpu(p)`); the class of
+//!   (waker's CPU, that CPU) comes from `classes` (a CPU-pair table user space fills from
+//!   `topology`), whether that CPU was idle from `idle` (kept by the switch program); the
+//!   wakeup is counted in its [`row_key`] row of `rows`.
+//! - `sched_switch(prev, next)`: marks this CPU idle or busy; forgets a pending wakeup of `prev`
+//!   (woken while still on its CPU: it ran without a switch-in, so it had no wait); for `next`,
+//!   the time since its waking is the wakeup-to-run latency, added to its row's
+//!   [`bucket_of`] bucket and sum.
+//!
+//! `rows` and `stats` are per-CPU arrays: each CPU adds to its own copy with plain loads and
+//! stores (a program is not preempted), and user space sums the copies when asked. Everything is
+//! bounded by construction: `targets` and `pending` are hash maps of fixed size (an update that
+//! finds one full counts an event lost), `rows` has one row per (slot, class, idle).
+
+use super::insn::{Insn, helper};
+use super::programs::count;
+use crate::topology::PlacementClass;
+use crate::wakeups::LATENCY_BOUNDS_NS;
+
+/// The placement classes a wakeup can land in, in row order (`same-cpu` first).
+pub const CLASSES: [PlacementClass; 7] = [
+    PlacementClass::SameCpu,
+    PlacementClass::SmtSibling,
+    PlacementClass::SharedL2,
+    PlacementClass::SharedLlc,
+    PlacementClass::SameNode,
+    PlacementClass::CrossPackage,
+    PlacementClass::CrossNode,
+];
+/// Classes per slot in `rows`.
+pub const NCLASS: u32 = CLASSES.len() as u32;
+/// Latency buckets per row: one per bound of [`LATENCY_BOUNDS_NS`], then one above the last.
+pub const BUCKETS: usize = LATENCY_BOUNDS_NS.len() + 1;
+/// A row's word holding its wakeup count.
+pub const ROW_WAKEUPS: usize = BUCKETS;
+/// A row's word holding its latencies' sum, ns.
+pub const ROW_SUM: usize = BUCKETS + 1;
+/// u64 words per row.
+pub const ROW_WORDS: usize = BUCKETS + 2;
+/// `pending`'s class before `sched_wakeup` placed the wakeup.
+pub const NO_CLASS: i32 = 255;
+/// `stats` slots: program runs, and events that could not be counted.
+pub const STAT_SEEN: u32 = 0;
+pub const STAT_LOST: u32 = 1;
+pub const STATS: u32 = 2;
+/// `pending`'s value: waking time (u64), waker CPU, slot, class, destination idle (u32 each).
+pub const PENDING: u32 = 24;
+/// Entries of `pending`: wakeups between waking and switch-in at one moment, machine-wide.
+pub const PENDING_ENTRIES: u32 = 16384;
+/// Entries of `targets`: watched processes at one moment.
+pub const TARGET_ENTRIES: u32 = 16384;
+
+/// The `rows` index of (target slot, class index, destination idle).
+pub fn row_key(slot: u32, class: u32, idle: bool) -> u32 {
+    (slot * NCLASS + class) * 2 + u32::from(idle)
+}
+
+/// Rows for `slots` target slots.
+pub fn rows(slots: u32) -> u32 {
+    row_key(slots, 0, false)
+}
+
+/// The index of `c` in [`CLASSES`] (`unpinned` is no placement: none).
+pub fn class_index(c: PlacementClass) -> Option<u32> {
+    CLASSES.iter().position(|x| *x == c).map(|i| i as u32)
+}
+
+/// The latency bucket of `ns`: the first `i` with `ns <= LATENCY_BOUNDS_NS[i]`, or
+/// `LATENCY_BOUNDS_NS.len()` above the last bound. What [`bucket_insns`] computes in the kernel.
+pub fn bucket_of(ns: u64) -> usize {
+    let v = ns.saturating_sub(1) >> 10;
+    let bits = (u64::BITS - v.leading_zeros()) as usize;
+    bits.min(BUCKETS - 1)
+}
+
+/// The CPU-pair table: entry `waker * ncpu + dest` is the class index of that pair, for every
+/// pair of possible CPUs (CPUs the topology does not know are far apart, as `class` says).
+pub fn class_table(topology: &crate::topology::Topology, ncpu: u32) -> Vec<u32> {
+    let mut t = Vec::with_capacity((ncpu * ncpu) as usize);
+    for a in 0..ncpu {
+        for b in 0..ncpu {
+            // invariant: `class` of two CPUs is never `Unpinned`; far apart if it were.
+            t.push(class_index(topology.class(a, b)).unwrap_or(NCLASS - 1));
+        }
+    }
+    t
+}
+
+/// Descriptors of the maps the programs use.
+#[derive(Clone, Copy, Debug)]
+pub struct Maps {
+    pub targets: i32,
+    pub pending: i32,
+    pub classes: i32,
+    pub idle: i32,
+    pub rows: i32,
+    pub stats: i32,
+}
+
+/// What the programs are built for.
+#[derive(Clone, Copy, Debug)]
+pub struct Layout {
+    /// Possible CPUs: the `classes` table is `ncpu * ncpu`.
+    pub ncpu: u32,
+    /// The slot of processes `targets` does not list (the whole machine is watched), or none
+    /// (they are not counted).
+    pub unmatched: Option<u32>,
+    /// Read task fields with plain loads (BTF-typed programs), else `bpf_probe_read_kernel`.
+    pub direct: bool,
+}
+
+/// Instructions with named jump targets, patched when the program is finished.
+struct Asm {
+    p: Vec<Insn>,
+    fixups: Vec<(usize, &'static str)>,
+    labels: Vec<(&'static str, usize)>,
+}
+
+impl Asm {
+    fn new() -> Self {
+        Self {
+            p: Vec::new(),
+            fixups: Vec::new(),
+            labels: Vec::new(),
+        }
+    }
+    fn push(&mut self, i: Insn) {
+        self.p.push(i);
+    }
+    fn map(&mut self, dst: u8, fd: i32) {
+        self.p.extend(Insn::ld_map_fd(dst, fd));
+    }
+    /// A jump (its offset patched) to `label`.
+    fn jump(&mut self, i: Insn, label: &'static str) {
+        self.fixups.push((self.p.len(), label));
+        self.p.push(i);
+    }
+    fn label(&mut self, name: &'static str) {
+        self.labels.push((name, self.p.len()));
+    }
+    /// `r2 = r10 + off`, the stack address of a key or value.
+    fn stack_ptr(&mut self, reg: u8, off: i32) {
+        self.push(Insn::mov64_reg(reg, 10));
+        self.push(Insn::add64_imm(reg, off));
+    }
+    /// `r0 = lookup(map, r10 + key)`.
+    fn lookup(&mut self, fd: i32, key: i32) {
+        self.map(1, fd);
+        self.stack_ptr(2, key);
+        self.push(Insn::call(helper::MAP_LOOKUP_ELEM));
+    }
+    /// `dst = (u32) task->field` for the task pointer in argument `arg` of the context (r6).
+    fn task_u32(&mut self, arg: i16, field: u32, dst: u8, direct: bool) {
+        if direct {
+            self.push(Insn::ldx_dw(dst, 6, arg * 8));
+            self.push(Insn::ldx_w(dst, dst, field as i16));
+            return;
+        }
+        self.stack_ptr(1, SCRATCH);
+        self.push(Insn::mov64_imm(2, 4));
+        self.push(Insn::ldx_dw(3, 6, arg * 8));
+        self.push(Insn::add64_imm(3, field as i32));
+        // A failed read zeroes the scratch: pid 0, which no target and no pending wakeup has.
+        self.push(Insn::call(helper::PROBE_READ_KERNEL));
+        self.push(Insn::ldx_w(dst, 10, SCRATCH as i16));
+    }
+    fn finish(mut self) -> Vec<Insn> {
+        for (at, label) in &self.fixups {
+            // invariant: every label a program jumps to is defined in it (the tests load each).
+            let to = self
+                .labels
+                .iter()
+                .find(|(n, _)| n == label)
+                .map(|(_, i)| *i)
+                .expect("defined label");
+            self.p[*at].off = (to as i64 - *at as i64 - 1) as i16;
+        }
+        self.p
+    }
+}
+
+/// Stack slots: the u32 key of `pending` or `targets` (also where [`count`] keeps its key, so
+/// it is written again after a count), a second u32 key, probe scratch, the pending value.
+const KEY: i32 = -4;
+const KEY2: i32 = -8;
+const SCRATCH: i32 = -16;
+const VALUE: i32 = -40;
+
+/// `r1 = bucket_of(r9)`, clobbering r2 and r3 (see [`bucket_of`]: the bit length of
+/// `(ns - 1) >> 10`, found by halving, capped at the overflow bucket).
+pub fn bucket_insns() -> Vec<Insn> {
+    let mut p = vec![
+        Insn::mov64_reg(2, 9),
+        Insn::jeq_imm(2, 0, 1),
+        Insn::add64_imm(2, -1),
+        Insn::rsh64_imm(2, 10),
+        Insn::mov64_imm(1, 0),
+    ];
+    for s in [32, 16, 8, 4, 2, 1] {
+        p.push(Insn::mov64_reg(3, 2));
+        p.push(Insn::rsh64_imm(3, s));
+        p.push(Insn::jeq_imm(3, 0, 2));
+        p.push(Insn::mov64_reg(2, 3));
+        p.push(Insn::add64_imm(1, s));
+    }
+    p.push(Insn::add64_reg(1, 2));
+    p.push(Insn::jle_imm(1, (BUCKETS - 1) as i32, 1));
+    p.push(Insn::mov64_imm(1, (BUCKETS - 1) as i32));
+    p
+}
+
+/// The `sched_waking(p)` program.
+pub fn waking(m: &Maps, l: &Layout, o: &crate::watch::btf::TaskOffsets) -> Vec<Insn> {
+    let mut a = Asm::new();
+    a.push(Insn::mov64_reg(6, 1));
+    count(&mut a.p, m.stats, STAT_SEEN);
+    a.task_u32(0, o.tgid, 7, l.direct);
+    a.push(Insn::stx_w(10, KEY as i16, 7));
+    a.lookup(m.targets, KEY);
+    a.jump(Insn::jne_imm(0, 0, 0), "matched");
+    match l.unmatched {
+        None => a.jump(Insn::ja(0), "exit"),
+        Some(slot) => {
+            a.push(Insn::mov64_imm(8, slot as i32));
+            a.jump(Insn::ja(0), "have");
+        }
+    }
+    a.label("matched");
+    a.push(Insn::ldx_w(8, 0, 0));
+    a.label("have");
+    a.push(Insn::call(helper::KTIME_GET_NS));
+    a.push(Insn::stx_dw(10, VALUE as i16, 0));
+    a.push(Insn::call(helper::GET_SMP_PROCESSOR_ID));
+    a.push(Insn::stx_w(10, (VALUE + 8) as i16, 0));
+    a.push(Insn::stx_w(10, (VALUE + 12) as i16, 8));
+    a.push(Insn::st_w(10, (VALUE + 16) as i16, NO_CLASS));
+    a.push(Insn::st_w(10, (VALUE + 20) as i16, 0));
+    a.task_u32(0, o.pid, 7, l.direct);
+    a.push(Insn::stx_w(10, KEY as i16, 7));
+    a.map(1, m.pending);
+    a.stack_ptr(2, KEY);
+    a.stack_ptr(3, VALUE);
+    a.push(Insn::mov64_imm(4, 0)); // BPF_ANY
+    a.push(Insn::call(helper::MAP_UPDATE_ELEM));
+    a.jump(Insn::jeq_imm(0, 0, 0), "exit");
+    count(&mut a.p, m.stats, STAT_LOST);
+    a.label("exit");
+    a.push(Insn::mov64_imm(0, 0));
+    a.push(Insn::exit());
+    a.finish()
+}
+
+/// The `sched_wakeup(p)` program.
+pub fn wakeup(m: &Maps, l: &Layout, o: &crate::watch::btf::TaskOffsets) -> Vec<Insn> {
+    let mut a = Asm::new();
+    a.push(Insn::mov64_reg(6, 1));
+    count(&mut a.p, m.stats, STAT_SEEN);
+    a.task_u32(0, o.pid, 7, l.direct);
+    a.push(Insn::stx_w(10, KEY as i16, 7));
+    a.lookup(m.pending, KEY);
+    a.jump(Insn::jeq_imm(0, 0, 0), "exit");
+    a.push(Insn::mov64_reg(8, 0));
+    a.task_u32(0, o.cpu, 9, l.direct);
+    // classes[waker_cpu * ncpu + dest]
+    a.push(Insn::ldx_w(1, 8, 8));
+    a.push(Insn::mul64_imm(1, l.ncpu as i32));
+    a.push(Insn::add64_reg(1, 9));
+    a.push(Insn::stx_w(10, KEY2 as i16, 1));
+    a.lookup(m.classes, KEY2);
+    a.jump(Insn::jeq_imm(0, 0, 0), "lost");
+    a.push(Insn::ldx_w(7, 0, 0));
+    a.push(Insn::stx_w(8, 16, 7));
+    // idle[dest]
+    a.push(Insn::stx_w(10, KEY2 as i16, 9));
+    a.lookup(m.idle, KEY2);
+    a.push(Insn::mov64_imm(1, 0));
+    a.push(Insn::jeq_imm(0, 0, 1));
+    a.push(Insn::ldx_w(1, 0, 0));
+    a.push(Insn::stx_w(8, 20, 1));
+    // rows[row_key(slot, class, idle)].wakeups += 1
+    a.push(Insn::ldx_w(2, 8, 12));
+    a.push(Insn::mul64_imm(2, NCLASS as i32));
+    a.push(Insn::add64_reg(2, 7));
+    a.push(Insn::mul64_imm(2, 2));
+    a.push(Insn::add64_reg(2, 1));
+    a.push(Insn::stx_w(10, KEY2 as i16, 2));
+    a.lookup(m.rows, KEY2);
+    a.jump(Insn::jeq_imm(0, 0, 0), "lost");
+    let w = (ROW_WAKEUPS * 8) as i16;
+    a.push(Insn::ldx_dw(1, 0, w));
+    a.push(Insn::add64_imm(1, 1));
+    a.push(Insn::stx_dw(0, w, 1));
+    a.jump(Insn::ja(0), "exit");
+    a.label("lost");
+    count(&mut a.p, m.stats, STAT_LOST);
+    a.label("exit");
+    a.push(Insn::mov64_imm(0, 0));
+    a.push(Insn::exit());
+    a.finish()
+}
+
+/// The `sched_switch(preempt, prev, next, prev_state)` program.
+pub fn switch(m: &Maps, l: &Layout, o: &crate::watch::btf::TaskOffsets) -> Vec<Insn> {
+    let mut a = Asm::new();
+    a.push(Insn::mov64_reg(6, 1));
+    count(&mut a.p, m.stats, STAT_SEEN);
+    a.task_u32(2, o.pid, 7, l.direct); // next
+    a.task_u32(1, o.pid, 8, l.direct); // prev
+    // idle[this CPU] = next is the idle task
+    a.push(Insn::call(helper::GET_SMP_PROCESSOR_ID));
+    a.push(Insn::stx_w(10, KEY2 as i16, 0));
+    a.lookup(m.idle, KEY2);
+    a.jump(Insn::jeq_imm(0, 0, 0), "prev");
+    a.push(Insn::mov64_imm(1, 0));
+    a.push(Insn::jne_imm(7, 0, 1));
+    a.push(Insn::mov64_imm(1, 1));
+    a.push(Insn::stx_w(0, 0, 1));
+    // A wakeup of `prev` still pending: it was woken while on its CPU and ran on, no wait.
+    a.label("prev");
+    a.jump(Insn::jeq_imm(8, 0, 0), "next");
+    a.push(Insn::stx_w(10, KEY as i16, 8));
+    a.map(1, m.pending);
+    a.stack_ptr(2, KEY);
+    a.push(Insn::call(helper::MAP_DELETE_ELEM));
+    a.label("next");
+    a.jump(Insn::jeq_imm(7, 0, 0), "exit");
+    a.push(Insn::stx_w(10, KEY as i16, 7));
+    a.lookup(m.pending, KEY);
+    a.jump(Insn::jeq_imm(0, 0, 0), "exit");
+    a.push(Insn::mov64_reg(8, 0));
+    a.push(Insn::ldx_w(1, 8, 16));
+    a.jump(Insn::jeq_imm(1, NO_CLASS, 0), "forget");
+    a.push(Insn::call(helper::KTIME_GET_NS));
+    a.push(Insn::ldx_dw(1, 8, 0));
+    a.push(Insn::sub64_reg(0, 1));
+    a.push(Insn::mov64_reg(9, 0));
+    a.push(Insn::ldx_w(1, 8, 12));
+    a.push(Insn::mul64_imm(1, NCLASS as i32));
+    a.push(Insn::ldx_w(2, 8, 16));
+    a.push(Insn::add64_reg(1, 2));
+    a.push(Insn::mul64_imm(1, 2));
+    a.push(Insn::ldx_w(2, 8, 20));
+    a.push(Insn::add64_reg(1, 2));
+    a.push(Insn::stx_w(10, KEY2 as i16, 1));
+    a.lookup(m.rows, KEY2);
+    a.jump(Insn::jeq_imm(0, 0, 0), "lost");
+    a.push(Insn::mov64_reg(6, 0));
+    for i in bucket_insns() {
+        a.push(i);
+    }
+    a.push(Insn::lsh64_imm(1, 3));
+    a.push(Insn::mov64_reg(2, 6));
+    a.push(Insn::add64_reg(2, 1));
+    a.push(Insn::ldx_dw(3, 2, 0));
+    a.push(Insn::add64_imm(3, 1));
+    a.push(Insn::stx_dw(2, 0, 3));
+    let s = (ROW_SUM * 8) as i16;
+    a.push(Insn::ldx_dw(3, 6, s));
+    a.push(Insn::add64_reg(3, 9));
+    a.push(Insn::stx_dw(6, s, 3));
+    a.jump(Insn::ja(0), "forget");
+    a.label("lost");
+    count(&mut a.p, m.stats, STAT_LOST);
+    a.label("forget");
+    a.push(Insn::stx_w(10, KEY as i16, 7));
+    a.map(1, m.pending);
+    a.stack_ptr(2, KEY);
+    a.push(Insn::call(helper::MAP_DELETE_ELEM));
+    a.label("exit");
+    a.push(Insn::mov64_imm(0, 0));
+    a.push(Insn::exit());
+    a.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Runs the ALU and jump instructions of `p` (no calls, no memory) from registers `r`.
+    fn interpret(p: &[Insn], r: &mut [u64; 11]) {
+        let mut pc = 0usize;
+        while pc < p.len() {
+            let i = p[pc];
+            let (d, s) = (i.dst as usize, i.src as usize);
+            let imm = i.imm as i64 as u64;
+            let mut next = pc + 1;
+            let jump = |taken: bool| {
+                if taken {
+                    (pc as i64 + 1 + i.off as i64) as usize
+                } else {
+                    pc + 1
+                }
+            };
+            match i.code {
+                0xbf => r[d] = r[s],
+                0xb7 => r[d] = imm,
+                0x07 => r[d] = r[d].wrapping_add(imm),
+                0x0f => r[d] = r[d].wrapping_add(r[s]),
+                0x1f => r[d] = r[d].wrapping_sub(r[s]),
+                0x27 => r[d] = r[d].wrapping_mul(imm),
+                0x67 => r[d] <<= i.imm,
+                0x77 => r[d] >>= i.imm,
+                0x15 => next = jump(r[d] == imm),
+                0x55 => next = jump(r[d] != imm),
+                0xb5 => next = jump(r[d] <= imm),
+                0x05 => next = jump(true),
+                c => panic!("opcode {c:#x} not interpreted"),
+            }
+            pc = next;
+        }
+    }
+
+    #[test]
+    fn buckets_follow_the_exp2_bounds() {
+        assert_eq!(bucket_of(0), 0);
+        assert_eq!(bucket_of(1), 0);
+        assert_eq!(bucket_of(1024), 0);
+        assert_eq!(bucket_of(1025), 1);
+        assert_eq!(bucket_of(2048), 1);
+        assert_eq!(bucket_of(2049), 2);
+        assert_eq!(bucket_of(1 << 30), 20);
+        assert_eq!(
+            bucket_of((1 << 30) + 1),
+            21,
+            "above the last bound: overflow"
+        );
+        assert_eq!(bucket_of(u64::MAX), 21);
+        // Every value lands in the first bucket whose bound holds it.
+        for (i, &bound) in LATENCY_BOUNDS_NS.iter().enumerate() {
+            assert_eq!(bucket_of(bound), i);
+            assert_eq!(bucket_of(bound + 1), i + 1);
+        }
+    }
+
+    #[test]
+    fn the_kernels_bucket_code_agrees_with_bucket_of() {
+        let code = bucket_insns();
+        let mut values: Vec<u64> = vec![0, 1, 2, 1023, 1024, 1025, u64::MAX, u64::MAX - 1];
+        for b in 0..64 {
+            let v = 1u64 << b;
+            values.extend([v - 1, v, v + 1, v.wrapping_mul(3) / 2]);
+        }
+        for v in values {
+            let mut r = [0u64; 11];
+            r[9] = v;
+            interpret(&code, &mut r);
+            assert_eq!(r[1] as usize, bucket_of(v), "latency {v}");
+            assert_eq!(r[9], v, "r9 (the latency) is kept");
+        }
+    }
+
+    #[test]
+    fn row_keys_are_dense_and_distinct() {
+        let slots = 3;
+        let mut seen = std::collections::BTreeSet::new();
+        for slot in 0..slots {
+            for class in 0..NCLASS {
+                for idle in [false, true] {
+                    assert!(seen.insert(row_key(slot, class, idle)));
+                }
+            }
+        }
+        assert_eq!(seen.len() as u32, rows(slots));
+        assert_eq!(seen.iter().max().copied(), Some(rows(slots) - 1));
+        assert_eq!(row_key(1, 0, false), 2 * NCLASS);
+    }
+
+    #[test]
+    fn the_class_table_reads_the_topology() {
+        let root = std::path::Path::new(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/intel-2s"
+        ));
+        let topo = crate::topology::Topology::read(root).unwrap();
+        let n = topo.online.iter().max().unwrap() + 1;
+        let t = class_table(&topo, n);
+        assert_eq!(t.len() as u32, n * n);
+        for a in 0..n {
+            assert_eq!(t[(a * n + a) as usize], 0, "a CPU with itself is same-cpu");
+            for b in 0..n {
+                let want = class_index(topo.class(a, b)).unwrap();
+                assert_eq!(t[(a * n + b) as usize], want);
+                assert_eq!(
+                    t[(a * n + b) as usize],
+                    t[(b * n + a) as usize],
+                    "symmetric"
+                );
+            }
+        }
+        // Two sockets with SMT: more than one class away.
+        let classes: std::collections::BTreeSet<u32> = t.iter().copied().collect();
+        assert!(classes.len() >= 3, "{classes:?}");
+    }
+
+    #[test]
+    fn every_jump_lands_inside_its_program_and_every_path_exits() {
+        let m = Maps {
+            targets: 3,
+            pending: 4,
+            classes: 5,
+            idle: 6,
+            rows: 7,
+            stats: 8,
+        };
+        let o = crate::watch::btf::TaskOffsets {
+            pid: 2464,
+            tgid: 2468,
+            cpu: 68,
+        };
+        for direct in [true, false] {
+            for unmatched in [None, Some(16)] {
+                let l = Layout {
+                    ncpu: 4,
+                    unmatched,
+                    direct,
+                };
+                for p in [waking(&m, &l, &o), wakeup(&m, &l, &o), switch(&m, &l, &o)] {
+                    assert_eq!(p.last(), Some(&Insn::exit()));
+                    for (at, i) in p.iter().enumerate() {
+                        let jumps = i.code & 0x07 == 0x05 && i.code != 0x85 && i.code != 0x95;
+                        if jumps {
+                            let to = at as i64 + 1 + i.off as i64;
+                            assert!(to > at as i64 && (to as usize) < p.len(), "forward, inside");
+                        }
+                    }
+                    // Direct loads only where asked; the helper otherwise.
+                    assert_eq!(p.contains(&Insn::call(helper::PROBE_READ_KERNEL)), !direct);
+                }
+            }
+        }
+    }
+}

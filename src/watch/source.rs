@@ -1,0 +1,407 @@
+//! Wakeup counts as a long-lived source ([`crate::wakeups::Source`]): the in-kernel aggregation
+//! ([`BpfSource`], see [`super::bpf::aggregate`]), or where BPF does not load, the perf fallback
+//! ([`super::perf_source::PerfSource`]) that aggregates in user space at a higher cost per event.
+//!
+//! [`open_source`] is what the exporter and `cpulab watch` call. The BPF source costs user space
+//! nothing between snapshots but a re-read of the targets once a second (on its own thread: /proc
+//! for command names, the cgroup tree for cgroups), so processes that start under a watched
+//! cgroup are counted within a second, and a snapshot is one look-up per (target, class, idle)
+//! row. Dropping the source stops that thread and closes every program, link and map: nothing
+//! stays attached.
+
+use super::bpf::aggregate::{self, CLASSES, Layout, Maps, ROW_WORDS};
+use super::bpf::sys;
+use super::slots::{OTHER, Resolver, Slots};
+use crate::machine::Machine;
+use crate::wakeups::{
+    ClassCounts, LATENCY_BOUNDS_NS, Snapshot, Source, SourceOptions, TargetCounts,
+};
+use anyhow::Result;
+use std::collections::{BTreeMap, HashMap};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// How often the targets are re-read.
+pub const REFRESH: Duration = Duration::from_secs(1);
+
+/// Opens the wakeup counts for `opts`: in-kernel aggregation where BPF loads, else (with
+/// `mechanism` `auto`) the perf fallback. Bad options and refusals the user can fix are one line
+/// (exit 2), before anything is attached.
+pub fn open_source(machine: &Machine, opts: &SourceOptions) -> Result<Box<dyn Source>> {
+    let cgroup_root = super::slots::cgroup_root(&machine.root);
+    for c in &opts.cgroups {
+        super::slots::check_cgroup(&cgroup_root, c).map_err(crate::error::bad_input)?;
+    }
+    for &pid in &opts.pids {
+        if !machine.root.join("proc").join(pid.to_string()).is_dir() {
+            return Err(crate::error::bad_input(format!(
+                "no process with pid {pid} (it may have exited); see `ps -e`"
+            )));
+        }
+    }
+    match opts.mechanism.as_str() {
+        "" | "auto" => match BpfSource::open(machine, opts) {
+            Ok(s) => Ok(Box::new(s)),
+            Err(_) => Ok(Box::new(super::perf_source::PerfSource::open(
+                machine, opts,
+            )?)),
+        },
+        "bpf" => Ok(Box::new(BpfSource::open(machine, opts)?)),
+        "perf" => Ok(Box::new(super::perf_source::PerfSource::open(
+            machine, opts,
+        )?)),
+        other => Err(crate::error::bad_input(format!(
+            "mechanism `{other}` is not one of auto, bpf, perf"
+        ))),
+    }
+}
+
+/// Targets as the kernel's `targets` map holds them, kept current by the refresh thread.
+struct Targets {
+    resolver: Resolver,
+    slots: Slots,
+    /// tgid -> slot, as installed in the map.
+    installed: HashMap<i32, u32>,
+    /// Updates of the `targets` map refused (a full map).
+    refused: u64,
+}
+
+impl Targets {
+    /// Re-reads who the targets are and brings the kernel's map in line: processes gone are
+    /// removed, new ones added with their label's slot.
+    fn refresh(&mut self, map: &OwnedFd) {
+        let members = self.resolver.members();
+        // Watching the whole machine, the watcher leaves itself out; named, it is counted.
+        let me = self
+            .resolver
+            .whole_machine()
+            .then_some(std::process::id() as i32);
+        let mut now = HashMap::with_capacity(members.len());
+        for (pid, label) in members {
+            if Some(pid) != me {
+                now.insert(pid, self.slots.slot(&label));
+            }
+        }
+        for pid in self.installed.keys() {
+            if !now.contains_key(pid) {
+                let _ = sys::map_delete(map, &(*pid as u32).to_ne_bytes());
+            }
+        }
+        self.installed.retain(|pid, _| now.contains_key(pid));
+        for (pid, slot) in now {
+            if self.installed.get(&pid) == Some(&slot) {
+                continue;
+            }
+            match sys::map_update(map, &(pid as u32).to_ne_bytes(), &slot.to_ne_bytes()) {
+                Ok(()) => {
+                    self.installed.insert(pid, slot);
+                }
+                Err(_) => self.refused += 1,
+            }
+        }
+    }
+}
+
+/// The in-kernel aggregation, attached from [`BpfSource::open`] until dropped.
+pub struct BpfSource {
+    rows: OwnedFd,
+    stats: OwnedFd,
+    targets_map: Arc<OwnedFd>,
+    // Kept open: the programs run while their links are open; the other maps are theirs.
+    _links: Vec<OwnedFd>,
+    _progs: Vec<OwnedFd>,
+    _maps: Vec<OwnedFd>,
+    targets: Arc<Mutex<Targets>>,
+    stop: Arc<AtomicBool>,
+    refresher: Option<std::thread::JoinHandle<()>>,
+    ncpu: usize,
+    /// Class indexes present among the online CPUs, nearest first.
+    classes: Vec<u32>,
+    whole_machine: bool,
+    /// Which programs these are (`tp_btf` typed, else raw with helper reads).
+    pub typed: bool,
+    prog_ids: Vec<u32>,
+}
+
+impl BpfSource {
+    /// Creates the maps, fills the class table and the targets, loads and attaches the three
+    /// programs (BTF-typed where the kernel takes them, else untyped raw tracepoints).
+    pub fn open(machine: &Machine, opts: &SourceOptions) -> std::io::Result<Self> {
+        let ncpu = super::bpf::possible_cpus(&machine.root)
+            .ok_or_else(|| std::io::Error::other("cannot read /sys/devices/system/cpu/possible"))?;
+        if ncpu > 4096 {
+            return Err(std::io::Error::other(format!(
+                "{ncpu} possible CPUs: the CPU-pair table would be too large"
+            )));
+        }
+        let (offsets, typed_ids) =
+            super::mechanism::raw_offsets(&machine.root).map_err(std::io::Error::other)?;
+        let max_targets = opts.max_targets.clamp(1, 1024);
+        let resolver = Resolver::new(&machine.root, opts);
+        let whole_machine = resolver.whole_machine();
+        let slots = Slots::new(max_targets);
+        let nrows = aggregate::rows(slots.count());
+        let targets_map = sys::map_create(
+            sys::BPF_MAP_TYPE_HASH,
+            4,
+            4,
+            aggregate::TARGET_ENTRIES,
+            "cpulab_targets",
+        )?;
+        // LRU: a wakeup whose switch-in never comes (rare) is evicted, never leaks a slot.
+        let pending = sys::map_create(
+            BPF_MAP_TYPE_LRU_HASH,
+            4,
+            aggregate::PENDING,
+            aggregate::PENDING_ENTRIES,
+            "cpulab_pending",
+        )?;
+        let n = ncpu as u32;
+        let classes_map = sys::map_create(sys::BPF_MAP_TYPE_ARRAY, 4, 4, n * n, "cpulab_classes")?;
+        let idle = sys::map_create(sys::BPF_MAP_TYPE_ARRAY, 4, 4, n, "cpulab_idle")?;
+        let rows = sys::map_create(
+            sys::BPF_MAP_TYPE_PERCPU_ARRAY,
+            4,
+            (ROW_WORDS * 8) as u32,
+            nrows,
+            "cpulab_rows",
+        )?;
+        let stats = sys::map_create(
+            sys::BPF_MAP_TYPE_PERCPU_ARRAY,
+            4,
+            8,
+            aggregate::STATS,
+            "cpulab_stats",
+        )?;
+        let table = aggregate::class_table(&machine.topology, n);
+        for (i, c) in table.iter().enumerate() {
+            sys::map_update(&classes_map, &(i as u32).to_ne_bytes(), &c.to_ne_bytes())?;
+        }
+        let online = machine.topology.online.to_vec();
+        let mut classes: Vec<u32> = online
+            .iter()
+            .flat_map(|&a| online.iter().map(move |&b| (a, b)))
+            .map(|(a, b)| table[(a * n + b) as usize])
+            .collect();
+        classes.sort_unstable();
+        classes.dedup();
+        let mut targets = Targets {
+            resolver,
+            slots,
+            installed: HashMap::new(),
+            refused: 0,
+        };
+        targets.refresh(&targets_map);
+        let maps = Maps {
+            targets: targets_map.as_raw_fd(),
+            pending: pending.as_raw_fd(),
+            classes: classes_map.as_raw_fd(),
+            idle: idle.as_raw_fd(),
+            rows: rows.as_raw_fd(),
+            stats: stats.as_raw_fd(),
+        };
+        let unmatched = whole_machine.then(|| targets.slots.other());
+        // EVENT_NAMES order of the typedef ids: waking, switch, migrate, wakeup.
+        let attach_all =
+            |typed: Option<&[u32; 4]>| -> std::io::Result<(Vec<OwnedFd>, Vec<OwnedFd>)> {
+                let l = Layout {
+                    ncpu: n,
+                    unmatched,
+                    direct: typed.is_some(),
+                };
+                let programs = [
+                    ("sched_waking", 0, aggregate::waking(&maps, &l, &offsets)),
+                    ("sched_wakeup", 3, aggregate::wakeup(&maps, &l, &offsets)),
+                    ("sched_switch", 1, aggregate::switch(&maps, &l, &offsets)),
+                ];
+                let (mut progs, mut links) = (Vec::new(), Vec::new());
+                for (name, i, insns) in programs {
+                    let short = &name[6..];
+                    let prog = match typed {
+                        Some(ids) => sys::prog_load(
+                            &insns,
+                            &format!("cpulab_a_{short}"),
+                            sys::BPF_PROG_TYPE_TRACING,
+                            Some(ids[i]),
+                        )?,
+                        None => sys::prog_load(
+                            &insns,
+                            &format!("cpulab_a_{short}"),
+                            sys::BPF_PROG_TYPE_RAW_TRACEPOINT,
+                            None,
+                        )?,
+                    };
+                    let link = sys::raw_attach(typed.is_none().then_some(name), &prog)?;
+                    progs.push(prog);
+                    links.push(link);
+                }
+                Ok((progs, links))
+            };
+        let (typed, (progs, links)) = match typed_ids.as_ref().map(|ids| attach_all(Some(ids))) {
+            Some(Ok(p)) => (true, p),
+            _ => (false, attach_all(None)?),
+        };
+        let prog_ids = progs.iter().filter_map(|p| sys::prog_id(p).ok()).collect();
+        let targets = Arc::new(Mutex::new(targets));
+        let targets_map = Arc::new(targets_map);
+        let stop = Arc::new(AtomicBool::new(false));
+        let refresher = {
+            let (targets, map, stop) = (targets.clone(), targets_map.clone(), stop.clone());
+            std::thread::Builder::new()
+                .name("cpulab-targets".into())
+                .spawn(move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        // Sleep in small steps so a drop is not held up by a whole period.
+                        for _ in 0..10 {
+                            if stop.load(Ordering::Relaxed) {
+                                return;
+                            }
+                            std::thread::sleep(REFRESH / 10);
+                        }
+                        if let Ok(mut t) = targets.lock() {
+                            t.refresh(&map);
+                        }
+                    }
+                })
+                .ok()
+        };
+        Ok(Self {
+            rows,
+            stats,
+            targets_map,
+            _links: links,
+            _progs: progs,
+            _maps: vec![pending, classes_map, idle],
+            targets,
+            stop,
+            refresher,
+            ncpu,
+            classes,
+            whole_machine,
+            typed,
+            prog_ids,
+        })
+    }
+
+    /// The kernel ids of the attached programs (to check they are gone after a drop).
+    pub fn program_ids(&self) -> &[u32] {
+        &self.prog_ids
+    }
+
+    /// Watched processes known now (the `targets` map's entries): bounded by the processes
+    /// alive, however many have come and gone.
+    pub fn tracked_processes(&self) -> usize {
+        self.targets.lock().map(|t| t.installed.len()).unwrap_or(0)
+    }
+
+    /// Re-reads the targets now (the refresh thread does it every [`REFRESH`]).
+    pub fn refresh(&self) {
+        if let Ok(mut t) = self.targets.lock() {
+            t.refresh(&self.targets_map);
+        }
+    }
+
+    /// One `rows` row summed over the CPUs.
+    fn row(&self, key: u32) -> std::io::Result<[u64; ROW_WORDS]> {
+        let mut buf = vec![0u8; self.ncpu * ROW_WORDS * 8];
+        sys::map_lookup(&self.rows, &key.to_ne_bytes(), &mut buf)?;
+        let mut sum = [0u64; ROW_WORDS];
+        for cpu in buf.chunks_exact(ROW_WORDS * 8) {
+            for (i, w) in cpu.chunks_exact(8).enumerate() {
+                // invariant: chunks_exact(8) yields 8-byte slices.
+                sum[i] += u64::from_ne_bytes(w.try_into().expect("8 bytes"));
+            }
+        }
+        Ok(sum)
+    }
+
+    fn stat(&self, key: u32) -> std::io::Result<u64> {
+        let mut buf = vec![0u8; self.ncpu * 8];
+        sys::map_lookup(&self.stats, &key.to_ne_bytes(), &mut buf)?;
+        Ok(buf
+            .chunks_exact(8)
+            .map(|w| u64::from_ne_bytes(w.try_into().expect("8 bytes")))
+            .sum())
+    }
+}
+
+/// `BPF_MAP_TYPE_LRU_HASH`.
+const BPF_MAP_TYPE_LRU_HASH: u32 = 9;
+
+/// One row pair (busy, idle destination) into a class's counts.
+pub fn class_counts(busy: &[u64; ROW_WORDS], idle: &[u64; ROW_WORDS]) -> ClassCounts {
+    let buckets: Vec<u64> = (0..LATENCY_BOUNDS_NS.len())
+        .map(|b| busy[b] + idle[b])
+        .collect();
+    let over = busy[aggregate::BUCKETS - 1] + idle[aggregate::BUCKETS - 1];
+    ClassCounts {
+        to_idle: idle[aggregate::ROW_WAKEUPS],
+        to_busy: busy[aggregate::ROW_WAKEUPS],
+        count: buckets.iter().sum::<u64>() + over,
+        buckets,
+        sum_ns: busy[aggregate::ROW_SUM] + idle[aggregate::ROW_SUM],
+    }
+}
+
+impl Source for BpfSource {
+    fn mechanism(&self) -> &str {
+        "bpf"
+    }
+
+    fn snapshot(&mut self) -> Result<Snapshot> {
+        let (labels, dropped, refused, other_slot) = {
+            let t = self
+                .targets
+                .lock()
+                .map_err(|_| anyhow::anyhow!("the target refresh thread panicked"))?;
+            (
+                t.slots.labels().to_vec(),
+                t.slots.dropped(),
+                t.refused,
+                t.slots.other(),
+            )
+        };
+        let mut named: Vec<(String, u32)> = labels
+            .into_iter()
+            .enumerate()
+            .map(|(i, l)| (l, i as u32))
+            .collect();
+        if self.whole_machine || dropped > 0 {
+            named.push((OTHER.to_string(), other_slot));
+        }
+        let mut targets = Vec::with_capacity(named.len());
+        for (label, slot) in named {
+            let mut classes = BTreeMap::new();
+            for &c in &self.classes {
+                let busy = self.row(aggregate::row_key(slot, c, false))?;
+                let idle = self.row(aggregate::row_key(slot, c, true))?;
+                classes.insert(
+                    CLASSES[c as usize].as_str().to_string(),
+                    class_counts(&busy, &idle),
+                );
+            }
+            targets.push(TargetCounts {
+                target: label,
+                classes,
+            });
+        }
+        Ok(Snapshot {
+            targets,
+            events_seen: self.stat(aggregate::STAT_SEEN)?,
+            events_lost: self.stat(aggregate::STAT_LOST)? + refused,
+            targets_dropped: dropped,
+        })
+    }
+}
+
+impl Drop for BpfSource {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.refresher.take() {
+            let _ = t.join();
+        }
+        // The links, programs and maps close with their descriptors: detached here.
+    }
+}

@@ -1,0 +1,366 @@
+//! `cpulab history`: the store under real processes (two writers, a corrupt file, a newer
+//! schema, a full disk), and field notes D end to end: a fixture history whose later runs are
+//! 13% worse on another kernel, governor and mitigations setting, found and named by
+//! `history check`.
+
+mod common;
+
+use common::{cpulab, json_of};
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+
+fn fixture_doctor() -> Value {
+    let p =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/results/doctor-quick.json");
+    serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
+}
+
+/// Deterministic noise of about +-2%.
+fn noise(i: usize) -> f64 {
+    [1.0, 1.018, 0.985, 1.007, 0.992, 1.013, 0.981, 1.004][i % 8]
+}
+
+/// The fixture doctor run made into run `i` of a series: its wakeup and OS-cost samples scaled
+/// by `factor`, on `kernel` with `governor` and `mitigations`.
+fn doctor_run(
+    i: usize,
+    factor: f64,
+    kernel: &str,
+    governor: &str,
+    mitigations: Option<&str>,
+) -> Value {
+    let mut d = fixture_doctor();
+    d["conditions"]["started_unix_s"] = json!(1_700_000_000 + i as u64 * 86_400);
+    let scale = |v: &mut Value| {
+        for x in v.as_array_mut().unwrap() {
+            *x = json!(x.as_f64().unwrap() * factor * noise(i));
+        }
+    };
+    for w in d["measurements"]["wakeup"].as_array_mut().unwrap() {
+        scale(&mut w["batch_means_ns"]);
+    }
+    for p in d["measurements"]["oscost"]["primitives"]
+        .as_array_mut()
+        .unwrap()
+    {
+        scale(&mut p["samples_ns"]);
+    }
+    let p = &mut d["probe"];
+    p["sched"]["kernel"] = json!(kernel);
+    p["freq"]["policies"] =
+        json!([{"name": "policy0", "driver": "acpi-cpufreq", "governor": governor}]);
+    p["mitigations"]["cmdline"] = match mitigations {
+        Some(m) => json!({ "mitigations": m }),
+        None => json!({}),
+    };
+    d
+}
+
+fn import(history: &Path, docs: &[Value]) {
+    let dir = tempfile::tempdir().unwrap();
+    let files: Vec<PathBuf> = docs
+        .iter()
+        .enumerate()
+        .map(|(i, d)| {
+            let p = dir.path().join(format!("run{i:02}.json"));
+            std::fs::write(&p, d.to_string()).unwrap();
+            p
+        })
+        .collect();
+    cpulab()
+        .arg("--history")
+        .arg(history)
+        .args(["history", "import", "-q"])
+        .args(&files)
+        .assert()
+        .success();
+}
+
+fn check(history: &Path) -> (Option<i32>, Value) {
+    let out = cpulab()
+        .arg("--history")
+        .arg(history)
+        .args(["history", "check", "--json"])
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        serde_json::from_slice(&out.stdout).unwrap(),
+    )
+}
+
+/// Field notes D: CentOS 6 -> 7, the same job 13% slower; the kernel, the governor and the
+/// mitigations changed with it.
+#[test]
+fn field_notes_d_regression_is_found_and_its_three_facts_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let h = dir.path().join("h.sqlite");
+    let mut docs: Vec<Value> = (0..6)
+        .map(|i| doctor_run(i, 1.0, "2.6.32-754.el6.x86_64", "performance", Some("off")))
+        .collect();
+    docs.extend((6..9).map(|i| doctor_run(i, 1.13, "3.10.0-1160.el7.x86_64", "powersave", None)));
+    import(&h, &docs);
+    let (code, r) = check(&h);
+    assert_eq!(code, Some(1), "a regression fails the check: {r:#}");
+    let doctor = &r["kinds"][0];
+    assert_eq!(doctor["kind"], "doctor");
+    assert_eq!(doctor["runs"], 9);
+    let changes = doctor["changes"].as_array().unwrap();
+    assert!(!changes.is_empty());
+    for c in changes {
+        assert_eq!(c["verdict"], "worse", "{c}");
+        let pct = c["change_pct"].as_f64().unwrap();
+        assert!((pct - 13.0).abs() < 3.0, "{c}");
+        let named: Vec<&str> = c["causes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x["fact"].as_str().unwrap())
+            .collect();
+        for f in ["kernel", "cpufreq.governor", "mitigations"] {
+            assert!(named.contains(&f), "{f} not in {named:?}");
+        }
+    }
+    assert!(!r["regressions"].as_array().unwrap().is_empty());
+    // The text names the change as a reader would write it.
+    let out = cpulab()
+        .arg("--history")
+        .arg(&h)
+        .args(["history", "check"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("cpufreq.governor performance -> powersave"),
+        "{text}"
+    );
+    assert!(text.contains("mitigations off -> auto"), "{text}");
+    assert!(
+        text.contains("confirm: cpulab try cpufreq.governor=performance"),
+        "{text}"
+    );
+}
+
+#[test]
+fn the_same_shift_without_a_changed_fact_says_no_configuration_change() {
+    let dir = tempfile::tempdir().unwrap();
+    let h = dir.path().join("h.sqlite");
+    let docs: Vec<Value> = (0..9)
+        .map(|i| doctor_run(i, if i < 6 { 1.0 } else { 1.13 }, "3.10", "powersave", None))
+        .collect();
+    import(&h, &docs);
+    let (code, r) = check(&h);
+    assert_eq!(code, Some(1));
+    for c in r["kinds"][0]["changes"].as_array().unwrap() {
+        assert!(c["causes"].as_array().unwrap().is_empty(), "{c}");
+        assert!(
+            c["no_configuration_change"]
+                .as_str()
+                .unwrap()
+                .contains("neighbours"),
+            "{c}"
+        );
+    }
+}
+
+#[test]
+fn noise_alone_raises_no_alarm() {
+    let dir = tempfile::tempdir().unwrap();
+    let h = dir.path().join("h.sqlite");
+    let docs: Vec<Value> = (0..12)
+        .map(|i| doctor_run(i, 1.0, "3.10", "powersave", None))
+        .collect();
+    import(&h, &docs);
+    let (code, r) = check(&h);
+    assert_eq!(code, Some(0), "{r:#}");
+    assert!(r["kinds"][0]["changes"].as_array().unwrap().is_empty());
+}
+
+/// A measuring command that records: quick and needing no program beyond cpulab.
+fn measure(history: &Path) -> std::process::Output {
+    cpulab()
+        .arg("--history")
+        .arg(history)
+        .args([
+            "oscost",
+            "--quick",
+            "--no-freq",
+            "--batches",
+            "3",
+            "--no-load-check",
+            "--json",
+        ])
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn a_recorded_run_is_0600_and_listed_and_compared_by_id() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let h = dir.path().join("state/h.sqlite");
+    json_of(&measure(&h));
+    json_of(&measure(&h));
+    assert_eq!(
+        std::fs::metadata(&h).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    let list = json_of(
+        &cpulab()
+            .arg("--history")
+            .arg(&h)
+            .args(["history", "list", "--kind", "oscost", "--json"])
+            .output()
+            .unwrap(),
+    );
+    assert_eq!(list["runs"].as_array().unwrap().len(), 2);
+    let c = json_of(
+        &cpulab()
+            .arg("--history")
+            .arg(&h)
+            .args(["compare", "@1", "@2", "--json"])
+            .output()
+            .unwrap(),
+    );
+    assert!(
+        c["figures"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|f| f["direction_source"] == "typed")
+    );
+    let show = json_of(
+        &cpulab()
+            .arg("--history")
+            .arg(&h)
+            .args(["history", "show", "2", "--json"])
+            .output()
+            .unwrap(),
+    );
+    assert_eq!(show["document"]["kind"], "oscost");
+    assert!(show["facts"]["kernel"].is_string());
+    assert!(show["figures"][0]["samples"].as_array().unwrap().len() >= 2);
+    // An id the history does not have is bad input.
+    common::bad_input(&["--history", h.to_str().unwrap(), "history", "show", "99"]);
+    common::bad_input(&["--history", h.to_str().unwrap(), "compare", "@1", "@x"]);
+}
+
+#[test]
+fn two_writers_at_once_both_land() {
+    let dir = tempfile::tempdir().unwrap();
+    let h = dir.path().join("h.sqlite");
+    let docs: Vec<Value> = (0..15)
+        .map(|i| doctor_run(i, 1.0, "6.1", "performance", None))
+        .collect();
+    let files: Vec<PathBuf> = docs
+        .iter()
+        .enumerate()
+        .map(|(i, d)| {
+            let p = dir.path().join(format!("r{i}.json"));
+            std::fs::write(&p, d.to_string()).unwrap();
+            p
+        })
+        .collect();
+    // Two processes started together on a file neither has created yet.
+    let spawn = || {
+        common::cpulab_process()
+            .arg("--history")
+            .arg(&h)
+            .args(["history", "import", "-q"])
+            .args(&files)
+            .spawn()
+            .unwrap()
+    };
+    let (a, b) = (spawn(), spawn());
+    for mut c in [a, b] {
+        assert!(c.wait().unwrap().success());
+    }
+    let list = json_of(
+        &cpulab()
+            .arg("--history")
+            .arg(&h)
+            .args(["history", "list", "--json"])
+            .output()
+            .unwrap(),
+    );
+    assert_eq!(list["runs"].as_array().unwrap().len(), 30);
+}
+
+/// The result is printed whatever the history's state; the history costs one line.
+fn assert_printed_with_one_history_line(out: &std::process::Output, want: &str) {
+    let doc = json_of(out);
+    assert_eq!(doc["kind"], "oscost");
+    let err = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = err.lines().filter(|l| l.contains("history")).collect();
+    assert_eq!(lines.len(), 1, "{err}");
+    assert!(lines[0].contains(want), "{err}");
+    assert!(!err.contains("panicked"));
+}
+
+#[test]
+fn a_corrupt_foreign_or_newer_history_is_left_untouched_and_the_result_still_printed() {
+    let dir = tempfile::tempdir().unwrap();
+    let corrupt = dir.path().join("corrupt.sqlite");
+    let mut bytes = b"SQLite format 3\0".to_vec();
+    bytes.extend(std::iter::repeat_n(0x5a, 8192));
+    std::fs::write(&corrupt, &bytes).unwrap();
+    let text = dir.path().join("notes.txt");
+    std::fs::write(&text, "shopping list\n").unwrap();
+    let newer = dir.path().join("newer.sqlite");
+    // A history a later cpulab wrote: its own application id, a schema from the future.
+    rusqlite::Connection::open(&newer)
+        .unwrap()
+        .execute_batch(
+            "PRAGMA application_id = 1668312162; PRAGMA user_version = 99; CREATE TABLE runs (x);",
+        )
+        .unwrap();
+    for (path, want) in [
+        (&corrupt, "corrupt"),
+        (&text, "not a cpulab history"),
+        (&newer, "newer cpulab"),
+    ] {
+        let before = std::fs::read(path).unwrap();
+        assert_printed_with_one_history_line(&measure(path), want);
+        assert_eq!(std::fs::read(path).unwrap(), before, "{}", path.display());
+        // Reading it is bad input in one line.
+        common::bad_input(&["--history", path.to_str().unwrap(), "history", "list"]);
+    }
+}
+
+/// A full disk: a 512 KiB tmpfs mounted by the test (root), filled once the history exists.
+#[test]
+fn a_full_disk_still_prints_the_result() {
+    let name = "a_full_disk_still_prints_the_result";
+    if !nix::unistd::geteuid().is_root() {
+        common::skipped(name, "mounting a tmpfs needs root");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mnt = dir.path().join("small");
+    std::fs::create_dir(&mnt).unwrap();
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=512k,mode=0700", "tmpfs"])
+        .arg(&mnt)
+        .status();
+    if !mounted.is_ok_and(|s| s.success()) {
+        common::skipped(name, "cannot mount a tmpfs here");
+        return;
+    }
+    struct Unmount(PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount").arg(&self.0).status();
+        }
+    }
+    let _guard = Unmount(mnt.clone());
+    let h = mnt.join("h.sqlite");
+    json_of(&measure(&h));
+    // Fill what is left.
+    let mut filler = std::fs::File::create(mnt.join("filler")).unwrap();
+    for size in [64 * 1024, 4096, 1] {
+        let block = vec![0u8; size];
+        while std::io::Write::write_all(&mut filler, &block).is_ok() {}
+    }
+    drop(filler);
+    assert_printed_with_one_history_line(&measure(&h), "not recorded");
+}

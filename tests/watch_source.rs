@@ -1,0 +1,354 @@
+//! The in-kernel aggregation (`cpulab::watch::open_source`) on the live kernel: a pinned pair
+//! lands where it was pinned, counters only grow, buckets never exceed their count, nothing
+//! stays attached after the source is dropped, and short-lived processes under a watched cgroup
+//! leave no trace in the maps.
+
+mod common;
+
+use cpulab::machine::Machine;
+use cpulab::wakeups::{ClassCounts, Snapshot, Source, SourceOptions};
+use cpulab::watch::source::BpfSource;
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::sync::Mutex;
+
+/// One source at a time: the tests count their own process's wakeups, and a second source's
+/// threads would add to them.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+fn can_attach(test: &str) -> bool {
+    let two_cpus = std::thread::available_parallelism().is_ok_and(|n| n.get() >= 2);
+    let why = if !nix::unistd::geteuid().is_root() {
+        "loading BPF programs needs root"
+    } else if !std::path::Path::new("/sys/kernel/btf/vmlinux").exists() {
+        "the kernel has no BTF"
+    } else if !two_cpus {
+        "a pair one CPU apart needs two CPUs"
+    } else {
+        return true;
+    };
+    let line = format!("SKIPPED: {test}: {why}");
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("{line}; CI runs as root on a machine with BTF and two CPUs");
+    }
+    eprintln!("{line}");
+    false
+}
+
+/// Two threads pinned to `a` and `b` pass a byte back and forth `n` times over a socket pair:
+/// every round trip blocks each of them once, so it is two wakeups.
+fn pinned_pair(a: u32, b: u32, n: usize) {
+    let (mut x, mut y) = UnixStream::pair().unwrap();
+    let echo = std::thread::spawn(move || {
+        cpulab::affinity::pin_self(b).unwrap();
+        let mut buf = [0u8; 1];
+        for _ in 0..n {
+            y.read_exact(&mut buf).unwrap();
+            y.write_all(&buf).unwrap();
+        }
+    });
+    let ping = std::thread::spawn(move || {
+        cpulab::affinity::pin_self(a).unwrap();
+        let mut buf = [7u8; 1];
+        for _ in 0..n {
+            x.write_all(&buf).unwrap();
+            x.read_exact(&mut buf).unwrap();
+        }
+    });
+    ping.join().unwrap();
+    echo.join().unwrap();
+}
+
+fn wakeups(c: &ClassCounts) -> u64 {
+    c.to_idle + c.to_busy
+}
+
+/// Per class, the wakeups of target `label` between two snapshots.
+fn delta(before: &Snapshot, after: &Snapshot, label: &str) -> Vec<(String, u64)> {
+    let find = |s: &Snapshot| s.targets.iter().find(|t| t.target == label).cloned();
+    let a = find(after).expect("the target is listed");
+    let b = find(before).unwrap_or_default();
+    a.classes
+        .iter()
+        .map(|(class, c)| {
+            let was = b.classes.get(class).map(wakeups).unwrap_or(0);
+            (class.clone(), wakeups(c) - was)
+        })
+        .collect()
+}
+
+/// Every counter of `after` is at least its value in `before`, and no histogram holds more
+/// than its count.
+fn check_counters(before: &Snapshot, after: &Snapshot) {
+    assert!(after.events_seen >= before.events_seen);
+    assert!(after.events_lost >= before.events_lost);
+    assert!(after.targets_dropped >= before.targets_dropped);
+    for t in &after.targets {
+        for (class, c) in &t.classes {
+            assert_eq!(c.buckets.len(), cpulab::wakeups::LATENCY_BOUNDS_NS.len());
+            assert!(
+                c.buckets.iter().sum::<u64>() <= c.count,
+                "{class}: buckets <= count"
+            );
+            assert!(c.count <= wakeups(c), "{class}: timed wakeups <= wakeups");
+            if c.count > 0 {
+                assert!(
+                    c.sum_ns >= c.count,
+                    "{class}: each latency is at least 1 ns"
+                );
+            }
+        }
+        let Some(old) = before.targets.iter().find(|o| o.target == t.target) else {
+            continue;
+        };
+        for (class, c) in &t.classes {
+            let Some(o) = old.classes.get(class) else {
+                continue;
+            };
+            assert!(c.to_idle >= o.to_idle && c.to_busy >= o.to_busy, "{class}");
+            assert!(c.count >= o.count && c.sum_ns >= o.sum_ns, "{class}");
+            for (n, m) in c.buckets.iter().zip(&o.buckets) {
+                assert!(n >= m, "{class}: a bucket never decreases");
+            }
+        }
+    }
+}
+
+/// Descriptors of this process that hold a BPF program or link (from /proc/self/fdinfo).
+fn bpf_descriptors() -> usize {
+    let Ok(dir) = std::fs::read_dir("/proc/self/fdinfo") else {
+        return 0;
+    };
+    dir.flatten()
+        .filter(|e| {
+            std::fs::read_to_string(e.path())
+                .is_ok_and(|t| t.contains("prog_tag:") || t.contains("link_type:"))
+        })
+        .count()
+}
+
+#[test]
+fn a_pinned_pair_lands_in_same_cpu_then_across_and_nothing_stays_attached() {
+    if !can_attach(test_name!()) {
+        return;
+    }
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let machine = Machine::detect(std::path::Path::new("/")).unwrap();
+    let me = std::process::id() as i32;
+    let label = std::fs::read_to_string("/proc/self/comm")
+        .unwrap()
+        .trim()
+        .to_string();
+    let opts = SourceOptions {
+        pids: vec![me],
+        max_targets: 4,
+        mechanism: "bpf".into(),
+        ..Default::default()
+    };
+    let held_before = bpf_descriptors();
+    // Through the public entry point: the mechanism it chose.
+    let boxed = cpulab::watch::open_source(&machine, &opts).unwrap();
+    assert_eq!(boxed.mechanism(), "bpf");
+    drop(boxed);
+    let mut src = BpfSource::open(&machine, &opts).unwrap();
+    let ids = src.program_ids().to_vec();
+    assert_eq!(ids.len(), 3, "waking, wakeup and switch programs");
+    assert!(bpf_descriptors() >= held_before + 3);
+    let s0 = src.snapshot().unwrap();
+    assert_eq!(
+        s0.targets
+            .iter()
+            .map(|t| t.target.as_str())
+            .collect::<Vec<_>>(),
+        [label.as_str()],
+        "one target, labelled by its name, never by its pid"
+    );
+    let n = 5000;
+    pinned_pair(0, 0, n);
+    let s1 = src.snapshot().unwrap();
+    pinned_pair(0, 1, n);
+    let s2 = src.snapshot().unwrap();
+    check_counters(&s0, &s1);
+    check_counters(&s1, &s2);
+    assert!(s2.events_seen > s0.events_seen);
+    let same: Vec<(String, u64)> = delta(&s0, &s1, &label);
+    let across: Vec<(String, u64)> = delta(&s1, &s2, &label);
+    let get = |d: &[(String, u64)], c: &str| d.iter().find(|x| x.0 == c).map_or(0, |x| x.1);
+    let away = |d: &[(String, u64)]| d.iter().filter(|x| x.0 != "same-cpu").map(|x| x.1).sum();
+    let away_same: u64 = away(&same);
+    let away_across: u64 = away(&across);
+    // Both threads block on every round trip: two wakeups each, a few more from thread start.
+    assert!(
+        get(&same, "same-cpu") >= n as u64,
+        "same CPU: {same:?} for {n} round trips"
+    );
+    assert!(get(&same, "same-cpu") > 10 * away_same, "{same:?}");
+    assert!(away_across >= n as u64, "one CPU apart: {across:?}");
+    assert!(away_across > 10 * get(&across, "same-cpu"), "{across:?}");
+    // Only classes present on this machine are listed.
+    let t = s2.targets.iter().find(|t| t.target == label).unwrap();
+    let want: std::collections::BTreeSet<String> = machine
+        .topology
+        .online
+        .iter()
+        .flat_map(|a| machine.topology.online.iter().map(move |b| (a, b)))
+        .map(|(a, b)| machine.topology.class(a, b).as_str().to_string())
+        .collect();
+    assert_eq!(
+        t.classes
+            .keys()
+            .cloned()
+            .collect::<std::collections::BTreeSet<_>>(),
+        want
+    );
+
+    drop(src);
+    assert_eq!(
+        bpf_descriptors(),
+        held_before,
+        "no program or link descriptor is held"
+    );
+    // The kernel frees a program once its last descriptor closes (after an RCU grace period).
+    let mut gone = false;
+    for _ in 0..100 {
+        let live = cpulab::watch::bpf::sys::prog_ids().unwrap();
+        if ids.iter().all(|id| !live.contains(id)) {
+            gone = true;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(
+        gone,
+        "programs {ids:?} still loaded after the source was dropped"
+    );
+}
+
+/// Removes the test's cgroup however the test ends.
+struct TempCgroup(std::path::PathBuf);
+
+impl Drop for TempCgroup {
+    fn drop(&mut self) {
+        for _ in 0..50 {
+            if std::fs::remove_dir(&self.0).is_ok() || !self.0.exists() {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+}
+
+#[test]
+fn a_thousand_short_lived_processes_under_a_watched_cgroup_leave_the_maps_bounded() {
+    if !can_attach(test_name!()) {
+        return;
+    }
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let name = format!("cpulab-test-{}", std::process::id());
+    let dir = cpulab::watch::slots::cgroup_root(std::path::Path::new("/")).join(&name);
+    // A directory that is no cgroup (a tmpfs where v2 is not mounted) has no cgroup.procs.
+    if std::fs::create_dir(&dir).is_err() || !dir.join("cgroup.procs").is_file() {
+        let _ = std::fs::remove_dir(&dir);
+        let line = format!(
+            "SKIPPED: {}: cannot create a cgroup v2 cgroup under /sys/fs/cgroup",
+            test_name!()
+        );
+        assert!(std::env::var("CI").map_or(true, |v| v != "true"), "{line}");
+        eprintln!("{line}");
+        return;
+    }
+    let _cg = TempCgroup(dir.clone());
+    let machine = Machine::detect(std::path::Path::new("/")).unwrap();
+    let opts = SourceOptions {
+        cgroups: vec![format!("cpulab-test-{}*", std::process::id())],
+        max_targets: 2,
+        mechanism: "bpf".into(),
+        ..Default::default()
+    };
+    let mut src = BpfSource::open(&machine, &opts).unwrap();
+    let s0 = src.snapshot().unwrap();
+    // Twice, as a service restarted: a shell moves itself into the cgroup and runs 500
+    // short-lived processes, each a wakeup of the shell when it ends.
+    let mut most = 0;
+    for _ in 0..2 {
+        let script = format!(
+            "echo $$ > {}/cgroup.procs && i=0; while [ $i -lt 500 ]; do /bin/true; i=$((i+1)); done",
+            dir.display()
+        );
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", &script])
+            .spawn()
+            .unwrap();
+        while child.try_wait().unwrap().is_none() {
+            src.refresh();
+            most = most.max(src.tracked_processes());
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert!(child.wait().unwrap().success());
+    }
+    // The kernel lists an ended process in cgroup.procs until it has fully gone.
+    let procs = dir.join("cgroup.procs");
+    for _ in 0..200 {
+        if std::fs::read_to_string(&procs).is_ok_and(|t| t.trim().is_empty()) {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(25));
+    }
+    src.refresh();
+    assert_eq!(
+        src.tracked_processes(),
+        0,
+        "the cgroup is empty: nothing tracked ({:?})",
+        std::fs::read_to_string(&procs)
+    );
+    // The shell and at most one child at a time live in the cgroup.
+    assert!(most <= 2, "{most} processes tracked at once");
+    let s1 = src.snapshot().unwrap();
+    check_counters(&s0, &s1);
+    assert_eq!(
+        s1.targets
+            .iter()
+            .map(|t| t.target.as_str())
+            .collect::<Vec<_>>(),
+        [name.as_str()],
+        "one label for the cgroup, both runs under it"
+    );
+    assert_eq!(s1.targets_dropped, 0);
+    let woken: u64 = s1.targets[0].classes.values().map(wakeups).sum();
+    assert!(woken > 0, "the shell was woken as its children ended");
+}
+
+/// The perf fallback fills the same shape, aggregated in user space: a same-CPU pair's wakeups
+/// land in `same-cpu`, and counters only grow.
+#[test]
+fn the_perf_fallback_counts_a_same_cpu_pair_in_user_space() {
+    if !can_attach(test_name!()) {
+        return;
+    }
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let machine = Machine::detect(std::path::Path::new("/")).unwrap();
+    let label = std::fs::read_to_string("/proc/self/comm")
+        .unwrap()
+        .trim()
+        .to_string();
+    let opts = SourceOptions {
+        pids: vec![std::process::id() as i32],
+        max_targets: 4,
+        mechanism: "perf".into(),
+        ..Default::default()
+    };
+    let mut src = cpulab::watch::open_source(&machine, &opts).unwrap();
+    assert_eq!(src.mechanism(), "perf");
+    let s0 = src.snapshot().unwrap();
+    let n = 3000;
+    pinned_pair(0, 0, n);
+    // The reader folds what it analysed once a second, events settled for 5 ms first.
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+    let s1 = src.snapshot().unwrap();
+    check_counters(&s0, &s1);
+    let d = delta(&s0, &s1, &label);
+    let same = d.iter().find(|x| x.0 == "same-cpu").map_or(0, |x| x.1);
+    assert!(same >= n as u64, "{d:?} for {n} round trips");
+    drop(src);
+    assert_eq!(bpf_descriptors(), 0, "perf holds no BPF descriptor");
+}
