@@ -132,7 +132,7 @@ fn cpulab_programs() -> usize {
 }
 
 #[test]
-#[ignore = "needs the in-kernel wakeup source: un-ignore when exporter::collect::open_source calls crate::watch::open_source"]
+#[ignore = "wired to crate::watch::open_source at the deadline and not yet run with it: run with --ignored, then un-ignore"]
 fn nothing_stays_attached_after_sigkill() {
     let before = cpulab_programs();
     let port = std::net::TcpListener::bind("127.0.0.1:0")

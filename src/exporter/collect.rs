@@ -20,20 +20,17 @@ use std::time::Instant;
 /// The label of the target that collects everything beyond the cap.
 pub const OTHER: &str = "other";
 
-/// Opens the wakeup source the flags ask for: the one call site of the in-kernel aggregation.
-/// `Ok(None)` when this build has no such source (the exporter then publishes everything else).
+/// Opens the wakeup source the flags ask for: the one call site of the in-kernel aggregation
+/// (`crate::watch::open_source`, shared with `cpulab watch`), or the test double.
 pub fn open_source(
-    _machine: &Machine,
+    machine: &Machine,
     opts: &SourceOptions,
     classes: &[String],
 ) -> Result<Option<Box<dyn Source>>> {
     if opts.mechanism == "fake" {
         return Ok(Some(Box::new(FakeSource::new(opts, classes))));
     }
-    // WIRING (issue 19): replace this line with
-    //     crate::watch::open_source(_machine, opts).map(Some)
-    // once the in-kernel aggregation (branch `watchx`) is on main.
-    Ok(None)
+    crate::watch::open_source(machine, opts).map(Some)
 }
 
 /// A test double behind the hidden `--mechanism fake`: counts that grow by a fixed pattern on
