@@ -30,20 +30,6 @@ pub enum Command {
     /// Fingerprint the machine: topology, placement classes, virtualisation, idle, frequency,
     /// mitigations, scheduler and cgroup limits, counters.
     Probe(commands::probe::Args),
-    /// Round-trip cost between two endpoints for every placement class, with the counters
-    /// that explain it.
-    Pingpong(commands::pingpong::Args),
-    /// Run a real server and client (PostgreSQL + pgbench, a web server + load generator, any
-    /// pair) under each placement.
-    Pair(commands::pair::Args),
-    /// Noisy neighbours: a CPU-bound workload's share of the CPU beside busy burners, against
-    /// the fair-share model.
-    Share(commands::share::Args),
-    /// Parallel scaling by placement policy (os, compact, scatter, explicit).
-    Scale(commands::scale::Args),
-    /// Cost of OS primitives (syscall, context switch, fork, page fault, ...) and the
-    /// effective-frequency ramp.
-    Oscost(commands::oscost::Args),
     /// The whole investigation in one command: findings with evidence and remedies.
     Doctor(commands::doctor::Args),
     /// Render a saved result again (`--html`).
@@ -130,11 +116,6 @@ pub fn run(cli: Cli) -> Result<()> {
     crate::trial::journal::recover_at_start(&g.root, g.quiet);
     match cli.command {
         Command::Probe(a) => commands::probe::run(a, &g),
-        Command::Pingpong(a) => commands::pingpong::run(a, &g),
-        Command::Pair(a) => commands::pair::run(a, &g),
-        Command::Share(a) => commands::share::run(a, &g),
-        Command::Scale(a) => commands::scale::run(a, &g),
-        Command::Oscost(a) => commands::oscost::run(a, &g),
         Command::Doctor(a) => commands::doctor::run(a, &g),
         Command::Report(a) => commands::report::run(a, &g),
         Command::Compare(a) => commands::compare::run(a, &g),

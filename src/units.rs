@@ -146,4 +146,65 @@ mod tests {
         assert_eq!(thousands(1234567.0), "1,234,567");
         assert_eq!(thousands(-999.0), "-999");
     }
+
+    /// Every unit, its boundary and the printed forms, with their known values.
+    #[test]
+    fn every_unit_and_the_one_day_limit() {
+        assert_eq!(parse_duration("7ns"), Ok(Duration::from_nanos(7)));
+        assert_eq!(parse_duration("3µs"), Ok(Duration::from_micros(3)));
+        assert_eq!(parse_duration("2min"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("2h"), Ok(Duration::from_secs(7200)));
+        assert_eq!(parse_duration("3 secs"), Ok(Duration::from_secs(3)));
+        assert_eq!(parse_duration("24h"), Ok(MAX_DURATION));
+        assert!(parse_duration("86400.001").is_err());
+        assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
+    }
+
+    #[test]
+    fn times_print_in_the_unit_that_fits() {
+        assert_eq!(fmt_ns(812.4), "812 ns");
+        assert_eq!(fmt_ns(999.0), "999 ns");
+        assert_eq!(fmt_ns(1_000.0), "1.00 us");
+        assert_eq!(fmt_ns(5_030.0), "5.03 us");
+        assert_eq!(fmt_ns(1_000_000.0), "1.00 ms");
+        assert_eq!(fmt_ns(1_200_000.0), "1.20 ms");
+        assert_eq!(fmt_ns(1e9), "1.00 s");
+        assert_eq!(fmt_ns(2.5e9), "2.50 s");
+    }
+
+    #[test]
+    fn grouping_puts_a_comma_every_three_digits_from_the_right() {
+        assert_eq!(thousands(0.0), "0");
+        assert_eq!(thousands(999.0), "999");
+        assert_eq!(thousands(1000.0), "1,000");
+        assert_eq!(thousands(12345.0), "12,345");
+        assert_eq!(grouped(-0.06, 1), "-0.1");
+        assert_eq!(grouped(0.5, 0), "0");
+    }
+
+    #[test]
+    fn durations_serialise_as_seconds() {
+        #[derive(serde::Serialize, serde::Deserialize, PartialEq, Debug)]
+        struct T {
+            #[serde(with = "serde_secs")]
+            work_s: Duration,
+        }
+        let t = T {
+            work_s: Duration::from_millis(1500),
+        };
+        let text = serde_json::to_string(&t).unwrap();
+        assert_eq!(text, r#"{"work_s":1.5}"#);
+        assert_eq!(serde_json::from_str::<T>(&text).unwrap(), t);
+        assert!(serde_json::from_str::<T>(r#"{"work_s":-1}"#).is_err());
+    }
+
+    #[test]
+    fn a_bad_flag_value_names_the_flag() {
+        assert_eq!(
+            flag_duration("duration", "2s").unwrap(),
+            Duration::from_secs(2)
+        );
+        let e = flag_duration("duration", "soon").unwrap_err().to_string();
+        assert!(e.starts_with("--duration: "), "{e}");
+    }
 }

@@ -7,7 +7,7 @@
 //! which `try` runs each round without knowing which one it is. The list of entries itself is
 //! `crate::registry`, above everything it lists; this module imports none of them.
 
-use super::{Command, Experiment, Figure, Progress};
+use super::{Command, Experiment, Figure, Level, Progress};
 use crate::error::bad_input;
 use crate::machine::Machine;
 use crate::output::{self, Style};
@@ -87,10 +87,27 @@ where
     E::Settings: 'static,
 {
     let args = parse_args::<E>(m)?;
-    let machine = Machine::detect(root)?;
+    let mut machine = Machine::detect(root)?;
+    if let Some(text) = E::cpus(&args) {
+        machine.restrict_to(text)?;
+    }
     let settings = E::settings(&args, &machine)?;
-    let sink = output::progress_printer(quiet);
-    let report = E::run(&machine, &settings, &Progress::new(&sink))?;
+    let printer = output::progress_printer(quiet);
+    let always = |level: Level, m: &str| {
+        output::status(quiet, &format!("cpulab {}: {}{m}", E::NAME, level.prefix()))
+    };
+    let sink: &dyn Fn(Level, &str) = if E::STEPS_ALWAYS { &always } else { &printer };
+    let report = match E::run(&machine, &settings, &Progress::new(sink)) {
+        Ok(r) => r,
+        Err(e) => {
+            // Everything has been torn down by now; report the signal as a shell would.
+            if let Some(i) = e.downcast_ref::<crate::signals::Interrupted>() {
+                eprintln!("cpulab: {i}");
+                std::process::exit(i.exit_code());
+            }
+            return Err(e);
+        }
+    };
     if let Some(path) = E::html(&args) {
         std::fs::write(path, E::render_html(&report))
             .map_err(|e| bad_input(format!("cannot write {}: {e}", path.display())))?;
