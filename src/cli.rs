@@ -69,6 +69,7 @@ pub enum Invocation {
     Builtin(Cli),
     /// An experiment's subcommand from the registry.
     Registered {
+        kind: crate::report::envelope::Kind,
         global: Global,
         matches: clap::ArgMatches,
         command: &'static registry::Subcommand,
@@ -83,9 +84,10 @@ where
 {
     let m = command().try_get_matches_from(argv)?;
     if let Some((name, sub)) = m.subcommand()
-        && let Some((_, command)) = registry::command_named(name)
+        && let Some((entry, command)) = registry::command_named(name)
     {
         return Ok(Invocation::Registered {
+            kind: entry.kind,
             global: Global::from_arg_matches(&m)?,
             matches: sub.clone(),
             command,
@@ -99,13 +101,17 @@ pub fn run_invocation(inv: Invocation) -> Result<()> {
     match inv {
         Invocation::Builtin(cli) => run(cli),
         Invocation::Registered {
+            kind,
             global,
             matches,
             command,
         } => {
             crate::history::configure(global.history.as_deref(), global.no_history, global.quiet);
             crate::trial::journal::recover_at_start(&global.root, global.quiet);
-            (command.run)(&matches, &global.root, global.quiet)
+            let document = (command.run)(&matches, &global.root, global.quiet)?;
+            // The result's other sink: the history records what was just printed.
+            crate::history::record(kind, &document, &global.root);
+            Ok(())
         }
     }
 }

@@ -30,8 +30,10 @@ pub struct Entry {
 pub struct Subcommand {
     /// The clap definition: flags, help, examples.
     pub clap: fn() -> clap::Command,
-    /// Runs it from parsed flags: `root` and `quiet` are the global options.
-    pub run: fn(&clap::ArgMatches, &Path, bool) -> Result<()>,
+    /// Runs it from parsed flags (`root` and `quiet` are the global options), prints the
+    /// result, and returns the enveloped document for the command layer's other sinks (the
+    /// history), which stand above this module.
+    pub run: fn(&clap::ArgMatches, &Path, bool) -> Result<serde_json::Value>,
     /// `try --measure NAME:FLAGS`: the flags (without the name) parsed and validated into
     /// something to run each round.
     pub measure: MeasureFn,
@@ -82,7 +84,11 @@ where
         .map_err(|e| bad_input(format!("{}: {}", E::NAME, e.to_string().trim())))
 }
 
-fn run_command<E: Command>(m: &clap::ArgMatches, root: &Path, quiet: bool) -> Result<()>
+fn run_command<E: Command>(
+    m: &clap::ArgMatches,
+    root: &Path,
+    quiet: bool,
+) -> Result<serde_json::Value>
 where
     E::Settings: 'static,
 {
@@ -118,12 +124,8 @@ where
     } else {
         output::print_text(&E::render_text(&report, &Style::new()))?;
     }
-    // The history records the result once it is printed. This call sits in the registry until
-    // the one output path exists (issue 18, move 4); it belongs there as one more target.
-    if let Ok(doc) = serde_json::to_value(&envelope) {
-        crate::history::record(E::KIND, &doc, root);
-    }
-    Ok(())
+    // Printed first, so a later failure loses nothing; the caller hands the document on.
+    Ok(serde_json::to_value(&envelope)?)
 }
 
 fn measure_of<E: Command>(words: &[String], machine: &Machine) -> Result<Box<dyn Runnable>>
