@@ -20,7 +20,7 @@ echo "built $deb"
 dpkg -i "$deb" >/dev/null
 test -x /usr/bin/cpulab
 test -f /lib/systemd/system/cpulab-exporter.service
-test -f /usr/share/man/man1/cpulab-exporter.1.gz || test -f /usr/share/man/man1/cpulab-exporter.1
+dpkg -L cpulab | grep '/man1/cpulab-exporter\.1' >/dev/null
 
 # The installed exporter, briefly, on a free loopback port.
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
@@ -32,7 +32,7 @@ for _ in $(seq 100); do
     curl -sf "http://127.0.0.1:$port/metrics" -o /dev/null && break
     sleep 0.1
 done
-curl -sf "http://127.0.0.1:$port/metrics" | grep -q '^cpulab_machine_info{'
+curl -sf "http://127.0.0.1:$port/metrics" | grep '^cpulab_machine_info{' >/dev/null
 kill -TERM "$pid"
 rc=0
 wait "$pid" || rc=$?

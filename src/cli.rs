@@ -30,20 +30,6 @@ pub enum Command {
     /// Fingerprint the machine: topology, placement classes, virtualisation, idle, frequency,
     /// mitigations, scheduler and cgroup limits, counters.
     Probe(commands::probe::Args),
-    /// Round-trip cost between two endpoints for every placement class, with the counters
-    /// that explain it.
-    Pingpong(commands::pingpong::Args),
-    /// Run a real server and client (PostgreSQL + pgbench, a web server + load generator, any
-    /// pair) under each placement.
-    Pair(commands::pair::Args),
-    /// Noisy neighbours: a CPU-bound workload's share of the CPU beside busy burners, against
-    /// the fair-share model.
-    Share(commands::share::Args),
-    /// Parallel scaling by placement policy (os, compact, scatter, explicit).
-    Scale(commands::scale::Args),
-    /// Cost of OS primitives (syscall, context switch, fork, page fault, ...) and the
-    /// effective-frequency ramp.
-    Oscost(commands::oscost::Args),
     /// The whole investigation in one command: findings with evidence and remedies.
     Doctor(commands::doctor::Args),
     /// Render a saved result again (`--html`).
@@ -83,6 +69,7 @@ pub enum Invocation {
     Builtin(Cli),
     /// An experiment's subcommand from the registry.
     Registered {
+        kind: crate::report::envelope::Kind,
         global: Global,
         matches: clap::ArgMatches,
         command: &'static registry::Subcommand,
@@ -97,9 +84,10 @@ where
 {
     let m = command().try_get_matches_from(argv)?;
     if let Some((name, sub)) = m.subcommand()
-        && let Some((_, command)) = registry::command_named(name)
+        && let Some((entry, command)) = registry::command_named(name)
     {
         return Ok(Invocation::Registered {
+            kind: entry.kind,
             global: Global::from_arg_matches(&m)?,
             matches: sub.clone(),
             command,
@@ -113,13 +101,17 @@ pub fn run_invocation(inv: Invocation) -> Result<()> {
     match inv {
         Invocation::Builtin(cli) => run(cli),
         Invocation::Registered {
+            kind,
             global,
             matches,
             command,
         } => {
             crate::history::configure(global.history.as_deref(), global.no_history, global.quiet);
             crate::trial::journal::recover_at_start(&global.root, global.quiet);
-            (command.run)(&matches, &global.root, global.quiet)
+            let document = (command.run)(&matches, &global.root, global.quiet)?;
+            // The result's other sink: the history records what was just printed.
+            crate::history::record(kind, &document, &global.root);
+            Ok(())
         }
     }
 }
@@ -130,11 +122,6 @@ pub fn run(cli: Cli) -> Result<()> {
     crate::trial::journal::recover_at_start(&g.root, g.quiet);
     match cli.command {
         Command::Probe(a) => commands::probe::run(a, &g),
-        Command::Pingpong(a) => commands::pingpong::run(a, &g),
-        Command::Pair(a) => commands::pair::run(a, &g),
-        Command::Share(a) => commands::share::run(a, &g),
-        Command::Scale(a) => commands::scale::run(a, &g),
-        Command::Oscost(a) => commands::oscost::run(a, &g),
         Command::Doctor(a) => commands::doctor::run(a, &g),
         Command::Report(a) => commands::report::run(a, &g),
         Command::Compare(a) => commands::compare::run(a, &g),

@@ -2,10 +2,12 @@
 //! application's speed.
 //!
 //! The library holds everything; the binary only parses the command line and maps errors to
-//! exit codes. Layers, bottom up: `cpulist` and `topology` (what the machine is), `counters`
-//! and `stats` (how we observe and summarise), the experiments (`pingpong`, `pair`, `share`,
-//! `scale`, `oscost`, `messaging`, `bursty`, listed once in `registry`), and the
-//! `doctor` that runs them and names causes.
+//! exit codes. Layers, top down (docs/architecture.md has the rule for each): `cli`, the
+//! `commands`, the `registry` of experiments, `trial`, `doctor` and `sim`, `compare`, the
+//! experiments (`pingpong`, `pair`, `share`, `scale`, `oscost`, `messaging`, `bursty`, `watch`,
+//! which never import each other), `probe`, the `experiment` interface, then the machine's facts
+//! and the shared parts (`report`, `machine`, `counters`, `topology`, `load`, `signals`,
+//! `output`, `stats`, `cpulist`). A module imports only layers below its own.
 
 pub mod affinity;
 pub mod bursty;

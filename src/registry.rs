@@ -25,11 +25,11 @@ use std::path::Path;
 
 /// Every experiment whose results cpulab can load, render and compare.
 pub const ENTRIES: &[Entry] = &[
-    entry::<crate::pingpong::Pingpong>(),
-    entry::<crate::pair::Pair>(),
-    entry::<crate::share::Share>(),
-    entry::<crate::scale::Scale>(),
-    entry::<crate::oscost::Oscost>(),
+    command::<crate::pingpong::Pingpong>(),
+    command::<crate::pair::Pair>(),
+    command::<crate::share::Share>(),
+    command::<crate::scale::Scale>(),
+    command::<crate::oscost::Oscost>(),
     command::<crate::watch::Watch>(),
     // A model, not an experiment: its documents are loaded and rendered like the others, and
     // every figure it gives is labelled SIMULATED.

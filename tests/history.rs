@@ -139,6 +139,22 @@ fn field_notes_d_regression_is_found_and_its_three_facts_named() {
         text.contains("confirm: cpulab try cpufreq.governor=performance"),
         "{text}"
     );
+    // The page: one chart per figure, the change point with the facts beside it.
+    let page = dir.path().join("history.html");
+    cpulab()
+        .arg("--history")
+        .arg(&h)
+        .args(["history", "report", "-q", "--html"])
+        .arg(&page)
+        .assert()
+        .success();
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(html.matches("<svg").count() >= 2);
+    assert!(
+        html.contains("at run 7 (@7"),
+        "the change point sits between runs 6 and 7"
+    );
+    assert!(html.contains("cpufreq.governor performance -&gt; powersave"));
 }
 
 #[test]

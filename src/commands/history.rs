@@ -14,12 +14,9 @@ use std::path::PathBuf;
 #[derive(Debug, clap::Args)]
 #[command(after_help = "Examples:\n  \
     cpulab history list --kind doctor --since 7d\n  \
-    cpulab history show 12\n  \
     cpulab history diff 11 12\n  \
     cpulab history check --fail-on-regression 5\n  \
-    cpulab history report --html history.html\n  \
-    cpulab history import old/*.json\n  \
-    cpulab compare @11 @12")]
+    cpulab history report --html history.html")]
 pub struct Args {
     #[command(subcommand)]
     pub action: Action,
@@ -372,6 +369,10 @@ fn report(which: &Which, file: &std::path::Path, threshold: f64, quiet: bool) ->
                 hardware_key: r.hardware_key.clone(),
                 figure: f.name.clone(),
                 label: f.label.clone(),
+                unit: match f.unit.suffix() {
+                    "" => "value".to_string(),
+                    u => u.to_string(),
+                },
                 points: Vec::new(),
                 change_points: Vec::new(),
                 changed_facts: Vec::new(),

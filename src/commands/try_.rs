@@ -3,7 +3,6 @@
 
 use super::Global;
 use crate::error::bad_input;
-use crate::experiment::erased::{Catalogue, Configured, Runnable};
 use crate::experiment::{Experiment, Level, Progress};
 use crate::machine::Machine;
 use crate::output::{self, Style};
@@ -197,7 +196,7 @@ pub fn run(args: Args, g: &Global) -> Result<()> {
                 args.metric.as_deref(),
                 args.lower_is_better,
                 &machine,
-                &Experiments,
+                &Registry,
             )?,
             spec.clone(),
         ),
@@ -307,96 +306,6 @@ fn plan(changes: &[setting::Change], skipped: &[String], measure: &str, rounds: 
     s
 }
 
-/// The experiments `--measure NAME:FLAGS` can name: the five whose flags live in this folder,
-/// then the registry's subcommands.
-struct Experiments;
-
-impl Catalogue for Experiments {
-    fn measure(
-        &self,
-        name: &str,
-        words: &[String],
-        machine: &Machine,
-    ) -> Option<Result<Box<dyn Runnable>>> {
-        use super as c;
-        Some(match name {
-            "pingpong" => configured::<c::pingpong::Args, crate::pingpong::Pingpong>(
-                "pingpong",
-                words,
-                machine,
-                c::pingpong::settings,
-            ),
-            "pair" => configured::<c::pair::Flags, crate::pair::Pair>(
-                "pair",
-                words,
-                machine,
-                c::pair::settings,
-            ),
-            "oscost" => configured::<c::oscost::Args, crate::oscost::Oscost>(
-                "oscost",
-                words,
-                machine,
-                c::oscost::settings,
-            ),
-            "share" => configured::<c::share::Args, crate::share::Share>(
-                "share",
-                words,
-                machine,
-                c::share::settings,
-            ),
-            "scale" => configured::<c::scale::Args, crate::scale::Scale>(
-                "scale",
-                words,
-                machine,
-                c::scale::settings,
-            ),
-            other => return Registry.measure(other, words, machine),
-        })
-    }
-
-    fn names(&self) -> Vec<&'static str> {
-        let mut names = vec!["pingpong", "pair", "oscost", "share", "scale"];
-        names.extend(Registry.names());
-        names
-    }
-}
-
-/// An experiment from its flags, parsed and validated by its own subcommand.
-fn configured<A: clap::Args, E>(
-    name: &'static str,
-    words: &[String],
-    machine: &Machine,
-    settings: fn(&A, &Machine) -> Result<E::Settings>,
-) -> Result<Box<dyn Runnable>>
-where
-    E: Experiment + 'static,
-    E::Settings: 'static,
-{
-    let a = clap_args::<A>(name, words)?;
-    Ok(Box::new(Configured::<E>::new(settings(&a, machine)?)))
-}
-
-/// Parses a subcommand's flags from words.
-fn clap_args<A: clap::Args>(name: &'static str, words: &[String]) -> Result<A> {
-    use clap::Parser;
-    #[derive(Parser)]
-    struct Wrap<T: clap::Args> {
-        #[command(flatten)]
-        inner: T,
-    }
-    let cmd = <Wrap<A> as clap::CommandFactory>::command().name(name);
-    let m = cmd
-        .try_get_matches_from(std::iter::once(name.to_string()).chain(words.iter().cloned()))
-        .map_err(|e| {
-            let first = e.to_string().lines().next().unwrap_or("").to_string();
-            bad_input(format!(
-                "--measure {name}: {}",
-                first.trim_start_matches("error: ")
-            ))
-        })?;
-    A::from_arg_matches(&m).map_err(|e| bad_input(format!("--measure {name}: {e}")))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -412,7 +321,7 @@ mod tests {
             ("cmd:true", None),
             ("cmd:", Some("x (?P<value>1)")),
         ] {
-            let e = measure::parse(spec, metric, false, &m, &Experiments)
+            let e = measure::parse(spec, metric, false, &m, &Registry)
                 .err()
                 .unwrap();
             assert_eq!(crate::error::exit_code(&e), 2, "{spec}");
@@ -424,7 +333,7 @@ mod tests {
                 None,
                 false,
                 &m,
-                &Experiments
+                &Registry
             )
             .is_ok()
         );

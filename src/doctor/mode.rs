@@ -10,9 +10,9 @@ use std::time::{Duration, Instant};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Mode {
-    /// At most about 15 s: the essentials at short intervals.
+    /// A 15 s budget: the essentials at short intervals.
     Quick,
-    /// At most about 60 s on a 2-vCPU machine.
+    /// A 30 s budget.
     Default,
     /// Longer runs for tighter intervals.
     Thorough,

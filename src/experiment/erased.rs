@@ -7,7 +7,7 @@
 //! which `try` runs each round without knowing which one it is. The list of entries itself is
 //! `crate::registry`, above everything it lists; this module imports none of them.
 
-use super::{Command, Experiment, Figure, Progress};
+use super::{Command, Experiment, Figure, Level, Progress};
 use crate::error::bad_input;
 use crate::machine::Machine;
 use crate::output::{self, Style};
@@ -30,8 +30,10 @@ pub struct Entry {
 pub struct Subcommand {
     /// The clap definition: flags, help, examples.
     pub clap: fn() -> clap::Command,
-    /// Runs it from parsed flags: `root` and `quiet` are the global options.
-    pub run: fn(&clap::ArgMatches, &Path, bool) -> Result<()>,
+    /// Runs it from parsed flags (`root` and `quiet` are the global options), prints the
+    /// result, and returns the enveloped document for the command layer's other sinks (the
+    /// history), which stand above this module.
+    pub run: fn(&clap::ArgMatches, &Path, bool) -> Result<serde_json::Value>,
     /// `try --measure NAME:FLAGS`: the flags (without the name) parsed and validated into
     /// something to run each round.
     pub measure: MeasureFn,
@@ -82,15 +84,36 @@ where
         .map_err(|e| bad_input(format!("{}: {}", E::NAME, e.to_string().trim())))
 }
 
-fn run_command<E: Command>(m: &clap::ArgMatches, root: &Path, quiet: bool) -> Result<()>
+fn run_command<E: Command>(
+    m: &clap::ArgMatches,
+    root: &Path,
+    quiet: bool,
+) -> Result<serde_json::Value>
 where
     E::Settings: 'static,
 {
     let args = parse_args::<E>(m)?;
-    let machine = Machine::detect(root)?;
+    let mut machine = Machine::detect(root)?;
+    if let Some(text) = E::cpus(&args) {
+        machine.restrict_to(text)?;
+    }
     let settings = E::settings(&args, &machine)?;
-    let sink = output::progress_printer(quiet);
-    let report = E::run(&machine, &settings, &Progress::new(&sink))?;
+    let printer = output::progress_printer(quiet);
+    let always = |level: Level, m: &str| {
+        output::status(quiet, &format!("cpulab {}: {}{m}", E::NAME, level.prefix()))
+    };
+    let sink: &dyn Fn(Level, &str) = if E::STEPS_ALWAYS { &always } else { &printer };
+    let report = match E::run(&machine, &settings, &Progress::new(sink)) {
+        Ok(r) => r,
+        Err(e) => {
+            // Everything has been torn down by now; report the signal as a shell would.
+            if let Some(i) = e.downcast_ref::<crate::signals::Interrupted>() {
+                eprintln!("cpulab: {i}");
+                std::process::exit(i.exit_code());
+            }
+            return Err(e);
+        }
+    };
     if let Some(path) = E::html(&args) {
         std::fs::write(path, E::render_html(&report))
             .map_err(|e| bad_input(format!("cannot write {}: {e}", path.display())))?;
@@ -101,12 +124,8 @@ where
     } else {
         output::print_text(&E::render_text(&report, &Style::new()))?;
     }
-    // The history records the result once it is printed. This call sits in the registry until
-    // the one output path exists (issue 18, move 4); it belongs there as one more target.
-    if let Ok(doc) = serde_json::to_value(&envelope) {
-        crate::history::record(E::KIND, &doc, root);
-    }
-    Ok(())
+    // Printed first, so a later failure loses nothing; the caller hands the document on.
+    Ok(serde_json::to_value(&envelope)?)
 }
 
 fn measure_of<E: Command>(words: &[String], machine: &Machine) -> Result<Box<dyn Runnable>>

@@ -265,4 +265,14 @@ where
     fn html(_args: &Self::Args) -> Option<&std::path::Path> {
         None
     }
+
+    /// The CPUs the flags restrict the run to (`--cpus LIST`): the machine is narrowed to them
+    /// before [`Command::settings`] sees it.
+    fn cpus(_args: &Self::Args) -> Option<&str> {
+        None
+    }
+
+    /// A run that takes minutes shows its steps even when stderr is a log file, each line
+    /// prefixed with `cpulab NAME: `; others show steps only on a terminal.
+    const STEPS_ALWAYS: bool = false;
 }

@@ -20,6 +20,8 @@ pub struct Series {
     pub hardware_key: String,
     pub figure: String,
     pub label: String,
+    /// The unit as the y axis names it (`ns`, `/s`, ...).
+    pub unit: String,
     /// `(run id, time, mean, 95% interval)`, oldest first.
     pub points: Vec<RunPoint>,
     pub change_points: Vec<ChangePoint>,
@@ -37,6 +39,9 @@ fn chart(s: &Series) -> String {
     let mut bounds = vec![0];
     bounds.extend(s.change_points.iter().map(|c| c.at));
     bounds.push(s.points.len());
+    // Each segment's mean from half a run before its first run to half a run after its last,
+    // so a change point is a vertical step between two runs.
+    let n = s.points.len() as f64;
     let mut steps = Vec::new();
     for w in bounds.windows(2) {
         let seg = &s.points[w[0]..w[1]];
@@ -44,8 +49,8 @@ fn chart(s: &Series) -> String {
             continue;
         }
         let mean = seg.iter().map(|p| p.2).sum::<f64>() / seg.len() as f64;
-        steps.push(((w[0] + 1) as f64, mean, None));
-        steps.push((w[1] as f64, mean, None));
+        steps.push(((w[0] as f64 + 0.5).max(1.0), mean, None));
+        steps.push(((w[1] as f64 + 0.5).min(n), mean, None));
     }
     svg::lines(
         &s.figure,
@@ -53,7 +58,7 @@ fn chart(s: &Series) -> String {
             ("run mean".to_string(), runs),
             ("segment mean (steps are change points)".to_string(), steps),
         ],
-        ("run in the series", &s.label),
+        ("run in the series", &s.unit),
         false,
     )
 }

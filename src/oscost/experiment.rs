@@ -17,7 +17,7 @@ pub struct Oscost;
 impl Experiment for Oscost {
     type Settings = OscostSettings;
     type Report = OscostReport;
-    const KIND: Kind = Kind::Oscost;
+    const KIND: Kind = Kind::Experiment("oscost");
 
     fn run(
         machine: &Machine,

@@ -14,6 +14,7 @@
 
 pub mod batch;
 pub mod clock;
+pub mod command;
 mod experiment;
 pub mod freq;
 pub mod platform;

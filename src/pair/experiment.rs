@@ -17,7 +17,7 @@ pub struct Pair;
 impl Experiment for Pair {
     type Settings = PairSettings;
     type Report = PairReport;
-    const KIND: Kind = Kind::Pair;
+    const KIND: Kind = Kind::Experiment("pair");
 
     fn run(machine: &Machine, settings: &PairSettings, progress: &Progress) -> Result<PairReport> {
         super::run(machine, settings, progress)

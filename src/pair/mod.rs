@@ -23,6 +23,7 @@
 //! (SIGKILL of cpulab) and `crate::signals` (Ctrl-C and SIGTERM become an orderly teardown).
 
 pub mod cleanup;
+pub mod command;
 mod experiment;
 pub mod metric;
 pub mod observe;

@@ -1,6 +1,6 @@
 //! Validated settings of a pair experiment: what to run, where, for how long, how often.
 //!
-//! `commands::pair` turns flags into these; the doctor builds them directly with
+//! `pair::command` turns flags into these; the doctor builds them directly with
 //! [`PairSettings::preset`]. Nothing below this module sees clap types or re-validates.
 
 use crate::cpulist::CpuSet;

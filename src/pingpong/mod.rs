@@ -15,6 +15,7 @@
 
 mod child;
 mod clock;
+pub mod command;
 pub mod html;
 mod measure;
 mod observe;
@@ -171,7 +172,8 @@ pub struct Pingpong;
 impl Experiment for Pingpong {
     type Settings = PingpongSettings;
     type Report = PingpongReport;
-    const KIND: crate::report::envelope::Kind = crate::report::envelope::Kind::Pingpong;
+    const KIND: crate::report::envelope::Kind =
+        crate::report::envelope::Kind::Experiment("pingpong");
 
     fn run(
         machine: &Machine,

@@ -17,19 +17,14 @@ pub const SCHEMA_VERSION: u32 = 1;
 
 /// What a result document holds.
 ///
-/// The named variants are the kinds cpulab had before experiments were registered by name; an
-/// experiment added since carries its own name in [`Kind::Experiment`] (`const KIND: Kind =
-/// Kind::Experiment("messaging")`), so adding one needs no variant here. Both serialise to the
-/// bare kind string, so documents look the same either way.
+/// The named variants are the results that are not experiments; every experiment carries its own
+/// name in [`Kind::Experiment`] (`const KIND: Kind = Kind::Experiment("pingpong")`), so adding
+/// one needs no variant here. Both serialise to the bare kind string, so a file written when
+/// pingpong still had a variant of its own (`"kind": "pingpong"`) reads back the same.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
     Doctor,
     Probe,
-    Pingpong,
-    Pair,
-    Share,
-    Scale,
-    Oscost,
     Compare,
     Try,
     Sim,
@@ -39,14 +34,9 @@ pub enum Kind {
 
 impl Kind {
     /// The kinds with their own variant, for reading documents back.
-    const NAMED: [Kind; 10] = [
+    const NAMED: [Kind; 5] = [
         Self::Doctor,
         Self::Probe,
-        Self::Pingpong,
-        Self::Pair,
-        Self::Share,
-        Self::Scale,
-        Self::Oscost,
         Self::Compare,
         Self::Try,
         Self::Sim,
@@ -56,11 +46,6 @@ impl Kind {
         match self {
             Self::Doctor => "doctor",
             Self::Probe => "probe",
-            Self::Pingpong => "pingpong",
-            Self::Pair => "pair",
-            Self::Share => "share",
-            Self::Scale => "scale",
-            Self::Oscost => "oscost",
             Self::Compare => "compare",
             Self::Try => "try",
             Self::Sim => "sim",
@@ -199,12 +184,12 @@ mod tests {
 
     #[test]
     fn envelope_flattens_the_body() {
-        let v = serde_json::to_value(Envelope::new(Kind::Pingpong, Body { rtt_ns: 5.0 })).unwrap();
+        let v = serde_json::to_value(Envelope::new(Kind::Try, Body { rtt_ns: 5.0 })).unwrap();
         assert_eq!(v["cpulab_schema"], 1);
-        assert_eq!(v["kind"], "pingpong");
+        assert_eq!(v["kind"], "try");
         assert_eq!(v["rtt_ns"], 5.0);
         let back = parse(&v.to_string(), "r.json", &[]).unwrap();
-        assert_eq!(back.kind, Kind::Pingpong);
+        assert_eq!(back.kind, Kind::Try);
     }
 
     #[test]

@@ -16,7 +16,7 @@ pub struct Scale;
 impl Experiment for Scale {
     type Settings = ScaleSettings;
     type Report = ScaleReport;
-    const KIND: Kind = Kind::Scale;
+    const KIND: Kind = Kind::Experiment("scale");
 
     fn run(
         machine: &Machine,

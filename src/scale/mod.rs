@@ -11,6 +11,7 @@
 //! Speedup is a ratio of two means, so its interval combines both relative errors in
 //! quadrature (first-order propagation of error for a quotient).
 
+pub mod command;
 pub mod contention;
 mod experiment;
 pub mod policy;

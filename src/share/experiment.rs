@@ -21,7 +21,7 @@ fn mean(v: &[f64]) -> Option<f64> {
 impl Experiment for Share {
     type Settings = ShareSettings;
     type Report = ShareReport;
-    const KIND: Kind = Kind::Share;
+    const KIND: Kind = Kind::Experiment("share");
 
     fn run(
         machine: &Machine,

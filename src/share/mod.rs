@@ -14,6 +14,7 @@
 //! nothing outlives it.
 
 pub mod cgroup;
+pub mod command;
 mod experiment;
 pub mod model;
 mod render;

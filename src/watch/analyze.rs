@@ -49,8 +49,14 @@ pub struct ClassAcc {
     pub latency: Histogram<u64>,
 }
 
+impl Default for ClassAcc {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl ClassAcc {
-    fn new() -> Self {
+    pub fn new() -> Self {
         Self {
             wakeups: 0,
             to_idle: 0,
@@ -72,7 +78,7 @@ impl ClassAcc {
 pub type ByClass = BTreeMap<PlacementClass, ClassAcc>;
 
 fn class_entry(m: &mut ByClass, c: PlacementClass) -> &mut ClassAcc {
-    m.entry(c).or_insert_with(ClassAcc::new)
+    m.entry(c).or_default()
 }
 
 /// Everything counted for one process.

@@ -194,6 +194,8 @@ pub(super) fn open_perf(
 pub(super) enum Source {
     Perf(ring::Tracer, Decoder),
     Bpf(bpf::Programs, Option<Decoder>),
+    /// The in-kernel aggregation alone: nothing to drain.
+    Counts(Box<super::source::BpfSource>),
 }
 
 impl Source {
@@ -201,6 +203,7 @@ impl Source {
         match self {
             Source::Perf(t, _) => t.enable(),
             Source::Bpf(p, _) => p.enable(),
+            Source::Counts(_) => Ok(()),
         }
     }
 
@@ -208,6 +211,8 @@ impl Source {
         match self {
             Source::Perf(t, _) => t.disable(),
             Source::Bpf(p, _) => p.disable(),
+            // Detached when the session drops it, after its last snapshot.
+            Source::Counts(_) => {}
         }
     }
 
@@ -215,6 +220,7 @@ impl Source {
     pub(super) fn drain(&mut self, out: &mut Vec<Timed>, tally: &mut Tally) -> u64 {
         match self {
             Source::Perf(t, d) => t.drain(|cpu, r| collect(d, cpu, r, out, tally)) as u64,
+            Source::Counts(_) => 0,
             Source::Bpf(p, d) => {
                 p.drain(|r| {
                     let event = match d {
@@ -234,6 +240,7 @@ impl Source {
         match self {
             Source::Perf(t, _) => t.last_fill,
             Source::Bpf(p, _) => p.last_fill,
+            Source::Counts(_) => 0.0,
         }
     }
 
@@ -242,6 +249,7 @@ impl Source {
     pub(super) fn counts(&self, cpus: &[u32], tally: &mut Tally) -> Vec<(u32, Vec<Option<u64>>)> {
         match self {
             Source::Perf(t, _) => t.counts(),
+            Source::Counts(_) => cpus.iter().map(|&c| (c, vec![None; 4])).collect(),
             Source::Bpf(p, _) => match p.counts() {
                 Ok(per_cpu) => cpus
                     .iter()

@@ -86,6 +86,10 @@ pub enum Mechanism {
     // perf_event_open per-CPU sample rings with in-kernel filters (no BPF needed); on KVM
     // guests it misses the records emitted while an idle vCPU is woken.
     Perf,
+    // Only the in-kernel aggregation (what the exporter reads): counts and latency buckets per
+    // target and class, no per-event record; the figures that need one (pairs, on-CPU time,
+    // migrations, threads) are not measured.
+    BpfCounts,
 }
 
 impl Default for WatchSettings {

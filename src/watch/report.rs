@@ -49,6 +49,11 @@ pub struct ClassReport {
     /// Share of the row's wakeups, 0..1.
     pub share: f64,
     pub wakeups_per_s: f64,
+    /// Wakeups whose CPU was idle when they were placed (switched in straight from the idle
+    /// task; with `bpf-counts`, the CPU's state at `sched_wakeup`). Results written before
+    /// this field read 0.
+    #[serde(default)]
+    pub to_idle: u64,
     pub latency: Option<Latency>,
 }
 
@@ -255,6 +260,7 @@ fn classes(m: &ByClass, interval_s: f64) -> (u64, Vec<ClassReport>) {
             wakeups: acc.wakeups,
             share: acc.wakeups as f64 / total.max(1) as f64,
             wakeups_per_s: acc.wakeups as f64 / interval_s,
+            to_idle: acc.to_idle,
             latency: latency(acc),
         })
         .collect();

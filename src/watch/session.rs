@@ -59,6 +59,8 @@ struct Window<'m> {
     dump: Option<std::path::PathBuf>,
     last_refresh: Instant,
     ended: Option<String>,
+    /// The aggregation's counts when the window began (`--mechanism bpf-counts`).
+    counts_base: Option<crate::wakeups::Snapshot>,
 }
 
 impl<'m> Session<'m> {
@@ -71,7 +73,7 @@ impl<'m> Session<'m> {
             Mechanism::Bpf => BPF_PERMISSION_LINE,
             Mechanism::BpfTracepoint => BPF_TRACEPOINT_PERMISSION_LINE,
             Mechanism::Perf => PERF_PERMISSION_LINE,
-            Mechanism::Auto => PERMISSION_LINE,
+            Mechanism::Auto | Mechanism::BpfCounts => PERMISSION_LINE,
         };
         let cpus = machine.topology.online.to_vec();
         let want_bpf = s.mechanism != Mechanism::Perf && s.dump_records.is_none();
@@ -81,7 +83,24 @@ impl<'m> Session<'m> {
         let mut raw_refused: Option<String> = None;
         let mut typed_refused: Option<String> = None;
         let mut source = None;
-        if want_bpf && s.mechanism != Mechanism::BpfTracepoint {
+        if s.mechanism == Mechanism::BpfCounts {
+            if s.command.is_some() {
+                return Err(bad_input(
+                    "--mechanism bpf-counts watches named targets, not -- COMMAND; give --comm, --pid or --cgroup, or another mechanism",
+                ));
+            }
+            let opts = counts_options(&s.target);
+            let src = super::source::BpfSource::open(machine, &opts).map_err(|e| {
+                if is_denied(&e) {
+                    bad_input(BPF_PERMISSION_LINE)
+                } else {
+                    bad_input(format!(
+                        "--mechanism bpf-counts: the BPF programs did not load here ({e}); use --mechanism perf"
+                    ))
+                }
+            })?;
+            source = Some(Source::Counts(Box::new(src)));
+        } else if want_bpf && s.mechanism != Mechanism::BpfTracepoint {
             match mechanism::open_raw(&machine.root) {
                 Ok((p, why)) => {
                     typed_refused = why;
@@ -189,6 +208,10 @@ impl<'m> Session<'m> {
         let before = crate::counters::SystemSnapshot::take(&machine.root);
         let started = Instant::now();
         self.source.enable()?;
+        let counts_base = match &mut self.source {
+            Source::Counts(c) => Some(crate::wakeups::Source::snapshot(c.as_mut())?),
+            _ => None,
+        };
         let child = match &s.command {
             Some(argv) => Some(targets::Child::spawn(argv).map_err(bad_input)?),
             None => None,
@@ -217,6 +240,7 @@ impl<'m> Session<'m> {
             dump: s.dump_records.clone(),
             last_refresh: Instant::now(),
             ended: None,
+            counts_base,
         });
         Ok(())
     }
@@ -316,11 +340,19 @@ impl<'m> Session<'m> {
         let s = &self.settings;
         let interval_s = w.started.elapsed().as_secs_f64();
         w.analysis.finish(&mut w.tasks);
+        if let (Source::Counts(c), Some(base)) = (&mut self.source, &w.counts_base) {
+            let now = crate::wakeups::Source::snapshot(c.as_mut())?;
+            let lost = fill_from_counts(&mut w.analysis, base, &now);
+            // The programs watch every CPU: the halts and IPIs around the window are all of them.
+            w.analysis.cpus_involved = self.cpus.iter().copied().collect();
+            *w.tally.lost.entry(0).or_default() += lost;
+        }
         let counts = self.source.counts(&self.cpus, &mut w.tally);
         let bpf_kind = match &self.source {
             Source::Bpf(p, _) => Some(p.kind),
-            Source::Perf(..) => None,
+            Source::Perf(..) | Source::Counts(_) => None,
         };
+        let counts_only = matches!(self.source, Source::Counts(_));
         // Detach before the second sample of the system counters, so the programs' own cost
         // ends inside the window.
         self.source.disable();
@@ -332,8 +364,12 @@ impl<'m> Session<'m> {
         if report::incomplete(&delivery).is_some() {
             conditions.noisy = true;
         }
-        let mechanism = self.describe(bpf_kind);
-        Ok(report::build(report::Inputs {
+        let mechanism = if counts_only {
+            COUNTS_MECHANISM.to_string()
+        } else {
+            self.describe(bpf_kind)
+        };
+        let mut r = report::build(report::Inputs {
             mechanism,
             delivery,
             lost_by_cpu: w.tally.lost.clone(),
@@ -358,7 +394,13 @@ impl<'m> Session<'m> {
             before: &w.before,
             after: &after,
             root: &machine.root,
-        }))
+        });
+        if counts_only {
+            for p in &mut r.processes {
+                p.pids.clear();
+            }
+        }
+        Ok(r)
     }
 
     /// The mechanism in words, for the report.
@@ -418,4 +460,85 @@ impl Drop for Session<'_> {
             signal_hook::low_level::unregister(id);
         }
     }
+}
+
+/// The mechanism line of `--mechanism bpf-counts`.
+const COUNTS_MECHANISM: &str = "in-kernel aggregation only (the exporter's programs on sched_waking, \
+    sched_wakeup, sched_switch: counts and exp2 latency buckets per target and class in per-CPU \
+    maps, no per-event record): latency percentiles are bucket upper bounds, run-queue wait is \
+    the wakeup-to-run part only; threads, pids, pairs, on-CPU time and migrations need per-event \
+    records and are not measured (shown as 0)";
+
+/// The aggregation's targets for a watch's target (a command's descendants are not followed:
+/// its own process only).
+fn counts_options(target: &Target) -> crate::wakeups::SourceOptions {
+    let mut o = crate::wakeups::SourceOptions {
+        max_targets: 64,
+        mechanism: "bpf".into(),
+        ..Default::default()
+    };
+    match target {
+        Target::Comms(c) => o.comms = c.iter().cloned().collect(),
+        Target::Pids(p) => o.pids = p.iter().copied().collect(),
+        Target::Cgroup(d) => o.cgroups = vec![d.to_string_lossy().to_string()],
+        Target::Command(pid) => o.pids = vec![*pid],
+        Target::All => {}
+    }
+    o
+}
+
+/// Puts what the aggregation counted between two snapshots where the report reads the
+/// analysis: one row per target label (no pid: pid 0), its classes' wakeups, idle destinations,
+/// latency sums and buckets (each recorded at its bucket's upper bound). Returns the events the
+/// programs could not count.
+fn fill_from_counts(
+    a: &mut Analysis<'_>,
+    base: &crate::wakeups::Snapshot,
+    now: &crate::wakeups::Snapshot,
+) -> u64 {
+    use crate::wakeups::LATENCY_BOUNDS_NS;
+    for t in &now.targets {
+        let old = base.targets.iter().find(|o| o.target == t.target);
+        let mut acc = super::analyze::ProcessAcc {
+            comm: t.target.clone(),
+            ..Default::default()
+        };
+        for (name, c) in &t.classes {
+            let Some(class) = bpf::aggregate::CLASSES
+                .iter()
+                .find(|k| k.as_str() == name)
+                .copied()
+            else {
+                continue;
+            };
+            let o = old.and_then(|o| o.classes.get(name));
+            let sub = |f: fn(&crate::wakeups::ClassCounts) -> u64| f(c) - o.map_or(0, f);
+            let wakeups = sub(|c| c.to_idle + c.to_busy);
+            if wakeups == 0 {
+                continue;
+            }
+            let mut x = super::analyze::ClassAcc::new();
+            x.wakeups = wakeups;
+            x.to_idle = sub(|c| c.to_idle);
+            x.sum_ns = sub(|c| c.sum_ns);
+            let mut in_buckets = 0;
+            for (i, bound) in LATENCY_BOUNDS_NS.iter().enumerate() {
+                let n = c.buckets[i] - o.map_or(0, |o| o.buckets[i]);
+                in_buckets += n;
+                let _ = x.latency.record_n(*bound, n);
+            }
+            let over = sub(|c| c.count).saturating_sub(in_buckets);
+            let _ = x
+                .latency
+                .record_n(LATENCY_BOUNDS_NS[LATENCY_BOUNDS_NS.len() - 1] * 2, over);
+            acc.runq_wait_ns += x.sum_ns;
+            acc.classes.insert(class, x);
+        }
+        // Rows are keyed by name and pid: distinct labels stay distinct rows (the stand-in pids
+        // are cleared from the report).
+        let key = -(a.processes.len() as i32) - 1;
+        a.processes.insert(key, acc);
+    }
+    a.events += now.events_seen - base.events_seen;
+    now.events_lost - base.events_lost
 }

@@ -3,11 +3,10 @@
 //! Every CPU number the user gives is checked here against the machine (exists, online,
 //! allowed, inside `--cpus`); below this file nothing re-validates.
 
-use super::Global;
 use crate::affinity;
-use crate::commands::print::run_experiment;
 use crate::cpulist::CpuSet;
 use crate::error::bad_input;
+use crate::experiment::Command;
 use crate::machine::Machine;
 use crate::pingpong::Pingpong;
 use crate::pingpong::{self, Endpoints, Method, PairSpec, PingpongSettings, Placement};
@@ -122,8 +121,15 @@ pub fn settings(args: &Args, machine: &Machine) -> Result<PingpongSettings> {
     })
 }
 
-pub fn run(args: Args, g: &Global) -> Result<()> {
-    let machine = Machine::detect(&g.root)?;
-    let settings = settings(&args, &machine)?;
-    run_experiment::<Pingpong>(&machine, &settings, g.quiet, args.json)
+impl Command for Pingpong {
+    type Args = Args;
+    const ABOUT: &'static str = "Round-trip cost between two endpoints for every placement class, with the counters that explain it";
+
+    fn settings(args: &Args, machine: &Machine) -> Result<PingpongSettings> {
+        settings(args, machine)
+    }
+
+    fn json(args: &Args) -> bool {
+        args.json
+    }
 }

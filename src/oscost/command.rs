@@ -1,8 +1,7 @@
-//! `cpulab oscost`: flags -> [`OscostSettings`], run, print.
+//! `cpulab oscost` as a subcommand of the registry: flags -> [`OscostSettings`], run, print.
 
-use super::Global;
-use crate::commands::print::run_experiment;
 use crate::error::bad_input;
+use crate::experiment::Command;
 use crate::machine::Machine;
 use crate::oscost::Oscost;
 use crate::oscost::OscostSettings;
@@ -82,8 +81,15 @@ pub fn settings(args: &Args, machine: &Machine) -> Result<OscostSettings> {
     Ok(s)
 }
 
-pub fn run(args: Args, g: &Global) -> Result<()> {
-    let machine = Machine::detect(&g.root)?;
-    let settings = settings(&args, &machine)?;
-    run_experiment::<Oscost>(&machine, &settings, g.quiet, args.json)
+impl Command for Oscost {
+    type Args = Args;
+    const ABOUT: &'static str = "Cost of OS primitives (syscall, context switch, fork, page fault, ...) and the effective-frequency ramp";
+
+    fn settings(args: &Args, machine: &Machine) -> Result<OscostSettings> {
+        settings(args, machine)
+    }
+
+    fn json(args: &Args) -> bool {
+        args.json
+    }
 }

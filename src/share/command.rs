@@ -1,8 +1,7 @@
-//! `cpulab share`: flags -> [`ShareSettings`], run, print.
+//! `cpulab share` as a subcommand of the registry: flags -> [`ShareSettings`], run, print.
 
-use super::Global;
-use crate::commands::print::run_experiment;
 use crate::error::bad_input;
+use crate::experiment::Command;
 use crate::machine::Machine;
 use crate::share::Share;
 use crate::share::ShareSettings;
@@ -83,11 +82,19 @@ fn secs(v: f64, flag: &str) -> Result<Duration> {
         .map_err(|_| bad_input(format!("{flag} must be a positive number of seconds")))
 }
 
-pub fn run(args: Args, g: &Global) -> Result<()> {
-    let mut machine = Machine::detect(&g.root)?;
-    if let Some(text) = &args.cpus {
-        machine.restrict_to(text)?;
+impl Command for Share {
+    type Args = Args;
+    const ABOUT: &'static str = "Noisy neighbours: a CPU-bound workload's share of the CPU beside busy burners, against the fair-share model";
+
+    fn settings(args: &Args, machine: &Machine) -> Result<ShareSettings> {
+        settings(args, machine)
     }
-    let settings = settings(&args, &machine)?;
-    run_experiment::<Share>(&machine, &settings, g.quiet, args.json)
+
+    fn json(args: &Args) -> bool {
+        args.json
+    }
+
+    fn cpus(args: &Args) -> Option<&str> {
+        args.cpus.as_deref()
+    }
 }

@@ -1,18 +1,15 @@
 //! `cpulab pair`: flags become validated [`PairSettings`]; the experiment lives in `crate::pair`.
 
-use super::Global;
 use crate::cpulist::CpuSet;
 use crate::error::bad_input;
-use crate::experiment::{Experiment as _, Level, Progress};
+use crate::experiment::Command;
 use crate::machine::Machine;
-use crate::output;
 use crate::pair::Pair;
 use crate::pair::metric::Metric;
 use crate::pair::settings::{
     HttpClientKind, HttpServerKind, MIN_REPEAT, PairSettings, PgbenchSettings, Placements, Preset,
     Programs, Readiness, Workload,
 };
-use crate::signals::Interrupted;
 use crate::units::flag_duration;
 use anyhow::Result;
 use clap::builder::TypedValueParser;
@@ -302,48 +299,34 @@ pub fn settings(a: &Flags, machine: &Machine) -> Result<PairSettings> {
     })
 }
 
-pub fn run(args: Args, g: &Global) -> Result<()> {
-    let mut machine = Machine::detect(&g.root)?;
-    if let Some(text) = &args.flags.cpus {
-        machine.restrict_to(text)?;
+impl Command for Pair {
+    type Args = Args;
+    const ABOUT: &'static str = "Run a real server and client (PostgreSQL + pgbench, a web server + load generator, any pair) under each placement";
+    const STEPS_ALWAYS: bool = true;
+
+    fn settings(args: &Args, machine: &Machine) -> Result<PairSettings> {
+        settings(&args.flags, machine)
     }
-    let settings = settings(&args.flags, &machine)?;
-    // A pair run takes minutes: its steps are shown even when stderr is a log file.
-    let quiet = g.quiet;
-    let sink = |level: Level, m: &str| {
-        output::status(quiet, &format!("cpulab pair: {}{m}", level.prefix()))
-    };
-    let report = match <Pair as crate::experiment::Experiment>::run(
-        &machine,
-        &settings,
-        &Progress::new(&sink),
-    ) {
-        Ok(r) => r,
-        Err(e) => {
-            // Everything has been torn down by now; report the signal as a shell would.
-            if let Some(i) = e.downcast_ref::<Interrupted>() {
-                eprintln!("cpulab: {i}");
-                std::process::exit(i.exit_code());
-            }
-            return Err(e);
-        }
-    };
-    crate::commands::print::emit(args.flags.json, Pair::KIND, &report, |r| {
-        Pair::render_text(r, &output::Style::new())
-    })
+
+    fn json(args: &Args) -> bool {
+        args.flags.json
+    }
+
+    fn cpus(args: &Args) -> Option<&str> {
+        args.flags.cpus.as_deref()
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cli::{Cli, Command};
-    use clap::Parser;
+    use clap::FromArgMatches;
 
     fn parse(args: &[&str]) -> Result<PairSettings> {
-        let cli = Cli::try_parse_from([&["cpulab", "pair"][..], args].concat()).unwrap();
-        let Command::Pair(a) = cli.command else {
-            unreachable!("parsed as pair")
-        };
+        let m = <Args as clap::Args>::augment_args(clap::Command::new("pair"))
+            .try_get_matches_from([&["pair"][..], args].concat())
+            .unwrap();
+        let a = Args::from_arg_matches(&m).unwrap();
         settings(
             &a.flags,
             &Machine::detect(std::path::Path::new("/")).unwrap(),

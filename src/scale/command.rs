@@ -1,9 +1,8 @@
-//! `cpulab scale`: flags -> [`ScaleSettings`], run, print.
+//! `cpulab scale` as a subcommand of the registry: flags -> [`ScaleSettings`], run, print.
 
-use super::Global;
-use crate::commands::print::run_experiment;
 use crate::cpulist::CpuSet;
 use crate::error::bad_input;
+use crate::experiment::Command;
 use crate::machine::Machine;
 use crate::scale::Scale;
 use crate::scale::{Policy, ScaleSettings, Workload};
@@ -123,11 +122,20 @@ pub fn settings(args: &Args, machine: &Machine) -> Result<ScaleSettings> {
     Ok(s)
 }
 
-pub fn run(args: Args, g: &Global) -> Result<()> {
-    let mut machine = Machine::detect(&g.root)?;
-    if let Some(text) = &args.cpus {
-        machine.restrict_to(text)?;
+impl Command for Scale {
+    type Args = Args;
+    const ABOUT: &'static str =
+        "Parallel scaling by placement policy (os, compact, scatter, explicit)";
+
+    fn settings(args: &Args, machine: &Machine) -> Result<ScaleSettings> {
+        settings(args, machine)
     }
-    let settings = settings(&args, &machine)?;
-    run_experiment::<Scale>(&machine, &settings, g.quiet, args.json)
+
+    fn json(args: &Args) -> bool {
+        args.json
+    }
+
+    fn cpus(args: &Args) -> Option<&str> {
+        args.cpus.as_deref()
+    }
 }

@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# What `cpulab exporter` costs a live PostgreSQL: pgbench SELECT 1 throughput with and without
+# the exporter attached, alternated ABAB so drift and background load fall on both sides alike.
+#
+# A private cluster (0700 temp directory, Unix socket only) runs pinned to CPU 0; `pgbench -c 1`
+# runs pinned to CPU 0 (the same-CPU pair, 0:0) and to CPU 1 (one CPU apart, 0:1). Each round
+# runs pgbench once without the exporter and once with `cpulab exporter --comm postgres,pgbench`
+# running and scraped every second (as Prometheus would); odd rounds run without first, even
+# rounds with first. It prints per placement the throughput ratio (with / without), the median
+# and the range of the per-round ratios, the exporter's own CPU while scraped and at idle, and
+# its peak RSS (/usr/bin/time -v). Targets (issue 19): ratio >= 0.99 at both placements, own CPU
+# at idle < 0.5% of one CPU, peak RSS < 20 MB.
+#
+# Usage: scripts/bench-exporter.sh [SECONDS_PER_RUN] [ROUNDS]     (defaults 10 and 5)
+#        MECHANISM=fake scripts/bench-exporter.sh   (the HTTP and encoding side only: no BPF)
+# Needs root (the exporter attaches BPF programs; the server runs as `postgres`), PostgreSQL
+# server programs and pgbench, taskset, curl, /usr/bin/time, CPUs 0 and 1.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+secs=${1:-10}
+rounds=${2:-5}
+[ "$rounds" -ge 5 ] || { echo "bench-exporter: at least 5 rounds" >&2; exit 2; }
+cpulab=${CPULAB:-target/release/cpulab}
+mechanism=${MECHANISM:-auto}
+
+die() { echo "bench-exporter: $*" >&2; exit 2; }
+[ "$(id -u)" = 0 ] || die "run as root (BPF programs, and the server runs as postgres)"
+command -v taskset >/dev/null || die "taskset not found (Debian package util-linux)"
+command -v curl >/dev/null || die "curl not found (Debian package curl)"
+[ -x /usr/bin/time ] || die "/usr/bin/time not found (Debian package time)"
+bindir=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
+[ -n "$bindir" ] && [ -x "$bindir/initdb" ] || die "PostgreSQL not found (Debian package postgresql)"
+taskset -c 1 true 2>/dev/null || die "CPU 1 is not available: this benchmark needs CPUs 0 and 1"
+[ -x "$cpulab" ] || cargo build --release --quiet
+
+as_pg() { runuser -u postgres -- "$@"; }
+dir=$(mktemp -d /tmp/bench-exporter.XXXXXX)
+chown postgres: "$dir"
+exporter_pid= scraper_pid=
+stop_exporter() {
+    [ -n "$scraper_pid" ] && kill "$scraper_pid" 2>/dev/null && wait "$scraper_pid" 2>/dev/null || true
+    [ -n "$exporter_pid" ] && kill -TERM "$exporter_pid" 2>/dev/null && wait "$exporter_pid" 2>/dev/null || true
+    exporter_pid= scraper_pid=
+}
+cleanup() {
+    stop_exporter
+    as_pg "$bindir/pg_ctl" -D "$dir/data" stop -m fast >/dev/null 2>&1 || true
+    rm -rf "$dir"
+}
+trap cleanup EXIT INT TERM
+
+as_pg "$bindir/initdb" -D "$dir/data" -A trust -U postgres --no-sync >"$dir/initdb.log" 2>&1 \
+    || { cat "$dir/initdb.log"; die "initdb failed"; }
+echo 'SELECT 1;' >"$dir/select1.sql"
+chmod 644 "$dir/select1.sql"
+as_pg taskset -c 0 "$bindir/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w \
+    -o "-k $dir -c listen_addresses='' -p 5432" start >/dev/null
+
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+start_exporter() { # TAG: the exporter, scraped every second, under /usr/bin/time
+    /usr/bin/time -v -o "$dir/exporter.$1.time" "$cpulab" exporter --quiet \
+        --mechanism "$mechanism" --comm postgres,pgbench --listen "127.0.0.1:$port" &
+    exporter_pid=$!
+    for _ in $(seq 100); do curl -sf "http://127.0.0.1:$port/metrics" -o /dev/null && break; sleep 0.1; done
+    (while sleep 1; do curl -sf "http://127.0.0.1:$port/metrics" -o /dev/null || true; done) &
+    scraper_pid=$!
+}
+own_cpu() { # TAG SECONDS -> CPU-s per s of the exporter
+    awk -F': ' -v w="$2" '/User time|System time/ {s += $2} END {printf "%.4f", s / w}' "$dir/exporter.$1.time"
+}
+peak_kb=0
+note_rss() {
+    kb=$(sed -n 's/.*Maximum resident set size (kbytes): //p' "$dir/exporter.$1.time")
+    [ "${kb:-0}" -gt "$peak_kb" ] && peak_kb=$kb
+    return 0
+}
+
+tps() { # CPU -> tps of one pgbench run
+    taskset -c "$1" "$bindir/pgbench" -n -f "$dir/select1.sql" -c 1 -j 1 -T "$secs" \
+        -h "$dir" -p 5432 -U postgres postgres 2>/dev/null \
+        | sed -n 's/^tps = \([0-9.]*\) .*/\1/p'
+}
+median() { printf '%s\n' "$@" | sort -g | awk '{v[NR] = $1} END {printf "%.3f", (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
+spread() { printf '%s\n' "$@" | sort -g | awk 'NR == 1 {lo = $1} {hi = $1} END {printf "%.3f..%.3f", lo, hi}'; }
+
+echo "== cpulab exporter overhead: PostgreSQL on CPU 0, pgbench -c 1 SELECT 1, ${secs} s runs, ${rounds} rounds (ABAB), exporter --mechanism $mechanism scraped every 1 s"
+echo "   (load on the machine when run: $(cut -d' ' -f1-3 /proc/loadavg))"
+for placement in "0:0:0" "0:1:1"; do
+    name=${placement%:*} cpu=${placement##*:}
+    ratios=() cpus=()
+    for r in $(seq "$rounds"); do
+        order="without with"
+        [ $((r % 2)) = 0 ] && order="with without"
+        declare -A got=()
+        for side in $order; do
+            if [ "$side" = without ]; then
+                got[without]=$(tps "$cpu")
+            else
+                start_exporter "$name.$r"
+                got[with]=$(tps "$cpu")
+                stop_exporter
+                note_rss "$name.$r"
+                cpus+=("$(own_cpu "$name.$r" "$secs")")
+            fi
+        done
+        ratio=$(awk -v a="${got[without]}" -v b="${got[with]}" 'BEGIN {printf "%.4f", b / a}')
+        ratios+=("$ratio")
+        printf '  %s round %d (%s): without %.0f tps, with %.0f tps, ratio %s\n' \
+            "$name" "$r" "${order/ /,}" "${got[without]}" "${got[with]}" "$ratio"
+        unset got
+    done
+    echo "  $name: ratio median $(median "${ratios[@]}") (per-round range $(spread "${ratios[@]}")), exporter CPU while scraped $(median "${cpus[@]}") CPU-s/s (median)"
+done
+
+# The exporter alone, idle machine, scraped every second for 30 s.
+start_exporter idle
+sleep 30
+stop_exporter
+note_rss idle
+echo "  idle: exporter CPU $(own_cpu idle 30) CPU-s/s scraped every second; peak RSS over all runs $((peak_kb / 1024)) MB"
