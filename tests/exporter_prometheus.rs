@@ -310,7 +310,7 @@ fn placement_classes_follow_a_pinned_pair() {
     }
     let online = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap();
     if online.trim() == "0" {
-        eprintln!("SKIPPED: placement_classes_follow_a_pinned_pair: one CPU");
+        common::skipped(test_name!(), "one CPU: no pair of CPUs to pin apart");
         return;
     }
     let dir = tempfile::tempdir().unwrap();
