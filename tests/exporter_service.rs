@@ -132,7 +132,7 @@ fn cpulab_programs() -> usize {
 }
 
 #[test]
-#[ignore = "wired to crate::watch::open_source at the deadline and not yet run with it: run with --ignored, then un-ignore"]
+#[ignore = "issue 19 open: with the real in-kernel source the exporter counted no wakeups of the pinned pair (first window all zero) and attached no program; run with --ignored"]
 fn nothing_stays_attached_after_sigkill() {
     let before = cpulab_programs();
     let port = std::net::TcpListener::bind("127.0.0.1:0")

@@ -23,8 +23,8 @@ const TRIED_POLL: &str = "123457";
 fn can_run() -> bool {
     let why = if !nix::unistd::geteuid().is_root() {
         Some("not root")
-    } else if !Path::new(POLL).exists() || !Path::new(IDLE).exists() {
-        Some("no haltpoll module or no cpuidle state1 on cpu1")
+    } else if !Path::new(POLL).exists() {
+        Some("no haltpoll module")
     } else {
         None
     };
@@ -60,13 +60,22 @@ fn snapshot(pid: u32) -> String {
 
 fn start(victim: u32) -> Child {
     let flip = if read(AUTOGROUP) == "1" { "0" } else { "1" };
+    let mut settings = vec![
+        format!("haltpoll.guest_halt_poll_ns={TRIED_POLL}"),
+        format!("kernel.sched_autogroup_enabled={flip}"),
+        format!("pid:{victim}.affinity=0"),
+    ];
+    // A guest without a cpuidle driver (seen on this project's AMD hosts: `current_driver`
+    // none) has no idle states to disable; the other three settings are still tried.
+    if Path::new(IDLE).exists() {
+        settings.push("cpuidle.disable=state1@1".to_string());
+    } else {
+        eprintln!("note: no cpuidle state1 on cpu1 (no cpuidle driver): that setting is not tried");
+    }
     common::cpulab_process()
+        .arg("try")
+        .args(&settings)
         .args([
-            "try",
-            &format!("haltpoll.guest_halt_poll_ns={TRIED_POLL}"),
-            "cpuidle.disable=state1@1",
-            &format!("kernel.sched_autogroup_enabled={flip}"),
-            &format!("pid:{victim}.affinity=0"),
             "--measure",
             "cmd:sh -c 'sleep 0.5; echo v 1'",
             "--metric",
@@ -183,7 +192,13 @@ fn a_whole_trial_restores_and_reads_back() {
         .map(|c| c["name"].as_str().unwrap())
         .collect();
     assert!(names.iter().any(|n| n.starts_with("rtt_ns")), "{names:?}");
-    assert!(names.contains(&"cost.poll_cpu_s_per_s"), "{names:?}");
+    // Polling time is read from cpuidle's poll state: a guest without a cpuidle driver has
+    // none to read, and the trial must then not invent the figure.
+    assert_eq!(
+        names.contains(&"cost.poll_cpu_s_per_s"),
+        Path::new("/sys/devices/system/cpu/cpu0/cpuidle").exists(),
+        "{names:?}"
+    );
     // Physics: no CPU polls for longer than the time that passed (seconds of polling per
     // second is at most the number of CPUs), and a round trip costs something.
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;

@@ -15,7 +15,7 @@ use std::path::PathBuf;
 #[command(after_help = "Examples:\n  \
     cpulab history list --kind doctor --since 7d\n  \
     cpulab history diff 11 12\n  \
-    cpulab history check --fail-on-regression 5\n  \
+    cpulab history check --threshold 5\n  \
     cpulab history report --html history.html")]
 pub struct Args {
     #[command(subcommand)]
