@@ -35,6 +35,10 @@ pub struct TaskInfo {
 /// Where task identities come from (live: /proc, cached; tests: a table).
 pub trait Tasks {
     fn lookup(&mut self, tid: i32) -> Option<TaskInfo>;
+
+    /// Tells the resolver that thread `tid` belongs to process `tgid`, as a perf sample said
+    /// while the thread ran: a thread that ends before /proc is read is still resolved.
+    fn learn(&mut self, _tid: i32, _tgid: i32) {}
 }
 
 /// Wakeup latencies of one placement class.

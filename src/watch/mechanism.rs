@@ -276,6 +276,9 @@ pub struct Tally {
     /// differ by at most one when every switch is delivered).
     pub idle: std::collections::BTreeMap<u32, (u64, u64)>,
     pub lost: std::collections::BTreeMap<u32, u64>,
+    /// Thread to process, from the samples drained since the last [`Tally::take_threads`]
+    /// (perf records carry both of the task that ran).
+    pub threads: std::collections::HashMap<i32, i32>,
 }
 
 impl Tally {
@@ -315,12 +318,15 @@ pub(super) fn collect(
 ) {
     match r {
         ring::RawRecord::Sample {
+            pid,
             tid,
             time_ns,
             cpu,
             raw,
-            ..
         } => {
+            if tid > 0 && pid > 0 {
+                tally.threads.insert(tid, pid);
+            }
             if let Some(event) = d.decode(tid, cpu, raw) {
                 tally.record(ring_cpu, time_ns, event, out);
             }

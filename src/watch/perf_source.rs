@@ -45,6 +45,10 @@ impl LabelTasks {
 }
 
 impl Tasks for LabelTasks {
+    fn learn(&mut self, tid: i32, tgid: i32) {
+        self.tgid.insert(tid, Some(tgid));
+    }
+
     fn lookup(&mut self, tid: i32) -> Option<TaskInfo> {
         if tid <= 0 {
             return None;
@@ -180,6 +184,9 @@ fn read_loop(
     while !stop.load(Ordering::Relaxed) {
         std::thread::sleep(Duration::from_millis(20));
         events.drain(&mut pending, &mut tally);
+        for (tid, tgid) in tally.threads.drain() {
+            tasks.learn(tid, tgid);
+        }
         pending.sort_by_key(|t: &super::events::Timed| t.time_ns);
         let cutoff = monotonic_ns().saturating_sub(SETTLE_NS);
         let ready = pending.partition_point(|t| t.time_ns <= cutoff);

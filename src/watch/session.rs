@@ -298,6 +298,9 @@ impl<'m> Session<'m> {
             });
         }
         w.torn += self.source.drain(&mut w.pending, &mut w.tally);
+        for (tid, tgid) in w.tally.threads.drain() {
+            crate::watch::analyze::Tasks::learn(&mut w.tasks, tid, tgid);
+        }
         w.pending.sort_by_key(|t| t.time_ns);
         let ready = w.pending.partition_point(|t| t.time_ns <= cutoff);
         for ev in w.pending.drain(..ready) {

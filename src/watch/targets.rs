@@ -117,6 +117,12 @@ impl LiveTasks {
         let proc = self.root.join("proc");
         let status = std::fs::read_to_string(proc.join(tid.to_string()).join("status")).ok()?;
         let (tgid, ppid) = parse_status(&status)?;
+        Some(self.info(tgid, ppid))
+    }
+
+    /// What is known of process `tgid` (parent `ppid`): its name, and whether it is watched.
+    fn info(&self, tgid: i32, ppid: i32) -> TaskInfo {
+        let proc = self.root.join("proc");
         let comm = std::fs::read_to_string(proc.join(tgid.to_string()).join("comm"))
             .map(|c| c.trim().to_string())
             .unwrap_or_else(|_| "?".into());
@@ -128,11 +134,11 @@ impl LiveTasks {
                 Target::Cgroup(_) => self.cgroup_pids.contains(&tgid),
                 Target::Command(pid) => tgid == *pid || self.descends_from(ppid, *pid),
             };
-        Some(TaskInfo {
+        TaskInfo {
             tgid,
             comm,
             watched,
-        })
+        }
     }
 }
 
@@ -147,6 +153,22 @@ impl Tasks for LiveTasks {
         let info = self.read(tid);
         self.cache.insert(tid, info.clone());
         info
+    }
+
+    fn learn(&mut self, tid: i32, tgid: i32) {
+        if tid <= 0 || matches!(self.cache.get(&tid), Some(Some(_))) {
+            return;
+        }
+        // The thread may be gone already; its process usually is not. The parent only matters
+        // for a command's descendants, read from the process itself.
+        let ppid =
+            std::fs::read_to_string(self.root.join("proc").join(tgid.to_string()).join("status"))
+                .ok()
+                .as_deref()
+                .and_then(parse_status)
+                .map_or(0, |(_, ppid)| ppid);
+        let info = self.info(tgid, ppid);
+        self.cache.insert(tid, Some(info));
     }
 }
 
@@ -262,5 +284,30 @@ mod tests {
         assert_eq!(info.tgid, me);
         assert!(!info.watched, "cpulab never watches itself");
         assert_eq!(t.lookup(0), None);
+    }
+
+    /// A thread that ended before /proc was read is resolved through what a sample said of it:
+    /// its process, named from the process' own files.
+    #[test]
+    fn a_learned_thread_resolves_after_it_is_gone() {
+        let root = tempfile::tempdir().unwrap();
+        let proc = root.path().join("proc/812");
+        std::fs::create_dir_all(&proc).unwrap();
+        std::fs::write(proc.join("comm"), "postgres\n").unwrap();
+        std::fs::write(proc.join("status"), "Tgid:\t812\nPid:\t812\nPPid:\t1\n").unwrap();
+        let target = Target::Comms(BTreeSet::from(["postgres".to_string()]));
+        let mut t = LiveTasks::new(root.path(), target.clone());
+        // Thread 815 has no directory: unresolved, as before.
+        assert_eq!(t.lookup(815), None);
+        let mut t = LiveTasks::new(root.path(), target);
+        t.learn(815, 812);
+        let info = t.lookup(815).unwrap();
+        assert_eq!(
+            (info.tgid, info.comm.as_str(), info.watched),
+            (812, "postgres", true)
+        );
+        // A learned thread does not replace what /proc said.
+        t.learn(815, 900);
+        assert_eq!(t.lookup(815).unwrap().tgid, 812);
     }
 }
