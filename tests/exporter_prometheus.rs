@@ -303,7 +303,6 @@ fn a_real_prometheus_scrapes_well_formed_metrics() {
 /// The placement assertions need the in-kernel wakeup source: a known pinned pair (a copy of
 /// cpulab renamed, so its command name is its own) runs at the same CPU, then one CPU apart.
 #[test]
-#[ignore = "issue 19 open: with the real in-kernel source the exporter counted no wakeups of the pinned pair (first window all zero) and attached no program; run with --ignored"]
 fn placement_classes_follow_a_pinned_pair() {
     if !prometheus_installed(test_name!()) {
         return;

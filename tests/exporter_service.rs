@@ -132,7 +132,6 @@ fn cpulab_programs() -> usize {
 }
 
 #[test]
-#[ignore = "issue 19 open: with the real in-kernel source the exporter counted no wakeups of the pinned pair (first window all zero) and attached no program; run with --ignored"]
 fn nothing_stays_attached_after_sigkill() {
     let before = cpulab_programs();
     let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -140,7 +139,7 @@ fn nothing_stays_attached_after_sigkill() {
         .local_addr()
         .unwrap()
         .port();
-    let mut child = common::cpulab_process()
+    let child = common::cpulab_process()
         .args([
             "exporter",
             "--quiet",
@@ -149,15 +148,26 @@ fn nothing_stays_attached_after_sigkill() {
         ])
         .spawn()
         .unwrap();
+    // Killed however the test ends, so a failed assertion leaves no exporter behind.
+    let mut child = KillOnDrop(child);
+    // The port is bound before the programs load (a port in use fails fast), so listening is
+    // not enough: the first answered request comes after the source is open.
     let until = Instant::now() + Duration::from_secs(30);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < until, "the exporter never listened");
+    while !answers(port) {
+        assert!(
+            Instant::now() < until,
+            "the exporter never answered on its port"
+        );
+        assert!(
+            child.0.try_wait().unwrap().is_none(),
+            "the exporter exited before answering"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
     let attached = cpulab_programs();
     assert!(attached > before, "the exporter attached no cpulab program");
-    child.kill().unwrap();
-    child.wait().unwrap();
+    child.0.kill().unwrap();
+    child.0.wait().unwrap();
     // The kernel frees programs whose last descriptor closed after an RCU grace period.
     let until = Instant::now() + Duration::from_secs(10);
     while cpulab_programs() > before {
@@ -168,4 +178,29 @@ fn nothing_stays_attached_after_sigkill() {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// True once `GET /` on the port gets an HTTP status line back.
+fn answers(port: u16) -> bool {
+    use std::io::{Read, Write};
+    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(30)));
+    if s.write_all(b"GET / HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+        .is_err()
+    {
+        return false;
+    }
+    let mut head = [0u8; 12];
+    s.read_exact(&mut head).is_ok() && head.starts_with(b"HTTP/1.")
 }

@@ -98,6 +98,8 @@ pub fn class_table(topology: &crate::topology::Topology, ncpu: u32) -> Vec<u32> 
 #[derive(Clone, Copy, Debug)]
 pub struct Maps {
     pub targets: i32,
+    /// `--comm` names (16 bytes, zero-padded) to their slots, for [`exec`]; -1 when none.
+    pub comms: i32,
     pub pending: i32,
     pub classes: i32,
     pub idle: i32,
@@ -193,6 +195,8 @@ const KEY: i32 = -4;
 const KEY2: i32 = -8;
 const SCRATCH: i32 = -16;
 const VALUE: i32 = -40;
+/// The 16-byte command name of [`exec`] (below the keys and scratch; that program has no value).
+const COMM: i32 = -32;
 
 /// `r1 = bucket_of(r9)`, clobbering r2 and r3 (see [`bucket_of`]: the bit length of
 /// `(ns - 1) >> 10`, found by halving, capped at the overflow bucket).
@@ -305,6 +309,76 @@ pub fn wakeup(m: &Maps, l: &Layout, o: &crate::watch::btf::TaskOffsets) -> Vec<I
     a.push(Insn::mov64_imm(0, 0));
     a.push(Insn::exit());
     a.finish()
+}
+
+/// The `sched_process_fork(parent, child)` program: a new process whose parent is a target
+/// joins its parent's slot at once, so a short-lived child (a PostgreSQL backend, a pingpong
+/// responder) is counted from its first wakeup instead of after the next one-second refresh.
+/// The refresh stays the authority: it removes what no longer matches (a child that ran
+/// `exec` into another command). New threads share their process' entry already.
+pub fn fork(m: &Maps, l: &Layout, o: &crate::watch::btf::TaskOffsets) -> Vec<Insn> {
+    let mut a = Asm::new();
+    a.push(Insn::mov64_reg(6, 1));
+    a.task_u32(0, o.tgid, 7, l.direct); // parent
+    a.push(Insn::stx_w(10, KEY as i16, 7));
+    a.lookup(m.targets, KEY);
+    a.jump(Insn::jeq_imm(0, 0, 0), "exit");
+    a.push(Insn::ldx_w(8, 0, 0));
+    a.task_u32(1, o.tgid, 9, l.direct); // child
+    a.jump(Insn::jeq_reg(9, 7, 0), "exit");
+    a.push(Insn::stx_w(10, KEY as i16, 9));
+    a.push(Insn::stx_w(10, KEY2 as i16, 8));
+    a.map(1, m.targets);
+    a.stack_ptr(2, KEY);
+    a.stack_ptr(3, KEY2);
+    a.push(Insn::mov64_imm(4, 1)); // BPF_NOEXIST: what the refresh installed stands
+    a.push(Insn::call(helper::MAP_UPDATE_ELEM));
+    a.label("exit");
+    a.push(Insn::mov64_imm(0, 0));
+    a.push(Insn::exit());
+    a.finish()
+}
+
+/// The `sched_process_exec(p, old_pid, bprm)` program: a process that becomes one of the
+/// `--comm` names by `exec` joins that name's slot at once (the name is set before the event).
+/// Always untyped: it reads the name with `bpf_probe_read_kernel_str` into a zeroed key, so
+/// bytes left after the terminator by an older kernel's copy never spoil the match.
+pub fn exec(m: &Maps, o: &crate::watch::btf::TaskOffsets, comm: u32) -> Vec<Insn> {
+    let mut a = Asm::new();
+    a.push(Insn::mov64_reg(6, 1));
+    for off in [COMM, COMM + 4, COMM + 8, COMM + 12] {
+        a.push(Insn::st_w(10, off as i16, 0));
+    }
+    a.stack_ptr(1, COMM);
+    a.push(Insn::mov64_imm(2, 16));
+    a.push(Insn::ldx_dw(3, 6, 0));
+    a.push(Insn::add64_imm(3, comm as i32));
+    a.push(Insn::call(helper::PROBE_READ_KERNEL_STR));
+    a.lookup(m.comms, COMM);
+    a.jump(Insn::jeq_imm(0, 0, 0), "exit");
+    a.push(Insn::ldx_w(8, 0, 0));
+    a.task_u32(0, o.tgid, 9, false);
+    a.push(Insn::stx_w(10, KEY as i16, 9));
+    a.push(Insn::stx_w(10, KEY2 as i16, 8));
+    a.map(1, m.targets);
+    a.stack_ptr(2, KEY);
+    a.stack_ptr(3, KEY2);
+    a.push(Insn::mov64_imm(4, 0)); // BPF_ANY: the process is this name now
+    a.push(Insn::call(helper::MAP_UPDATE_ELEM));
+    a.label("exit");
+    a.push(Insn::mov64_imm(0, 0));
+    a.push(Insn::exit());
+    a.finish()
+}
+
+/// A `--comm` name as the [`exec`] program's key: its first 15 bytes (what the kernel keeps),
+/// zero-padded to 16.
+pub fn comm_key(name: &str) -> [u8; 16] {
+    let mut k = [0u8; 16];
+    let b = name.as_bytes();
+    let n = b.len().min(15);
+    k[..n].copy_from_slice(&b[..n]);
+    k
 }
 
 /// The `sched_switch(preempt, prev, next, prev_state)` program.
@@ -504,6 +578,7 @@ mod tests {
     fn every_jump_lands_inside_its_program_and_every_path_exits() {
         let m = Maps {
             targets: 3,
+            comms: 9,
             pending: 4,
             classes: 5,
             idle: 6,
@@ -514,6 +589,7 @@ mod tests {
             pid: 2464,
             tgid: 2468,
             cpu: 68,
+            comm: Some(2800),
         };
         for direct in [true, false] {
             for unmatched in [None, Some(16)] {
@@ -522,19 +598,41 @@ mod tests {
                     unmatched,
                     direct,
                 };
-                for p in [waking(&m, &l, &o), wakeup(&m, &l, &o), switch(&m, &l, &o)] {
-                    assert_eq!(p.last(), Some(&Insn::exit()));
-                    for (at, i) in p.iter().enumerate() {
-                        let jumps = i.code & 0x07 == 0x05 && i.code != 0x85 && i.code != 0x95;
-                        if jumps {
-                            let to = at as i64 + 1 + i.off as i64;
-                            assert!(to > at as i64 && (to as usize) < p.len(), "forward, inside");
-                        }
-                    }
+                for p in [
+                    waking(&m, &l, &o),
+                    wakeup(&m, &l, &o),
+                    switch(&m, &l, &o),
+                    fork(&m, &l, &o),
+                ] {
+                    jumps_stay_inside(&p);
                     // Direct loads only where asked; the helper otherwise.
                     assert_eq!(p.contains(&Insn::call(helper::PROBE_READ_KERNEL)), !direct);
                 }
             }
         }
+        let p = exec(&m, &o, 2800);
+        jumps_stay_inside(&p);
+        assert!(p.contains(&Insn::call(helper::PROBE_READ_KERNEL_STR)));
+    }
+
+    /// The last instruction exits and every jump goes forward to an instruction of `p`.
+    fn jumps_stay_inside(p: &[Insn]) {
+        assert_eq!(p.last(), Some(&Insn::exit()));
+        for (at, i) in p.iter().enumerate() {
+            let jumps = i.code & 0x07 == 0x05 && i.code != 0x85 && i.code != 0x95;
+            if jumps {
+                let to = at as i64 + 1 + i.off as i64;
+                assert!(to > at as i64 && (to as usize) < p.len(), "forward, inside");
+            }
+        }
+    }
+
+    #[test]
+    fn a_comm_key_is_the_kernels_fifteen_bytes_zero_padded() {
+        assert_eq!(&comm_key("postgres")[..9], b"postgres\0");
+        assert_eq!(comm_key("postgres")[8..], [0; 8]);
+        let long = comm_key("a-very-long-command-name");
+        assert_eq!(&long[..15], b"a-very-long-com");
+        assert_eq!(long[15], 0);
     }
 }
