@@ -8,7 +8,6 @@ pub mod completions;
 pub mod doctor;
 pub mod history;
 pub mod manpages;
-pub mod print;
 pub mod probe;
 pub mod report;
 pub mod sim;
