@@ -50,7 +50,7 @@ pub enum Command {
     /// Simulate the hypervisor layer: predictions checked against the field notes (SIMULATED).
     Sim(commands::sim::Args),
     /// Serve wakeup placement, halts, IPIs and machine facts as Prometheus metrics, until stopped.
-    Exporter(crate::exporter::Args),
+    Exporter(commands::exporter::Args),
 }
 
 /// The whole command line: the subcommands above plus one per experiment of the registry that
@@ -139,7 +139,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Completions(a) => commands::completions::run(a, command()),
         Command::Manpages(a) => commands::manpages::run(a, command(), g.quiet),
         Command::Sim(a) => commands::sim::run(a, &g, also),
-        Command::Exporter(a) => crate::exporter::run(a, &g),
+        Command::Exporter(a) => commands::exporter::run(a, &g),
         Command::History(a) => commands::history::run(a, &g),
     }
 }
