@@ -58,6 +58,10 @@ impl Machine {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Conditions {
     pub cpulab_version: String,
+    /// The git revision cpulab was built from (as in `--version`), so two results say which
+    /// build made them; absent outside a git checkout and in results written before it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpulab_revision: Option<String>,
     /// `uname -r`.
     pub kernel: String,
     pub hostname: String,
@@ -89,6 +93,9 @@ impl Conditions {
         }
         Self {
             cpulab_version: env!("CARGO_PKG_VERSION").to_string(),
+            cpulab_revision: Some(env!("CPULAB_REVISION"))
+                .filter(|r| !r.is_empty())
+                .map(String::from),
             kernel: s(uts.as_ref().map(|u| u.release())),
             hostname: s(uts.as_ref().map(|u| u.nodename())),
             started_unix_s: std::time::SystemTime::now()

@@ -70,3 +70,20 @@ fn old_results_compare_with_typed_figures() {
         }
     }
 }
+
+/// Results written before conditions named the git revision (`cpulab_revision`) still read
+/// into today's `Conditions`, without one, and writing them again adds none.
+#[test]
+fn old_conditions_without_a_revision_still_load() {
+    for (kind, _) in OLD {
+        let text = std::fs::read_to_string(old(kind)).unwrap();
+        let doc: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert!(doc["conditions"].get("cpulab_revision").is_none(), "{kind}");
+        let c: cpulab::machine::Conditions =
+            serde_json::from_value(doc["conditions"].clone()).unwrap();
+        assert_eq!(c.cpulab_revision, None, "{kind}");
+        let again = serde_json::to_value(&c).unwrap();
+        assert!(again.get("cpulab_revision").is_none(), "{kind}: {again}");
+        assert_eq!(again["cpulab_version"], doc["conditions"]["cpulab_version"]);
+    }
+}

@@ -104,10 +104,26 @@ pub fn location() -> Location {
     }
 }
 
+/// The history as one sink of the one output path ([`crate::emit`]): the dispatcher hands it
+/// to every command that has a result, after its stdout and files.
+pub struct Recorder {
+    /// The root the machine is read below when the document carries no probe of its own.
+    pub root: PathBuf,
+}
+
+impl crate::emit::Sink for Recorder {
+    /// Never fails: a history that cannot be written costs one line on stderr, not the result.
+    fn write(&self, result: &crate::emit::Emitted) -> Result<()> {
+        record(result.kind, &result.document, &self.root);
+        Ok(())
+    }
+}
+
 /// Records a result just printed, wherever the history is configured. Never fails: a history
-/// that cannot be written is one line on stderr. Models (`sim`) and comparisons are not runs.
-pub fn record(kind: Kind, document: &serde_json::Value, root: &Path) {
-    if matches!(kind, Kind::Sim | Kind::Compare) {
+/// that cannot be written is one line on stderr. Models (`sim`) and comparisons are not runs,
+/// and a probe is the fingerprint every run already carries.
+fn record(kind: Kind, document: &serde_json::Value, root: &Path) {
+    if matches!(kind, Kind::Sim | Kind::Compare | Kind::Probe) {
         return;
     }
     let Location::At(path) = location() else {
