@@ -135,36 +135,7 @@ fn cpulab_programs() -> usize {
 #[test]
 fn nothing_stays_attached_after_sigkill() {
     let before = cpulab_programs();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let child = common::cpulab_process()
-        .args([
-            "exporter",
-            "--quiet",
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-        ])
-        .spawn()
-        .unwrap();
-    // Killed however the test ends, so a failed assertion leaves no exporter behind.
-    let mut child = KillOnDrop(child);
-    // The port is bound before the programs load (a port in use fails fast), so listening is
-    // not enough: the first answered request comes after the source is open.
-    let until = Instant::now() + Duration::from_secs(30);
-    while !answers(port) {
-        assert!(
-            Instant::now() < until,
-            "the exporter never answered on its port"
-        );
-        assert!(
-            child.0.try_wait().unwrap().is_none(),
-            "the exporter exited before answering"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let (mut child, _port) = start_exporter(&[]);
     let attached = cpulab_programs();
     assert!(attached > before, "the exporter attached no cpulab program");
     child.0.kill().unwrap();
@@ -179,6 +150,39 @@ fn nothing_stays_attached_after_sigkill() {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// Starts the exporter with the real wakeup source on a free loopback port, and waits until it
+/// answers: the port is bound before the programs load (a port in use fails fast), so
+/// listening is not enough; the first answered request comes after the source is open.
+fn start_exporter(extra: &[&str]) -> (KillOnDrop, u16) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let child = common::cpulab_process()
+        .args(["exporter", "--quiet"])
+        .args(extra)
+        .arg("--listen")
+        .arg(format!("127.0.0.1:{port}"))
+        .spawn()
+        .unwrap();
+    // Killed however the test ends, so a failed assertion leaves no exporter behind.
+    let mut child = KillOnDrop(child);
+    let until = Instant::now() + Duration::from_secs(30);
+    while !answers(port) {
+        assert!(
+            Instant::now() < until,
+            "the exporter never answered on its port"
+        );
+        assert!(
+            child.0.try_wait().unwrap().is_none(),
+            "the exporter exited before answering"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    (child, port)
 }
 
 struct KillOnDrop(std::process::Child);
@@ -252,25 +256,7 @@ fn a_restarted_service_with_a_thousand_short_lived_processes_keeps_its_series() 
     let dir = tempfile::tempdir().unwrap();
     let svc = dir.path().join("cpulab-svc");
     std::fs::copy("/bin/sh", &svc).unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let child = common::cpulab_process()
-        .args(["exporter", "--quiet", "--comm", "cpulab-svc", "--listen"])
-        .arg(format!("127.0.0.1:{port}"))
-        .spawn()
-        .unwrap();
-    let child = KillOnDrop(child);
-    let until = Instant::now() + Duration::from_secs(30);
-    while !answers(port) {
-        assert!(
-            Instant::now() < until,
-            "the exporter never answered on its port"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let (child, port) = start_exporter(&["--comm", "cpulab-svc"]);
     let first = wakeup_series(&scrape(port));
     assert!(
         first.keys().all(|k| k.contains("target=\"cpulab-svc\"")),
