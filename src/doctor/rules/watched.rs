@@ -141,6 +141,7 @@ mod tests {
     fn watch(cross_share: f64, per_s: f64) -> AppWatch {
         AppWatch {
             target: "comm postgres".into(),
+            setup_s: None,
             interval_s: 5.0,
             incomplete: None,
             processes: vec![WatchedProcess {
