@@ -127,6 +127,7 @@ impl Rule for WatchedCrossWakeups {
                 .into(),
             remedies: remedies::colocate(cpu, i.facts, i.m.app_watch.as_ref()),
             confidence: Confidence::from_agreeing(2),
+            uncertain: None,
         }]
     }
 }
