@@ -121,6 +121,21 @@ impl Prometheus {
         }
         let child = spawn(c);
         wait_listening(port, "prometheus");
+        // Listening is not ready: until its storage is open Prometheus answers queries with
+        // 503 Service Unavailable. `/-/ready` says 200 once it serves them.
+        let until = Instant::now() + Duration::from_secs(90);
+        loop {
+            let ready = Command::new("curl")
+                .args(["-sf", "--max-time", "5", "-o", "/dev/null"])
+                .arg(format!("http://127.0.0.1:{port}/-/ready"))
+                .status()
+                .is_ok_and(|s| s.success());
+            if ready {
+                break;
+            }
+            assert!(Instant::now() < until, "prometheus never became ready");
+            std::thread::sleep(Duration::from_millis(200));
+        }
         Self {
             _dir: dir,
             _child: child,
