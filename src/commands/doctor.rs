@@ -120,9 +120,27 @@ pub fn run(args: Args, g: &Global, also: &[&dyn Sink]) -> Result<()> {
         ));
     }
     let emitter = Emitter::new(&args.output, g.quiet, also)?;
-    let machine = Machine::detect(&g.root)?;
+    let mut machine = Machine::detect(&g.root)?;
+    // A fixture root describes another machine, but every stage runs here.
+    let left_out = machine.measurable_here()?;
     let visible = !g.quiet && output::stderr_is_terminal();
     let mut report = doctor::run(&machine, &settings, visible, g.quiet);
+    if g.root != std::path::Path::new("/") {
+        report.conditions.notes.insert(
+            0,
+            format!(
+                "fixture root {}: the topology and facts are the fixture's, but every figure was \
+                 measured on this machine's CPUs {}{}",
+                g.root.display(),
+                machine.allowed,
+                if left_out.is_empty() {
+                    String::new()
+                } else {
+                    format!(" (the fixture's CPUs {left_out} do not exist or are not allowed here)")
+                }
+            ),
+        );
+    }
     // An interrupted battery tries nothing more: the interrupt stops the whole command.
     if args.try_remedies && report.interrupted.is_none() {
         crate::trial::doctor::try_remedies(&machine, &g.root, &mut report.findings, g.quiet)?;
