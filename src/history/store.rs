@@ -164,6 +164,15 @@ impl Store {
         Self::open_with(path, true)
     }
 
+    /// Opens an existing history for reading only (the exporter): it is never created,
+    /// migrated or written, so an older schema is read as it is (its `runs` table is the same).
+    pub fn open_read_only(path: &Path) -> Result<Self> {
+        if !path.exists() {
+            bail!("no history at {}", path.display());
+        }
+        Self::open_with(path, false)
+    }
+
     fn open_with(path: &Path, write: bool) -> Result<Self> {
         let head = first_bytes(path).with_context(|| format!("cannot read {}", path.display()))?;
         if !head.is_empty() && head != SQLITE_MAGIC {
@@ -185,7 +194,7 @@ impl Store {
             conn,
             path: path.to_path_buf(),
         };
-        store.check_and_migrate().map_err(|e| {
+        store.check_and_migrate(write).map_err(|e| {
             let msg = format!("{e:#}");
             if msg.contains("malformed") || msg.contains("not a database") {
                 anyhow!(
@@ -213,7 +222,7 @@ impl Store {
         Ok((app, version, tables))
     }
 
-    fn check_and_migrate(&mut self) -> Result<()> {
+    fn check_and_migrate(&mut self, write: bool) -> Result<()> {
         let (app, version, tables) = self.header()?;
         let fresh = app == 0 && version == 0 && tables == 0;
         if !fresh && app != APPLICATION_ID {
@@ -230,10 +239,12 @@ impl Store {
                 self.path.display()
             );
         }
-        if version < SCHEMA {
+        if version < SCHEMA && write {
             self.migrate()?;
         }
-        self.conn.execute_batch("PRAGMA foreign_keys = ON")?;
+        if write {
+            self.conn.execute_batch("PRAGMA foreign_keys = ON")?;
+        }
         Ok(())
     }
 
@@ -345,6 +356,20 @@ impl Store {
             .list(&Filter::default())?
             .into_iter()
             .find(|r| r.id == id))
+    }
+
+    /// The newest run matching `filter`, when there is one; a file that holds no table yet (just
+    /// created by a writer that has not migrated it) holds no run.
+    pub fn newest(&self, filter: &Filter) -> Result<Option<Run>> {
+        let tables: i64 = self.conn.query_row(
+            "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'runs'",
+            [],
+            |r| r.get(0),
+        )?;
+        if tables == 0 {
+            return Ok(None);
+        }
+        Ok(self.list(filter)?.pop())
     }
 
     /// A run's whole JSON document.
