@@ -376,10 +376,11 @@ fn an_execd_target_and_its_children_are_followed_in_the_kernel() {
     // Right after the refresh the source started with, so the next one is about a second away.
     src.refresh();
     let held = src.kernel_targets().unwrap();
-    // The shell forks `sleep` and says its pid; the exec'd shell and the forked child must
-    // both be held before any refresh could have seen them.
+    // The shell forks a subshell (which keeps its name, so a re-read would keep it too) and
+    // says its pid; the exec'd shell and the forked child must both be held before any re-read
+    // could have seen them.
     let mut child = std::process::Command::new(&sh)
-        .args(["-c", "sleep 5 & echo $!; wait"])
+        .args(["-c", "(sleep 5; :) & echo $!; wait"])
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();

@@ -159,6 +159,27 @@ impl Asm {
         self.stack_ptr(2, key);
         self.push(Insn::call(helper::MAP_LOOKUP_ELEM));
     }
+    /// `update(map, r10 + key, r10 + value, flags)`.
+    fn update(&mut self, fd: i32, key: i32, value: i32, flags: i32) {
+        self.map(1, fd);
+        self.stack_ptr(2, key);
+        self.stack_ptr(3, value);
+        self.push(Insn::mov64_imm(4, flags));
+        self.push(Insn::call(helper::MAP_UPDATE_ELEM));
+    }
+    /// `*(u64 *)(base + off) += src`, through `scratch`.
+    fn add_dw(&mut self, base: u8, off: i16, src: u8, scratch: u8) {
+        self.push(Insn::ldx_dw(scratch, base, off));
+        self.push(Insn::add64_reg(scratch, src));
+        self.push(Insn::stx_dw(base, off, scratch));
+    }
+    /// The `exit` label: return 0.
+    fn exit(mut self) -> Vec<Insn> {
+        self.label("exit");
+        self.push(Insn::mov64_imm(0, 0));
+        self.push(Insn::exit());
+        self.finish()
+    }
     /// `dst = (u32) task->field` for the task pointer in argument `arg` of the context (r6).
     fn task_u32(&mut self, arg: i16, field: u32, dst: u8, direct: bool) {
         if direct {
@@ -249,17 +270,10 @@ pub fn waking(m: &Maps, l: &Layout, o: &crate::watch::btf::TaskOffsets) -> Vec<I
     a.push(Insn::st_w(10, (VALUE + 20) as i16, 0));
     a.task_u32(0, o.pid, 7, l.direct);
     a.push(Insn::stx_w(10, KEY as i16, 7));
-    a.map(1, m.pending);
-    a.stack_ptr(2, KEY);
-    a.stack_ptr(3, VALUE);
-    a.push(Insn::mov64_imm(4, 0)); // BPF_ANY
-    a.push(Insn::call(helper::MAP_UPDATE_ELEM));
+    a.update(m.pending, KEY, VALUE, 0); // BPF_ANY
     a.jump(Insn::jeq_imm(0, 0, 0), "exit");
     count(&mut a.p, m.stats, STAT_LOST);
-    a.label("exit");
-    a.push(Insn::mov64_imm(0, 0));
-    a.push(Insn::exit());
-    a.finish()
+    a.exit()
 }
 
 /// The `sched_wakeup(p)` program.
@@ -305,10 +319,7 @@ pub fn wakeup(m: &Maps, l: &Layout, o: &crate::watch::btf::TaskOffsets) -> Vec<I
     a.jump(Insn::ja(0), "exit");
     a.label("lost");
     count(&mut a.p, m.stats, STAT_LOST);
-    a.label("exit");
-    a.push(Insn::mov64_imm(0, 0));
-    a.push(Insn::exit());
-    a.finish()
+    a.exit()
 }
 
 /// The `sched_process_fork(parent, child)` program: a new process whose parent is a target
@@ -328,15 +339,8 @@ pub fn fork(m: &Maps, l: &Layout, o: &crate::watch::btf::TaskOffsets) -> Vec<Ins
     a.jump(Insn::jeq_reg(9, 7, 0), "exit");
     a.push(Insn::stx_w(10, KEY as i16, 9));
     a.push(Insn::stx_w(10, KEY2 as i16, 8));
-    a.map(1, m.targets);
-    a.stack_ptr(2, KEY);
-    a.stack_ptr(3, KEY2);
-    a.push(Insn::mov64_imm(4, 1)); // BPF_NOEXIST: what the refresh installed stands
-    a.push(Insn::call(helper::MAP_UPDATE_ELEM));
-    a.label("exit");
-    a.push(Insn::mov64_imm(0, 0));
-    a.push(Insn::exit());
-    a.finish()
+    a.update(m.targets, KEY, KEY2, 1); // BPF_NOEXIST: what the refresh installed stands
+    a.exit()
 }
 
 /// The `sched_process_exec(p, old_pid, bprm)` program: a process that becomes one of the
@@ -360,15 +364,8 @@ pub fn exec(m: &Maps, o: &crate::watch::btf::TaskOffsets, comm: u32) -> Vec<Insn
     a.task_u32(0, o.tgid, 9, false);
     a.push(Insn::stx_w(10, KEY as i16, 9));
     a.push(Insn::stx_w(10, KEY2 as i16, 8));
-    a.map(1, m.targets);
-    a.stack_ptr(2, KEY);
-    a.stack_ptr(3, KEY2);
-    a.push(Insn::mov64_imm(4, 0)); // BPF_ANY: the process is this name now
-    a.push(Insn::call(helper::MAP_UPDATE_ELEM));
-    a.label("exit");
-    a.push(Insn::mov64_imm(0, 0));
-    a.push(Insn::exit());
-    a.finish()
+    a.update(m.targets, KEY, KEY2, 0); // BPF_ANY: the process is this name now
+    a.exit()
 }
 
 /// A `--comm` name as the [`exec`] program's key: its first 15 bytes (what the kernel keeps),
@@ -436,10 +433,7 @@ pub fn switch(m: &Maps, l: &Layout, o: &crate::watch::btf::TaskOffsets) -> Vec<I
     a.push(Insn::ldx_dw(3, 2, 0));
     a.push(Insn::add64_imm(3, 1));
     a.push(Insn::stx_dw(2, 0, 3));
-    let s = (ROW_SUM * 8) as i16;
-    a.push(Insn::ldx_dw(3, 6, s));
-    a.push(Insn::add64_reg(3, 9));
-    a.push(Insn::stx_dw(6, s, 3));
+    a.add_dw(6, (ROW_SUM * 8) as i16, 9, 3);
     a.jump(Insn::ja(0), "forget");
     a.label("lost");
     count(&mut a.p, m.stats, STAT_LOST);
@@ -448,10 +442,7 @@ pub fn switch(m: &Maps, l: &Layout, o: &crate::watch::btf::TaskOffsets) -> Vec<I
     a.map(1, m.pending);
     a.stack_ptr(2, KEY);
     a.push(Insn::call(helper::MAP_DELETE_ELEM));
-    a.label("exit");
-    a.push(Insn::mov64_imm(0, 0));
-    a.push(Insn::exit());
-    a.finish()
+    a.exit()
 }
 
 #[cfg(test)]
