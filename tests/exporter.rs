@@ -28,9 +28,14 @@ struct Exporter {
 
 impl Exporter {
     fn start(extra: &[&str]) -> Self {
+        Self::start_with(cpulab_process(), extra)
+    }
+
+    /// Started by `command` (the binary, or a wrapper that runs it).
+    fn start_with(mut command: std::process::Command, extra: &[&str]) -> Self {
         let port = free_port();
         let listen = format!("127.0.0.1:{port}");
-        let child = cpulab_process()
+        let child = command
             .args([
                 "exporter",
                 "--quiet",
@@ -523,4 +528,44 @@ fn a_corrupt_history_is_one_warning_and_the_exporter_keeps_serving() {
         bytes,
         "the exporter wrote the corrupt file"
     );
+}
+
+/// The packaged service runs as a dynamic user under ProtectSystem=strict: it may read the
+/// history but create nothing beside it, so SQLite cannot make the WAL index a reader needs.
+/// The findings are still read (as an immutable file), and nothing is written.
+#[test]
+fn a_user_who_may_only_read_the_history_still_gets_the_findings() {
+    let Some(setpriv) = common::program(test_name!(), "setpriv", "util-linux") else {
+        return;
+    };
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let (history, doc) = common::doctor_history(dir.path());
+    for (p, mode) in [(dir.path(), 0o755), (history.as_path(), 0o644)] {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+    let before = std::fs::read(&history).unwrap();
+    let mut nobody = std::process::Command::new(setpriv);
+    nobody
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(common::cpulab_path())
+        .env("CPULAB_HISTORY", "off");
+    let e = Exporter::start_with(nobody, &["--history", history.to_str().unwrap()]);
+    let m = e.get("/metrics");
+    assert!(
+        m.contains("cpulab_doctor_history_info{state=\"ok\"} 1"),
+        "{m}"
+    );
+    assert_eq!(
+        samples(&m, "cpulab_doctor_finding").len(),
+        doc["findings"].as_array().unwrap().len(),
+        "{m}"
+    );
+    drop(e);
+    let left: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+        .collect();
+    assert!(left.iter().all(|n| !n.ends_with("-shm")), "{left:?}");
+    assert_eq!(std::fs::read(&history).unwrap(), before);
 }
