@@ -217,6 +217,9 @@ fn promtool_check_metrics_passes_on_a_live_scrape() {
         return;
     }
     let port = free_port();
+    // With the doctor's findings from a history, so their series are checked too.
+    let dir = tempfile::tempdir().unwrap();
+    let (history, _) = common::doctor_history(dir.path());
     let _e = exporter(
         port,
         &[
@@ -226,10 +229,13 @@ fn promtool_check_metrics_passes_on_a_live_scrape() {
             "postgres",
             "--probe-interval",
             "10s",
+            "--history",
+            history.to_str().unwrap(),
         ],
     );
     let text = curl(&format!("http://127.0.0.1:{port}/metrics"), None);
     assert!(text.contains("cpulab_wakeups_total"), "{text}");
+    assert!(text.contains("cpulab_doctor_finding{"), "{text}");
     let mut p = Command::new("promtool")
         .args(["check", "metrics"])
         .stdin(Stdio::piped())

@@ -179,6 +179,46 @@ fn the_same_shift_without_a_changed_fact_says_no_configuration_change() {
     }
 }
 
+/// A build change is a fact like any other: the same shift where only cpulab's git revision
+/// changed names `cpulab.revision`, in `check` and in `diff`.
+#[test]
+fn a_cpulab_revision_change_is_named_like_any_other_fact() {
+    let dir = tempfile::tempdir().unwrap();
+    let h = dir.path().join("h.sqlite");
+    let docs: Vec<Value> = (0..9)
+        .map(|i| {
+            let mut d = doctor_run(i, if i < 6 { 1.0 } else { 1.13 }, "3.10", "powersave", None);
+            let rev = if i < 6 { "1111111" } else { "2222222" };
+            d["conditions"]["cpulab_revision"] = json!(rev);
+            d["probe"]["conditions"]["cpulab_revision"] = json!(rev);
+            d
+        })
+        .collect();
+    import(&h, &docs);
+    let (code, r) = check(&h);
+    assert_eq!(code, Some(1), "{r:#}");
+    let changes = r["kinds"][0]["changes"].as_array().unwrap();
+    assert!(!changes.is_empty());
+    for c in changes {
+        let causes = c["causes"].as_array().unwrap();
+        assert_eq!(causes.len(), 1, "{c}");
+        assert_eq!(causes[0]["fact"], "cpulab.revision");
+        assert_eq!(causes[0]["before"], "1111111");
+        assert_eq!(causes[0]["after"], "2222222");
+        assert!(c["no_configuration_change"].is_null(), "{c}");
+    }
+    let diff = cpulab()
+        .arg("--history")
+        .arg(&h)
+        .args(["history", "diff", "6", "7", "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        json_of(&diff)["changed_facts"],
+        json!([{"fact": "cpulab.revision", "before": "1111111", "after": "2222222"}])
+    );
+}
+
 #[test]
 fn noise_alone_raises_no_alarm() {
     let dir = tempfile::tempdir().unwrap();

@@ -132,6 +132,7 @@ pub fn settings(args: &Args, machine: &Machine) -> Result<Settings> {
         mechanism: args.mechanism,
         max_connections: args.max_connections,
         request_timeout_s: args.request_timeout_s,
+        history: crate::history::location(),
     })
 }
 

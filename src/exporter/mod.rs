@@ -7,7 +7,8 @@
 //! there: wakeups of the watched targets by placement class and destination idle, their
 //! wakeup-to-run latency as exp2 histograms, halts and IPIs from the system counters (so halts
 //! per wakeup is one PromQL ratio), the machine facts that decide those costs as an `_info`
-//! metric, an optional bounded active probe, and its own health.
+//! metric, this host's newest doctor findings from the history, an optional bounded active
+//! probe, and its own health.
 //!
 //! The counting is the kernel's (the wakeup aggregation `watch` shares, opened in
 //! [`collect::open_source`]); this module only sums when scraped. Its flags and their
@@ -15,9 +16,11 @@
 //! or imports upward. Its parts: [`settings`] (the validated settings and the parsers the flags
 //! are checked with before anything is bound or attached), [`collect`] (one scrape's readings),
 //! [`metrics`] (encoding with `prometheus-client`), [`server`] and [`http`] (a bounded std
-//! listener), [`webconfig`] (TLS and basic auth in the exporter-toolkit format) and [`probe`].
+//! listener), [`webconfig`] (TLS and basic auth in the exporter-toolkit format), [`doctor`]
+//! (the doctor's findings, read from the history read-only and cached) and [`probe`].
 
 pub mod collect;
+pub mod doctor;
 pub mod http;
 pub mod metrics;
 pub mod probe;
@@ -137,7 +140,9 @@ pub fn serve(machine: &Machine, s: Settings, quiet: bool) -> Result<()> {
         ));
     }
     let classes = host_classes(machine);
-    let machine_info = machine_labels(&crate::probe::probe(machine));
+    let probed = crate::probe::probe(machine);
+    let machine_info = machine_labels(&probed);
+    let host_key = crate::history::fingerprint::of_probe(&probed).host_key;
     let probe_slot: Arc<Mutex<Option<ProbeFigures>>> = Arc::new(Mutex::new(None));
     let base = base_series(machine, &classes, &machine_info, &s);
     let named = named_targets(base, classes.len(), &s)?;
@@ -174,6 +179,7 @@ pub fn serve(machine: &Machine, s: Settings, quiet: bool) -> Result<()> {
         s.series_budget,
         probe_slot.clone(),
         stats.clone(),
+        doctor::Reader::new(s.history.clone(), host_key, doctor::REREAD),
     ));
     let stop_probe = Arc::new(AtomicBool::new(false));
     let probe_thread = match s.probe_interval {
@@ -278,6 +284,26 @@ fn base_series(
             .collect(),
         ..ProbeFigures::default()
     });
+    // The doctor's series at their cap, so findings never push the targets over the budget.
+    let doctor = match s.history {
+        crate::history::Location::Off => doctor::DoctorFigures::default(),
+        crate::history::Location::At(_) => doctor::DoctorFigures {
+            state: doctor::State::Ok,
+            run: Some(doctor::DoctorRun {
+                history_id: 0,
+                started_unix_s: 0,
+                mode: String::new(),
+                findings: (0..doctor::MAX_FINDINGS)
+                    .map(|i| doctor::FindingFigure {
+                        id: i.to_string(),
+                        severity: crate::doctor::findings::Severity::Low,
+                        ratio: Some(1.0),
+                    })
+                    .collect(),
+                dropped: 0,
+            }),
+        },
+    };
     let frame = Frame {
         classes: classes.to_vec(),
         wakeups: Some(crate::wakeups::Snapshot::default()),
@@ -286,6 +312,7 @@ fn base_series(
         interrupts,
         machine: machine_info.to_vec(),
         probe,
+        doctor,
         health: metrics::Health::default(),
     };
     metrics::count_samples(&metrics::encode(&frame, Format::Prometheus))

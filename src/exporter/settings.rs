@@ -51,6 +51,9 @@ pub struct Settings {
     pub mechanism: Mechanism,
     pub max_connections: usize,
     pub request_timeout_s: u64,
+    /// The history the newest doctor findings are read from (`--history`, `CPULAB_HISTORY`,
+    /// `--no-history`), read-only.
+    pub history: crate::history::Location,
 }
 
 /// `--listen`: `ADDR:PORT` (`[::1]:PORT` for IPv6).

@@ -842,4 +842,19 @@ mod tests {
         assert_eq!(try_command("kernel", "2.6.32", "doctor"), None);
         assert_eq!(try_command("mitigations", "off", "doctor"), None);
     }
+
+    /// The ranking table names only rules the doctor has (its `Rule::id`s), and `environment`,
+    /// the module that words a wakeup's mechanism and cure by environment: a renamed or
+    /// removed rule fails here instead of silently ranking nothing.
+    #[test]
+    fn every_rule_in_the_ranking_table_is_a_doctor_rule() {
+        let ids: Vec<&str> = crate::doctor::rules::all().iter().map(|r| r.id()).collect();
+        for (fact, figures, rule) in LINKS {
+            assert!(
+                ids.contains(rule) || *rule == "environment",
+                "{fact}: `{rule}` is not a doctor rule ({ids:?})"
+            );
+            assert!(!figures.is_empty(), "{fact} -> {rule}");
+        }
+    }
 }
