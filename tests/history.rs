@@ -250,6 +250,38 @@ fn measure(history: &Path) -> std::process::Output {
         .unwrap()
 }
 
+/// A run read under another root (a fixture tree) mixes that tree's facts with this machine's
+/// figures: it is printed, and not recorded.
+#[test]
+fn a_run_under_a_fixture_root_is_not_recorded() {
+    let dir = tempfile::tempdir().unwrap();
+    let h = dir.path().join("h.sqlite");
+    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/epyc-kvm");
+    let out = cpulab()
+        .arg("--history")
+        .arg(&h)
+        .arg("--root")
+        .arg(&fixture)
+        .args([
+            "oscost",
+            "--quick",
+            "--no-freq",
+            "--batches",
+            "3",
+            "--no-load-check",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(json_of(&out)["kind"], "oscost");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("not recorded in the history: --root"), "{err}");
+    assert!(!h.exists(), "no history file for a fixture run");
+    // The same run on this machine is recorded.
+    json_of(&measure(&h));
+    assert!(h.exists());
+}
+
 #[test]
 fn a_recorded_run_is_0600_and_listed_and_compared_by_id() {
     use std::os::unix::fs::PermissionsExt;

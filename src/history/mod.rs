@@ -130,6 +130,18 @@ fn record(kind: Kind, document: &serde_json::Value, root: &Path) {
         return;
     };
     let quiet = CONFIGURED.get().is_some_and(|(_, q)| *q);
+    // Read under another root (a fixture tree), the facts are that tree's while the figures
+    // are this machine's: a run of no real machine, which would mislead every later check.
+    if root != Path::new("/") {
+        crate::output::status(
+            quiet,
+            &format!(
+                "not recorded in the history: --root {} describes another machine's tree",
+                root.display()
+            ),
+        );
+        return;
+    }
     let words: Vec<String> = std::env::args().collect();
     match record_at(&path, kind, document, root, &words) {
         Ok(id) => crate::output::status(
