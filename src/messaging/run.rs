@@ -99,7 +99,8 @@ struct Counters {
 }
 
 impl Counters {
-    /// Four words: bytes sent, bytes received, the stop flag, the latest task end.
+    /// Five words: bytes sent, bytes received, the stop flag, the latest task end, the
+    /// earliest task start.
     fn new() -> Result<Self> {
         use nix::sys::mman::{MapFlags, ProtFlags, mmap_anonymous};
         let len = 4096;
@@ -113,11 +114,13 @@ impl Counters {
             )
         }
         .context("mmap of the shared counters failed")?;
-        Ok(Self { map, len })
+        let c = Self { map, len };
+        c.start_ns().store(u64::MAX, Ordering::SeqCst);
+        Ok(c)
     }
 
     fn at(&self, i: usize) -> &AtomicU64 {
-        // invariant: the page is 4096 bytes, aligned, and only accessed as four AtomicU64s.
+        // invariant: the page is 4096 bytes, aligned, and only accessed as five AtomicU64s.
         unsafe { &*(self.map.as_ptr() as *const AtomicU64).add(i) }
     }
 
@@ -147,6 +150,27 @@ impl Counters {
     /// Records that this task ended now.
     fn ended(&self) {
         self.end_ns().fetch_max(monotonic_ns(), Ordering::SeqCst);
+    }
+
+    /// The earliest task start, in CLOCK_MONOTONIC nanoseconds: the run's clock starts there,
+    /// when the gate let the first task through, not when cpulab's own thread got the CPU
+    /// back (on a busy machine every task may have ended by then).
+    fn start_ns(&self) -> &AtomicU64 {
+        self.at(4)
+    }
+
+    /// Records that this task started now.
+    fn began(&self) {
+        self.start_ns().fetch_min(monotonic_ns(), Ordering::SeqCst);
+    }
+
+    /// From the first task's start to the last task's end (zero if none ran).
+    fn wall(&self) -> Duration {
+        let (t0, t1) = (
+            self.start_ns().load(Ordering::SeqCst),
+            self.end_ns().load(Ordering::SeqCst),
+        );
+        Duration::from_nanos(t1.saturating_sub(t0))
     }
 }
 
@@ -297,9 +321,10 @@ fn threads(
             c.stop().store(1, Ordering::SeqCst);
         }
         gate.wait();
+        c.began();
         pinned
     };
-    let (t0, ok) = std::thread::scope(|scope| {
+    let ok = std::thread::scope(|scope| {
         let mut handles = Vec::with_capacity(tasks);
         for g in groups {
             let out: Vec<BorrowedFd> = g.iter().map(|ch| ch.write.as_fd()).collect();
@@ -321,7 +346,6 @@ fn threads(
             }
         }
         gate.wait();
-        let t0 = monotonic_ns();
         // Watch rather than join: a signal or a failed task stops every task, blocked or not.
         while !handles.iter().all(|h| h.is_finished()) {
             if crate::signals::pending().is_some() {
@@ -337,8 +361,7 @@ fn threads(
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        let ok = handles.into_iter().all(|h| h.join().unwrap_or(false));
-        (t0, ok)
+        handles.into_iter().all(|h| h.join().unwrap_or(false))
     });
     let after = switches(UsageWho::RUSAGE_SELF);
     crate::signals::check()?;
@@ -347,8 +370,7 @@ fn threads(
             "a messaging thread failed to start, send or receive"
         ));
     }
-    let wall = Duration::from_nanos(c.end_ns().load(Ordering::SeqCst).saturating_sub(t0));
-    Ok((wall, before.zip(after).map(|(b, a)| a.saturating_sub(b))))
+    Ok((c.wall(), before.zip(after).map(|(b, a)| a.saturating_sub(b))))
 }
 
 /// Forked children, killed and reaped on every way out.
@@ -415,6 +437,7 @@ fn processes(
                         unsafe { libc::_exit(1) }
                     }
                     let work = || {
+                        c.began();
                         let ok = match role {
                             Some(i) => receive(g[i].read.as_fd(), per_receiver, c),
                             None => send(out, s.messages, c),
@@ -428,7 +451,6 @@ fn processes(
             }
         }
     }
-    let t0 = monotonic_ns();
     let mut open = &opening[..];
     while !open.is_empty() {
         match nix::unistd::write(&gate_w, open) {
@@ -462,7 +484,7 @@ fn processes(
             std::thread::sleep(Duration::from_millis(20));
         }
     }
-    let wall = Duration::from_nanos(c.end_ns().load(Ordering::SeqCst).saturating_sub(t0));
+    let wall = c.wall();
     children.0.clear();
     let after = switches(UsageWho::RUSAGE_CHILDREN);
     Ok((wall, before.zip(after).map(|(b, a)| a.saturating_sub(b))))

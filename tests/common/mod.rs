@@ -335,8 +335,12 @@ pub fn assert_cpu_time_shares(what: &str, shares: &Value, interval_s: Option<f64
         assert_eq!(sum, 0.0, "{what}: shares without ticks: {shares}");
     }
     if let Some(s) = interval_s {
+        // 100 ticks a second (USER_HZ), give or take what tick accounting settles late: a
+        // tickless CPU leaving idle books its idle ticks at once, and a reading falls between
+        // a tick and its booking (107 ticks in 1.032 s seen here under load). Far more than
+        // that means a wrong interval or a counter read twice.
         assert!(
-            ticks as f64 <= s * 100.0 + 2.0,
+            ticks as f64 <= s * 102.0 + 5.0,
             "{what}: {ticks} ticks in {s} s: {shares}"
         );
     }
