@@ -509,22 +509,28 @@ fn a_pid_watch_counts_threads_started_after_it_began() {
         .spawn()
         .unwrap();
     let pid = child.id();
+    // Reaped as soon as it exits (a zombie still has its /proc entry, so the watch would
+    // run on).
+    let reaper = std::thread::spawn(move || child.wait_with_output().unwrap());
     let out = cpulab()
         .args([
             "watch",
             "--json",
             "--quiet",
+            // Ended by the pid's exit, not by the clock: on a busy machine the exec'd pair
+            // may start later than any fixed window would allow.
             "--duration",
-            "3s",
+            "120s",
             "--mechanism",
             "bpf",
         ])
         .args(["--pid", &pid.to_string()])
-        .timeout(std::time::Duration::from_secs(60))
+        .timeout(std::time::Duration::from_secs(180))
         .output()
         .unwrap();
-    let pp = child.wait_with_output().unwrap();
+    let pp = reaper.join().unwrap();
     let w = common::json_of(&out);
+    assert_eq!(w["ended"], "every watched process exited");
     let pp: Value = serde_json::from_slice(&pp.stdout).unwrap();
     let round_trips = pp["runs"][0]["round_trips"].as_u64().unwrap();
     assert!(round_trips > 0);

@@ -370,7 +370,10 @@ fn threads(
             "a messaging thread failed to start, send or receive"
         ));
     }
-    Ok((c.wall(), before.zip(after).map(|(b, a)| a.saturating_sub(b))))
+    Ok((
+        c.wall(),
+        before.zip(after).map(|(b, a)| a.saturating_sub(b)),
+    ))
 }
 
 /// Forked children, killed and reaped on every way out.
