@@ -59,7 +59,11 @@ fn main() {
                 println!("cargo:rerun-if-changed={}", path.display());
             }
             println!("cargo:rustc-env=CPULAB_VERSION={version} ({rev})");
+            println!("cargo:rustc-env=CPULAB_REVISION={rev}");
         }
-        None => println!("cargo:rustc-env=CPULAB_VERSION={version}"),
+        None => {
+            println!("cargo:rustc-env=CPULAB_VERSION={version}");
+            println!("cargo:rustc-env=CPULAB_REVISION=");
+        }
     }
 }

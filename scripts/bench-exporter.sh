@@ -29,14 +29,12 @@ die() { echo "bench-exporter: $*" >&2; exit 2; }
 command -v taskset >/dev/null || die "taskset not found (Debian package util-linux)"
 command -v curl >/dev/null || die "curl not found (Debian package curl)"
 [ -x /usr/bin/time ] || die "/usr/bin/time not found (Debian package time)"
-bindir=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
-[ -n "$bindir" ] && [ -x "$bindir/initdb" ] || die "PostgreSQL not found (Debian package postgresql)"
+source scripts/lib/pg.sh
+pg_find
 taskset -c 1 true 2>/dev/null || die "CPU 1 is not available: this benchmark needs CPUs 0 and 1"
 [ -x "$cpulab" ] || cargo build --release --quiet
 
-as_pg() { runuser -u postgres -- "$@"; }
 dir=$(mktemp -d /tmp/bench-exporter.XXXXXX)
-chown postgres: "$dir"
 exporter_pid= scraper_pid=
 stop_exporter() {
     [ -n "$scraper_pid" ] && kill "$scraper_pid" 2>/dev/null && wait "$scraper_pid" 2>/dev/null || true
@@ -45,17 +43,12 @@ stop_exporter() {
 }
 cleanup() {
     stop_exporter
-    as_pg "$bindir/pg_ctl" -D "$dir/data" stop -m fast >/dev/null 2>&1 || true
+    pg_stop
     rm -rf "$dir"
 }
 trap cleanup EXIT INT TERM
 
-as_pg "$bindir/initdb" -D "$dir/data" -A trust -U postgres --no-sync >"$dir/initdb.log" 2>&1 \
-    || { cat "$dir/initdb.log"; die "initdb failed"; }
-echo 'SELECT 1;' >"$dir/select1.sql"
-chmod 644 "$dir/select1.sql"
-as_pg taskset -c 0 "$bindir/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w \
-    -o "-k $dir -c listen_addresses='' -p 5432" start >/dev/null
+pg_start
 
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 start_exporter() { # TAG: the exporter, scraped every second, under /usr/bin/time
@@ -76,13 +69,6 @@ note_rss() {
     return 0
 }
 
-tps() { # CPU -> tps of one pgbench run
-    taskset -c "$1" "$bindir/pgbench" -n -f "$dir/select1.sql" -c 1 -j 1 -T "$secs" \
-        -h "$dir" -p 5432 -U postgres postgres 2>/dev/null \
-        | sed -n 's/^tps = \([0-9.]*\) .*/\1/p'
-}
-median() { printf '%s\n' "$@" | sort -g | awk '{v[NR] = $1} END {printf "%.3f", (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
-spread() { printf '%s\n' "$@" | sort -g | awk 'NR == 1 {lo = $1} {hi = $1} END {printf "%.3f..%.3f", lo, hi}'; }
 
 echo "== cpulab exporter overhead: PostgreSQL on CPU 0, pgbench -c 1 SELECT 1, ${secs} s runs, ${rounds} rounds (ABAB), exporter --mechanism $mechanism scraped every 1 s"
 echo "   (load on the machine when run: $(cut -d' ' -f1-3 /proc/loadavg))"

@@ -31,38 +31,23 @@ die() { echo "bench-watch: $*" >&2; exit 2; }
 command -v taskset >/dev/null || die "taskset not found (Debian package util-linux)"
 command -v jq >/dev/null || die "jq not found (Debian package jq)"
 [ -x /usr/bin/time ] || die "/usr/bin/time not found (Debian package time)"
-bindir=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
-[ -n "$bindir" ] && [ -x "$bindir/initdb" ] || die "PostgreSQL not found (Debian package postgresql)"
+source scripts/lib/pg.sh
+pg_find
 taskset -c 1 true 2>/dev/null || die "CPU 1 is not available: this benchmark needs CPUs 0 and 1"
 [ -x "$cpulab" ] || cargo build --release --quiet
 
-as_pg() { runuser -u postgres -- "$@"; }
 dir=$(mktemp -d /tmp/bench-watch.XXXXXX)
-chown postgres: "$dir"
 watch_pid=
 cleanup() {
     [ -n "$watch_pid" ] && kill "$watch_pid" 2>/dev/null || true
-    as_pg "$bindir/pg_ctl" -D "$dir/data" stop -m fast >/dev/null 2>&1 || true
+    pg_stop
     rm -rf "$dir"
 }
 trap cleanup EXIT INT TERM
 
-as_pg "$bindir/initdb" -D "$dir/data" -A trust -U postgres --no-sync >"$dir/initdb.log" 2>&1 \
-    || { cat "$dir/initdb.log"; die "initdb failed"; }
-echo 'SELECT 1;' >"$dir/select1.sql"
-chmod 644 "$dir/select1.sql"
-as_pg taskset -c 0 "$bindir/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w \
-    -o "-k $dir -c listen_addresses='' -p 5432" start >/dev/null
+pg_start
 
-tps() { # CPU -> tps of one pgbench run
-    taskset -c "$1" "$bindir/pgbench" -n -f "$dir/select1.sql" -c 1 -j 1 -T "$secs" \
-        -h "$dir" -p 5432 -U postgres postgres 2>/dev/null \
-        | sed -n 's/^tps = \([0-9.]*\) .*/\1/p'
-}
 
-mean() { printf '%s\n' "$@" | awk '{s += $1} END {printf "%.1f", s / NR}'; }
-median() { printf '%s\n' "$@" | sort -g | awk '{v[NR] = $1} END {printf "%.3f", (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
-spread() { printf '%s\n' "$@" | sort -g | awk 'NR == 1 {lo = $1} {hi = $1} END {printf "%.3f..%.3f", lo, hi}'; }
 
 mechanisms=${MECHANISMS:-bpf bpf-tracepoint perf}
 echo "== cpulab watch overhead: PostgreSQL on CPU 0, pgbench -c 1 SELECT 1, ${secs} s runs, ${rounds} rounds, each: without, then with each of: ${mechanisms}${WATCH_FLAGS:+ (watch flags: $WATCH_FLAGS)}"

@@ -20,47 +20,29 @@ cpulab=${CPULAB:-target/release/cpulab}
 die() { echo "pgbench-manual: $*" >&2; exit 2; }
 command -v taskset >/dev/null || die "taskset not found (Debian package util-linux)"
 command -v jq >/dev/null || die "jq not found (Debian package jq)"
-bindir=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
-[ -n "$bindir" ] && [ -x "$bindir/initdb" ] || die "PostgreSQL not found (Debian package postgresql)"
+source scripts/lib/pg.sh
+pg_find
 taskset -c 1 true 2>/dev/null || die "CPU 1 is not available: this experiment needs CPUs 0 and 1"
 
-if [ "$(id -u)" = 0 ]; then
-    as_pg() { runuser -u postgres -- "$@"; }
-else
-    as_pg() { "$@"; }
-fi
-
 dir=$(mktemp -d /tmp/pgbench-manual.XXXXXX)
-[ "$(id -u)" = 0 ] && chown postgres: "$dir"
 cleanup() {
-    as_pg "$bindir/pg_ctl" -D "$dir/data" stop -m fast >/dev/null 2>&1 || true
+    pg_stop
     rm -rf "$dir"
 }
 trap cleanup EXIT INT TERM
 
 echo "== by hand: PostgreSQL from $bindir, pgbench SELECT 1, ${secs} s x ${rounds} per placement"
-as_pg "$bindir/initdb" -D "$dir/data" -A trust -U postgres --no-sync >"$dir/initdb.log" 2>&1 \
-    || { cat "$dir/initdb.log"; die "initdb failed"; }
-echo 'SELECT 1;' >"$dir/select1.sql"
-chmod 644 "$dir/select1.sql"
 # The field notes' server start: taskset -c 0 pg_ctl start.
-as_pg taskset -c 0 "$bindir/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w \
-    -o "-k $dir -c listen_addresses='' -p 5432" start >/dev/null
+pg_start
 
-tps() { # CPU -> tps of one pgbench run
-    taskset -c "$1" "$bindir/pgbench" -n -f "$dir/select1.sql" -c 1 -j 1 -T "$secs" \
-        -h "$dir" -p 5432 -U postgres postgres 2>/dev/null \
-        | sed -n 's/^tps = \([0-9.]*\) .*/\1/p'
-}
 same=() cross=()
 for r in $(seq "$rounds"); do
     s=$(tps 0); c=$(tps 1)
     same+=("$s"); cross+=("$c")
     printf '  round %d: same vCPU %.0f tps, different vCPU %.0f tps\n' "$r" "$s" "$c"
 done
-as_pg "$bindir/pg_ctl" -D "$dir/data" stop -m fast >/dev/null
+pg_stop
 
-mean() { printf '%s\n' "$@" | awk '{s += $1} END {printf "%.1f", s / NR}'; }
 m_same=$(mean "${same[@]}"); m_cross=$(mean "${cross[@]}")
 manual=$(awk -v a="$m_same" -v b="$m_cross" 'BEGIN {printf "%.2f", a / b}')
 printf '  mean: same %.0f tps, different %.0f tps, ratio %sx\n' "$m_same" "$m_cross" "$manual"

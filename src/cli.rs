@@ -50,7 +50,7 @@ pub enum Command {
     /// Simulate the hypervisor layer: predictions checked against the field notes (SIMULATED).
     Sim(commands::sim::Args),
     /// Serve wakeup placement, halts, IPIs and machine facts as Prometheus metrics, until stopped.
-    Exporter(crate::exporter::Args),
+    Exporter(commands::exporter::Args),
 }
 
 /// The whole command line: the subcommands above plus one per experiment of the registry that
@@ -101,35 +101,45 @@ pub fn run_invocation(inv: Invocation) -> Result<()> {
     match inv {
         Invocation::Builtin(cli) => run(cli),
         Invocation::Registered {
-            kind,
             global,
             matches,
             command,
+            ..
         } => {
-            crate::history::configure(global.history.as_deref(), global.no_history, global.quiet);
-            crate::trial::journal::recover_at_start(&global.root, global.quiet);
-            let document = (command.run)(&matches, &global.root, global.quiet)?;
-            // The result's other sink: the history records what was just printed.
-            crate::history::record(kind, &document, &global.root);
-            Ok(())
+            start(&global);
+            let history = crate::history::Recorder {
+                root: global.root.clone(),
+            };
+            (command.run)(&matches, &global.root, global.quiet, &[&history])
         }
     }
 }
 
-pub fn run(cli: Cli) -> Result<()> {
-    let g = cli.global;
+/// What every command does first: where the history is, and the recovery of an interrupted
+/// `cpulab try`.
+fn start(g: &Global) {
     crate::history::configure(g.history.as_deref(), g.no_history, g.quiet);
     crate::trial::journal::recover_at_start(&g.root, g.quiet);
+}
+
+pub fn run(cli: Cli) -> Result<()> {
+    let g = cli.global;
+    start(&g);
+    // The sinks every result goes to after its own stdout and files (`crate::emit`).
+    let history = crate::history::Recorder {
+        root: g.root.clone(),
+    };
+    let also: &[&dyn crate::emit::Sink] = &[&history];
     match cli.command {
-        Command::Probe(a) => commands::probe::run(a, &g),
-        Command::Doctor(a) => commands::doctor::run(a, &g),
+        Command::Probe(a) => commands::probe::run(a, &g, also),
+        Command::Doctor(a) => commands::doctor::run(a, &g, also),
         Command::Report(a) => commands::report::run(a, &g),
-        Command::Compare(a) => commands::compare::run(a, &g),
-        Command::Try(a) => commands::try_::run(a, &g),
+        Command::Compare(a) => commands::compare::run(a, &g, also),
+        Command::Try(a) => commands::try_::run(a, &g, also),
         Command::Completions(a) => commands::completions::run(a, command()),
         Command::Manpages(a) => commands::manpages::run(a, command(), g.quiet),
-        Command::Sim(a) => commands::sim::run(a, &g),
-        Command::Exporter(a) => crate::exporter::run(a, &g),
+        Command::Sim(a) => commands::sim::run(a, &g, also),
+        Command::Exporter(a) => commands::exporter::run(a, &g),
         Command::History(a) => commands::history::run(a, &g),
     }
 }

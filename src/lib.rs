@@ -17,6 +17,7 @@ pub mod compare;
 pub mod counters;
 pub mod cpulist;
 pub mod doctor;
+pub mod emit;
 pub mod error;
 pub mod experiment;
 pub mod exporter;

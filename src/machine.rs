@@ -22,8 +22,9 @@ pub struct Machine {
 }
 
 impl Machine {
-    /// Reads the live machine. The allowed set comes from this process's own affinity, so a
-    /// fixture root changes the topology but never what may actually be used.
+    /// Reads the live machine. With a fixture root, every online CPU of the fixture counts as
+    /// allowed (what `probe` describes); a command that runs work narrows that to what exists
+    /// here with [`Machine::measurable_here`].
     pub fn detect(root: &Path) -> Result<Self> {
         let topology = Topology::read(root)?;
         let allowed = if root == Path::new("/") {
@@ -36,6 +37,31 @@ impl Machine {
             topology,
             allowed,
         })
+    }
+
+    /// For a command that measures: with a fixture root, narrows `allowed` to the fixture's CPUs
+    /// this process may really run on here, so no stage pins to a CPU the fixture lists but this
+    /// machine lacks. Returns the fixture's CPUs left out (empty when live or all exist); none
+    /// at all is bad input.
+    pub fn measurable_here(&mut self) -> Result<CpuSet> {
+        if self.root == Path::new("/") {
+            return Ok(CpuSet::default());
+        }
+        let here = affinity::get(0)?;
+        let usable = self.allowed.intersection(&here);
+        if usable.is_empty() {
+            return Err(crate::error::bad_input(format!(
+                "the fixture at {} lists CPUs {}, none of which this process may use here ({}); \
+                 measure with a fixture whose CPUs include some of {}",
+                self.root.display(),
+                self.allowed,
+                here,
+                here
+            )));
+        }
+        let left_out = self.allowed.difference(&usable);
+        self.allowed = usable;
+        Ok(left_out)
     }
 
     /// Parses and validates a user CPU list against this machine (exit 2 on failure).
@@ -58,6 +84,10 @@ impl Machine {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Conditions {
     pub cpulab_version: String,
+    /// The git revision cpulab was built from (as in `--version`), so two results say which
+    /// build made them; absent outside a git checkout and in results written before it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpulab_revision: Option<String>,
     /// `uname -r`.
     pub kernel: String,
     pub hostname: String,
@@ -89,6 +119,9 @@ impl Conditions {
         }
         Self {
             cpulab_version: env!("CARGO_PKG_VERSION").to_string(),
+            cpulab_revision: Some(env!("CPULAB_REVISION"))
+                .filter(|r| !r.is_empty())
+                .map(String::from),
             kernel: s(uts.as_ref().map(|u| u.release())),
             hostname: s(uts.as_ref().map(|u| u.nodename())),
             started_unix_s: std::time::SystemTime::now()

@@ -161,3 +161,39 @@ fn version_names_the_release() {
     assert!(re.is_match(&text), "version line: {text:?}");
     assert!(text.contains(env!("CARGO_PKG_VERSION")));
 }
+
+/// Two results say which build made them: a fresh result's conditions carry the revision
+/// `--version` shows, which is the one git gives for this checkout; outside a git checkout (a
+/// source tarball, no git) both leave it out.
+#[test]
+fn a_fresh_result_names_the_build_that_made_it() {
+    let version = stdout_of(&["--version"]);
+    let in_version = version
+        .trim_end()
+        .split_once(" (")
+        .map(|(_, r)| r.trim_end_matches(')').to_string());
+    let doc = common::json_of(&cpulab().args(["probe", "--json"]).output().unwrap());
+    let revision = doc["conditions"]["cpulab_revision"]
+        .as_str()
+        .map(String::from);
+    assert_eq!(revision, in_version, "{version}");
+    let manifest = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let git = |args: &[&str]| {
+        std::process::Command::new("git")
+            .arg("-C")
+            .arg(manifest)
+            .args(args)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+    };
+    let checkout = git(&["rev-parse", "--show-toplevel"]).is_some_and(|top| {
+        std::path::Path::new(&top).canonicalize().ok() == manifest.canonicalize().ok()
+    });
+    if checkout {
+        assert_eq!(revision, git(&["rev-parse", "--short", "HEAD"]));
+    } else {
+        assert_eq!(revision, None, "no git checkout, yet a revision");
+    }
+}

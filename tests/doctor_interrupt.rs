@@ -173,3 +173,81 @@ fn an_html_path_in_a_missing_directory_is_rejected_before_measuring() {
     assert!(stderr.contains("does not exist"), "{stderr}");
     assert!(out.stdout.is_empty(), "nothing was measured");
 }
+
+/// The CPUs this test process may use.
+fn allowed_here() -> Vec<u32> {
+    let mut set = nix::sched::CpuSet::new();
+    set = nix::sched::sched_getaffinity(Pid::from_raw(0)).unwrap_or(set);
+    (0..nix::sched::CpuSet::count() as u32)
+        .filter(|&c| set.is_set(c as usize).unwrap_or(false))
+        .collect()
+}
+
+// Regression: `doctor --root <a 4-CPU fixture>` on a 2-CPU machine pinned its messaging tasks to
+// CPUs this machine lacks, waited for ever, and ignored SIGTERM.
+#[test]
+fn doctor_on_a_fixture_with_more_cpus_measures_only_cpus_that_exist_here() {
+    let fixture = common::fixture("vmware-guest");
+    let out = common::cpulab()
+        .args(["doctor", "--quick", "--no-load-check", "--json", "--root"])
+        .arg(&fixture)
+        // Guards a hang only; the run takes its 15 s budget.
+        .timeout(Duration::from_secs(240))
+        .output()
+        .unwrap();
+    common::assert_success(&out);
+    let doc = common::json_of(&out);
+    let here = allowed_here();
+    let used: Vec<u32> = cpulab::cpulist::CpuSet::parse_list(
+        doc["conditions"]["allowed_cpus"].as_str().unwrap(),
+        false,
+    )
+    .unwrap()
+    .iter()
+    .collect();
+    assert!(!used.is_empty(), "{}", doc["conditions"]);
+    assert!(
+        used.iter().all(|c| here.contains(c)),
+        "measured on {used:?}, this process may use {here:?}"
+    );
+    assert_eq!(
+        doc["conditions"]["online_cpus"], "0-3",
+        "the fixture's CPUs"
+    );
+    // Every stage ran on real CPUs: the messaging stage measured every placement.
+    assert!(
+        !doc["measurements"]["throughput"]
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
+    let notes = doc["conditions"]["notes"].to_string();
+    assert!(notes.contains("fixture root"), "{notes}");
+}
+
+#[test]
+fn sigterm_during_the_messaging_stage_stops_the_whole_run() {
+    let fixture = common::fixture("vmware-guest");
+    let root = fixture.to_str().unwrap();
+    // The messaging stage runs 16 threads; the wakeup stage at most a few.
+    let (code, doc, left) = interrupt(
+        &["--quick", "--no-load-check", "--root", root],
+        |p| p.iter().any(|(pid, _)| threads(*pid) >= 10),
+        Duration::from_secs(120),
+        Signal::SIGTERM,
+    );
+    assert_eq!(code, 143);
+    assert_eq!(doc["interrupted"]["name"], "SIGTERM");
+    assert!(
+        doc["interrupted"]["during"]
+            .as_str()
+            .unwrap()
+            .contains("messaging"),
+        "{}",
+        doc["interrupted"]
+    );
+    // Measured before, and kept; nothing after.
+    assert!(!doc["measurements"]["wakeup"].as_array().unwrap().is_empty());
+    assert!(doc["measurements"]["oscost"].is_null());
+    assert_eq!(left, Vec::<String>::new(), "temporary files left behind");
+}

@@ -87,6 +87,22 @@ fn a_live_pair_gets_its_own_pids_in_the_remedies() {
         })
         .collect();
     assert!(!watched.is_empty(), "the watch saw the pair");
+    // The watch stage's record covers its setup as well as its window (issue 22: setup ran
+    // outside the deadline).
+    let w = &d["measurements"]["app_watch"];
+    let setup = w["setup_s"].as_f64().expect("the setup time is recorded");
+    let window = w["interval_s"].as_f64().unwrap();
+    let stage = d["measurements"]["stage_times"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["stage"].as_str().unwrap().contains("(watch)"))
+        .expect("the watch stage is recorded");
+    assert!(setup >= 0.0 && window > 0.0, "{w}");
+    assert!(
+        setup + window <= stage["actual_s"].as_f64().unwrap(),
+        "the stage's time includes setup and window: {stage} {w}"
+    );
     for f in d["findings"].as_array().unwrap() {
         for r in f["remedies"].as_array().unwrap() {
             let text = format!("{} {} {}", r["command"], r["effect"], r["try_command"]);

@@ -28,9 +28,14 @@ struct Exporter {
 
 impl Exporter {
     fn start(extra: &[&str]) -> Self {
+        Self::start_with(cpulab_process(), extra)
+    }
+
+    /// Started by `command` (the binary, or a wrapper that runs it).
+    fn start_with(mut command: std::process::Command, extra: &[&str]) -> Self {
         let port = free_port();
         let listen = format!("127.0.0.1:{port}");
-        let child = cpulab_process()
+        let child = command
             .args([
                 "exporter",
                 "--quiet",
@@ -70,6 +75,17 @@ impl Exporter {
 
     fn get(&self, path: &str) -> String {
         self.raw(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
+    }
+
+    /// Stops it (SIGKILL) and returns what it wrote on stderr.
+    fn stderr_after_stop(&mut self) -> String {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let mut text = String::new();
+        if let Some(mut e) = self.child.stderr.take() {
+            let _ = e.read_to_string(&mut text);
+        }
+        text
     }
 
     fn threads(&self) -> usize {
@@ -350,4 +366,206 @@ fn tls_and_basic_auth_from_a_web_config_file() {
     // Plain HTTP to the TLS port gets no metrics.
     let plain = e.get("/metrics");
     assert!(!plain.contains("cpulab_"), "{plain}");
+}
+
+/// The sample lines of a scrape whose name is `name` exactly (labels aside).
+fn samples<'a>(scrape: &'a str, name: &str) -> Vec<&'a str> {
+    scrape
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter(|l| {
+            l.strip_prefix(name)
+                .is_some_and(|r| r.starts_with(['{', ' ']))
+        })
+        .collect()
+}
+
+/// The fleet view of the doctor: the newest doctor run of this host in the history, one series
+/// per finding with its id and severity, its size as a ratio, the run's history id and time;
+/// the history file read, never written.
+#[test]
+fn the_newest_doctor_findings_of_this_host_are_published_from_the_history() {
+    let dir = tempfile::tempdir().unwrap();
+    let (history, doc) = common::doctor_history(dir.path());
+    let before = std::fs::read(&history).unwrap();
+    let h = history.to_str().unwrap();
+    let e = Exporter::start(&["--history", h]);
+    let m = e.get("/metrics");
+    assert_eq!(status_of(&m), 200, "{m}");
+    let findings = doc["findings"].as_array().unwrap();
+    assert!(!findings.is_empty());
+    let published = samples(&m, "cpulab_doctor_finding");
+    assert_eq!(published.len(), findings.len(), "{m}");
+    for f in findings {
+        let (id, severity) = (f["id"].as_str().unwrap(), f["severity"].as_str().unwrap());
+        let line = format!("cpulab_doctor_finding{{id=\"{id}\",severity=\"{severity}\"}} 1");
+        assert!(published.contains(&line.as_str()), "{line} missing:\n{m}");
+        if let Some(r) = f["magnitude"]["ratio"].as_f64() {
+            let ratio = samples(&m, "cpulab_doctor_finding_ratio")
+                .into_iter()
+                .find(|l| l.contains(&format!("id=\"{id}\"")))
+                .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+                .unwrap_or_else(|| panic!("no ratio for {id}:\n{m}"));
+            assert!(
+                ratio >= 1.0 && (ratio - r).abs() <= 1e-9 * r,
+                "{id}: {ratio} vs {r}"
+            );
+        }
+    }
+    let started = doc["conditions"]["started_unix_s"].as_i64().unwrap();
+    assert_eq!(
+        samples(&m, "cpulab_doctor_last_run_timestamp_seconds"),
+        [format!(
+            "cpulab_doctor_last_run_timestamp_seconds {started}"
+        )],
+        "{m}"
+    );
+    assert!(
+        m.contains("cpulab_doctor_history_info{state=\"ok\"} 1"),
+        "{m}"
+    );
+    // The history id is the one `history list` gives.
+    let list = common::cpulab()
+        .args(["--history", h, "history", "list", "--json"])
+        .output()
+        .unwrap();
+    let runs = common::json_of(&list);
+    let id = runs["runs"]
+        .as_array()
+        .and_then(|r| r.last())
+        .map(|r| r["id"].clone())
+        .unwrap();
+    assert!(
+        m.contains(&format!(
+            "cpulab_doctor_run_info{{history_id=\"{id}\",mode=\"quick\"}} 1"
+        )),
+        "{id}\n{m}"
+    );
+    assert_eq!(
+        samples(&m, "cpulab_exporter_doctor_findings_dropped"),
+        ["cpulab_exporter_doctor_findings_dropped 0"]
+    );
+    drop(e);
+    assert_eq!(
+        std::fs::read(&history).unwrap(),
+        before,
+        "the exporter wrote the history"
+    );
+}
+
+/// No history file, `--no-history`, or a history without a doctor run of this host: no finding
+/// series, the reason in `cpulab_doctor_history_info`, and no file created.
+#[test]
+fn without_a_doctor_run_there_are_no_findings_and_the_reason_is_published() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("none/history.sqlite");
+    let e = Exporter::start(&["--history", missing.to_str().unwrap()]);
+    let m = e.get("/metrics");
+    assert!(
+        m.contains("cpulab_doctor_history_info{state=\"missing\"} 1"),
+        "{m}"
+    );
+    assert!(samples(&m, "cpulab_doctor_finding").is_empty(), "{m}");
+    assert!(!missing.exists() && !dir.path().join("none").exists());
+    drop(e);
+
+    let e = Exporter::start(&["--no-history"]);
+    let m = e.get("/metrics");
+    assert!(
+        m.contains("cpulab_doctor_history_info{state=\"off\"} 1"),
+        "{m}"
+    );
+    assert!(samples(&m, "cpulab_doctor_run_info").is_empty(), "{m}");
+    drop(e);
+
+    // A history with a pingpong run only.
+    let saved = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/results/pingpong.json");
+    let h = dir.path().join("h.sqlite");
+    common::cpulab()
+        .arg("--history")
+        .arg(&h)
+        .args(["history", "import", "-q"])
+        .arg(saved)
+        .assert()
+        .success();
+    let e = Exporter::start(&["--history", h.to_str().unwrap()]);
+    let m = e.get("/metrics");
+    assert!(
+        m.contains("cpulab_doctor_history_info{state=\"no-doctor-run\"} 1"),
+        "{m}"
+    );
+    assert!(samples(&m, "cpulab_doctor_finding").is_empty(), "{m}");
+}
+
+/// A corrupt history: one warning line, however many scrapes, and the exporter keeps serving.
+#[test]
+fn a_corrupt_history_is_one_warning_and_the_exporter_keeps_serving() {
+    let dir = tempfile::tempdir().unwrap();
+    let h = dir.path().join("h.sqlite");
+    let mut bytes = b"SQLite format 3\0".to_vec();
+    bytes.extend(std::iter::repeat_n(0xA5u8, 8192));
+    std::fs::write(&h, &bytes).unwrap();
+    let mut e = Exporter::start(&["--history", h.to_str().unwrap()]);
+    for _ in 0..3 {
+        let m = e.get("/metrics");
+        assert_eq!(status_of(&m), 200, "{m}");
+        assert!(
+            m.contains("cpulab_doctor_history_info{state=\"unreadable\"} 1"),
+            "{m}"
+        );
+        assert!(m.contains("cpulab_wakeups_total"), "{m}");
+    }
+    let stderr = e.stderr_after_stop();
+    let warnings: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("doctor findings"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "{stderr}");
+    assert!(warnings[0].contains(h.to_str().unwrap()), "{stderr}");
+    assert_eq!(
+        std::fs::read(&h).unwrap(),
+        bytes,
+        "the exporter wrote the corrupt file"
+    );
+}
+
+/// The packaged service runs as a dynamic user under ProtectSystem=strict: it may read the
+/// history but create nothing beside it, so SQLite cannot make the WAL index a reader needs.
+/// The findings are still read (as an immutable file), and nothing is written.
+#[test]
+fn a_user_who_may_only_read_the_history_still_gets_the_findings() {
+    let Some(setpriv) = common::program(test_name!(), "setpriv", "util-linux") else {
+        return;
+    };
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let (history, doc) = common::doctor_history(dir.path());
+    for (p, mode) in [(dir.path(), 0o755), (history.as_path(), 0o644)] {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+    let before = std::fs::read(&history).unwrap();
+    let mut nobody = std::process::Command::new(setpriv);
+    nobody
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(common::cpulab_path())
+        .env("CPULAB_HISTORY", "off");
+    let e = Exporter::start_with(nobody, &["--history", history.to_str().unwrap()]);
+    let m = e.get("/metrics");
+    assert!(
+        m.contains("cpulab_doctor_history_info{state=\"ok\"} 1"),
+        "{m}"
+    );
+    assert_eq!(
+        samples(&m, "cpulab_doctor_finding").len(),
+        doc["findings"].as_array().unwrap().len(),
+        "{m}"
+    );
+    drop(e);
+    let left: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+        .collect();
+    assert!(left.iter().all(|n| !n.ends_with("-shm")), "{left:?}");
+    assert_eq!(std::fs::read(&history).unwrap(), before);
 }

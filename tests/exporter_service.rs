@@ -1,6 +1,7 @@
 //! `cpulab exporter` as a service: the systemd unit passes `systemd-analyze verify` (with this
-//! build's binary, and as installed from the .deb when it is), and nothing cpulab attached to
-//! the kernel outlives a SIGKILL of the exporter.
+//! build's binary, and as installed from the .deb when it is), nothing cpulab attached to the
+//! kernel outlives a SIGKILL of the exporter, and a watched service that restarts and runs
+//! 1,000 short-lived processes keeps its series and leaves the exporter's memory bounded.
 
 mod common;
 
@@ -132,32 +133,13 @@ fn cpulab_programs() -> usize {
 }
 
 #[test]
-#[ignore = "issue 19 open: with the real in-kernel source the exporter counted no wakeups of the pinned pair (first window all zero) and attached no program; run with --ignored"]
 fn nothing_stays_attached_after_sigkill() {
     let before = cpulab_programs();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let mut child = common::cpulab_process()
-        .args([
-            "exporter",
-            "--quiet",
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-        ])
-        .spawn()
-        .unwrap();
-    let until = Instant::now() + Duration::from_secs(30);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < until, "the exporter never listened");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let (mut child, _port) = start_exporter(&[]);
     let attached = cpulab_programs();
     assert!(attached > before, "the exporter attached no cpulab program");
-    child.kill().unwrap();
-    child.wait().unwrap();
+    child.0.kill().unwrap();
+    child.0.wait().unwrap();
     // The kernel frees programs whose last descriptor closed after an RCU grace period.
     let until = Instant::now() + Duration::from_secs(10);
     while cpulab_programs() > before {
@@ -168,4 +150,158 @@ fn nothing_stays_attached_after_sigkill() {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// Starts the exporter with the real wakeup source on a free loopback port, and waits until it
+/// answers: the port is bound before the programs load (a port in use fails fast), so
+/// listening is not enough; the first answered request comes after the source is open.
+fn start_exporter(extra: &[&str]) -> (KillOnDrop, u16) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let child = common::cpulab_process()
+        .args(["exporter", "--quiet"])
+        .args(extra)
+        .arg("--listen")
+        .arg(format!("127.0.0.1:{port}"))
+        .spawn()
+        .unwrap();
+    // Killed however the test ends, so a failed assertion leaves no exporter behind.
+    let mut child = KillOnDrop(child);
+    let until = Instant::now() + Duration::from_secs(30);
+    while !answers(port) {
+        assert!(
+            Instant::now() < until,
+            "the exporter never answered on its port"
+        );
+        assert!(
+            child.0.try_wait().unwrap().is_none(),
+            "the exporter exited before answering"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    (child, port)
+}
+
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// True once `GET /` on the port gets an HTTP status line back.
+fn answers(port: u16) -> bool {
+    use std::io::{Read, Write};
+    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(30)));
+    if s.write_all(b"GET / HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+        .is_err()
+    {
+        return false;
+    }
+    let mut head = [0u8; 12];
+    s.read_exact(&mut head).is_ok() && head.starts_with(b"HTTP/1.")
+}
+
+/// One scrape of `/metrics` over plain HTTP.
+fn scrape(port: u16) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+        .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out.split_once("\r\n\r\n")
+        .map(|(_, body)| body.to_string())
+        .unwrap_or_default()
+}
+
+/// The `cpulab_wakeups_total` series of a scrape: labels to value.
+fn wakeup_series(text: &str) -> std::collections::BTreeMap<String, f64> {
+    text.lines()
+        .filter(|l| l.starts_with("cpulab_wakeups_total{"))
+        .filter_map(|l| {
+            let (labels, v) = l.rsplit_once(' ')?;
+            Some((labels.to_string(), v.parse().ok()?))
+        })
+        .collect()
+}
+
+/// Resident and peak memory of a process, in KiB (`VmRSS`, `VmHWM`).
+fn memory_kib(pid: u32) -> (u64, u64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap()
+    };
+    (field("VmRSS:"), field("VmHWM:"))
+}
+
+/// A service (a shell named `cpulab-svc`) runs 500 short-lived processes, ends, is restarted and
+/// runs 500 more: its series keep the same labels, its counters only grow, no series appear
+/// for the children, and the exporter's memory stays within a small bound.
+#[test]
+fn a_restarted_service_with_a_thousand_short_lived_processes_keeps_its_series() {
+    let dir = tempfile::tempdir().unwrap();
+    let svc = dir.path().join("cpulab-svc");
+    std::fs::copy("/bin/sh", &svc).unwrap();
+    let (child, port) = start_exporter(&["--comm", "cpulab-svc"]);
+    let first = wakeup_series(&scrape(port));
+    assert!(
+        first.keys().all(|k| k.contains("target=\"cpulab-svc\"")),
+        "the named target has series from the start, and only it: {first:?}"
+    );
+    assert!(!first.is_empty(), "no wakeup series for the named target");
+    let mem0 = memory_kib(child.0.id());
+    let mut runs = Vec::new();
+    for _ in 0..2 {
+        let out = Command::new(&svc)
+            .args([
+                "-c",
+                "i=0; while [ $i -lt 500 ]; do /bin/true; i=$((i+1)); done",
+            ])
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        // The re-read removes what ended within a second; two make it certain.
+        std::thread::sleep(Duration::from_millis(2200));
+        runs.push(wakeup_series(&scrape(port)));
+    }
+    let mem1 = memory_kib(child.0.id());
+    eprintln!(
+        "exporter memory before and after 1,000 short-lived processes: VmRSS {} -> {} KiB, \
+         VmHWM {} -> {} KiB",
+        mem0.0, mem1.0, mem0.1, mem1.1
+    );
+    let total = |m: &std::collections::BTreeMap<String, f64>| m.values().sum::<f64>();
+    for (before, after) in [(&first, &runs[0]), (&runs[0], &runs[1])] {
+        assert_eq!(
+            before.keys().collect::<Vec<_>>(),
+            after.keys().collect::<Vec<_>>(),
+            "the same series, whatever ran and ended"
+        );
+        for (k, v) in before {
+            assert!(after[k] >= *v, "{k} went down: {v} -> {}", after[k]);
+        }
+    }
+    // Each /bin/true ending wakes the shell that waits for it.
+    assert!(total(&runs[0]) - total(&first) >= 500.0, "{runs:?}");
+    assert!(total(&runs[1]) - total(&runs[0]) >= 500.0, "{runs:?}");
+    // 1,000 processes tracked and dropped: a bounded map and cache, not a record each.
+    assert!(
+        mem1.0 < mem0.0 + 8 * 1024,
+        "resident memory grew by {} KiB",
+        mem1.0 - mem0.0
+    );
 }

@@ -179,6 +179,46 @@ fn the_same_shift_without_a_changed_fact_says_no_configuration_change() {
     }
 }
 
+/// A build change is a fact like any other: the same shift where only cpulab's git revision
+/// changed names `cpulab.revision`, in `check` and in `diff`.
+#[test]
+fn a_cpulab_revision_change_is_named_like_any_other_fact() {
+    let dir = tempfile::tempdir().unwrap();
+    let h = dir.path().join("h.sqlite");
+    let docs: Vec<Value> = (0..9)
+        .map(|i| {
+            let mut d = doctor_run(i, if i < 6 { 1.0 } else { 1.13 }, "3.10", "powersave", None);
+            let rev = if i < 6 { "1111111" } else { "2222222" };
+            d["conditions"]["cpulab_revision"] = json!(rev);
+            d["probe"]["conditions"]["cpulab_revision"] = json!(rev);
+            d
+        })
+        .collect();
+    import(&h, &docs);
+    let (code, r) = check(&h);
+    assert_eq!(code, Some(1), "{r:#}");
+    let changes = r["kinds"][0]["changes"].as_array().unwrap();
+    assert!(!changes.is_empty());
+    for c in changes {
+        let causes = c["causes"].as_array().unwrap();
+        assert_eq!(causes.len(), 1, "{c}");
+        assert_eq!(causes[0]["fact"], "cpulab.revision");
+        assert_eq!(causes[0]["before"], "1111111");
+        assert_eq!(causes[0]["after"], "2222222");
+        assert!(c["no_configuration_change"].is_null(), "{c}");
+    }
+    let diff = cpulab()
+        .arg("--history")
+        .arg(&h)
+        .args(["history", "diff", "6", "7", "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        json_of(&diff)["changed_facts"],
+        json!([{"fact": "cpulab.revision", "before": "1111111", "after": "2222222"}])
+    );
+}
+
 #[test]
 fn noise_alone_raises_no_alarm() {
     let dir = tempfile::tempdir().unwrap();
@@ -208,6 +248,38 @@ fn measure(history: &Path) -> std::process::Output {
         ])
         .output()
         .unwrap()
+}
+
+/// A run read under another root (a fixture tree) mixes that tree's facts with this machine's
+/// figures: it is printed, and not recorded.
+#[test]
+fn a_run_under_a_fixture_root_is_not_recorded() {
+    let dir = tempfile::tempdir().unwrap();
+    let h = dir.path().join("h.sqlite");
+    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/epyc-kvm");
+    let out = cpulab()
+        .arg("--history")
+        .arg(&h)
+        .arg("--root")
+        .arg(&fixture)
+        .args([
+            "oscost",
+            "--quick",
+            "--no-freq",
+            "--batches",
+            "3",
+            "--no-load-check",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(json_of(&out)["kind"], "oscost");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("not recorded in the history: --root"), "{err}");
+    assert!(!h.exists(), "no history file for a fixture run");
+    // The same run on this machine is recorded.
+    json_of(&measure(&h));
+    assert!(h.exists());
 }
 
 #[test]

@@ -179,3 +179,20 @@ fn an_older_doctor_result_missing_a_field_is_still_compared() {
     assert!(!figures.is_empty());
     assert!(figures.iter().all(|f| f["direction_source"] == "name"));
 }
+
+/// Results written before conditions named the git revision (`cpulab_revision`) still read
+/// into today's `Conditions`, without one, and writing them again adds none.
+#[test]
+fn old_conditions_without_a_revision_still_load() {
+    for (kind, _) in OLD_KINDS {
+        let text = std::fs::read_to_string(result(&format!("{kind}.json"))).unwrap();
+        let doc: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert!(doc["conditions"].get("cpulab_revision").is_none(), "{kind}");
+        let c: cpulab::machine::Conditions =
+            serde_json::from_value(doc["conditions"].clone()).unwrap();
+        assert_eq!(c.cpulab_revision, None, "{kind}");
+        let again = serde_json::to_value(&c).unwrap();
+        assert!(again.get("cpulab_revision").is_none(), "{kind}: {again}");
+        assert_eq!(again["cpulab_version"], doc["conditions"]["cpulab_version"]);
+    }
+}

@@ -200,6 +200,7 @@ pub fn sample_report() -> DoctorReport {
     DoctorReport {
         conditions: Conditions {
             cpulab_version: "test".into(),
+            cpulab_revision: None,
             kernel: "6.1.0-test".into(),
             hostname: "fixture-host".into(),
             started_unix_s: 0,

@@ -152,8 +152,8 @@ fn a_pinned_pair_lands_in_same_cpu_then_across_and_nothing_stays_attached() {
     drop(boxed);
     let mut src = BpfSource::open(&machine, &opts).unwrap();
     let ids = src.program_ids().to_vec();
-    assert_eq!(ids.len(), 3, "waking, wakeup and switch programs");
-    assert!(bpf_descriptors() >= held_before + 3);
+    assert_eq!(ids.len(), 4, "waking, wakeup, switch and fork programs");
+    assert!(bpf_descriptors() >= held_before + 4);
     let s0 = src.snapshot().unwrap();
     assert_eq!(
         s0.targets
@@ -351,4 +351,55 @@ fn the_perf_fallback_counts_a_same_cpu_pair_in_user_space() {
     assert!(same >= n as u64, "{d:?} for {n} round trips");
     drop(src);
     assert_eq!(bpf_descriptors(), 0, "perf holds no BPF descriptor");
+}
+
+/// A process that becomes a `--comm` name by `exec`, and a child it forks, are in the kernel's
+/// targets at once, not after the next one-second refresh: a process that lives less than a
+/// second (a PostgreSQL backend per connection, a pingpong responder) is counted whole.
+#[test]
+fn an_execd_target_and_its_children_are_followed_in_the_kernel() {
+    if !can_attach(test_name!()) {
+        return;
+    }
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let machine = Machine::detect(std::path::Path::new("/")).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let sh = dir.path().join("cpulab-execd");
+    std::fs::copy("/bin/sh", &sh).unwrap();
+    let opts = SourceOptions {
+        comms: vec!["cpulab-execd".into()],
+        max_targets: 4,
+        mechanism: "bpf".into(),
+        ..Default::default()
+    };
+    let src = BpfSource::open(&machine, &opts).unwrap();
+    // Right after the refresh the source started with, so the next one is about a second away.
+    src.refresh();
+    let held = src.kernel_targets().unwrap();
+    // The shell forks a subshell (which keeps its name, so a re-read would keep it too) and
+    // says its pid; the exec'd shell and the forked child must both be held before any re-read
+    // could have seen them.
+    let mut child = std::process::Command::new(&sh)
+        .args(["-c", "(sleep 5; :) & echo $!; wait"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let shell = child.id();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let sleeper: u32 = line.trim().parse().unwrap();
+    let now = src.kernel_targets().unwrap();
+    let _ = child.kill();
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(sleeper as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    );
+    let _ = child.wait();
+    assert!(!held.contains(&shell), "not a target before it ran");
+    assert!(now.contains(&shell), "the exec'd shell is held: {now:?}");
+    assert!(now.contains(&sleeper), "its forked child is held: {now:?}");
 }

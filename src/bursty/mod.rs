@@ -129,9 +129,9 @@ pub struct Args {
     /// Skip the check for other load before measuring.
     #[arg(long)]
     pub no_load_check: bool,
-    /// One JSON document on stdout.
-    #[arg(long)]
-    pub json: bool,
+    /// `--json`, `--html FILE`.
+    #[command(flatten)]
+    pub output: crate::emit::OutputArgs,
 }
 
 /// The bursty experiment.
@@ -240,8 +240,8 @@ impl Command for Bursty {
         Ok(s)
     }
 
-    fn json(a: &Args) -> bool {
-        a.json
+    fn output(a: &Args) -> &crate::emit::OutputArgs {
+        &a.output
     }
 }
 

@@ -3,8 +3,8 @@
 
 use super::Global;
 use crate::compare::{self, text};
+use crate::emit::{Emitted, Emitter, Sink};
 use crate::error::bad_input;
-use crate::output;
 use crate::registry;
 use crate::report::envelope::{self, Envelope, Kind};
 use anyhow::Result;
@@ -27,12 +27,12 @@ pub struct Args {
     /// Also list the plain numbers that have no samples and are not judged.
     #[arg(long)]
     pub all: bool,
-    /// One JSON document on stdout.
-    #[arg(long)]
-    pub json: bool,
+    /// `--json`.
+    #[command(flatten)]
+    pub output: crate::emit::JsonArg,
 }
 
-pub fn run(args: Args, _g: &Global) -> Result<()> {
+pub fn run(args: Args, g: &Global, also: &[&dyn Sink]) -> Result<()> {
     if let Some(p) = args.fail_on_regression
         && !(p.is_finite() && p >= 0.0)
     {
@@ -75,11 +75,14 @@ pub fn run(args: Args, _g: &Global) -> Result<()> {
         typed,
         args.fail_on_regression,
     );
-    if args.json {
-        output::print_json(&Envelope::new(Kind::Compare, &c))?;
-    } else {
-        output::print_text(&text::render(&c, args.all, args.fail_on_regression))?;
-    }
+    // The text depends on flags (`--all`), so it is rendered here; a comparison has no page.
+    let result = Emitted::rendered(
+        Kind::Compare,
+        serde_json::to_value(Envelope::new(Kind::Compare, &c))?,
+        text::render(&c, args.all, args.fail_on_regression),
+        None,
+    );
+    Emitter::stdout(args.output.json, g.quiet, also).emit(&result)?;
     match (args.fail_on_regression, c.regressions.len()) {
         (Some(pct), n) if n > 0 => anyhow::bail!(
             "{n} figure(s) got worse by more than {pct}% beyond noise: {}",

@@ -3,12 +3,13 @@
 use super::Global;
 use crate::doctor::battery::{DoctorSettings, Mode};
 use crate::doctor::{self, text};
+use crate::emit::{Emitted, Emitter, Sink};
 use crate::error::bad_input;
 use crate::machine::Machine;
 use crate::output;
 use crate::report::envelope::Kind;
 use anyhow::Result;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// Presets `--with` understands.
 pub const PRESETS: &[&str] = &["pgbench", "http"];
@@ -29,12 +30,9 @@ pub struct Args {
     /// Also run real applications under each placement: `pgbench`, `http`, a list, or `all`.
     #[arg(long, value_name = "PRESETS")]
     pub with: Option<String>,
-    /// One JSON document on stdout.
-    #[arg(long)]
-    pub json: bool,
-    /// Also write a self-contained HTML report to FILE.
-    #[arg(long, value_name = "FILE")]
-    pub html: Option<PathBuf>,
+    /// `--json`, `--html FILE`.
+    #[command(flatten)]
+    pub output: crate::emit::OutputArgs,
     /// After the battery, run `cpulab try` on every remedy that is a setting and add the
     /// measured effect and cost to it (root only; every setting is restored).
     #[arg(long = "try")]
@@ -114,98 +112,47 @@ pub fn settings(a: &Args) -> Result<DoctorSettings> {
     })
 }
 
-/// Fails with one line (exit 2) when `path` cannot be written, so a long run is not lost to a
-/// missing directory at the end. Creating and removing a scratch file beside it is the only
-/// test that also catches read-only mounts and permissions.
-pub fn check_writable(flag: &str, path: &Path) -> Result<()> {
-    if path.is_dir() {
-        return Err(bad_input(format!(
-            "{flag} {}: is a directory; give a file name",
-            path.display()
-        )));
-    }
-    let parent = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
-    };
-    if !parent.is_dir() {
-        return Err(bad_input(format!(
-            "{flag} {}: directory {} does not exist; create it or choose another path",
-            path.display(),
-            parent.display()
-        )));
-    }
-    tempfile::Builder::new()
-        .prefix(".cpulab-write-check")
-        .tempfile_in(parent)
-        .map(drop)
-        .map_err(|e| {
-            bad_input(format!(
-                "{flag} {}: cannot write in {} ({e}); choose another path",
-                path.display(),
-                parent.display()
-            ))
-        })
-}
-
-/// Writes `bytes` to `path`; when that fails, to a new file in the temporary directory, whose
-/// name is returned with the error so the result is not lost.
-fn write_or_rescue(path: &Path, bytes: &[u8], suffix: &str) -> Result<(), anyhow::Error> {
-    let Err(e) = std::fs::write(path, bytes) else {
-        return Ok(());
-    };
-    let rescued = tempfile::Builder::new()
-        .prefix("cpulab-doctor-")
-        .suffix(suffix)
-        .tempfile()
-        .and_then(|mut f| {
-            std::io::Write::write_all(&mut f, bytes)?;
-            f.keep().map_err(|k| k.error)
-        });
-    Err(match rescued {
-        Ok((_, saved)) => anyhow::anyhow!(
-            "cannot write {} ({e}); the report was saved to {} instead",
-            path.display(),
-            saved.display()
-        ),
-        Err(e2) => anyhow::anyhow!(
-            "cannot write {} ({e}), nor a file in the temporary directory ({e2})",
-            path.display()
-        ),
-    })
-}
-
-pub fn run(args: Args, g: &Global) -> Result<()> {
+pub fn run(args: Args, g: &Global, also: &[&dyn Sink]) -> Result<()> {
     let settings = settings(&args)?;
     if args.try_remedies && !nix::unistd::geteuid().is_root() {
         return Err(crate::error::bad_input(
             "doctor --try changes settings for its trials and needs root; run `sudo cpulab doctor --try`",
         ));
     }
-    if let Some(path) = &args.html {
-        check_writable("--html", path)?;
-    }
-    let machine = Machine::detect(&g.root)?;
+    let emitter = Emitter::new(&args.output, g.quiet, also)?;
+    let mut machine = Machine::detect(&g.root)?;
+    // A fixture root describes another machine, but every stage runs here.
+    let left_out = machine.measurable_here()?;
     let visible = !g.quiet && output::stderr_is_terminal();
     let mut report = doctor::run(&machine, &settings, visible, g.quiet);
+    if g.root != std::path::Path::new("/") {
+        report.conditions.notes.insert(
+            0,
+            format!(
+                "fixture root {}: the topology and facts are the fixture's, but every figure was \
+                 measured on this machine's CPUs {}{}",
+                g.root.display(),
+                machine.allowed,
+                if left_out.is_empty() {
+                    String::new()
+                } else {
+                    format!(" (the fixture's CPUs {left_out} do not exist or are not allowed here)")
+                }
+            ),
+        );
+    }
     // An interrupted battery tries nothing more: the interrupt stops the whole command.
     if args.try_remedies && report.interrupted.is_none() {
         crate::trial::doctor::try_remedies(&machine, &g.root, &mut report.findings, g.quiet)?;
     }
-    let mut failed = None;
-    if let Some(path) = &args.html {
-        let html = crate::doctor::html::page(&report);
-        match write_or_rescue(path, html.as_bytes(), ".html") {
-            Ok(()) => output::status(
-                g.quiet,
-                &format!("HTML report written to {}", path.display()),
-            ),
-            Err(e) => failed = Some(e),
-        }
-    }
-    super::print::emit(args.json, Kind::Doctor, &report, text::render)?;
+    let emitted = emitter.emit(&Emitted::new(
+        Kind::Doctor,
+        &report,
+        text::render,
+        Some(crate::doctor::html::page),
+    )?);
     if let Some(i) = &report.interrupted {
-        if let Some(e) = &failed {
+        if let Err(e) = &emitted {
             eprintln!("cpulab: {e:#}");
         }
         // Every process has ended and every directory is gone; report the signal as a shell
@@ -216,8 +163,5 @@ pub fn run(args: Args, g: &Global) -> Result<()> {
         );
         std::process::exit(i.exit_code());
     }
-    match failed {
-        Some(e) => Err(e),
-        None => Ok(()),
-    }
+    emitted
 }

@@ -354,6 +354,7 @@ fn check_cmd(kind: Option<&str>, window: usize, threshold: f64, json: bool) -> R
 
 fn report(which: &Which, file: &std::path::Path, threshold: f64, quiet: bool) -> Result<()> {
     use crate::history::{changes, html};
+    crate::emit::check_writable("--html", file)?;
     let store = open()?;
     let runs = store.list(&which.filter()?)?;
     // One series per kind, hardware key and figure.
@@ -399,8 +400,7 @@ fn report(which: &Which, file: &std::path::Path, threshold: f64, quiet: bool) ->
     }
     // Series with change points first.
     series.sort_by_key(|s| s.change_points.is_empty());
-    std::fs::write(file, html::page(&series, threshold))
-        .map_err(|e| bad_input(format!("cannot write {}: {e}", file.display())))?;
+    crate::emit::write_file("--html", file, html::page(&series, threshold).as_bytes())?;
     output::status(
         quiet,
         &format!(

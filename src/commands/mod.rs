@@ -6,9 +6,9 @@
 pub mod compare;
 pub mod completions;
 pub mod doctor;
+pub mod exporter;
 pub mod history;
 pub mod manpages;
-pub mod print;
 pub mod probe;
 pub mod report;
 pub mod sim;

@@ -4,10 +4,12 @@
 //! `sys/devices/system/cpu/online`); anything else is bad input, exit 2, before reading starts.
 
 use super::Global;
+use crate::emit::{Emitted, Emitter, Sink};
 use crate::error::bad_input;
 use crate::machine::Machine;
-use crate::output::{Style, print_json, print_text};
+use crate::output::{Style, print_text};
 use crate::probe;
+use crate::report::envelope::Kind;
 use anyhow::Result;
 
 #[derive(Debug, clap::Args)]
@@ -16,15 +18,15 @@ use anyhow::Result;
     cpulab probe --json > probe.json\n  \
     cpulab probe --json | jq .topology.matrix")]
 pub struct Args {
-    /// One JSON document on stdout.
-    #[arg(long)]
-    pub json: bool,
+    /// `--json`, `--html FILE`.
+    #[command(flatten)]
+    pub output: crate::emit::OutputArgs,
     /// Print this CPU's CPUID leaves in the fixture format (`cpuid.txt`) and exit.
     #[arg(long, hide = true)]
     pub cpuid_dump: bool,
 }
 
-pub fn run(args: Args, g: &Global) -> Result<()> {
+pub fn run(args: Args, g: &Global, also: &[&dyn Sink]) -> Result<()> {
     if args.cpuid_dump {
         return match probe::cpuid::live_dump() {
             probe::Reading::Value(text) => print_text(&text),
@@ -46,14 +48,13 @@ pub fn run(args: Args, g: &Global) -> Result<()> {
             online.display()
         )));
     }
+    let emitter = Emitter::new(&args.output, g.quiet, also)?;
     let machine = Machine::detect(&g.root)?;
     let p = probe::probe(&machine);
-    if args.json {
-        print_json(&crate::report::envelope::Envelope::new(
-            crate::report::envelope::Kind::Probe,
-            &p,
-        ))
-    } else {
-        print_text(&probe::render(&p, &Style::new()))
-    }
+    emitter.emit(&Emitted::new(
+        Kind::Probe,
+        &p,
+        |p| probe::render(p, &Style::new()),
+        Some(probe::page),
+    )?)
 }

@@ -3,11 +3,12 @@
 //! findings are stored in it); other kinds get the charts or tables their figures allow.
 
 use super::Global;
+use crate::emit::{Emitted, Emitter, Export, Format, Target, check_writable};
 use crate::error::bad_input;
 use crate::output;
 use crate::report::envelope::Loaded;
 use crate::report::html;
-use anyhow::{Context, Result};
+use anyhow::Result;
 use std::path::PathBuf;
 
 #[derive(Debug, clap::Args)]
@@ -36,18 +37,26 @@ pub fn run(args: Args, g: &Global) -> Result<()> {
         }
         None => (generic_page(l.kind.as_str(), &l.value), generic_text(&l)),
     };
-    match &args.html {
+    // The page instead of the text; nothing else: the result is already in the history.
+    let export = match &args.html {
         Some(path) => {
-            std::fs::write(path, page)
-                .with_context(|| format!("cannot write {}", path.display()))?;
-            output::status(
-                g.quiet,
-                &format!("HTML report written to {}", path.display()),
-            );
-            Ok(())
+            check_writable("--html", path)?;
+            Export {
+                format: Format::Html,
+                target: Target::File {
+                    flag: "--html",
+                    path: path.clone(),
+                },
+                quiet: g.quiet,
+            }
         }
-        None => output::print_text(&text),
-    }
+        None => Export {
+            format: Format::Text,
+            target: Target::Stdout,
+            quiet: g.quiet,
+        },
+    };
+    Emitter::only(vec![export], &[]).emit(&Emitted::rendered(l.kind, l.value, text, Some(page)))
 }
 
 /// Reads a saved result: `@ID` is run ID of the history (`cpulab history list`), anything else a

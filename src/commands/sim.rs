@@ -1,12 +1,13 @@
 //! `cpulab sim`: flags -> validated settings, simulate or validate, print.
 
 use super::Global;
+use crate::emit::{Emitted, Emitter, Sink};
 use crate::error::bad_input;
 use crate::output;
 use crate::report::envelope::Kind;
 use crate::sim::params::{self, Calibration, Costs};
 use crate::sim::{builtin, render, run_scenario, scenario, validate};
-use anyhow::{Context, Result};
+use anyhow::Result;
 use serde::Serialize;
 use std::path::PathBuf;
 
@@ -30,12 +31,9 @@ pub struct Args {
     /// With `builtin NAME`: print the scenario file instead of simulating it.
     #[arg(long)]
     pub toml: bool,
-    /// One JSON document on stdout.
-    #[arg(long)]
-    pub json: bool,
-    /// Also write a self-contained HTML page here.
-    #[arg(long, value_name = "FILE")]
-    pub html: Option<PathBuf>,
+    /// `--json`, `--html FILE`.
+    #[command(flatten)]
+    pub output: crate::emit::OutputArgs,
 }
 
 /// What to do, from the positional words.
@@ -57,8 +55,6 @@ struct Settings {
     seed: u64,
     calibration: Option<Calibration>,
     toml: bool,
-    json: bool,
-    html: Option<PathBuf>,
 }
 
 fn action(words: &[String]) -> Result<Action> {
@@ -102,20 +98,12 @@ fn settings(args: &Args) -> Result<Settings> {
         seed: args.seed,
         calibration,
         toml: args.toml,
-        json: args.json,
-        html: args.html.clone(),
     })
 }
 
-fn write_html(path: &Option<PathBuf>, page: impl FnOnce() -> String) -> Result<()> {
-    if let Some(p) = path {
-        std::fs::write(p, page()).with_context(|| format!("writing {}", p.display()))?;
-    }
-    Ok(())
-}
-
-pub fn run(args: Args, _g: &Global) -> Result<()> {
+pub fn run(args: Args, g: &Global, also: &[&dyn Sink]) -> Result<()> {
     let s = settings(&args)?;
+    let out = Emitter::new(&args.output, g.quiet, also)?;
     let base = s
         .calibration
         .as_ref()
@@ -128,10 +116,14 @@ pub fn run(args: Args, _g: &Global) -> Result<()> {
     match &s.action {
         Action::Validate => {
             let v = validate::validate(&cal(), s.seed)?;
-            write_html(&s.html, || render::validation_html(&v))?;
-            super::print::emit(s.json, Kind::Sim, &v, render::validation_text)
+            out.emit(&Emitted::new(
+                Kind::Sim,
+                &v,
+                render::validation_text,
+                Some(render::validation_html),
+            )?)
         }
-        Action::List => list(s.json),
+        Action::List => list(&out),
         Action::Builtin { name } => {
             let sc = builtin::all(&cal())
                 .into_iter()
@@ -144,17 +136,21 @@ pub fn run(args: Args, _g: &Global) -> Result<()> {
             if s.toml {
                 return output::print_text(&toml::to_string(&sc)?);
             }
-            simulate(&sc, &base, &s)
+            simulate(&sc, &base, &s, &out)
         }
-        Action::Bench => bench(s.json),
-        Action::Scenario(path) => simulate(&scenario::load(path)?, &base, &s),
+        Action::Bench => bench(&out),
+        Action::Scenario(path) => simulate(&scenario::load(path)?, &base, &s, &out),
     }
 }
 
-fn simulate(sc: &scenario::Scenario, base: &Costs, s: &Settings) -> Result<()> {
+fn simulate(sc: &scenario::Scenario, base: &Costs, s: &Settings, out: &Emitter) -> Result<()> {
     let r = run_scenario(sc, base, s.calibration.clone(), s.seed)?;
-    write_html(&s.html, || render::report_html(&r))?;
-    super::print::emit(s.json, Kind::Sim, &r, render::report_text)
+    out.emit(&Emitted::new(
+        Kind::Sim,
+        &r,
+        render::report_text,
+        Some(render::report_html),
+    )?)
 }
 
 #[derive(Serialize)]
@@ -163,7 +159,7 @@ struct Listing {
     scenarios: Vec<(String, String, usize)>,
 }
 
-fn list(json: bool) -> Result<()> {
+fn list(out: &Emitter) -> Result<()> {
     let l = Listing {
         label: crate::sim::SIMULATED,
         scenarios: builtin::all(&Calibration::field_notes())
@@ -171,13 +167,14 @@ fn list(json: bool) -> Result<()> {
             .map(|s| (s.name, s.description, s.configs.len()))
             .collect(),
     };
-    super::print::emit(json, Kind::Sim, &l, |l| {
+    let text = |l: &Listing| {
         let mut out = String::from("built-in scenarios (cpulab sim builtin NAME [--toml]):\n");
         for (n, d, k) in &l.scenarios {
             out += &format!("  {n:<22} {k:>2} configurations. {d}\n");
         }
         out
-    })
+    };
+    out.emit(&Emitted::new(Kind::Sim, &l, text, None)?)
 }
 
 /// The engine's speed on this machine: wall time of the built-in scenarios and one long
@@ -196,7 +193,7 @@ struct Bench {
     scenarios_s: Vec<(String, f64)>,
 }
 
-fn bench(json: bool) -> Result<()> {
+fn bench(out: &Emitter) -> Result<()> {
     let t0 = std::time::Instant::now();
     let c0 = crate::load::thread_cpu_s();
     let mut events = 0;
@@ -223,7 +220,7 @@ fn bench(json: bool) -> Result<()> {
         events_per_cpu_s: events as f64 / cpu_s.max(1e-9),
         scenarios_s,
     };
-    super::print::emit(json, Kind::Sim, &b, |b| {
+    let text = |b: &Bench| {
         let mut out = format!(
             "{} events in {:.3} s wall, {:.3} s CPU: {:.1} million events per CPU second \
              ({:.1} per wall second)\n",
@@ -237,7 +234,8 @@ fn bench(json: bool) -> Result<()> {
             out += &format!("  {n}: {s:.3} s\n");
         }
         out
-    })
+    };
+    out.emit(&Emitted::new(Kind::Sim, &b, text, None)?)
 }
 
 #[cfg(test)]

@@ -2,6 +2,7 @@
 //! `--list`, `--dry-run` and `--restore` are answered here without measuring.
 
 use super::Global;
+use crate::emit::{Emitted, Emitter, Sink};
 use crate::error::bad_input;
 use crate::experiment::{Experiment, Level, Progress};
 use crate::machine::Machine;
@@ -10,7 +11,7 @@ use crate::registry::Registry;
 use crate::report::envelope::Kind;
 use crate::trial::setting::{self, Availability, Roots};
 use crate::trial::{self, Trial, TrialSettings, journal, measure};
-use anyhow::{Context, Result};
+use anyhow::Result;
 use std::path::PathBuf;
 
 /// Try a setting: measured A/B, always restored.
@@ -62,12 +63,9 @@ pub struct Args {
     /// /usr/lib/tuned.
     #[arg(long, value_name = "DIR")]
     pub profile_dir: Option<PathBuf>,
-    /// One JSON document on stdout (raw round samples of both sides).
-    #[arg(long)]
-    pub json: bool,
-    /// Also write a self-contained HTML report to FILE.
-    #[arg(long, value_name = "FILE")]
-    pub html: Option<PathBuf>,
+    /// `--json`, `--html FILE`.
+    #[command(flatten)]
+    pub output: crate::emit::OutputArgs,
 }
 
 fn is_root() -> bool {
@@ -168,13 +166,13 @@ fn restore(root: &std::path::Path, quiet: bool) -> Result<()> {
     }
 }
 
-pub fn run(args: Args, g: &Global) -> Result<()> {
+pub fn run(args: Args, g: &Global, also: &[&dyn Sink]) -> Result<()> {
     let roots = Roots::new(&g.root, args.profile_dir.as_deref());
     if args.restore {
         return restore(&g.root, g.quiet);
     }
     if args.list {
-        return list(&roots, args.json);
+        return list(&roots, args.output.json());
     }
     if args.settings.is_empty() {
         return Err(bad_input(
@@ -231,6 +229,7 @@ pub fn run(args: Args, g: &Global) -> Result<()> {
         command: format!("cpulab try {}", args.settings.join(" ")),
     };
     let quiet = g.quiet;
+    let emitter = Emitter::new(&args.output, quiet, also)?;
     let show_steps = !quiet && output::stderr_is_terminal();
     let sink = move |level: Level, msg: &str| match level {
         Level::Step if show_steps => eprintln!("{msg}"),
@@ -251,14 +250,12 @@ pub fn run(args: Args, g: &Global) -> Result<()> {
             return Err(e);
         }
     };
-    if let Some(path) = &args.html {
-        std::fs::write(path, Trial::render_html(&report))
-            .with_context(|| format!("cannot write {}", path.display()))?;
-        output::status(quiet, &format!("HTML report written to {}", path.display()));
-    }
-    super::print::emit(args.json, Kind::Try, &report, |r| {
-        trial::render::text(r, &Style::new())
-    })
+    emitter.emit(&Emitted::new(
+        Kind::Try,
+        &report,
+        |r| trial::render::text(r, &Style::new()),
+        Some(Trial::render_html),
+    )?)
 }
 
 /// `--dry-run`: what would be written and measured.

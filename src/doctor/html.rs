@@ -28,6 +28,9 @@ fn finding(n: usize, f: &Finding, guest: bool) -> Markup {
                 span.conf { "confidence: " (f.confidence.as_str()) }
             }
             p.magnitude { (capitalise(&f.magnitude.text)) }
+            @if let Some(why) = &f.uncertain {
+                p.uncertain { "Uncertain: " (why) }
+            }
             h4 { "Evidence" }
             table {
                 tr { th { "what" } th { "value" } th { "source" } }
@@ -323,6 +326,7 @@ mod tests {
                     .with_try("cpulab try haltpoll.guest_halt_poll_ns=200000")
             }],
             confidence: Confidence::from_agreeing(2),
+            uncertain: None,
         };
         let page = finding(1, &f, true).into_string();
         assert!(

@@ -243,6 +243,10 @@ pub struct WatchedProcess {
 pub struct AppWatch {
     pub target: String,
     pub interval_s: f64,
+    /// Seconds opening the mechanism took (BTF, loading and attaching the programs) before the
+    /// window began; the stage's deadline covers it (measured). Absent in older results.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub setup_s: Option<f64>,
     /// Set when the kernel did not deliver the events the figures need: lower bounds.
     pub incomplete: Option<String>,
     /// Most wakeups first.
@@ -273,6 +277,7 @@ impl AppWatch {
         Self {
             target: r.target.clone(),
             interval_s: r.interval_s,
+            setup_s: None,
             incomplete: r.incomplete.clone(),
             processes,
         }

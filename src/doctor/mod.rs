@@ -114,13 +114,14 @@ pub fn run(
             ),
         );
     }
-    if let Some(n) = rules::paradox::other_load_note(&m, facts.hypervisor.is_some()) {
-        conditions.notes.push(n);
-    }
     let findings = rules::evaluate(rules::Inputs {
         facts: &facts,
         m: &m,
     });
+    // After the findings, so the warning names the ones the load may have changed.
+    if let Some(n) = rules::paradox::other_load_note(&m, facts.hypervisor.is_some(), &findings) {
+        conditions.notes.push(n);
+    }
     DoctorReport {
         conditions,
         mode: settings.mode,

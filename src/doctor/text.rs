@@ -69,9 +69,20 @@ pub fn finding_in(s: &Style, n: usize, f: &Finding, guest: bool) -> String {
         "{n}. {} {}   {}\n",
         severity(s, f.severity),
         s.bold(&f.title),
-        s.dim(&format!("confidence: {}", f.confidence.as_str()))
+        s.dim(&format!(
+            "confidence: {}{}",
+            f.confidence.as_str(),
+            if f.uncertain.is_some() {
+                ", uncertain"
+            } else {
+                ""
+            }
+        ))
     );
     out += &wrap(&f.magnitude.text, 3);
+    if let Some(why) = &f.uncertain {
+        out += &wrap(&format!("UNCERTAIN: {why}"), 3);
+    }
     out += &format!("   {}\n", s.bold("Evidence"));
     for e in &f.evidence {
         out += &wrap(

@@ -8,6 +8,7 @@
 //! `crate::registry`, above everything it lists; this module imports none of them.
 
 use super::{Command, Experiment, Figure, Level, Progress};
+use crate::emit::{Emitted, Emitter, Sink};
 use crate::error::bad_input;
 use crate::machine::Machine;
 use crate::output::{self, Style};
@@ -30,10 +31,10 @@ pub struct Entry {
 pub struct Subcommand {
     /// The clap definition: flags, help, examples.
     pub clap: fn() -> clap::Command,
-    /// Runs it from parsed flags (`root` and `quiet` are the global options), prints the
-    /// result, and returns the enveloped document for the command layer's other sinks (the
-    /// history), which stand above this module.
-    pub run: fn(&clap::ArgMatches, &Path, bool) -> Result<serde_json::Value>,
+    /// Runs it from parsed flags (`root` and `quiet` are the global options) and emits the
+    /// result to its output flags' sinks and to `also`, the sinks handed down by the command
+    /// layer (the history), which stands above this module.
+    pub run: fn(&clap::ArgMatches, &Path, bool, &[&dyn Sink]) -> Result<()>,
     /// `try --measure NAME:FLAGS`: the flags (without the name) parsed and validated into
     /// something to run each round.
     pub measure: MeasureFn,
@@ -88,7 +89,8 @@ fn run_command<E: Command>(
     m: &clap::ArgMatches,
     root: &Path,
     quiet: bool,
-) -> Result<serde_json::Value>
+    also: &[&dyn Sink],
+) -> Result<()>
 where
     E::Settings: 'static,
 {
@@ -98,6 +100,7 @@ where
         machine.restrict_to(text)?;
     }
     let settings = E::settings(&args, &machine)?;
+    let emitter = Emitter::new(E::output(&args), quiet, also)?;
     let printer = output::progress_printer(quiet);
     let always = |level: Level, m: &str| {
         output::status(quiet, &format!("cpulab {}: {}{m}", E::NAME, level.prefix()))
@@ -114,18 +117,12 @@ where
             return Err(e);
         }
     };
-    if let Some(path) = E::html(&args) {
-        std::fs::write(path, E::render_html(&report))
-            .map_err(|e| bad_input(format!("cannot write {}: {e}", path.display())))?;
-    }
-    let envelope = Envelope::new(E::KIND, &report);
-    if E::json(&args) {
-        output::print_json(&envelope)?;
-    } else {
-        output::print_text(&E::render_text(&report, &Style::new()))?;
-    }
-    // Printed first, so a later failure loses nothing; the caller hands the document on.
-    Ok(serde_json::to_value(&envelope)?)
+    emitter.emit(&Emitted::new(
+        E::KIND,
+        &report,
+        |r| E::render_text(r, &Style::new()),
+        Some(E::render_html),
+    )?)
 }
 
 fn measure_of<E: Command>(words: &[String], machine: &Machine) -> Result<Box<dyn Runnable>>

@@ -258,13 +258,8 @@ where
     /// re-validates.
     fn settings(args: &Self::Args, machine: &Machine) -> Result<Self::Settings>;
 
-    /// Whether the flags ask for one JSON document instead of text.
-    fn json(args: &Self::Args) -> bool;
-
-    /// Where the flags ask for the result as a self-contained HTML page too (`--html FILE`).
-    fn html(_args: &Self::Args) -> Option<&std::path::Path> {
-        None
-    }
+    /// Its output flags (`--json`, `--html FILE`), flattened into [`Command::Args`].
+    fn output(args: &Self::Args) -> &crate::emit::OutputArgs;
 
     /// The CPUs the flags restrict the run to (`--cpus LIST`): the machine is narrowed to them
     /// before [`Command::settings`] sees it.

@@ -5,6 +5,7 @@
 //! The source is opened in exactly one place, [`open_source`]. Everything is read under one
 //! lock per scrape, so two scrapes at once see consistent counters.
 
+use super::doctor::Reader;
 use super::metrics::{self, Format, Frame, Health, ProbeFigures};
 use super::server::Stats;
 use crate::counters::SystemSnapshot;
@@ -172,6 +173,7 @@ pub struct Collector {
 
 struct Inner {
     source: Option<Box<dyn Source>>,
+    doctor: Reader,
     health: Health,
 }
 
@@ -186,6 +188,7 @@ impl Collector {
         series_budget: usize,
         probe: Arc<Mutex<Option<ProbeFigures>>>,
         stats: Arc<Stats>,
+        doctor: Reader,
     ) -> Self {
         let mechanism = source
             .as_ref()
@@ -201,6 +204,7 @@ impl Collector {
             stats,
             inner: Mutex::new(Inner {
                 source,
+                doctor,
                 health: Health {
                     series_budget,
                     ..Health::default()
@@ -228,6 +232,10 @@ impl Collector {
             }
         };
         let (idle_entries, interrupts) = system_totals(&SystemSnapshot::take(&self.root));
+        let (doctor, warning) = inner.doctor.current(started);
+        if let Some(w) = warning {
+            eprintln!("cpulab exporter: {w}");
+        }
         inner.health.scrapes += 1;
         inner.health.connections_evicted = self.stats.evicted.load(Ordering::Relaxed);
         let frame = Frame {
@@ -238,6 +246,7 @@ impl Collector {
             interrupts,
             machine: self.machine.clone(),
             probe: self.probe.lock().ok().and_then(|p| p.clone()),
+            doctor,
             health: inner.health.clone(),
         };
         let text = metrics::encode(&frame, format);

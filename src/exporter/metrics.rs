@@ -7,6 +7,7 @@
 //! update of the kernel's maps can never show a `_count` that differs from `+Inf`
 //! ([`histogram_buckets`] repairs a snapshot whose count lags its buckets).
 
+use super::doctor::DoctorFigures;
 use crate::wakeups::{ClassCounts, LATENCY_BOUNDS_NS, Snapshot};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
@@ -35,6 +36,8 @@ pub struct Frame {
     pub machine: Vec<(String, String)>,
     /// The active probe's last result, when it is on and has run.
     pub probe: Option<ProbeFigures>,
+    /// The newest doctor findings of this host from the history, and why there are none.
+    pub doctor: DoctorFigures,
     /// The exporter's own health.
     pub health: Health,
 }
@@ -242,6 +245,7 @@ impl Collector for FrameCollector {
             MetricType::Info,
         )?
         .encode_info(&f.machine)?;
+        encode_doctor(&f.doctor, &mut enc)?;
         if let Some(p) = &f.probe {
             for (name, help, pick) in [
                 (
@@ -321,6 +325,12 @@ impl Collector for FrameCollector {
         .encode_gauge(&h.last_scrape_duration_s)?;
         for (name, help, v) in [
             (
+                "exporter_doctor_findings_dropped",
+                "Findings of the newest doctor run left unpublished by the findings cap (or \
+                 repeating an id)",
+                f.doctor.run.as_ref().map_or(0, |r| r.dropped as i64),
+            ),
+            (
                 "exporter_series",
                 "Series in this exposition",
                 h.series as i64,
@@ -336,6 +346,64 @@ impl Collector for FrameCollector {
         }
         Ok(())
     }
+}
+
+/// The doctor's findings: why there are or are none, and the newest run's findings.
+fn encode_doctor(d: &DoctorFigures, enc: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
+    enc.encode_descriptor(
+        "doctor_history",
+        "Whether the newest doctor findings of this host were read from the history: state ok, \
+         off (--no-history), missing (no history file yet), no-doctor-run, or unreadable",
+        None,
+        MetricType::Info,
+    )?
+    .encode_info(&labels(&[("state", d.state.as_str())]))?;
+    let Some(run) = &d.run else {
+        return Ok(());
+    };
+    enc.encode_descriptor(
+        "doctor_run",
+        "The newest doctor run of this host in the history: its id (cpulab history show ID) \
+         and mode",
+        None,
+        MetricType::Info,
+    )?
+    .encode_info(&labels(&[
+        ("history_id", &run.history_id.to_string()),
+        ("mode", &run.mode),
+    ]))?;
+    enc.encode_descriptor(
+        "doctor_last_run_timestamp",
+        "When the newest doctor run of this host in the history started",
+        Some(&Unit::Seconds),
+        MetricType::Gauge,
+    )?
+    .encode_gauge(&run.started_unix_s)?;
+    let mut m = enc.encode_descriptor(
+        "doctor_finding",
+        "A finding of the newest doctor run of this host, by id and severity: 1 while that run \
+         is the newest; its size is cpulab_doctor_finding_ratio",
+        None,
+        MetricType::Gauge,
+    )?;
+    for x in &run.findings {
+        m.encode_family(&labels(&[("id", &x.id), ("severity", x.severity.as_str())]))?
+            .encode_gauge(&1i64)?;
+    }
+    let mut m = enc.encode_descriptor(
+        "doctor_finding_ratio",
+        "Size of a finding of the newest doctor run: its worse figure over its better one \
+         (dimensionless, at least 1), for the findings whose effect is a ratio",
+        None,
+        MetricType::Gauge,
+    )?;
+    for x in &run.findings {
+        if let Some(r) = x.ratio {
+            m.encode_family(&labels(&[("id", &x.id)]))?
+                .encode_gauge(&r)?;
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -376,6 +444,7 @@ mod tests {
             interrupts: [("RES".to_string(), 5)].into_iter().collect(),
             machine: vec![("kernel".into(), "6.1.0".into())],
             probe: None,
+            doctor: DoctorFigures::default(),
             health: Health::default(),
         }
     }

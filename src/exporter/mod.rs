@@ -7,15 +7,20 @@
 //! there: wakeups of the watched targets by placement class and destination idle, their
 //! wakeup-to-run latency as exp2 histograms, halts and IPIs from the system counters (so halts
 //! per wakeup is one PromQL ratio), the machine facts that decide those costs as an `_info`
-//! metric, an optional bounded active probe, and its own health.
+//! metric, this host's newest doctor findings from the history, an optional bounded active
+//! probe, and its own health.
 //!
 //! The counting is the kernel's (the wakeup aggregation `watch` shares, opened in
-//! [`collect::open_source`]); this module only sums when scraped. Its parts: [`settings`] (flags
-//! checked before anything is bound or attached), [`collect`] (one scrape's readings),
+//! [`collect::open_source`]); this module only sums when scraped. Its flags and their
+//! validation are the command layer's (`commands::exporter`), so nothing here sees a clap type
+//! or imports upward. Its parts: [`settings`] (the validated settings and the parsers the flags
+//! are checked with before anything is bound or attached), [`collect`] (one scrape's readings),
 //! [`metrics`] (encoding with `prometheus-client`), [`server`] and [`http`] (a bounded std
-//! listener), [`webconfig`] (TLS and basic auth in the exporter-toolkit format) and [`probe`].
+//! listener), [`webconfig`] (TLS and basic auth in the exporter-toolkit format), [`doctor`]
+//! (the doctor's findings, read from the history read-only and cached) and [`probe`].
 
 pub mod collect;
+pub mod doctor;
 pub mod http;
 pub mod metrics;
 pub mod probe;
@@ -23,7 +28,6 @@ pub mod server;
 pub mod settings;
 pub mod webconfig;
 
-use crate::commands::Global;
 use crate::error::bad_input;
 use crate::machine::Machine;
 use crate::topology::PlacementClass;
@@ -31,59 +35,11 @@ use crate::wakeups::SourceOptions;
 use anyhow::Result;
 use http::{Request, Response};
 use metrics::{Format, Frame, ProbeFigures};
-use settings::{DEFAULT_LISTEN, Mechanism, Settings};
+use settings::{Mechanism, Settings};
 use std::collections::BTreeSet;
 use std::net::TcpListener;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-
-/// Flags of `cpulab exporter`.
-#[derive(Debug, clap::Args)]
-#[command(after_help = "Examples:\n  \
-    cpulab exporter --comm postgres\n  \
-    cpulab exporter --cgroup 'system.slice/*.service' --probe-interval 5m\n  \
-    cpulab exporter --listen 0.0.0.0:10039 --web.config.file /etc/cpulab/web.yml\n\n\
-    Then scrape http://127.0.0.1:10039/metrics; docs/exporter.md lists every metric.")]
-pub struct Args {
-    /// Address and port to serve /metrics on (beyond loopback, give --web.config.file).
-    #[arg(long, value_name = "ADDR:PORT", default_value = DEFAULT_LISTEN)]
-    pub listen: String,
-    /// Watch processes with this command name (repeat, or separate with commas).
-    #[arg(long, value_name = "NAME", value_delimiter = ',')]
-    pub comm: Vec<String>,
-    /// Watch these processes, labelled by command name, never by pid.
-    #[arg(long, value_name = "PID", value_delimiter = ',')]
-    pub pid: Vec<String>,
-    /// Watch cgroups (relative to /sys/fs/cgroup; globs like 'system.slice/*.service'),
-    /// re-read as services and containers come and go.
-    #[arg(long, value_name = "GLOB", value_delimiter = ',')]
-    pub cgroup: Vec<String>,
-    /// At most this many targets get their own label; the rest count as target="other".
-    #[arg(long, value_name = "N", default_value_t = 16)]
-    pub max_targets: usize,
-    /// Most series published; fewer targets get their own label when the host's classes need
-    /// it.
-    #[arg(long, value_name = "N", default_value_t = 500)]
-    pub series_budget: usize,
-    /// Run a short same-CPU and cross-CPU pingpong (about 25 ms of work) this often, e.g. 5m;
-    /// off by default.
-    #[arg(long, value_name = "DURATION")]
-    pub probe_interval: Option<String>,
-    /// TLS and basic-auth settings in the node_exporter format (exporter-toolkit).
-    #[arg(long = "web.config.file", value_name = "FILE")]
-    pub web_config_file: Option<PathBuf>,
-    /// How wakeups are counted.
-    #[arg(long, value_enum, default_value_t)]
-    pub mechanism: Mechanism,
-    /// Most HTTP connections open at once; beyond it the oldest still sending its request is
-    /// closed.
-    #[arg(long, value_name = "N", default_value_t = 64)]
-    pub max_connections: usize,
-    /// Seconds a client has to send its whole request (TLS handshake included).
-    #[arg(long, hide = true, value_name = "S", default_value_t = 10)]
-    pub request_timeout_s: u64,
-}
 
 /// The placement classes that exist among the allowed CPUs, nearest first.
 pub fn host_classes(machine: &Machine) -> Vec<String> {
@@ -149,12 +105,11 @@ pub fn named_targets(base_series: usize, classes: usize, s: &Settings) -> Result
     Ok(s.max_targets.min(slots.saturating_sub(1)))
 }
 
-/// Runs the exporter until SIGTERM or Ctrl-C.
-pub fn run(args: Args, g: &Global) -> Result<()> {
-    let machine = Machine::detect(&g.root)?;
-    let s = settings::settings(&args, &machine)?;
+/// Serves the metrics of `machine` with validated settings until SIGTERM or Ctrl-C (the flags
+/// and their validation are the command layer's, `commands::exporter`).
+pub fn serve(machine: &Machine, s: Settings, quiet: bool) -> Result<()> {
     let say = |msg: &str| {
-        if !g.quiet {
+        if !quiet {
             eprintln!("cpulab exporter: {msg}");
         }
     };
@@ -184,10 +139,12 @@ pub fn run(args: Args, g: &Global) -> Result<()> {
             }
         ));
     }
-    let classes = host_classes(&machine);
-    let machine_info = machine_labels(&crate::probe::probe(&machine));
+    let classes = host_classes(machine);
+    let probed = crate::probe::probe(machine);
+    let machine_info = machine_labels(&probed);
+    let host_key = crate::history::fingerprint::of_probe(&probed).host_key;
     let probe_slot: Arc<Mutex<Option<ProbeFigures>>> = Arc::new(Mutex::new(None));
-    let base = base_series(&machine, &classes, &machine_info, &s);
+    let base = base_series(machine, &classes, &machine_info, &s);
     let named = named_targets(base, classes.len(), &s)?;
     if named < s.max_targets {
         say(&format!(
@@ -205,7 +162,7 @@ pub fn run(args: Args, g: &Global) -> Result<()> {
         max_targets: named,
         mechanism: s.mechanism.as_str().to_string(),
     };
-    let source = collect::open_source(&machine, &opts, &classes)?;
+    let source = collect::open_source(machine, &opts, &classes)?;
     if source.is_none() {
         say(
             "warning: this cpulab has no wakeup source yet; publishing the system counters, \
@@ -222,6 +179,7 @@ pub fn run(args: Args, g: &Global) -> Result<()> {
         s.series_budget,
         probe_slot.clone(),
         stats.clone(),
+        doctor::Reader::new(s.history.clone(), host_key, doctor::REREAD),
     ));
     let stop_probe = Arc::new(AtomicBool::new(false));
     let probe_thread = match s.probe_interval {
@@ -326,6 +284,26 @@ fn base_series(
             .collect(),
         ..ProbeFigures::default()
     });
+    // The doctor's series at their cap, so findings never push the targets over the budget.
+    let doctor = match s.history {
+        crate::history::Location::Off => doctor::DoctorFigures::default(),
+        crate::history::Location::At(_) => doctor::DoctorFigures {
+            state: doctor::State::Ok,
+            run: Some(doctor::DoctorRun {
+                history_id: 0,
+                started_unix_s: 0,
+                mode: String::new(),
+                findings: (0..doctor::MAX_FINDINGS)
+                    .map(|i| doctor::FindingFigure {
+                        id: i.to_string(),
+                        severity: crate::doctor::findings::Severity::Low,
+                        ratio: Some(1.0),
+                    })
+                    .collect(),
+                dropped: 0,
+            }),
+        },
+    };
     let frame = Frame {
         classes: classes.to_vec(),
         wakeups: Some(crate::wakeups::Snapshot::default()),
@@ -334,6 +312,7 @@ fn base_series(
         interrupts,
         machine: machine_info.to_vec(),
         probe,
+        doctor,
         health: metrics::Health::default(),
     };
     metrics::count_samples(&metrics::encode(&frame, Format::Prometheus))

@@ -2,8 +2,6 @@
 //! before a port is bound or anything is attached.
 
 use super::webconfig::WebConfig;
-use crate::error::bad_input;
-use crate::machine::Machine;
 use anyhow::Result;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -53,6 +51,9 @@ pub struct Settings {
     pub mechanism: Mechanism,
     pub max_connections: usize,
     pub request_timeout_s: u64,
+    /// The history the newest doctor findings are read from (`--history`, `CPULAB_HISTORY`,
+    /// `--no-history`), read-only.
+    pub history: crate::history::Location,
 }
 
 /// `--listen`: `ADDR:PORT` (`[::1]:PORT` for IPv6).
@@ -163,82 +164,6 @@ pub fn check_cgroup_glob(glob: &str) -> Result<(), String> {
         ));
     }
     Ok(())
-}
-
-/// Flags -> settings, checked against this machine.
-pub fn settings(args: &super::Args, machine: &Machine) -> Result<Settings> {
-    let listen = parse_listen(&args.listen).map_err(bad_input)?;
-    for c in &args.comm {
-        if c.is_empty() || c.len() > 15 {
-            return Err(bad_input(format!(
-                "--comm `{c}` can never match: a command name is 1 to 15 bytes (the kernel \
-                 truncates longer ones; see `ps -o comm`)"
-            )));
-        }
-    }
-    let mut pids = Vec::new();
-    for p in &args.pid {
-        let pid: i32 = p.trim().parse().ok().filter(|p| *p > 0).ok_or_else(|| {
-            bad_input(format!(
-                "--pid `{p}` is not a process id; give a number like 1234"
-            ))
-        })?;
-        if !machine.root.join(format!("proc/{pid}")).exists() {
-            return Err(bad_input(format!(
-                "--pid {pid}: no such process; check it with `ps -p {pid}`"
-            )));
-        }
-        pids.push(pid);
-    }
-    let cgroup_root = machine.root.join("sys/fs/cgroup");
-    let mut cgroups = Vec::new();
-    for g in &args.cgroup {
-        check_cgroup_glob(g).map_err(bad_input)?;
-        let g = g.trim_matches('/').to_string();
-        if matching_cgroups(&cgroup_root, &g).is_empty() {
-            return Err(bad_input(format!(
-                "--cgroup `{g}` matches no cgroup under {}; list them with `systemd-cgls` or \
-                 `ls {}`",
-                cgroup_root.display(),
-                cgroup_root.display()
-            )));
-        }
-        cgroups.push(g);
-    }
-    if args.max_targets == 0 {
-        return Err(bad_input(
-            "--max-targets 0 leaves no target; give 1 or more (the rest count as `other`)",
-        ));
-    }
-    if args.max_connections == 0 || args.request_timeout_s == 0 {
-        return Err(bad_input(
-            "--max-connections and the request timeout must be at least 1",
-        ));
-    }
-    let probe_interval = args
-        .probe_interval
-        .as_deref()
-        .map(parse_interval)
-        .transpose()
-        .map_err(bad_input)?;
-    let web = args
-        .web_config_file
-        .as_deref()
-        .map(WebConfig::load)
-        .transpose()?;
-    Ok(Settings {
-        listen,
-        comms: args.comm.clone(),
-        pids,
-        cgroups,
-        max_targets: args.max_targets,
-        series_budget: args.series_budget,
-        probe_interval,
-        web,
-        mechanism: args.mechanism,
-        max_connections: args.max_connections,
-        request_timeout_s: args.request_timeout_s,
-    })
 }
 
 /// True when the effective capability mask (`CapEff` of /proc/self/status, hex) holds what the

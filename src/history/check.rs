@@ -298,6 +298,9 @@ pub struct Change {
     pub causes: Vec<Cause>,
     /// Set when no fact changed.
     pub no_configuration_change: Option<String>,
+    /// Runs of this figure's series whose conditions say background load may have spoiled
+    /// them: a change they take part in may be the load's rather than the configuration's.
+    pub noisy_runs: Vec<i64>,
 }
 
 /// The check of one kind's newest run.
@@ -358,6 +361,11 @@ pub fn check_series(points: &[Point], settings: &Settings) -> Vec<Change> {
             .filter(|(_, v)| v.is_finite())
             .collect();
         let values: Vec<f64> = series.iter().map(|(_, v)| *v).collect();
+        let noisy_runs: Vec<i64> = series
+            .iter()
+            .filter(|(i, _)| points[*i].run.noisy)
+            .map(|(i, _)| points[*i].run.id)
+            .collect();
         let Some(s) = split(&values, settings.threshold_pct) else {
             continue;
         };
@@ -396,6 +404,7 @@ pub fn check_series(points: &[Point], settings: &Settings) -> Vec<Change> {
             no_configuration_change: causes.is_empty().then(|| UNSEEN.to_string()),
             causes,
             split: s,
+            noisy_runs,
         });
     }
     // Regressions first, the largest first.
@@ -471,6 +480,8 @@ pub fn fmt_value(unit: Unit, v: f64) -> String {
         Unit::Nanoseconds => crate::output::fmt_ns(v),
         Unit::Share => format!("{:.1}%", v * 100.0),
         _ if v.abs() >= 100.0 => format!("{v:.0}{}", unit.suffix()),
+        // A rate far below one (interrupts per round trip) keeps three significant digits.
+        _ if v != 0.0 && v.abs() < 0.01 => format!("{v:.2e}{}", unit.suffix()),
         _ => format!("{v:.3}{}", unit.suffix()),
     }
 }
@@ -537,6 +548,21 @@ pub fn render(r: &Report) -> String {
                     fmt_value(c.unit, c.split.after_mean),
                     c.split.test,
                     c.split.p_value
+                );
+            }
+            let mut noisy: Vec<i64> = changes
+                .iter()
+                .flat_map(|c| c.noisy_runs.iter().copied())
+                .collect();
+            noisy.sort_unstable();
+            noisy.dedup();
+            if !noisy.is_empty() {
+                let ids: Vec<String> = noisy.iter().map(|i| format!("@{i}")).collect();
+                let _ = writeln!(
+                    s,
+                    "    under background load (their conditions say so): {}; the change may \
+                     be the load's, not the configuration's: measure again on a quiet machine",
+                    ids.join(", ")
                 );
             }
             if let Some(n) = &first.no_configuration_change {
@@ -611,6 +637,68 @@ mod tests {
                 fig("cost_ns[name=syscall_getppid]", cost),
             ],
         }
+    }
+
+    /// A change whose runs were taken under background load says so, with their ids, in the
+    /// JSON and in the text; the same change on quiet runs does not.
+    #[test]
+    fn a_change_on_runs_under_load_names_them() {
+        let series = |noisy_after: bool| -> Vec<Point> {
+            (0..8)
+                .map(|i| {
+                    let k = if i < 5 { 1.0 } else { 1.3 };
+                    let mut p = point(
+                        i,
+                        facts("6.1", "performance", "auto"),
+                        40_000.0 * k * noise(i),
+                        100.0 * noise(i),
+                    );
+                    p.run.noisy = noisy_after && i >= 5;
+                    p
+                })
+                .collect()
+        };
+        let report = |points: &[Point]| Report {
+            settings: Settings::default(),
+            method: METHOD.into(),
+            kinds: vec![KindCheck {
+                kind: "doctor".into(),
+                hardware_key: "hw".into(),
+                newest_run: 7,
+                runs: points.len(),
+                changes: check_series(points, &Settings::default()),
+                note: None,
+            }],
+            regressions: Vec::new(),
+        };
+        let loaded = series(true);
+        let c = check_series(&loaded, &Settings::default());
+        assert_eq!(c.len(), 1, "{c:?}");
+        assert_eq!(c[0].noisy_runs, [5, 6, 7]);
+        let text = render(&report(&loaded));
+        assert!(
+            text.contains("under background load (their conditions say so): @5, @6, @7"),
+            "{text}"
+        );
+        let quiet = series(false);
+        assert!(
+            check_series(&quiet, &Settings::default())[0]
+                .noisy_runs
+                .is_empty()
+        );
+        assert!(!render(&report(&quiet)).contains("background load"));
+    }
+
+    #[test]
+    fn small_rates_keep_their_digits() {
+        assert_eq!(
+            fmt_value(Unit::PerOperation, 0.000021),
+            format!("2.10e-5{}", Unit::PerOperation.suffix())
+        );
+        assert_eq!(
+            fmt_value(Unit::PerOperation, 0.0),
+            format!("0.000{}", Unit::PerOperation.suffix())
+        );
     }
 
     /// Deterministic noise of about +-2%.
@@ -753,5 +841,20 @@ mod tests {
         );
         assert_eq!(try_command("kernel", "2.6.32", "doctor"), None);
         assert_eq!(try_command("mitigations", "off", "doctor"), None);
+    }
+
+    /// The ranking table names only rules the doctor has (its `Rule::id`s), and `environment`,
+    /// the module that words a wakeup's mechanism and cure by environment: a renamed or
+    /// removed rule fails here instead of silently ranking nothing.
+    #[test]
+    fn every_rule_in_the_ranking_table_is_a_doctor_rule() {
+        let ids: Vec<&str> = crate::doctor::rules::all().iter().map(|r| r.id()).collect();
+        for (fact, figures, rule) in LINKS {
+            assert!(
+                ids.contains(rule) || *rule == "environment",
+                "{fact}: `{rule}` is not a doctor rule ({ids:?})"
+            );
+            assert!(!figures.is_empty(), "{fact} -> {rule}");
+        }
     }
 }

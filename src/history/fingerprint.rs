@@ -112,7 +112,11 @@ pub fn of_probe(p: &Probe) -> Fingerprint {
         "hypervisor",
         Some(p.virt.hypervisor.clone().unwrap_or("none".into())),
     );
-    put("cpulab.version", Some(env!("CPULAB_VERSION").to_string()));
+    // The release only: the revision is a fact of its own, so one build change is one fact.
+    put("cpulab.version", Some(p.conditions.cpulab_version.clone()));
+    // The build: a run of another revision is a changed fact like a kernel, so a regression
+    // that came with a cpulab change is named as one.
+    put("cpulab.revision", p.conditions.cpulab_revision.clone());
     let t = &p.topology;
     let hardware_key = format!(
         "{} | {} CPUs, {} package(s), {} core(s), {} thread(s)/core | {}",
@@ -140,16 +144,23 @@ pub fn of_document(doc: &Value) -> Option<Fingerprint> {
     };
     if let Some(p) = probe.and_then(|p| serde_json::from_value::<Probe>(p).ok()) {
         let mut fp = of_probe(&p);
-        // The document's own cpulab version, not this binary's.
+        // The document's own cpulab version and revision, not this binary's.
         if let Some(v) = doc["conditions"]["cpulab_version"].as_str() {
             fp.facts.insert("cpulab.version".into(), v.to_string());
+        }
+        if let Some(r) = doc["conditions"]["cpulab_revision"].as_str() {
+            fp.facts.insert("cpulab.revision".into(), r.to_string());
         }
         return Some(fp);
     }
     let c = doc.get("conditions")?;
     let host = c.get("hostname")?.as_str()?.to_string();
     let mut facts = Facts::new();
-    for (k, key) in [("kernel", "kernel"), ("cpulab.version", "cpulab_version")] {
+    for (k, key) in [
+        ("kernel", "kernel"),
+        ("cpulab.version", "cpulab_version"),
+        ("cpulab.revision", "cpulab_revision"),
+    ] {
         if let Some(v) = c.get(key).and_then(Value::as_str) {
             facts.insert(k.into(), v.into());
         }
@@ -218,6 +229,43 @@ mod tests {
             fp.hardware_key
         );
         assert!(!fp.facts.contains_key("haltpoll.guest_halt_poll_ns"));
+    }
+
+    /// The build is a fact: two documents of different revisions name it as changed, and a
+    /// document written before revisions were recorded has none (not this binary's).
+    #[test]
+    fn the_cpulab_revision_of_a_document_is_a_fact() {
+        let doc = |rev: Option<&str>| {
+            let mut c = serde_json::json!({"hostname": "h", "kernel": "6.1.0",
+                "cpulab_version": "0.1.0"});
+            if let Some(r) = rev {
+                c["cpulab_revision"] = r.into();
+            }
+            serde_json::json!({"kind": "pingpong", "conditions": c})
+        };
+        let a = of_document(&doc(Some("1111111"))).unwrap();
+        let b = of_document(&doc(Some("2222222-dirty"))).unwrap();
+        assert_eq!(a.facts["cpulab.revision"], "1111111");
+        let c = changed(&a.facts, &b.facts);
+        assert_eq!(c.len(), 1);
+        assert_eq!(c[0].to_string(), "cpulab.revision 1111111 -> 2222222-dirty");
+        assert!(
+            !of_document(&doc(None))
+                .unwrap()
+                .facts
+                .contains_key("cpulab.revision")
+        );
+
+        // A document with its own probe: the revision its conditions name, not this build's.
+        let mut fixture: Value = serde_json::from_str(include_str!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/results/doctor-quick.json"
+        )))
+        .unwrap();
+        fixture["conditions"]["cpulab_revision"] = "3333333".into();
+        fixture["probe"]["conditions"]["cpulab_revision"] = "3333333".into();
+        let fp = of_document(&fixture).unwrap();
+        assert_eq!(fp.facts["cpulab.revision"], "3333333");
     }
 
     #[test]

@@ -104,16 +104,44 @@ pub fn location() -> Location {
     }
 }
 
+/// The history as one sink of the one output path ([`crate::emit`]): the dispatcher hands it
+/// to every command that has a result, after its stdout and files.
+pub struct Recorder {
+    /// The root the machine is read below when the document carries no probe of its own.
+    pub root: PathBuf,
+}
+
+impl crate::emit::Sink for Recorder {
+    /// Never fails: a history that cannot be written costs one line on stderr, not the result.
+    fn write(&self, result: &crate::emit::Emitted) -> Result<()> {
+        record(result.kind, &result.document, &self.root);
+        Ok(())
+    }
+}
+
 /// Records a result just printed, wherever the history is configured. Never fails: a history
-/// that cannot be written is one line on stderr. Models (`sim`) and comparisons are not runs.
-pub fn record(kind: Kind, document: &serde_json::Value, root: &Path) {
-    if matches!(kind, Kind::Sim | Kind::Compare) {
+/// that cannot be written is one line on stderr. Models (`sim`) and comparisons are not runs,
+/// and a probe is the fingerprint every run already carries.
+fn record(kind: Kind, document: &serde_json::Value, root: &Path) {
+    if matches!(kind, Kind::Sim | Kind::Compare | Kind::Probe) {
         return;
     }
     let Location::At(path) = location() else {
         return;
     };
     let quiet = CONFIGURED.get().is_some_and(|(_, q)| *q);
+    // Read under another root (a fixture tree), the facts are that tree's while the figures
+    // are this machine's: a run of no real machine, which would mislead every later check.
+    if root != Path::new("/") {
+        crate::output::status(
+            quiet,
+            &format!(
+                "not recorded in the history: --root {} describes another machine's tree",
+                root.display()
+            ),
+        );
+        return;
+    }
     let words: Vec<String> = std::env::args().collect();
     match record_at(&path, kind, document, root, &words) {
         Ok(id) => crate::output::status(

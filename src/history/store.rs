@@ -143,6 +143,50 @@ fn create(path: &Path) -> Result<()> {
     }
 }
 
+/// How a history is opened.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Access {
+    /// Recording: created and migrated as needed.
+    Write,
+    /// Reading, with SQLite's locks.
+    Read,
+    /// Reading a file that may not get a WAL index here, without locks.
+    Immutable,
+}
+
+impl From<bool> for Access {
+    fn from(write: bool) -> Self {
+        if write { Access::Write } else { Access::Read }
+    }
+}
+
+/// True when SQLite could not create the `-shm` WAL index a reader needs (the directory is
+/// not writable, or the index cannot be initialised).
+fn cannot_create_wal_index(e: &anyhow::Error) -> bool {
+    use rusqlite::ffi::{SQLITE_READONLY_CANTINIT, SQLITE_READONLY_DIRECTORY};
+    e.chain().any(|c| {
+        c.downcast_ref::<rusqlite::Error>()
+            .and_then(rusqlite::Error::sqlite_error)
+            .is_some_and(|s| {
+                [SQLITE_READONLY_CANTINIT, SQLITE_READONLY_DIRECTORY].contains(&s.extended_code)
+            })
+    })
+}
+
+/// `file:PATH?immutable=1`, with the characters a URI gives meaning to escaped.
+fn immutable_uri(path: &Path) -> String {
+    let mut uri = String::from("file:");
+    for b in path.as_os_str().as_encoded_bytes() {
+        match b {
+            b'%' | b'?' | b'#' | b' ' => uri.push_str(&format!("%{b:02X}")),
+            _ if b.is_ascii() => uri.push(*b as char),
+            _ => uri.push_str(&format!("%{b:02X}")),
+        }
+    }
+    uri.push_str("?immutable=1");
+    uri
+}
+
 impl Store {
     /// Opens the history at `path` for recording, creating it when missing and migrating an
     /// older schema forward.
@@ -164,7 +208,27 @@ impl Store {
         Self::open_with(path, true)
     }
 
-    fn open_with(path: &Path, write: bool) -> Result<Self> {
+    /// Opens an existing history for reading only (the exporter): it is never created,
+    /// migrated or written, so an older schema is read as it is (its `runs` table is the same).
+    ///
+    /// A reader of a WAL file needs its `-shm` index; a user who may read the file but not
+    /// create files beside it (a service with a read-only /var/lib) cannot make one when no
+    /// writer is open. Then the file is read as immutable: without locks, which is sound while
+    /// no writer has it open (no `-shm` exists), and at worst a read that races a writer fails
+    /// and is tried again when the file changes.
+    pub fn open_read_only(path: &Path) -> Result<Self> {
+        if !path.exists() {
+            bail!("no history at {}", path.display());
+        }
+        match Self::open_with(path, Access::Read) {
+            Err(e) if cannot_create_wal_index(&e) => Self::open_with(path, Access::Immutable),
+            other => other,
+        }
+    }
+
+    fn open_with(path: &Path, access: impl Into<Access>) -> Result<Self> {
+        let access = access.into();
+        let write = access == Access::Write;
         let head = first_bytes(path).with_context(|| format!("cannot read {}", path.display()))?;
         if !head.is_empty() && head != SQLITE_MAGIC {
             bail!(
@@ -173,19 +237,25 @@ impl Store {
                 path.display()
             );
         }
-        let flags = if write {
-            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX
-        } else {
-            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX
-        };
-        let conn = Connection::open_with_flags(path, flags)
-            .with_context(|| format!("cannot open {}", path.display()))?;
+        let read_only = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let conn = match access {
+            Access::Write => Connection::open_with_flags(
+                path,
+                OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+            ),
+            Access::Read => Connection::open_with_flags(path, read_only),
+            Access::Immutable => Connection::open_with_flags(
+                immutable_uri(path),
+                read_only | OpenFlags::SQLITE_OPEN_URI,
+            ),
+        }
+        .with_context(|| format!("cannot open {}", path.display()))?;
         conn.busy_timeout(BUSY_TIMEOUT)?;
         let mut store = Self {
             conn,
             path: path.to_path_buf(),
         };
-        store.check_and_migrate().map_err(|e| {
+        store.check_and_migrate(write).map_err(|e| {
             let msg = format!("{e:#}");
             if msg.contains("malformed") || msg.contains("not a database") {
                 anyhow!(
@@ -213,7 +283,7 @@ impl Store {
         Ok((app, version, tables))
     }
 
-    fn check_and_migrate(&mut self) -> Result<()> {
+    fn check_and_migrate(&mut self, write: bool) -> Result<()> {
         let (app, version, tables) = self.header()?;
         let fresh = app == 0 && version == 0 && tables == 0;
         if !fresh && app != APPLICATION_ID {
@@ -230,10 +300,12 @@ impl Store {
                 self.path.display()
             );
         }
-        if version < SCHEMA {
+        if version < SCHEMA && write {
             self.migrate()?;
         }
-        self.conn.execute_batch("PRAGMA foreign_keys = ON")?;
+        if write {
+            self.conn.execute_batch("PRAGMA foreign_keys = ON")?;
+        }
         Ok(())
     }
 
@@ -345,6 +417,20 @@ impl Store {
             .list(&Filter::default())?
             .into_iter()
             .find(|r| r.id == id))
+    }
+
+    /// The newest run matching `filter`, when there is one; a file that holds no table yet (just
+    /// created by a writer that has not migrated it) holds no run.
+    pub fn newest(&self, filter: &Filter) -> Result<Option<Run>> {
+        let tables: i64 = self.conn.query_row(
+            "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'runs'",
+            [],
+            |r| r.get(0),
+        )?;
+        if tables == 0 {
+            return Ok(None);
+        }
+        Ok(self.list(filter)?.pop())
     }
 
     /// A run's whole JSON document.

@@ -159,9 +159,9 @@ pub struct Args {
     /// Skip the check for other load before measuring.
     #[arg(long)]
     pub no_load_check: bool,
-    /// One JSON document on stdout.
-    #[arg(long)]
-    pub json: bool,
+    /// `--json`, `--html FILE`.
+    #[command(flatten)]
+    pub output: crate::emit::OutputArgs,
 }
 
 /// Tasks above which a run would exhaust file descriptors or the process table of a small box.
@@ -268,8 +268,8 @@ impl Command for Messaging {
         Ok(s)
     }
 
-    fn json(a: &Args) -> bool {
-        a.json
+    fn output(a: &Args) -> &crate::emit::OutputArgs {
+        &a.output
     }
 }
 

@@ -1,5 +1,11 @@
 //! Running the messaging test: channels first, every task behind one start gate, the clock from
 //! opening the gate to the last task's end.
+//!
+//! A run can stop midway: a task that cannot start (its pin fails) or a signal to cpulab sets
+//! the shared `stop` flag, and tasks blocked in `read` or `write` are woken by [`WAKE`], whose
+//! no-op handler is installed without `SA_RESTART`, so the call returns `EINTR` and the task
+//! sees the flag. Forked tasks are killed instead. Without this, receivers whose sender never
+//! started waited forever, and so did cpulab, deaf to Ctrl-C.
 
 use super::{Channel, MESSAGE_BYTES, MessagingReport, MessagingRun, MessagingSettings, Tasks};
 use crate::experiment::{Progress, prologue};
@@ -10,7 +16,7 @@ use nix::errno::Errno;
 use nix::sys::resource::{UsageWho, getrusage};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Measures `settings.repeats` runs.
 pub fn run(
@@ -93,7 +99,7 @@ struct Counters {
 }
 
 impl Counters {
-    /// Two counters: bytes sent, bytes received.
+    /// Four words: bytes sent, bytes received, the stop flag, the latest task end.
     fn new() -> Result<Self> {
         use nix::sys::mman::{MapFlags, ProtFlags, mmap_anonymous};
         let len = 4096;
@@ -111,7 +117,7 @@ impl Counters {
     }
 
     fn at(&self, i: usize) -> &AtomicU64 {
-        // invariant: the page is 4096 bytes, aligned, and only accessed as two AtomicU64s.
+        // invariant: the page is 4096 bytes, aligned, and only accessed as four AtomicU64s.
         unsafe { &*(self.map.as_ptr() as *const AtomicU64).add(i) }
     }
 
@@ -122,6 +128,52 @@ impl Counters {
     fn received(&self) -> &AtomicU64 {
         self.at(1)
     }
+
+    /// Non-zero once the run is to stop (a task failed, or a signal arrived).
+    fn stop(&self) -> &AtomicU64 {
+        self.at(2)
+    }
+
+    /// The latest task end, in CLOCK_MONOTONIC nanoseconds: the run's clock stops there, not
+    /// when cpulab notices.
+    fn end_ns(&self) -> &AtomicU64 {
+        self.at(3)
+    }
+
+    fn stopping(&self) -> bool {
+        self.stop().load(Ordering::Relaxed) != 0
+    }
+
+    /// Records that this task ended now.
+    fn ended(&self) {
+        self.end_ns().fetch_max(monotonic_ns(), Ordering::SeqCst);
+    }
+}
+
+/// CLOCK_MONOTONIC in nanoseconds (async-signal-safe, so forked tasks may call it too).
+fn monotonic_ns() -> u64 {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
+        .map(|t| t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64)
+        .unwrap_or(0)
+}
+
+/// The signal that wakes a task blocked in `read` or `write` so it sees `stop`. SIGURG is
+/// ignored by default, so a stray one harms nothing.
+const WAKE: libc::c_int = libc::SIGURG;
+
+/// Installs the no-op handler for [`WAKE`] without `SA_RESTART` (once per process).
+fn install_wake() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    extern "C" fn noop(_: libc::c_int) {}
+    ONCE.call_once(|| {
+        let action = nix::sys::signal::SigAction::new(
+            nix::sys::signal::SigHandler::Handler(noop),
+            nix::sys::signal::SaFlags::empty(),
+            nix::sys::signal::SigSet::empty(),
+        );
+        // SAFETY: the handler does nothing, so it is async-signal-safe.
+        let _ = unsafe { nix::sys::signal::sigaction(nix::sys::signal::Signal::SIGURG, &action) };
+    });
 }
 
 impl Drop for Counters {
@@ -135,15 +187,21 @@ impl Drop for Counters {
 unsafe impl Sync for Counters {}
 
 /// Writes `MESSAGE_BYTES` to every `out` fd `messages` times; bytes written go to `sent`.
-/// Only system calls on memory prepared before: safe between fork and _exit.
-fn send(out: &[BorrowedFd], messages: usize, sent: &AtomicU64) -> bool {
+/// Gives up (false) once `stop` is set. Only system calls on memory prepared before: safe
+/// between fork and _exit.
+fn send(out: &[BorrowedFd], messages: usize, c: &Counters) -> bool {
     let msg = [0x5a_u8; MESSAGE_BYTES];
+    let sent = c.sent();
     for _ in 0..messages {
+        if c.stopping() {
+            return false;
+        }
         for fd in out {
             let mut done = 0;
             while done < MESSAGE_BYTES {
                 match nix::unistd::write(fd, &msg[done..]) {
                     Ok(n) if n > 0 => done += n,
+                    Err(Errno::EINTR) if c.stopping() => return false,
                     Err(Errno::EINTR) => continue,
                     _ => return false,
                 }
@@ -154,11 +212,16 @@ fn send(out: &[BorrowedFd], messages: usize, sent: &AtomicU64) -> bool {
     true
 }
 
-/// Reads until `expect` bytes have arrived; bytes read go to `received`.
-fn receive(fd: BorrowedFd, expect: u64, received: &AtomicU64) -> bool {
+/// Reads until `expect` bytes have arrived; bytes read go to `received`. Gives up (false) once
+/// `stop` is set.
+fn receive(fd: BorrowedFd, expect: u64, c: &Counters) -> bool {
     let mut buf = [0_u8; MESSAGE_BYTES];
     let mut got = 0_u64;
+    let received = c.received();
     while got < expect {
+        if c.stopping() {
+            return false;
+        }
         match nix::unistd::read(fd, &mut buf) {
             Ok(n) if n > 0 => {
                 got += n as u64;
@@ -217,44 +280,74 @@ fn threads(
     c: &Counters,
     per_receiver: u64,
 ) -> Result<(Duration, Option<u64>)> {
+    install_wake();
     let tasks = s.groups * s.senders * 2;
     let gate = std::sync::Barrier::new(tasks + 1);
+    // Each task's pthread, so a blocked one can be woken.
+    let ids: Vec<AtomicU64> = (0..tasks).map(|_| AtomicU64::new(0)).collect();
     let before = switches(UsageWho::RUSAGE_SELF);
-    let (wall, ok) = std::thread::scope(|scope| {
+    // Pin before the gate, and wait at it even when pinning failed (or the others would
+    // wait forever); a failed pin stops the run.
+    let start = |k: usize| {
+        // pthread_t is an unsigned long on Linux.
+        // SAFETY: pthread_self has no preconditions.
+        ids[k].store(unsafe { libc::pthread_self() } as u64, Ordering::SeqCst);
+        let pinned = task_cpu(s, cpus, k).is_none_or(|cpu| crate::affinity::pin_self(cpu).is_ok());
+        if !pinned {
+            c.stop().store(1, Ordering::SeqCst);
+        }
+        gate.wait();
+        pinned
+    };
+    let (t0, ok) = std::thread::scope(|scope| {
         let mut handles = Vec::with_capacity(tasks);
-        // Pin before the gate, and wait at it even when pinning failed (or the others would
-        // wait forever); a failed pin then fails the run.
-        let pin = |k: usize| {
-            task_cpu(s, cpus, k).is_none_or(|cpu| crate::affinity::pin_self(cpu).is_ok())
-        };
         for g in groups {
             let out: Vec<BorrowedFd> = g.iter().map(|ch| ch.write.as_fd()).collect();
             for ch in g {
-                let (fd, gate, k) = (ch.read.as_fd(), &gate, handles.len());
+                let (fd, start, k) = (ch.read.as_fd(), &start, handles.len());
                 handles.push(scope.spawn(move || {
-                    let pinned = pin(k);
-                    gate.wait();
-                    pinned && receive(fd, per_receiver, c.received())
+                    let ok = start(k) && receive(fd, per_receiver, c);
+                    c.ended();
+                    ok
                 }));
             }
             for _ in 0..s.senders {
-                let (out, gate, k) = (out.clone(), &gate, handles.len());
+                let (out, start, k) = (out.clone(), &start, handles.len());
                 handles.push(scope.spawn(move || {
-                    let pinned = pin(k);
-                    gate.wait();
-                    pinned && send(&out, s.messages, c.sent())
+                    let ok = start(k) && send(&out, s.messages, c);
+                    c.ended();
+                    ok
                 }));
             }
         }
         gate.wait();
-        let t0 = Instant::now();
+        let t0 = monotonic_ns();
+        // Watch rather than join: a signal or a failed task stops every task, blocked or not.
+        while !handles.iter().all(|h| h.is_finished()) {
+            if crate::signals::pending().is_some() {
+                c.stop().store(1, Ordering::SeqCst);
+            }
+            if c.stopping() {
+                for (h, id) in handles.iter().zip(&ids) {
+                    if !h.is_finished() {
+                        // SAFETY: the thread is not joined yet, so its pthread_t is valid.
+                        unsafe { libc::pthread_kill(id.load(Ordering::SeqCst) as _, WAKE) };
+                    }
+                }
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
         let ok = handles.into_iter().all(|h| h.join().unwrap_or(false));
-        (t0.elapsed(), ok)
+        (t0, ok)
     });
     let after = switches(UsageWho::RUSAGE_SELF);
+    crate::signals::check()?;
     if !ok {
-        return Err(anyhow!("a messaging thread failed to send or receive"));
+        return Err(anyhow!(
+            "a messaging thread failed to start, send or receive"
+        ));
     }
+    let wall = Duration::from_nanos(c.end_ns().load(Ordering::SeqCst).saturating_sub(t0));
     Ok((wall, before.zip(after).map(|(b, a)| a.saturating_sub(b))))
 }
 
@@ -321,9 +414,13 @@ fn processes(
                         // handlers; the parent counts the failure.
                         unsafe { libc::_exit(1) }
                     }
-                    let work = || match role {
-                        Some(i) => receive(g[i].read.as_fd(), per_receiver, c.received()),
-                        None => send(out, s.messages, c.sent()),
+                    let work = || {
+                        let ok = match role {
+                            Some(i) => receive(g[i].read.as_fd(), per_receiver, c),
+                            None => send(out, s.messages, c),
+                        };
+                        c.ended();
+                        ok
                     };
                     child_main(parent, gate_r.as_fd(), work)
                 }
@@ -331,7 +428,7 @@ fn processes(
             }
         }
     }
-    let t0 = Instant::now();
+    let t0 = monotonic_ns();
     let mut open = &opening[..];
     while !open.is_empty() {
         match nix::unistd::write(&gate_w, open) {
@@ -340,21 +437,34 @@ fn processes(
             Err(e) => return Err(anyhow!("cannot open the start gate: {e}")),
         }
     }
-    let mut failed = 0;
-    for &p in &children.0 {
-        match nix::sys::wait::waitpid(p, None) {
-            Ok(nix::sys::wait::WaitStatus::Exited(_, 0)) => {}
-            _ => failed += 1,
+    // Poll rather than wait in turn: a task that failed leaves its peers blocked for ever, and
+    // a signal must stop the run; either way `children` kills the rest on the way out.
+    let mut running = children.0.clone();
+    while !running.is_empty() {
+        crate::signals::check()?;
+        let mut failed = false;
+        running.retain(|&p| {
+            match nix::sys::wait::waitpid(p, Some(nix::sys::wait::WaitPidFlag::WNOHANG)) {
+                Ok(nix::sys::wait::WaitStatus::StillAlive) => true,
+                Ok(nix::sys::wait::WaitStatus::Exited(_, 0)) => false,
+                _ => {
+                    failed = true;
+                    false
+                }
+            }
+        });
+        if failed {
+            return Err(anyhow!(
+                "a messaging process failed to start, send or receive"
+            ));
+        }
+        if !running.is_empty() {
+            std::thread::sleep(Duration::from_millis(20));
         }
     }
-    let wall = t0.elapsed();
+    let wall = Duration::from_nanos(c.end_ns().load(Ordering::SeqCst).saturating_sub(t0));
     children.0.clear();
     let after = switches(UsageWho::RUSAGE_CHILDREN);
-    if failed > 0 {
-        return Err(anyhow!(
-            "{failed} messaging process(es) failed to send or receive"
-        ));
-    }
     Ok((wall, before.zip(after).map(|(b, a)| a.saturating_sub(b))))
 }
 
@@ -378,4 +488,70 @@ fn child_main(parent: nix::unistd::Pid, gate: BorrowedFd, work: impl Fn() -> boo
     // SAFETY: _exit ends the child without running the parent's atexit handlers or flushing
     // its stdio buffers, which is what a forked child of a threaded process must do.
     unsafe { libc::_exit(code) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cpulist::CpuSet;
+    use crate::messaging::Channel;
+
+    /// Runs `one_run` on another thread; `None` when it has not returned within a minute
+    /// (a guard against the hang, not a speed bound).
+    fn bounded(s: MessagingSettings, cpus: CpuSet) -> Option<Result<MessagingRun>> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(one_run(&s, &cpus));
+        });
+        rx.recv_timeout(Duration::from_secs(60)).ok()
+    }
+
+    fn spread_onto_a_missing_cpu(tasks: Tasks) -> (MessagingSettings, CpuSet) {
+        let here = crate::affinity::current_cpu().unwrap_or(0);
+        let s = MessagingSettings {
+            groups: 1,
+            senders: 2,
+            messages: 1000,
+            tasks,
+            channel: Channel::Pipe,
+            repeats: 1,
+            cpus: None,
+            spread: true,
+            check_load: false,
+        };
+        // This machine has no CPU 1000 (within a CPU set's 1024): every other task fails to pin.
+        (s, CpuSet::from_iter([here, 1000]))
+    }
+
+    // Regression: `doctor --root` on a 4-CPU fixture pinned messaging senders to CPUs this
+    // machine lacks; their receivers waited for ever and so did cpulab.
+    #[test]
+    fn threads_that_cannot_pin_stop_the_run_instead_of_hanging() {
+        let (s, cpus) = spread_onto_a_missing_cpu(Tasks::Threads);
+        let r = bounded(s, cpus).expect("the run returned");
+        let e = r.expect_err("a task that could not pin fails the run");
+        assert!(format!("{e:#}").contains("failed to start"), "{e:#}");
+    }
+
+    #[test]
+    fn processes_that_cannot_pin_stop_the_run_instead_of_hanging() {
+        let (s, cpus) = spread_onto_a_missing_cpu(Tasks::Processes);
+        let r = bounded(s, cpus).expect("the run returned");
+        let e = r.expect_err("a process that could not pin fails the run");
+        assert!(format!("{e:#}").contains("failed to start"), "{e:#}");
+    }
+
+    #[test]
+    fn a_run_that_can_pin_counts_every_message_and_times_itself() {
+        let here = crate::affinity::current_cpu().unwrap_or(0);
+        for tasks in [Tasks::Threads, Tasks::Processes] {
+            let (s, _) = spread_onto_a_missing_cpu(tasks);
+            let r = bounded(s.clone(), CpuSet::from_iter([here]))
+                .expect("the run returned")
+                .expect("the run succeeds");
+            assert_eq!(r.messages_sent, s.messages_per_run());
+            assert_eq!(r.messages_received, r.messages_sent);
+            assert!(r.wall_s > 0.0 && r.messages_per_s > 0.0);
+        }
+    }
 }

@@ -53,6 +53,8 @@ fn measure_inner(p: &mut dyn Primitive, batches: usize, target: Duration) -> Res
     let mut samples = Vec::with_capacity(batches);
     let mut counted_total: Option<u64> = Some(0);
     for _ in 0..batches {
+        // Interrupted: this primitive is unavailable, and the caller stops before the next.
+        crate::signals::check()?;
         let b = p.batch(ops)?;
         samples.push(b.elapsed.as_nanos() as f64 / ops as f64);
         counted_total = match (counted_total, b.counted) {

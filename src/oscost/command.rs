@@ -40,9 +40,9 @@ pub struct Args {
     /// Skip the check for other load before measuring.
     #[arg(long)]
     pub no_load_check: bool,
-    /// One JSON document on stdout.
-    #[arg(long)]
-    pub json: bool,
+    /// `--json`, `--html FILE`.
+    #[command(flatten)]
+    pub output: crate::emit::OutputArgs,
 }
 
 fn secs(v: f64, flag: &str) -> Result<Duration> {
@@ -89,7 +89,7 @@ impl Command for Oscost {
         settings(args, machine)
     }
 
-    fn json(args: &Args) -> bool {
-        args.json
+    fn output(args: &Args) -> &crate::emit::OutputArgs {
+        &args.output
     }
 }

@@ -236,7 +236,10 @@ pub fn calibrate() -> ChainRates {
 /// Runs the probe on the calling thread (pin it first); `root` is where the kernel's and
 /// CPUID's account of the clock is read.
 pub fn run(s: &FreqSettings, root: &Path) -> FreqReport {
-    let trials: Vec<FreqTrial> = (0..s.trials).map(|_| trial(s)).collect();
+    // A signal ends the trials early; the caller reports the interruption.
+    let trials: Vec<FreqTrial> = (0..s.trials)
+        .map_while(|_| crate::signals::pending().is_none().then(|| trial(s)))
+        .collect();
     // Right after the warm window: the clock is at its sustained speed.
     let check = clock::judge(
         calibrate(),

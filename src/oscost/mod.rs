@@ -199,6 +199,8 @@ pub fn run(
 
     let mut ops = Vec::new();
     for name in PRIMITIVES {
+        // A signal stops the run between primitives (and between batches, see `batch`).
+        crate::signals::check()?;
         progress.step(&format!("oscost: {name}"));
         let cost = match make(name, cpu) {
             Ok(mut p) => batch::measure(p.as_mut(), settings.batches, settings.batch_target),
@@ -206,6 +208,7 @@ pub fn run(
         };
         ops.push(cost);
     }
+    crate::signals::check()?;
     let frequency = settings.frequency.as_ref().map(|f| {
         progress.step("oscost: effective frequency, cold and warm");
         freq::run(f, &machine.root)

@@ -14,6 +14,14 @@ fn timed(f: impl FnOnce() -> Result<()>) -> Result<Duration> {
     Ok(t0.elapsed())
 }
 
+/// A batch timed by [`timed`] whose operations are not counted by anything but the loop.
+fn uncounted(f: impl FnOnce() -> Result<()>) -> Result<BatchOutcome> {
+    Ok(BatchOutcome {
+        elapsed: timed(f)?,
+        counted: None,
+    })
+}
+
 /// Counters of the calling thread from `getrusage(RUSAGE_THREAD)`: (minor faults, voluntary
 /// switches, involuntary switches).
 pub fn thread_rusage() -> Option<(u64, u64, u64)> {
@@ -38,17 +46,13 @@ impl Primitive for Getppid {
         "getppid via syscall(SYS_getppid): kernel entry and exit".into()
     }
     fn batch(&mut self, ops: u64) -> Result<BatchOutcome> {
-        let elapsed = timed(|| {
+        uncounted(|| {
             for _ in 0..ops {
                 // SAFETY: getppid takes no arguments and cannot fail. The raw system call is the
                 // primitive measured, so no wrapper (nor C library cache) stands in between.
                 black_box(unsafe { libc::syscall(libc::SYS_getppid) });
             }
             Ok(())
-        })?;
-        Ok(BatchOutcome {
-            elapsed,
-            counted: None,
         })
     }
 }
@@ -69,17 +73,13 @@ impl Primitive for ClockGettime {
             tv_sec: 0,
             tv_nsec: 0,
         };
-        let elapsed = timed(|| {
+        uncounted(|| {
             for _ in 0..ops {
                 // SAFETY: ts is valid and writable. The bare vDSO call is what is measured; a
                 // wrapper would add its own cost to the figure.
                 black_box(unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) });
             }
             Ok(())
-        })?;
-        Ok(BatchOutcome {
-            elapsed,
-            counted: None,
         })
     }
 }
@@ -98,7 +98,7 @@ impl Primitive for ThreadCreate {
         100_000
     }
     fn batch(&mut self, ops: u64) -> Result<BatchOutcome> {
-        let elapsed = timed(|| {
+        uncounted(|| {
             for _ in 0..ops {
                 let h = std::thread::Builder::new()
                     .spawn(|| black_box(0u64))
@@ -106,10 +106,6 @@ impl Primitive for ThreadCreate {
                 let _ = h.join();
             }
             Ok(())
-        })?;
-        Ok(BatchOutcome {
-            elapsed,
-            counted: None,
         })
     }
 }
@@ -153,15 +149,11 @@ impl Primitive for ForkExit {
     fn batch(&mut self, ops: u64) -> Result<BatchOutcome> {
         // SAFETY: _exit is async-signal-safe.
         let child = || unsafe { libc::_exit(0) };
-        let elapsed = timed(|| {
+        uncounted(|| {
             for _ in 0..ops {
                 fork_and_wait(&child)?;
             }
             Ok(())
-        })?;
-        Ok(BatchOutcome {
-            elapsed,
-            counted: None,
         })
     }
 }
@@ -210,15 +202,11 @@ impl Primitive for ForkExec {
                 libc::_exit(127)
             }
         };
-        let elapsed = timed(|| {
+        uncounted(|| {
             for _ in 0..ops {
                 fork_and_wait(&child)?;
             }
             Ok(())
-        })?;
-        Ok(BatchOutcome {
-            elapsed,
-            counted: None,
         })
     }
 }
@@ -322,15 +310,11 @@ impl Primitive for MmapMunmap {
         "mmap + munmap of 64 KiB anonymous memory, untouched (VMA setup and teardown)".into()
     }
     fn batch(&mut self, ops: u64) -> Result<BatchOutcome> {
-        let elapsed = timed(|| {
+        uncounted(|| {
             for _ in 0..ops {
                 black_box(Mapping::new(64 * 1024)?);
             }
             Ok(())
-        })?;
-        Ok(BatchOutcome {
-            elapsed,
-            counted: None,
         })
     }
 }

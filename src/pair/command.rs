@@ -122,9 +122,9 @@ pub struct Flags {
     /// Allow fewer than 3 runs per placement (tests; the interval is then meaningless).
     #[arg(long, hide = true)]
     pub allow_few_repeats: bool,
-    /// One JSON document on stdout.
-    #[arg(long)]
-    pub json: bool,
+    /// `--json`, `--html FILE`.
+    #[command(flatten)]
+    pub output: crate::emit::OutputArgs,
 }
 
 /// A flag value that names one of the settings' kebab-case enums; the experiment's types stay
@@ -308,8 +308,8 @@ impl Command for Pair {
         settings(&args.flags, machine)
     }
 
-    fn json(args: &Args) -> bool {
-        args.flags.json
+    fn output(args: &Args) -> &crate::emit::OutputArgs {
+        &args.flags.output
     }
 
     fn cpus(args: &Args) -> Option<&str> {

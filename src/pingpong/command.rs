@@ -53,9 +53,9 @@ pub struct Args {
     /// Skip the check for other load before measuring.
     #[arg(long)]
     pub no_load_check: bool,
-    /// One JSON document on stdout.
-    #[arg(long)]
-    pub json: bool,
+    /// `--json`, `--html FILE`.
+    #[command(flatten)]
+    pub output: crate::emit::OutputArgs,
 }
 
 /// Turns flags into settings, rejecting bad input with one line (exit 2).
@@ -129,7 +129,7 @@ impl Command for Pingpong {
         settings(args, machine)
     }
 
-    fn json(args: &Args) -> bool {
-        args.json
+    fn output(args: &Args) -> &crate::emit::OutputArgs {
+        &args.output
     }
 }

@@ -93,7 +93,9 @@ pub fn conditions(c: &Conditions, skipped: &[(String, String)]) -> Markup {
             h2 { "Conditions" }
             ul.plain {
                 li {
-                    "cpulab " (c.cpulab_version) ", kernel " (c.kernel) ", host " (c.hostname)
+                    "cpulab " (c.cpulab_version)
+                    @if let Some(r) = &c.cpulab_revision { " (" (r) ")" }
+                    ", kernel " (c.kernel) ", host " (c.hostname)
                     ", started at Unix time " (c.started_unix_s)
                 }
                 @if c.noisy {

@@ -56,9 +56,9 @@ pub struct Args {
     /// Skip the check for other load before measuring.
     #[arg(long)]
     pub no_load_check: bool,
-    /// One JSON document on stdout.
-    #[arg(long)]
-    pub json: bool,
+    /// `--json`, `--html FILE`.
+    #[command(flatten)]
+    pub output: crate::emit::OutputArgs,
 }
 
 /// Parses `--cpus` keeping the order written: `4,0-1` is threads on 4, 0, 1.
@@ -131,8 +131,8 @@ impl Command for Scale {
         settings(args, machine)
     }
 
-    fn json(args: &Args) -> bool {
-        args.json
+    fn output(args: &Args) -> &crate::emit::OutputArgs {
+        &args.output
     }
 
     fn cpus(args: &Args) -> Option<&str> {

@@ -49,9 +49,9 @@ pub struct Args {
     /// Skip the check for other load before measuring.
     #[arg(long)]
     pub no_load_check: bool,
-    /// One JSON document on stdout.
-    #[arg(long)]
-    pub json: bool,
+    /// `--json`, `--html FILE`.
+    #[command(flatten)]
+    pub output: crate::emit::OutputArgs,
 }
 
 /// Turns flags into validated settings (exit 2 with one line on bad input).
@@ -90,8 +90,8 @@ impl Command for Share {
         settings(args, machine)
     }
 
-    fn json(args: &Args) -> bool {
-        args.json
+    fn output(args: &Args) -> &crate::emit::OutputArgs {
+        &args.output
     }
 
     fn cpus(args: &Args) -> Option<&str> {

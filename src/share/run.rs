@@ -197,7 +197,9 @@ fn measure(
         let own_before = load::process_cpu_s();
         gate.open();
         let t0 = Instant::now();
-        std::thread::sleep(s.duration);
+        // Wakes early on a signal: the run is then stopped and torn down, and reported as
+        // interrupted below, never as a short measurement.
+        let slept = crate::signals::sleep(s.duration);
         stop_workers.store(true, Ordering::Relaxed);
         let mut workers = Vec::with_capacity(t);
         for h in worker_handles {
@@ -212,6 +214,7 @@ fn measure(
         for h in burner_handles {
             let _ = h.join();
         }
+        slept?;
         let delta = sys_before.delta(&sys_after, &machine.allowed);
         let burner_cpu_share = cpu_before
             .iter()

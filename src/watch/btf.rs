@@ -17,6 +17,9 @@ pub struct TaskOffsets {
     /// `task_struct.thread_info.cpu`: what `task_cpu(p)` reads, the `target_cpu` of
     /// `sched_wakeup`.
     pub cpu: u32,
+    /// `task_struct.comm` (16 bytes), where the BTF has it: lets a program match a process
+    /// named by `--comm` when it is exec'd.
+    pub comm: Option<u32>,
 }
 
 /// The byte offset of member `name` in struct `ty`, looking through anonymous struct and
@@ -71,6 +74,7 @@ pub fn task_offsets(btf: &Btf) -> Result<TaskOffsets, String> {
         pid: field("pid")?,
         tgid: field("tgid")?,
         cpu,
+        comm: member_offset(btf, &task, "comm"),
     })
 }
 
@@ -250,7 +254,8 @@ pub(crate) mod tests {
             TaskOffsets {
                 pid: 2464,
                 tgid: 2468,
-                cpu: 68
+                cpu: 68,
+                comm: None
             }
         );
     }

@@ -33,12 +33,9 @@ pub struct Args {
     /// How long to watch (`10s`, `500ms`, `2`); Ctrl-C ends early and reports what was seen.
     #[arg(long, default_value = "10s", value_name = "TIME")]
     pub duration: String,
-    /// Also write the report as a self-contained HTML page.
-    #[arg(long, value_name = "FILE")]
-    pub html: Option<PathBuf>,
-    /// One JSON document on stdout.
-    #[arg(long)]
-    pub json: bool,
+    /// `--json`, `--html FILE`.
+    #[command(flatten)]
+    pub output: crate::emit::OutputArgs,
     /// Write one drain of CPU 0's ring buffer here (parser fixtures).
     #[arg(long, hide = true, value_name = "FILE")]
     pub dump_records: Option<PathBuf>,
@@ -68,12 +65,8 @@ impl Command for Watch {
         settings(args, machine)
     }
 
-    fn json(args: &Args) -> bool {
-        args.json
-    }
-
-    fn html(args: &Args) -> Option<&std::path::Path> {
-        args.html.as_deref()
+    fn output(args: &Args) -> &crate::emit::OutputArgs {
+        &args.output
     }
 }
 

@@ -96,12 +96,16 @@ impl PerfSource {
     /// Opens the tracepoints through perf (root: their layouts come from tracefs) on a reader
     /// thread; a refusal is returned from here, before anything is counted.
     pub fn open(machine: &Machine, opts: &SourceOptions) -> Result<Self> {
+        let resolver = Resolver::new(&machine.root, opts);
+        let mut slots = Slots::new(opts.max_targets.clamp(1, 1024));
+        for label in resolver.named_labels() {
+            slots.slot(&label);
+        }
         let sums = Arc::new(Mutex::new(Sums {
-            slots: Slots::new(opts.max_targets.clamp(1, 1024)),
+            slots,
             ..Sums::default()
         }));
         let stop = Arc::new(AtomicBool::new(false));
-        let resolver = Resolver::new(&machine.root, opts);
         let whole_machine = resolver.whole_machine();
         let online = machine.topology.online.to_vec();
         let mut classes: Vec<_> = online

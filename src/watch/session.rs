@@ -199,6 +199,12 @@ impl<'m> Session<'m> {
         })
     }
 
+    /// Shortens the window to `secs` (never lengthens it), before [`Session::enable`]: a caller
+    /// with a deadline gives the window what opening left of it.
+    pub fn shorten_window(&mut self, secs: f64) {
+        self.settings.duration_s = self.settings.duration_s.min(secs);
+    }
+
     /// Starts the window: the conditions and system counters' first sample, the events enabled,
     /// the command under watch started (after tracing began, so its first wakeups are seen).
     pub fn enable(&mut self, progress: &Progress) -> Result<()> {

@@ -231,6 +231,27 @@ impl Resolver {
         self.opts.comms.is_empty() && self.opts.pids.is_empty() && self.opts.cgroups.is_empty()
     }
 
+    /// The labels known before any process is seen: each command name, and each cgroup path
+    /// without wildcards, in the order given. A source gives them their slots at once, so their
+    /// series exist (at zero) from the first scrape and Prometheus' `increase` sees a target's
+    /// first wakeups instead of taking them for the series' starting value.
+    pub fn named_labels(&self) -> Vec<String> {
+        let cgroups = self
+            .opts
+            .cgroups
+            .iter()
+            .filter(|p| !p.contains(['*', '?']))
+            .map(|p| relative_cgroup(p))
+            .filter(|l| !l.is_empty());
+        let mut out: Vec<String> = Vec::new();
+        for l in cgroups.chain(self.opts.comms.iter().cloned()) {
+            if !out.contains(&l) {
+                out.push(l);
+            }
+        }
+        out
+    }
+
     fn comm(&self, pid: i32) -> Option<String> {
         let c = std::fs::read_to_string(self.root.join("proc").join(pid.to_string()).join("comm"));
         c.ok().map(|c| c.trim().to_string())
@@ -284,6 +305,25 @@ impl Resolver {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn named_labels_are_comms_and_plain_cgroups() {
+        let opts = SourceOptions {
+            comms: vec!["postgres".into(), "pgbench".into(), "postgres".into()],
+            cgroups: vec![
+                "/sys/fs/cgroup/system.slice/nginx.service/".into(),
+                "system.slice/*.service".into(),
+            ],
+            ..Default::default()
+        };
+        let r = Resolver::new(Path::new("/nonexistent"), &opts);
+        assert_eq!(
+            r.named_labels(),
+            ["system.slice/nginx.service", "postgres", "pgbench"]
+        );
+        let all = Resolver::new(Path::new("/nonexistent"), &SourceOptions::default());
+        assert!(all.named_labels().is_empty());
+    }
 
     #[test]
     fn slots_are_kept_and_capped() {

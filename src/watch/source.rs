@@ -72,6 +72,9 @@ impl Targets {
     /// Re-reads who the targets are and brings the kernel's map in line: processes gone are
     /// removed, new ones added with their label's slot.
     fn refresh(&mut self, map: &OwnedFd) {
+        // What the map holds before the scan: the fork program adds children of targets as
+        // they are born; one born during the scan is not in this list, so it is not removed.
+        let held = sys::map_keys_u32(map).unwrap_or_default();
         let members = self.resolver.members();
         // Watching the whole machine, the watcher leaves itself out; named, it is counted.
         let me = self
@@ -84,9 +87,9 @@ impl Targets {
                 now.insert(pid, self.slots.slot(&label));
             }
         }
-        for pid in self.installed.keys() {
-            if !now.contains_key(pid) {
-                let _ = sys::map_delete(map, &(*pid as u32).to_ne_bytes());
+        for pid in held {
+            if !now.contains_key(&(pid as i32)) {
+                let _ = sys::map_delete(map, &pid.to_ne_bytes());
             }
         }
         self.installed.retain(|pid, _| now.contains_key(pid));
@@ -141,7 +144,10 @@ impl BpfSource {
         let max_targets = opts.max_targets.clamp(1, 1024);
         let resolver = Resolver::new(&machine.root, opts);
         let whole_machine = resolver.whole_machine();
-        let slots = Slots::new(max_targets);
+        let mut slots = Slots::new(max_targets);
+        for label in resolver.named_labels() {
+            slots.slot(&label);
+        }
         let nrows = aggregate::rows(slots.count());
         let targets_map = sys::map_create(
             sys::BPF_MAP_TYPE_HASH,
@@ -194,7 +200,32 @@ impl BpfSource {
             refused: 0,
         };
         targets.refresh(&targets_map);
+        // The `--comm` names for the exec program, where the kernel's BTF gives the name's place.
+        let comm_names: Vec<&String> = if offsets.comm.is_some() {
+            opts.comms.iter().take(max_targets).collect()
+        } else {
+            Vec::new()
+        };
+        let comms_map = match comm_names.len() {
+            0 => None,
+            n => Some(sys::map_create(
+                sys::BPF_MAP_TYPE_HASH,
+                16,
+                4,
+                n as u32,
+                "cpulab_comms",
+            )?),
+        };
+        if let Some(map) = &comms_map {
+            for name in &comm_names {
+                let slot = targets.slots.slot(name);
+                if slot != targets.slots.other() {
+                    sys::map_update(map, &aggregate::comm_key(name), &slot.to_ne_bytes())?;
+                }
+            }
+        }
         let maps = Maps {
+            comms: comms_map.as_ref().map_or(-1, |m| m.as_raw_fd()),
             targets: targets_map.as_raw_fd(),
             pending: pending.as_raw_fd(),
             classes: classes_map.as_raw_fd(),
@@ -239,10 +270,44 @@ impl BpfSource {
                 }
                 Ok((progs, links))
             };
-        let (typed, (progs, links)) = match typed_ids.as_ref().map(|ids| attach_all(Some(ids))) {
-            Some(Ok(p)) => (true, p),
-            _ => (false, attach_all(None)?),
-        };
+        let (typed, (mut progs, mut links)) =
+            match typed_ids.as_ref().map(|ids| attach_all(Some(ids))) {
+                Some(Ok(p)) => (true, p),
+                _ => (false, attach_all(None)?),
+            };
+        // Children of targets join at birth (see `aggregate::fork`). Forks are rare, so the
+        // untyped program serves every kernel; where it does not load, the refresh alone
+        // finds new processes, within a second.
+        if !whole_machine {
+            let l = Layout {
+                ncpu: n,
+                unmatched,
+                direct: false,
+            };
+            let insns = aggregate::fork(&maps, &l, &offsets);
+            if let Ok(prog) = sys::prog_load(
+                &insns,
+                "cpulab_a_fork",
+                sys::BPF_PROG_TYPE_RAW_TRACEPOINT,
+                None,
+            ) && let Ok(link) = sys::raw_attach(Some("sched_process_fork"), &prog)
+            {
+                progs.push(prog);
+                links.push(link);
+            }
+            if let (Some(_), Some(comm)) = (&comms_map, offsets.comm)
+                && let Ok(prog) = sys::prog_load(
+                    &aggregate::exec(&maps, &offsets, comm),
+                    "cpulab_a_exec",
+                    sys::BPF_PROG_TYPE_RAW_TRACEPOINT,
+                    None,
+                )
+                && let Ok(link) = sys::raw_attach(Some("sched_process_exec"), &prog)
+            {
+                progs.push(prog);
+                links.push(link);
+            }
+        }
         let prog_ids = progs.iter().filter_map(|p| sys::prog_id(p).ok()).collect();
         let targets = Arc::new(Mutex::new(targets));
         let targets_map = Arc::new(targets_map);
@@ -273,7 +338,10 @@ impl BpfSource {
             targets_map,
             _links: links,
             _progs: progs,
-            _maps: vec![pending, classes_map, idle],
+            _maps: [pending, classes_map, idle]
+                .into_iter()
+                .chain(comms_map)
+                .collect(),
             targets,
             stop,
             refresher,
@@ -294,6 +362,12 @@ impl BpfSource {
     /// alive, however many have come and gone.
     pub fn tracked_processes(&self) -> usize {
         self.targets.lock().map(|t| t.installed.len()).unwrap_or(0)
+    }
+
+    /// The process ids the kernel's `targets` map holds now: what the refresh installed, plus
+    /// the children and `exec`s the kernel added since.
+    pub fn kernel_targets(&self) -> std::io::Result<Vec<u32>> {
+        sys::map_keys_u32(&self.targets_map)
     }
 
     /// Re-reads the targets now (the refresh thread does it every [`REFRESH`]).

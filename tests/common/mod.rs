@@ -367,3 +367,31 @@ pub fn assert_same_as_itself(c: &Value) {
         "{c}"
     );
 }
+
+/// A history at `dir/history.sqlite` holding the saved doctor run
+/// `tests/fixtures/results/doctor-quick.json`, imported as taken on this host (its host name
+/// set to this machine's, so it is this host's newest doctor run). Returns the path and the
+/// document imported.
+pub fn doctor_history(dir: &std::path::Path) -> (PathBuf, Value) {
+    let fixture =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/results/doctor-quick.json");
+    let mut doc: Value = serde_json::from_str(&std::fs::read_to_string(fixture).unwrap()).unwrap();
+    let host = nix::sys::utsname::uname()
+        .unwrap()
+        .nodename()
+        .to_string_lossy()
+        .to_string();
+    doc["conditions"]["hostname"] = Value::from(host.clone());
+    doc["probe"]["conditions"]["hostname"] = Value::from(host);
+    let file = dir.join("doctor.json");
+    std::fs::write(&file, doc.to_string()).unwrap();
+    let history = dir.join("history.sqlite");
+    cpulab()
+        .arg("--history")
+        .arg(&history)
+        .args(["history", "import", "-q"])
+        .arg(&file)
+        .assert()
+        .success();
+    (history, doc)
+}

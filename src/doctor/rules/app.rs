@@ -116,6 +116,7 @@ fn finding(id: &str, runs: &[&PresetRun], i: &Inputs<'_>) -> Option<Finding> {
             )]
         },
         confidence: Confidence::High,
+        uncertain: None,
     })
 }
 

@@ -181,6 +181,7 @@ impl Rule for RestrictedCpuSet {
             mechanism,
             remedies,
             confidence: Confidence::Medium,
+            uncertain: None,
         }]
     }
 }

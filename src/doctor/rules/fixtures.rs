@@ -245,6 +245,7 @@ pub fn everything_wrong() -> (Facts, Measurements) {
         skipped: vec![],
         app_watch: Some(crate::doctor::measurements::AppWatch {
             target: "comm postgres".into(),
+            setup_s: None,
             interval_s: 5.0,
             incomplete: None,
             processes: vec![crate::doctor::measurements::WatchedProcess {

@@ -243,6 +243,7 @@ impl Rule for KernelEntryCost {
             } else {
                 Confidence::Medium
             },
+            uncertain: None,
         }]
     }
 }

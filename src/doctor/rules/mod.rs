@@ -95,6 +95,55 @@ impl Effect {
     }
 }
 
+/// Why a finding may not come out the same in the next run (issue 22, "the same answer twice"),
+/// or `None` (pure): the effect's 95% intervals reach below the rule's threshold (the ratio of
+/// their nearer ends is under `min_ratio`), or `placement` says the unpinned pair moved while
+/// it was measured.
+pub fn uncertainty(eff: &Effect, min_ratio: f64, placement: Option<String>) -> Option<String> {
+    let (big, small) = if eff.worse.mean >= eff.better.mean {
+        (&eff.worse, &eff.better)
+    } else {
+        (&eff.better, &eff.worse)
+    };
+    let nearest = big.ci95_low / small.ci95_high;
+    let mut why = Vec::new();
+    // A NaN ratio (a zero interval end) counts as within noise.
+    if nearest.is_nan() || nearest < min_ratio {
+        why.push(format!(
+            "the evidence is within noise of the rule's {min_ratio}x: the 95% intervals' nearer \
+             ends are only {nearest:.2}x apart"
+        ));
+    }
+    why.extend(placement);
+    (!why.is_empty()).then(|| why.join("; "))
+}
+
+/// Whether the unpinned pair's placement changed during this run, in words (pure): its batches
+/// fell into two groups, or both ends shared a CPU for only part of the time.
+pub fn placement_changed(
+    run: &crate::doctor::measurements::WakeupRun,
+    label: &str,
+) -> Option<String> {
+    if let Some((lo, hi)) = unpinned::split_modes(&run.batch_means_ns) {
+        return Some(format!(
+            "the unpinned pair moved during the {label} run: {} batches at ~{} and {} at ~{}",
+            lo.len(),
+            crate::output::fmt_ns(lo.iter().sum::<f64>() / lo.len() as f64),
+            hi.len(),
+            crate::output::fmt_ns(hi.iter().sum::<f64>() / hi.len() as f64)
+        ));
+    }
+    run.same_cpu_share
+        .filter(|s| (0.2..=0.8).contains(s))
+        .map(|s| {
+            format!(
+                "the unpinned pair shared a CPU {:.0}% of the {label} run: its placement changed \
+                 while it was measured",
+                s * 100.0
+            )
+        })
+}
+
 /// `worse` costs more than `better` (times, costs): beyond noise and by `min_ratio` or more.
 pub fn cost_effect(worse: &[f64], better: &[f64], min_ratio: f64) -> Option<Effect> {
     let s: Separation = separation(worse, better)?;

@@ -246,6 +246,7 @@ impl Rule for NoisyNeighbour {
             } else {
                 Confidence::Low
             },
+            uncertain: None,
         }]
     }
 }

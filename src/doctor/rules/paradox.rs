@@ -203,13 +203,29 @@ impl Rule for LoadMakesItFaster {
             mechanism,
             remedies: rems,
             confidence: Confidence::from_agreeing(agree),
+            uncertain: super::uncertainty(
+                &eff,
+                MIN_RATIO,
+                super::placement_changed(idle, IDLE).or(super::placement_changed(busy, BUSY)),
+            ),
         }]
     }
 }
 
-/// What other load seen before the run does to the doctor's figures, in words; `None` when the
-/// usable CPUs were quiet.
-pub fn other_load_note(m: &Measurements, vm: bool) -> Option<String> {
+/// The findings whose figures other load can change: the unpinned ones (load pulls a spread
+/// pair together), the pinned cross-CPU wakeup (waiting for a busy CPU) and the share check's.
+pub const LOAD_SENSITIVE: &[&str] = &[
+    "load-makes-it-faster",
+    "unpinned-placement",
+    "latency-throughput-tradeoff",
+    "cross-cpu-wakeup",
+    "watched-cross-cpu-wakeups",
+    "noisy-neighbour",
+];
+
+/// What other load seen before the run does to the doctor's figures, in words, naming the
+/// findings of this run it may have changed; `None` when the usable CPUs were quiet.
+pub fn other_load_note(m: &Measurements, vm: bool, findings: &[Finding]) -> Option<String> {
     let busy: Vec<String> = m
         .counters
         .other_busy_pct
@@ -244,9 +260,26 @@ pub fn other_load_note(m: &Measurements, vm: bool) -> Option<String> {
          unpinned round trip (and unpinned pgbench or ab) is fast only while that load lasts, and \
          slow again on an idle machine; pinned cross-{cpu_word} figures that use a busy \
          {cpu_word} include waiting for it, and the share check is lower.{seen} Run the doctor \
-         again when the machine is quiet to tell the two apart",
-        busy.join(", ")
+         again when the machine is quiet to tell the two apart. {}",
+        busy.join(", "),
+        affected(findings)
     ))
+}
+
+/// The sentence naming the findings the other load may have changed (pure).
+fn affected(findings: &[Finding]) -> String {
+    let ids: Vec<&str> = findings
+        .iter()
+        .map(|f| f.id.as_str())
+        .filter(|id| LOAD_SENSITIVE.contains(id))
+        .collect();
+    if ids.is_empty() {
+        "It may have changed none of this run's findings, but may have hidden \
+         load-makes-it-faster and unpinned-placement"
+            .into()
+    } else {
+        format!("Findings it may have changed: {}", ids.join(", "))
+    }
 }
 
 #[cfg(test)]
@@ -299,6 +332,8 @@ mod tests {
             .unwrap();
         assert!(p.source.starts_with("published: docs/field-notes.md"));
         assert!(f.remedies[0].command.starts_with("pin both ends"));
+        // Clear evidence, placement steady in each run: not uncertain.
+        assert_eq!(f.uncertain, None);
         // The other rules still read the idle unpinned run.
         assert_eq!(
             m.wakeup("pipe", PlacementClass::Unpinned)
@@ -355,12 +390,73 @@ mod tests {
         );
     }
 
+    /// The unpinned runs of the paradox, idle (`idle_batches`, sharing a CPU `idle_share` of
+    /// the time) against a co-located 10 us with busy neighbours.
+    fn paradox(idle_batches: Vec<f64>, idle_share: f64) -> Vec<Finding> {
+        let (facts, mut m) = quiet_machine();
+        let idle = m
+            .wakeup
+            .iter_mut()
+            .find(|w| w.class == PlacementClass::Unpinned)
+            .unwrap();
+        *idle = wake("pipe", true, PlacementClass::Unpinned, "", 1.0, 2.0);
+        idle.rtt_ns = mci(&idle_batches);
+        idle.batch_means_ns = idle_batches;
+        idle.same_cpu_share = Some(idle_share);
+        m.wakeup.push(loaded(10e3, 0.97, 0.02));
+        LoadMakesItFaster.check(Inputs {
+            facts: &facts,
+            m: &m,
+        })
+    }
+
+    // Issue 22, the same answer twice: a run after a pgbench pair lost this finding.
+    #[test]
+    fn evidence_within_noise_of_the_threshold_is_marked_uncertain() {
+        // 1.3x on average, beyond noise, but the intervals' nearer ends are under 1.25x apart.
+        let f = paradox(samples(13e3, 0.2, 20), 0.05);
+        assert_eq!(f.len(), 1);
+        let why = f[0].uncertain.as_deref().expect("marked uncertain");
+        assert!(why.contains("within noise"), "{why}");
+    }
+
+    #[test]
+    fn a_pair_that_moved_during_the_idle_run_is_marked_uncertain() {
+        // Clearly slower idle (40 us against 10 us), but the pair shared a CPU half the time.
+        let f = paradox(samples(40e3, 0.02, 20), 0.5);
+        assert_eq!(f.len(), 1);
+        let why = f[0].uncertain.as_deref().expect("marked uncertain");
+        assert!(why.contains("shared a CPU 50%"), "{why}");
+        assert!(!why.contains("within noise"), "{why}");
+        // The same figures with a steady placement: not uncertain.
+        assert_eq!(paradox(samples(40e3, 0.02, 20), 0.05)[0].uncertain, None);
+    }
+
+    #[test]
+    fn the_load_warning_names_the_findings_it_may_have_changed() {
+        let (_, mut m) = quiet_machine();
+        m.counters.other_busy_pct.insert(1, 60.0);
+        let mut found = paradox(samples(40e3, 0.02, 20), 0.05);
+        let mut other = found[0].clone();
+        other.id = "kernel-entry-cost".into();
+        found.push(other);
+        let n = other_load_note(&m, true, &found).unwrap();
+        assert!(
+            n.contains("Findings it may have changed: load-makes-it-faster"),
+            "{n}"
+        );
+        assert!(!n.contains("kernel-entry-cost"), "not changed by load: {n}");
+        // No affected finding: the warning says which it may have hidden.
+        let n = other_load_note(&m, true, &found[1..]).unwrap();
+        assert!(n.contains("may have hidden"), "{n}");
+    }
+
     #[test]
     fn other_load_before_the_run_is_explained() {
         let (_, mut m) = quiet_machine();
-        assert!(other_load_note(&m, true).is_none());
+        assert!(other_load_note(&m, true, &[]).is_none());
         m.counters.other_busy_pct.insert(1, 98.0);
-        let n = other_load_note(&m, true).unwrap();
+        let n = other_load_note(&m, true, &[]).unwrap();
         assert!(
             n.contains("cpu1 98%") && n.contains("fast only while"),
             "{n}"

@@ -110,6 +110,7 @@ impl Rule for PowerManagement {
                 .into(),
             remedies,
             confidence: if governor.as_deref().is_some_and(|g| g != "performance") { Confidence::High } else { Confidence::Medium },
+            uncertain: None,
         }]
     }
 }

@@ -118,6 +118,7 @@ impl Rule for QuotaThrottling {
                 ),
             ],
             confidence: Confidence::High,
+            uncertain: None,
         }]
     }
 }

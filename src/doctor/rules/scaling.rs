@@ -111,6 +111,7 @@ impl Rule for ParallelContention {
             } else {
                 Confidence::Medium
             },
+            uncertain: None,
         }]
     }
 }

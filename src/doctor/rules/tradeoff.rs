@@ -152,6 +152,13 @@ impl Rule for LatencyThroughput {
             } else {
                 Confidence::Medium
             },
+            uncertain: (!thr_clear).then(|| {
+                format!(
+                    "the throughput difference is within noise by the intervals (they overlap; \
+                     Welch's p = {:.3}), so the next run may not show it",
+                    thr.p_value
+                )
+            }),
         }]
     }
 }
@@ -215,6 +222,10 @@ mod tests {
         assert_eq!(f.len(), 1);
         assert_eq!(f[0].confidence, Confidence::Medium);
         assert!(
+            f[0].uncertain.is_some(),
+            "evidence within noise is marked uncertain"
+        );
+        assert!(
             f[0].magnitude.text.contains("intervals overlap"),
             "{}",
             f[0].magnitude.text
@@ -230,6 +241,7 @@ mod tests {
         });
         assert_eq!(f.len(), 1);
         assert_eq!(f[0].confidence, Confidence::High);
+        assert_eq!(f[0].uncertain, None, "clear evidence is not uncertain");
         assert!(!f[0].magnitude.text.contains("overlap"));
     }
 }

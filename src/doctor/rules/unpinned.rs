@@ -97,6 +97,16 @@ impl Rule for UnpinnedPlacement {
             ));
         }
         let ratio = free.rtt_ns.mean / same.rtt_ns.mean;
+        // Within noise of its threshold, the next run may not see it: the two modes' split, or
+        // the slow side against one CPU.
+        let uncertain = match &modes {
+            Some((lo, hi)) => {
+                cost_effect(hi, lo, 1.5).and_then(|e| super::uncertainty(&e, 1.5, None))
+            }
+            None => slow
+                .as_ref()
+                .and_then(|e| super::uncertainty(e, MIN_RATIO, None)),
+        };
         let (title, text) = match &modes {
             Some((lo, hi)) => {
                 let (ml, mh) = (mean(lo), mean(hi));
@@ -156,6 +166,7 @@ impl Rule for UnpinnedPlacement {
             } else {
                 Confidence::Medium
             },
+            uncertain,
         }]
     }
 }

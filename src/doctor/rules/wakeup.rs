@@ -151,6 +151,7 @@ impl Rule for CrossCpuWakeup {
             mechanism,
             remedies,
             confidence: Confidence::from_agreeing(agree),
+            uncertain: None,
         }]
     }
 }

@@ -127,6 +127,7 @@ impl Rule for WatchedCrossWakeups {
                 .into(),
             remedies: remedies::colocate(cpu, i.facts, i.m.app_watch.as_ref()),
             confidence: Confidence::from_agreeing(2),
+            uncertain: None,
         }]
     }
 }
@@ -141,6 +142,7 @@ mod tests {
     fn watch(cross_share: f64, per_s: f64) -> AppWatch {
         AppWatch {
             target: "comm postgres".into(),
+            setup_s: None,
             interval_s: 5.0,
             incomplete: None,
             processes: vec![WatchedProcess {

@@ -98,6 +98,8 @@ pub fn class_table(topology: &crate::topology::Topology, ncpu: u32) -> Vec<u32> 
 #[derive(Clone, Copy, Debug)]
 pub struct Maps {
     pub targets: i32,
+    /// `--comm` names (16 bytes, zero-padded) to their slots, for [`exec`]; -1 when none.
+    pub comms: i32,
     pub pending: i32,
     pub classes: i32,
     pub idle: i32,
@@ -157,6 +159,27 @@ impl Asm {
         self.stack_ptr(2, key);
         self.push(Insn::call(helper::MAP_LOOKUP_ELEM));
     }
+    /// `update(map, r10 + key, r10 + value, flags)`.
+    fn update(&mut self, fd: i32, key: i32, value: i32, flags: i32) {
+        self.map(1, fd);
+        self.stack_ptr(2, key);
+        self.stack_ptr(3, value);
+        self.push(Insn::mov64_imm(4, flags));
+        self.push(Insn::call(helper::MAP_UPDATE_ELEM));
+    }
+    /// `*(u64 *)(base + off) += src`, through `scratch`.
+    fn add_dw(&mut self, base: u8, off: i16, src: u8, scratch: u8) {
+        self.push(Insn::ldx_dw(scratch, base, off));
+        self.push(Insn::add64_reg(scratch, src));
+        self.push(Insn::stx_dw(base, off, scratch));
+    }
+    /// The `exit` label: return 0.
+    fn exit(mut self) -> Vec<Insn> {
+        self.label("exit");
+        self.push(Insn::mov64_imm(0, 0));
+        self.push(Insn::exit());
+        self.finish()
+    }
     /// `dst = (u32) task->field` for the task pointer in argument `arg` of the context (r6).
     fn task_u32(&mut self, arg: i16, field: u32, dst: u8, direct: bool) {
         if direct {
@@ -193,6 +216,8 @@ const KEY: i32 = -4;
 const KEY2: i32 = -8;
 const SCRATCH: i32 = -16;
 const VALUE: i32 = -40;
+/// The 16-byte command name of [`exec`] (below the keys and scratch; that program has no value).
+const COMM: i32 = -32;
 
 /// `r1 = bucket_of(r9)`, clobbering r2 and r3 (see [`bucket_of`]: the bit length of
 /// `(ns - 1) >> 10`, found by halving, capped at the overflow bucket).
@@ -245,17 +270,10 @@ pub fn waking(m: &Maps, l: &Layout, o: &crate::watch::btf::TaskOffsets) -> Vec<I
     a.push(Insn::st_w(10, (VALUE + 20) as i16, 0));
     a.task_u32(0, o.pid, 7, l.direct);
     a.push(Insn::stx_w(10, KEY as i16, 7));
-    a.map(1, m.pending);
-    a.stack_ptr(2, KEY);
-    a.stack_ptr(3, VALUE);
-    a.push(Insn::mov64_imm(4, 0)); // BPF_ANY
-    a.push(Insn::call(helper::MAP_UPDATE_ELEM));
+    a.update(m.pending, KEY, VALUE, 0); // BPF_ANY
     a.jump(Insn::jeq_imm(0, 0, 0), "exit");
     count(&mut a.p, m.stats, STAT_LOST);
-    a.label("exit");
-    a.push(Insn::mov64_imm(0, 0));
-    a.push(Insn::exit());
-    a.finish()
+    a.exit()
 }
 
 /// The `sched_wakeup(p)` program.
@@ -301,10 +319,63 @@ pub fn wakeup(m: &Maps, l: &Layout, o: &crate::watch::btf::TaskOffsets) -> Vec<I
     a.jump(Insn::ja(0), "exit");
     a.label("lost");
     count(&mut a.p, m.stats, STAT_LOST);
-    a.label("exit");
-    a.push(Insn::mov64_imm(0, 0));
-    a.push(Insn::exit());
-    a.finish()
+    a.exit()
+}
+
+/// The `sched_process_fork(parent, child)` program: a new process whose parent is a target
+/// joins its parent's slot at once, so a short-lived child (a PostgreSQL backend, a pingpong
+/// responder) is counted from its first wakeup instead of after the next one-second refresh.
+/// The refresh stays the authority: it removes what no longer matches (a child that ran
+/// `exec` into another command). New threads share their process' entry already.
+pub fn fork(m: &Maps, l: &Layout, o: &crate::watch::btf::TaskOffsets) -> Vec<Insn> {
+    let mut a = Asm::new();
+    a.push(Insn::mov64_reg(6, 1));
+    a.task_u32(0, o.tgid, 7, l.direct); // parent
+    a.push(Insn::stx_w(10, KEY as i16, 7));
+    a.lookup(m.targets, KEY);
+    a.jump(Insn::jeq_imm(0, 0, 0), "exit");
+    a.push(Insn::ldx_w(8, 0, 0));
+    a.task_u32(1, o.tgid, 9, l.direct); // child
+    a.jump(Insn::jeq_reg(9, 7, 0), "exit");
+    a.push(Insn::stx_w(10, KEY as i16, 9));
+    a.push(Insn::stx_w(10, KEY2 as i16, 8));
+    a.update(m.targets, KEY, KEY2, 1); // BPF_NOEXIST: what the refresh installed stands
+    a.exit()
+}
+
+/// The `sched_process_exec(p, old_pid, bprm)` program: a process that becomes one of the
+/// `--comm` names by `exec` joins that name's slot at once (the name is set before the event).
+/// Always untyped: it reads the name with `bpf_probe_read_kernel_str` into a zeroed key, so
+/// bytes left after the terminator by an older kernel's copy never spoil the match.
+pub fn exec(m: &Maps, o: &crate::watch::btf::TaskOffsets, comm: u32) -> Vec<Insn> {
+    let mut a = Asm::new();
+    a.push(Insn::mov64_reg(6, 1));
+    for off in [COMM, COMM + 4, COMM + 8, COMM + 12] {
+        a.push(Insn::st_w(10, off as i16, 0));
+    }
+    a.stack_ptr(1, COMM);
+    a.push(Insn::mov64_imm(2, 16));
+    a.push(Insn::ldx_dw(3, 6, 0));
+    a.push(Insn::add64_imm(3, comm as i32));
+    a.push(Insn::call(helper::PROBE_READ_KERNEL_STR));
+    a.lookup(m.comms, COMM);
+    a.jump(Insn::jeq_imm(0, 0, 0), "exit");
+    a.push(Insn::ldx_w(8, 0, 0));
+    a.task_u32(0, o.tgid, 9, false);
+    a.push(Insn::stx_w(10, KEY as i16, 9));
+    a.push(Insn::stx_w(10, KEY2 as i16, 8));
+    a.update(m.targets, KEY, KEY2, 0); // BPF_ANY: the process is this name now
+    a.exit()
+}
+
+/// A `--comm` name as the [`exec`] program's key: its first 15 bytes (what the kernel keeps),
+/// zero-padded to 16.
+pub fn comm_key(name: &str) -> [u8; 16] {
+    let mut k = [0u8; 16];
+    let b = name.as_bytes();
+    let n = b.len().min(15);
+    k[..n].copy_from_slice(&b[..n]);
+    k
 }
 
 /// The `sched_switch(preempt, prev, next, prev_state)` program.
@@ -362,10 +433,7 @@ pub fn switch(m: &Maps, l: &Layout, o: &crate::watch::btf::TaskOffsets) -> Vec<I
     a.push(Insn::ldx_dw(3, 2, 0));
     a.push(Insn::add64_imm(3, 1));
     a.push(Insn::stx_dw(2, 0, 3));
-    let s = (ROW_SUM * 8) as i16;
-    a.push(Insn::ldx_dw(3, 6, s));
-    a.push(Insn::add64_reg(3, 9));
-    a.push(Insn::stx_dw(6, s, 3));
+    a.add_dw(6, (ROW_SUM * 8) as i16, 9, 3);
     a.jump(Insn::ja(0), "forget");
     a.label("lost");
     count(&mut a.p, m.stats, STAT_LOST);
@@ -374,10 +442,7 @@ pub fn switch(m: &Maps, l: &Layout, o: &crate::watch::btf::TaskOffsets) -> Vec<I
     a.map(1, m.pending);
     a.stack_ptr(2, KEY);
     a.push(Insn::call(helper::MAP_DELETE_ELEM));
-    a.label("exit");
-    a.push(Insn::mov64_imm(0, 0));
-    a.push(Insn::exit());
-    a.finish()
+    a.exit()
 }
 
 #[cfg(test)]
@@ -504,6 +569,7 @@ mod tests {
     fn every_jump_lands_inside_its_program_and_every_path_exits() {
         let m = Maps {
             targets: 3,
+            comms: 9,
             pending: 4,
             classes: 5,
             idle: 6,
@@ -514,6 +580,7 @@ mod tests {
             pid: 2464,
             tgid: 2468,
             cpu: 68,
+            comm: Some(2800),
         };
         for direct in [true, false] {
             for unmatched in [None, Some(16)] {
@@ -522,19 +589,41 @@ mod tests {
                     unmatched,
                     direct,
                 };
-                for p in [waking(&m, &l, &o), wakeup(&m, &l, &o), switch(&m, &l, &o)] {
-                    assert_eq!(p.last(), Some(&Insn::exit()));
-                    for (at, i) in p.iter().enumerate() {
-                        let jumps = i.code & 0x07 == 0x05 && i.code != 0x85 && i.code != 0x95;
-                        if jumps {
-                            let to = at as i64 + 1 + i.off as i64;
-                            assert!(to > at as i64 && (to as usize) < p.len(), "forward, inside");
-                        }
-                    }
+                for p in [
+                    waking(&m, &l, &o),
+                    wakeup(&m, &l, &o),
+                    switch(&m, &l, &o),
+                    fork(&m, &l, &o),
+                ] {
+                    jumps_stay_inside(&p);
                     // Direct loads only where asked; the helper otherwise.
                     assert_eq!(p.contains(&Insn::call(helper::PROBE_READ_KERNEL)), !direct);
                 }
             }
         }
+        let p = exec(&m, &o, 2800);
+        jumps_stay_inside(&p);
+        assert!(p.contains(&Insn::call(helper::PROBE_READ_KERNEL_STR)));
+    }
+
+    /// The last instruction exits and every jump goes forward to an instruction of `p`.
+    fn jumps_stay_inside(p: &[Insn]) {
+        assert_eq!(p.last(), Some(&Insn::exit()));
+        for (at, i) in p.iter().enumerate() {
+            let jumps = i.code & 0x07 == 0x05 && i.code != 0x85 && i.code != 0x95;
+            if jumps {
+                let to = at as i64 + 1 + i.off as i64;
+                assert!(to > at as i64 && (to as usize) < p.len(), "forward, inside");
+            }
+        }
+    }
+
+    #[test]
+    fn a_comm_key_is_the_kernels_fifteen_bytes_zero_padded() {
+        assert_eq!(&comm_key("postgres")[..9], b"postgres\0");
+        assert_eq!(comm_key("postgres")[8..], [0; 8]);
+        let long = comm_key("a-very-long-command-name");
+        assert_eq!(&long[..15], b"a-very-long-com");
+        assert_eq!(long[15], 0);
     }
 }

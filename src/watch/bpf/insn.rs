@@ -11,6 +11,7 @@ pub mod helper {
     pub const GET_SMP_PROCESSOR_ID: i32 = 8;
     pub const GET_CURRENT_PID_TGID: i32 = 14;
     pub const PROBE_READ_KERNEL: i32 = 113;
+    pub const PROBE_READ_KERNEL_STR: i32 = 115;
     pub const RINGBUF_RESERVE: i32 = 131;
     pub const RINGBUF_SUBMIT: i32 = 132;
 }
@@ -104,6 +105,10 @@ impl Insn {
     /// `if dst == imm goto pc + 1 + off`.
     pub const fn jeq_imm(dst: u8, imm: i32, off: i16) -> Self {
         Self::new(0x15, dst, 0, off, imm)
+    }
+    /// `if dst == src goto pc + 1 + off`.
+    pub const fn jeq_reg(dst: u8, src: u8, off: i16) -> Self {
+        Self::new(0x1d, dst, src, off, 0)
     }
     /// A call of kernel helper `id`: arguments in r1-r5, result in r0, r1-r5 clobbered.
     pub const fn call(id: i32) -> Self {

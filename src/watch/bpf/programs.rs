@@ -290,6 +290,7 @@ mod tests {
             pid: 2464,
             tgid: 2468,
             cpu: 68,
+            comm: Some(2800),
         };
         // switch(preempt, prev, next, prev_state): prev->pid, next->pid, then the two scalars.
         let p = raw_program(3, 4, 1, &o, false);
@@ -331,6 +332,7 @@ mod tests {
             pid: 2464,
             tgid: 2468,
             cpu: 68,
+            comm: Some(2800),
         };
         for slot in 0..4 {
             let p = raw_program(3, 4, slot, &o, true);

@@ -10,6 +10,7 @@ pub const BPF_MAP_CREATE: libc::c_long = 0;
 pub const BPF_MAP_LOOKUP_ELEM: libc::c_long = 1;
 pub const BPF_MAP_UPDATE_ELEM: libc::c_long = 2;
 pub const BPF_MAP_DELETE_ELEM: libc::c_long = 3;
+pub const BPF_MAP_GET_NEXT_KEY: libc::c_long = 4;
 pub const BPF_MAP_TYPE_HASH: u32 = 1;
 pub const BPF_MAP_TYPE_ARRAY: u32 = 2;
 pub const BPF_PROG_LOAD: libc::c_long = 5;
@@ -169,6 +170,35 @@ pub fn map_delete(map: &OwnedFd, key: &[u8]) -> std::io::Result<()> {
     put_u32(&mut a, 0, map.as_raw_fd() as u32);
     put_u64(&mut a, 8, key.as_ptr() as u64);
     sys_bpf(BPF_MAP_DELETE_ELEM, &mut a).map(|_| ())
+}
+
+/// Every key of hash map `map` with 4-byte keys, as it holds them now (a key removed while
+/// walking may end the walk early; the next walk sees the rest).
+pub fn map_keys_u32(map: &OwnedFd) -> std::io::Result<Vec<u32>> {
+    let mut keys = Vec::new();
+    let mut at: Option<u32> = None;
+    loop {
+        let mut next = 0u32;
+        let key = at.unwrap_or(0);
+        let mut a = [0u8; ATTR];
+        put_u32(&mut a, 0, map.as_raw_fd() as u32);
+        // A null key asks for the first one.
+        if at.is_some() {
+            put_u64(&mut a, 8, &key as *const u32 as u64);
+        }
+        put_u64(&mut a, 16, &mut next as *mut u32 as u64);
+        match sys_bpf(BPF_MAP_GET_NEXT_KEY, &mut a) {
+            Ok(_) => {
+                keys.push(next);
+                at = Some(next);
+            }
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(keys),
+            Err(e) => return Err(e),
+        }
+        if keys.len() > 1 << 20 {
+            return Ok(keys);
+        }
+    }
 }
 
 const BPF_PROG_GET_NEXT_ID: libc::c_long = 11;

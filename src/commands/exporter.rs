@@ -1,0 +1,144 @@
+//! `cpulab exporter`: its flags and their validation into [`Settings`]; the serving is
+//! `crate::exporter`'s, which sees no clap type and imports nothing of the command layer.
+
+use super::Global;
+use crate::error::bad_input;
+use crate::exporter::settings::{
+    DEFAULT_LISTEN, Mechanism, Settings, check_cgroup_glob, matching_cgroups, parse_interval,
+    parse_listen,
+};
+use crate::exporter::webconfig::WebConfig;
+use crate::machine::Machine;
+use anyhow::Result;
+use std::path::PathBuf;
+
+/// Flags of `cpulab exporter`.
+#[derive(Debug, clap::Args)]
+#[command(after_help = "Examples:\n  \
+    cpulab exporter --comm postgres\n  \
+    cpulab exporter --cgroup 'system.slice/*.service' --probe-interval 5m\n  \
+    cpulab exporter --listen 0.0.0.0:10039 --web.config.file /etc/cpulab/web.yml\n\n\
+    Then scrape http://127.0.0.1:10039/metrics; docs/exporter.md lists every metric.")]
+pub struct Args {
+    /// Address and port to serve /metrics on (beyond loopback, give --web.config.file).
+    #[arg(long, value_name = "ADDR:PORT", default_value = DEFAULT_LISTEN)]
+    pub listen: String,
+    /// Watch processes with this command name (repeat, or separate with commas).
+    #[arg(long, value_name = "NAME", value_delimiter = ',')]
+    pub comm: Vec<String>,
+    /// Watch these processes, labelled by command name, never by pid.
+    #[arg(long, value_name = "PID", value_delimiter = ',')]
+    pub pid: Vec<String>,
+    /// Watch cgroups (relative to /sys/fs/cgroup; globs like 'system.slice/*.service'),
+    /// re-read as services and containers come and go.
+    #[arg(long, value_name = "GLOB", value_delimiter = ',')]
+    pub cgroup: Vec<String>,
+    /// At most this many targets get their own label; the rest count as target="other".
+    #[arg(long, value_name = "N", default_value_t = 16)]
+    pub max_targets: usize,
+    /// Most series published; fewer targets get their own label when the host's classes need
+    /// it.
+    #[arg(long, value_name = "N", default_value_t = 500)]
+    pub series_budget: usize,
+    /// Run a short same-CPU and cross-CPU pingpong (about 25 ms of work) this often, e.g. 5m;
+    /// off by default.
+    #[arg(long, value_name = "DURATION")]
+    pub probe_interval: Option<String>,
+    /// TLS and basic-auth settings in the node_exporter format (exporter-toolkit).
+    #[arg(long = "web.config.file", value_name = "FILE")]
+    pub web_config_file: Option<PathBuf>,
+    /// How wakeups are counted.
+    #[arg(long, value_enum, default_value_t)]
+    pub mechanism: Mechanism,
+    /// Most HTTP connections open at once; beyond it the oldest still sending its request is
+    /// closed.
+    #[arg(long, value_name = "N", default_value_t = 64)]
+    pub max_connections: usize,
+    /// Seconds a client has to send its whole request (TLS handshake included).
+    #[arg(long, hide = true, value_name = "S", default_value_t = 10)]
+    pub request_timeout_s: u64,
+}
+
+/// Flags -> settings, checked against this machine.
+pub fn settings(args: &Args, machine: &Machine) -> Result<Settings> {
+    let listen = parse_listen(&args.listen).map_err(bad_input)?;
+    for c in &args.comm {
+        if c.is_empty() || c.len() > 15 {
+            return Err(bad_input(format!(
+                "--comm `{c}` can never match: a command name is 1 to 15 bytes (the kernel \
+                 truncates longer ones; see `ps -o comm`)"
+            )));
+        }
+    }
+    let mut pids = Vec::new();
+    for p in &args.pid {
+        let pid: i32 = p.trim().parse().ok().filter(|p| *p > 0).ok_or_else(|| {
+            bad_input(format!(
+                "--pid `{p}` is not a process id; give a number like 1234"
+            ))
+        })?;
+        if !machine.root.join(format!("proc/{pid}")).exists() {
+            return Err(bad_input(format!(
+                "--pid {pid}: no such process; check it with `ps -p {pid}`"
+            )));
+        }
+        pids.push(pid);
+    }
+    let cgroup_root = machine.root.join("sys/fs/cgroup");
+    let mut cgroups = Vec::new();
+    for g in &args.cgroup {
+        check_cgroup_glob(g).map_err(bad_input)?;
+        let g = g.trim_matches('/').to_string();
+        if matching_cgroups(&cgroup_root, &g).is_empty() {
+            return Err(bad_input(format!(
+                "--cgroup `{g}` matches no cgroup under {}; list them with `systemd-cgls` or \
+                 `ls {}`",
+                cgroup_root.display(),
+                cgroup_root.display()
+            )));
+        }
+        cgroups.push(g);
+    }
+    if args.max_targets == 0 {
+        return Err(bad_input(
+            "--max-targets 0 leaves no target; give 1 or more (the rest count as `other`)",
+        ));
+    }
+    if args.max_connections == 0 || args.request_timeout_s == 0 {
+        return Err(bad_input(
+            "--max-connections and the request timeout must be at least 1",
+        ));
+    }
+    let probe_interval = args
+        .probe_interval
+        .as_deref()
+        .map(parse_interval)
+        .transpose()
+        .map_err(bad_input)?;
+    let web = args
+        .web_config_file
+        .as_deref()
+        .map(WebConfig::load)
+        .transpose()?;
+    Ok(Settings {
+        listen,
+        comms: args.comm.clone(),
+        pids,
+        cgroups,
+        max_targets: args.max_targets,
+        series_budget: args.series_budget,
+        probe_interval,
+        web,
+        mechanism: args.mechanism,
+        max_connections: args.max_connections,
+        request_timeout_s: args.request_timeout_s,
+        history: crate::history::location(),
+    })
+}
+
+/// Runs the exporter until SIGTERM or Ctrl-C.
+pub fn run(args: Args, g: &Global) -> Result<()> {
+    let machine = Machine::detect(&g.root)?;
+    let s = settings(&args, &machine)?;
+    crate::exporter::serve(&machine, s, g.quiet)
+}
