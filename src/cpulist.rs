@@ -84,7 +84,7 @@ impl CpuSet {
                     hi,
                 });
             }
-            if hi - lo > 65536 {
+            if hi - lo >= 65536 {
                 return Err(CpuListError::TooLarge(part.to_string()));
             }
             set.extend((lo..=hi).step_by(stride as usize));
@@ -247,5 +247,103 @@ mod tests {
         assert_eq!(j, "\"0-2,5\"");
         let back: CpuSet = serde_json::from_str(&j).unwrap();
         assert_eq!(back, s);
+    }
+
+    #[test]
+    fn a_list_names_at_most_65536_cpus() {
+        // `0-65535` is 65536 CPUs, the most a list may name; one more is refused.
+        assert_eq!(CpuSet::parse_list("0-65535", false).unwrap().len(), 65536);
+        assert!(matches!(
+            CpuSet::parse_list("0-65536", false),
+            Err(CpuListError::TooLarge(_))
+        ));
+        assert!(matches!(
+            CpuSet::parse_list("1-70000", false),
+            Err(CpuListError::TooLarge(_))
+        ));
+        // The limit is on the width of a range, not on how high its CPUs are numbered.
+        assert_eq!(
+            CpuSet::parse_list("40000-40001", false).unwrap().to_vec(),
+            vec![40000, 40001]
+        );
+    }
+
+    #[test]
+    fn each_bad_part_gets_its_own_error() {
+        assert_eq!(
+            CpuSet::parse_list("0,,1", false),
+            Err(CpuListError::NotANumber("0,,1".into()))
+        );
+        assert_eq!(
+            CpuSet::parse_list("0-4:0", false),
+            Err(CpuListError::BadStride("0-4:0".into()))
+        );
+        assert_eq!(
+            CpuSet::parse_list("0-4:x", false),
+            Err(CpuListError::BadStride("0-4:x".into()))
+        );
+        assert_eq!(
+            CpuSet::parse_list("-1", false),
+            Err(CpuListError::Incomplete("-1".into()))
+        );
+        assert_eq!(
+            CpuSet::parse_list("2-x", false),
+            Err(CpuListError::NotANumber("x".into()))
+        );
+        // Spaces around parts and numbers, as users type them, are ignored.
+        assert_eq!(
+            CpuSet::parse_list(" 0 , 2 - 3 ", false).unwrap().to_vec(),
+            vec![0, 2, 3]
+        );
+        assert_eq!(
+            CpuSet::parse_list("1-9:4", false).unwrap().to_vec(),
+            vec![1, 5, 9]
+        );
+    }
+
+    #[test]
+    fn masks_read_every_bit_of_every_digit() {
+        // 0xa5 = 1010_0101: bits 0, 2, 5 and 7.
+        assert_eq!(CpuSet::parse_mask("a5").unwrap().to_vec(), vec![0, 2, 5, 7]);
+        assert_eq!(CpuSet::parse_mask("8").unwrap().to_vec(), vec![3]);
+        assert!(CpuSet::parse_mask("0").unwrap().is_empty());
+        assert_eq!(
+            CpuSet::parse_mask("f,g\n"),
+            Err(CpuListError::NotANumber("f,g".into()))
+        );
+    }
+
+    #[test]
+    fn prints_runs_as_ranges_and_lone_cpus_alone() {
+        let s = CpuSet::from_iter_u32([9, 0, 2, 4, 5, 6]);
+        assert_eq!(s.to_string(), "0,2,4-6,9");
+        assert_eq!(CpuSet::from_iter_u32([7]).to_string(), "7");
+        assert_eq!(CpuSet::from_iter_u32([3, 4]).to_string(), "3-4");
+        assert_eq!(CpuSet::new().to_string(), "");
+        assert_eq!(String::from(s.clone()), "0,2,4-6,9");
+        assert_eq!(CpuSet::try_from("0,2,4-6,9".to_string()), Ok(s));
+        assert_eq!(CpuSet::try_from(String::new()), Ok(CpuSet::new()));
+    }
+
+    #[test]
+    fn set_operations() {
+        let s = CpuSet::parse_list("0-3,8", false).unwrap();
+        let t = CpuSet::parse_list("2-9", false).unwrap();
+        assert!(s.contains(3) && s.contains(8) && !s.contains(4));
+        assert_eq!((s.len(), s.is_empty(), s.first()), (5, false, Some(0)));
+        assert_eq!(s.iter().collect::<Vec<_>>(), vec![0, 1, 2, 3, 8]);
+        assert_eq!(s.intersection(&t).to_string(), "2-3,8");
+        assert_eq!(s.difference(&t).to_string(), "0-1");
+        assert!(s.intersection(&t).is_subset(&s));
+        assert!(!s.is_subset(&t));
+        let mut e = CpuSet::new();
+        assert_eq!((e.len(), e.is_empty(), e.first()), (0, true, None));
+        e.insert(6);
+        e.insert(6);
+        assert_eq!(e.to_vec(), vec![6]);
+        assert_eq!(
+            [5u32, 1, 5].into_iter().collect::<CpuSet>().to_vec(),
+            vec![1, 5]
+        );
     }
 }

@@ -253,4 +253,162 @@ mod tests {
         assert!(welch_t_test(&a, &b).unwrap().p_value < 0.001);
         assert!(welch_t_test(&a, &a).unwrap().p_value > 0.99);
     }
+
+    fn close(a: f64, b: f64, tol: f64) -> bool {
+        (a - b).abs() <= tol
+    }
+
+    #[test]
+    fn sample_stddev_divides_by_n_minus_one() {
+        let s = Samples::new(&[9.0, 10.0, 11.0, 10.0]).unwrap();
+        assert_eq!((s.len(), s.is_empty()), (4, false));
+        // Squares about the mean 10: 1 + 0 + 1 + 0 = 2, over n - 1 = 3.
+        assert!(close(s.stddev(), (2.0f64 / 3.0).sqrt(), 1e-12));
+        let m = s.mean_ci();
+        assert_eq!(m.n, 4);
+        assert!(close(m.stddev, (2.0f64 / 3.0).sqrt(), 1e-12));
+        // t(3) = 3.182446 from the printed table, sqrt(n) = 2.
+        let half = 3.182_446 * (2.0f64 / 3.0).sqrt() / 2.0;
+        assert!(close(m.ci95_low, 10.0 - half, 1e-5));
+        assert!(close(m.ci95_high, 10.0 + half, 1e-5));
+        assert!(Samples::new(&[]).is_none());
+        assert!(Samples::new(&[1.0, f64::INFINITY]).is_none());
+    }
+
+    #[test]
+    fn t_quantiles_match_the_printed_table() {
+        assert!(close(t_975(1.0), 12.706_205, 1e-5));
+        assert!(close(t_975(2.0), 4.302_653, 1e-5));
+        assert!(close(t_975(30.0), 2.042_272, 1e-5));
+        // Fewer than one degree of freedom is read as one.
+        assert!(close(t_975(0.0), 12.706_205, 1e-5));
+    }
+
+    #[test]
+    fn relative_half_width_and_single_values() {
+        let m = MeanCi {
+            mean: -4.0,
+            ci95_low: -5.0,
+            ci95_high: -3.0,
+            ci95_half_width: 1.0,
+            stddev: 2.0,
+            n: 9,
+        };
+        assert_eq!(m.rel_half_width(), 0.25);
+        assert_eq!(MeanCi::single(0.0).rel_half_width(), f64::INFINITY);
+        let one = MeanCi::of(&[3.5]).unwrap();
+        assert_eq!(
+            one,
+            MeanCi {
+                mean: 3.5,
+                ci95_low: 3.5,
+                ci95_high: 3.5,
+                ci95_half_width: 0.0,
+                stddev: 0.0,
+                n: 1
+            }
+        );
+        assert_eq!(one.rel_half_width(), 0.0);
+        assert!(MeanCi::of(&[]).is_none());
+        assert!(MeanCi::of(&[f64::NAN]).is_none());
+        assert!(MeanCi::of(&[1.0, f64::NAN]).is_none());
+        assert_eq!(MeanCi::of(&[1.0, 3.0]).unwrap().mean, 2.0);
+    }
+
+    #[test]
+    fn ratio_carries_both_spreads_and_the_smaller_count() {
+        let a = MeanCi {
+            mean: 10.0,
+            ci95_low: 9.0,
+            ci95_high: 11.0,
+            ci95_half_width: 1.0, // 10%
+            stddev: 0.3,          // 3%
+            n: 5,
+        };
+        let b = MeanCi {
+            mean: 5.0,
+            ci95_low: 4.85,
+            ci95_high: 5.15,
+            ci95_half_width: 0.15, // 3%
+            stddev: 0.2,           // 4%
+            n: 3,
+        };
+        let r = a.ratio(&b).unwrap();
+        // 2 x sqrt(0.1^2 + 0.03^2) and 2 x sqrt(0.03^2 + 0.04^2) = 2 x 0.05.
+        let half = 2.0 * (0.01f64 + 0.0009).sqrt();
+        assert!(close(r.mean, 2.0, 1e-12));
+        assert!(close(r.ci95_half_width, half, 1e-12));
+        assert!(close(r.ci95_low, 2.0 - half, 1e-12));
+        assert!(close(r.ci95_high, 2.0 + half, 1e-12));
+        assert!(close(r.stddev, 0.1, 1e-12));
+        assert_eq!(r.n, 3);
+        assert_eq!(b.ratio(&a).unwrap().n, 3);
+        assert!(MeanCi::single(0.0).ratio(&a).is_none());
+        assert!(MeanCi::single(-1.0).ratio(&a).is_none());
+        assert!(a.ratio(&MeanCi::single(-1.0)).is_none());
+    }
+
+    #[test]
+    fn percentile_is_the_nearest_rank() {
+        let v: Vec<f64> = (1..=10).rev().map(f64::from).collect();
+        assert_eq!(percentile(&v, 0.0), Some(1.0));
+        assert_eq!(percentile(&v, 0.25), Some(3.0)); // rank ceil(2.5) = 3
+        assert_eq!(percentile(&v, 0.3), Some(3.0));
+        assert_eq!(percentile(&v, 0.31), Some(4.0));
+        assert_eq!(percentile(&v, 2.0), Some(10.0));
+        assert_eq!(percentile(&v, -1.0), Some(1.0));
+        // Values that are not numbers are left out.
+        assert_eq!(percentile(&[f64::NAN, 2.0, 1.0], 1.0), Some(2.0));
+        assert_eq!(percentile(&[f64::NAN], 0.5), None);
+    }
+
+    #[test]
+    fn histogram_percentiles_in_nanoseconds() {
+        let mut h = hdrhistogram::Histogram::<u64>::new(3).unwrap();
+        for v in 1..=1000u64 {
+            h.record(v).unwrap();
+        }
+        // Ticks of 2.5 ns each.
+        let p = Percentiles::from_histogram_scaled(&h, 2.5);
+        assert_eq!(
+            p,
+            Percentiles {
+                min_ns: 3, // 2.5 rounds away from zero
+                p50_ns: 1250,
+                p90_ns: 2250,
+                p99_ns: 2475,
+                p999_ns: 2498, // 999 x 2.5 = 2497.5
+                max_ns: 2500,
+                count: 1000,
+            }
+        );
+    }
+
+    #[test]
+    fn welch_matches_a_worked_example() {
+        // 1, 2, 3 against 2, 4, 6: variances 1 and 4 over n = 3, se^2 = 5/3,
+        // t = -2 / sqrt(5/3), df = (5/3)^2 / ((1/3)^2/2 + (4/3)^2/2) = 50/17,
+        // two-sided p = 0.2209 (R's t.test gives the same).
+        let w = welch_t_test(&[1.0, 2.0, 3.0], &[2.0, 4.0, 6.0]).unwrap();
+        assert!(close(w.t, -1.549_193_3, 1e-6));
+        assert!(close(w.df, 50.0 / 17.0, 1e-9));
+        assert!(close(w.p_value, 0.220_88, 1e-4));
+        // The sign of t follows the order of the arguments; p does not.
+        let back = welch_t_test(&[2.0, 4.0, 6.0], &[1.0, 2.0, 3.0]).unwrap();
+        assert!(close(back.t, 1.549_193_3, 1e-6));
+        assert!(close(back.p_value, w.p_value, 1e-12));
+        assert!(welch_t_test(&[1.0], &[2.0, 3.0]).is_none());
+        assert!(welch_t_test(&[2.0, 3.0], &[1.0]).is_none());
+    }
+
+    #[test]
+    fn welch_without_spread_is_all_or_nothing() {
+        let same = welch_t_test(&[4.0, 4.0], &[4.0, 4.0, 4.0]).unwrap();
+        assert_eq!((same.t, same.df, same.p_value), (0.0, 3.0, 1.0));
+        let apart = welch_t_test(&[4.0, 4.0], &[5.0, 5.0, 5.0]).unwrap();
+        assert_eq!(
+            (apart.t, apart.df, apart.p_value),
+            (f64::INFINITY, 3.0, 0.0)
+        );
+    }
 }

@@ -1,59 +1,90 @@
-//! Results written by an older cpulab still load: `report` renders them and `compare` reads
-//! their typed figures.
+//! Results written by an older cpulab still load: `report` renders them, `compare` reads their
+//! typed figures, and a doctor or probe result is compared on its typed figures, not on names.
 //!
-//! The files under `tests/fixtures/results/` were written by the binary as it was before the
-//! five older experiments moved onto `experiment::Command` (their kind is still the plain name,
-//! `"kind": "pingpong"`); they are kept as they were written, never regenerated.
+//! The files under `tests/fixtures/results/` were written by older binaries and are kept as they
+//! were written, never regenerated:
+//! - `pingpong.json`, `oscost.json`, `scale.json`: before the five older experiments moved onto
+//!   `experiment::Command` (their kind is still the plain name, `"kind": "pingpong"`);
+//! - `doctor-quick.json`, `probe-kvm-guest.json`, `oscost-quick.json`: the commit before doctor
+//!   and probe had typed figures (`cpulab doctor --quick --json`, `cpulab --root
+//!   tests/fixtures/kvm-guest probe --json`, `cpulab oscost --quick --no-freq --batches 3 --json`).
 
-#[macro_use]
 mod common;
 
 use common::{assert_success, cpulab, json_of};
-use std::path::PathBuf;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
 
-const OLD: &[(&str, &str)] = &[
+/// Experiment results of the plain-name kinds: the kind and a figure each must show.
+const OLD_KINDS: &[(&str, &str)] = &[
     ("pingpong", "rtt_ns"),
     ("oscost", "cost_ns"),
     ("scale", "time_s"),
 ];
 
-fn old(kind: &str) -> PathBuf {
+/// Results from before doctor and probe had typed figures.
+const BEFORE_TYPED: &[&str] = &[
+    "doctor-quick.json",
+    "probe-kvm-guest.json",
+    "oscost-quick.json",
+];
+
+fn result(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures/results")
-        .join(format!("{kind}.json"))
+        .join(name)
+}
+
+fn every_result() -> Vec<PathBuf> {
+    OLD_KINDS
+        .iter()
+        .map(|(kind, _)| result(&format!("{kind}.json")))
+        .chain(BEFORE_TYPED.iter().map(|name| result(name)))
+        .collect()
+}
+
+fn compared_with_itself(p: &Path) -> Value {
+    json_of(
+        &cpulab()
+            .arg("compare")
+            .arg(p)
+            .arg(p)
+            .arg("--json")
+            .output()
+            .unwrap(),
+    )
 }
 
 #[test]
 fn old_results_render_in_report() {
-    for (kind, _) in OLD {
-        let out = cpulab().arg("report").arg(old(kind)).output().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    for (i, p) in every_result().iter().enumerate() {
+        let name = p.display();
+        let out = cpulab().arg("report").arg(p).output().unwrap();
         assert_success(&out);
-        assert!(!out.stdout.is_empty(), "{kind}: report wrote nothing");
-        let dir = tempfile::tempdir().unwrap();
-        let page = dir.path().join("page.html");
+        assert!(!out.stdout.is_empty(), "{name}: report wrote nothing");
+        let page = dir.path().join(format!("{i}.html"));
         let out = cpulab()
-            .arg("report")
-            .arg(old(kind))
+            .args(["report", "-q"])
+            .arg(p)
             .arg("--html")
             .arg(&page)
             .output()
             .unwrap();
         assert_success(&out);
         let html = std::fs::read_to_string(&page).unwrap();
-        assert!(html.contains("<html"), "{kind}: no page");
+        assert!(
+            html.to_ascii_lowercase().starts_with("<!doctype html>"),
+            "{name}: no page"
+        );
+        assert!(html.contains("<html"), "{name}: no page");
     }
 }
 
 #[test]
 fn old_results_compare_with_typed_figures() {
-    for (kind, figure) in OLD {
-        let out = cpulab()
-            .args(["compare", "--json"])
-            .arg(old(kind))
-            .arg(old(kind))
-            .output()
-            .unwrap();
-        let c = json_of(&out);
+    for (kind, figure) in OLD_KINDS {
+        let c = compared_with_itself(&result(&format!("{kind}.json")));
         assert_eq!(c["result_kind"], *kind);
         let figures = c["figures"].as_array().unwrap();
         assert!(!figures.is_empty(), "{kind}: no figures");
@@ -68,15 +99,93 @@ fn old_results_compare_with_typed_figures() {
             assert_eq!(f["direction_source"], "typed", "{kind}: {}", f["path"]);
             assert_eq!(f["ratio"], 1.0, "{kind}: {}", f["path"]);
         }
+        common::assert_same_as_itself(&c);
     }
+    for name in BEFORE_TYPED {
+        let c = compared_with_itself(&result(name));
+        let figures = c["figures"].as_array().unwrap();
+        assert!(!figures.is_empty(), "{name}: {c}");
+        for f in figures {
+            // Every figure's direction comes from its type: no name is guessed.
+            assert_eq!(f["direction_source"], "typed", "{name}: {f}");
+        }
+        common::assert_same_as_itself(&c);
+    }
+}
+
+/// The walk read `migrations_per_s` as a rate (`per_s`) and could only say "unknown"; the
+/// doctor's typed figure says more migrations per second is worse.
+#[test]
+fn a_doctor_figure_named_per_s_that_is_a_cost_is_judged_a_cost() {
+    let dir = tempfile::tempdir().unwrap();
+    let a: Value =
+        serde_json::from_str(&std::fs::read_to_string(result("doctor-quick.json")).unwrap())
+            .unwrap();
+    let mut b = a.clone();
+    let runs = b["measurements"]["wakeup"].as_array_mut().unwrap();
+    let run = runs
+        .iter_mut()
+        .find(|w| w["migrations_per_s"].is_number())
+        .expect("the fixture has an unpinned run with migrations counted");
+    run["migrations_per_s"] = serde_json::json!(run["migrations_per_s"].as_f64().unwrap() + 500.0);
+    let (pa, pb) = (dir.path().join("a.json"), dir.path().join("b.json"));
+    std::fs::write(&pa, a.to_string()).unwrap();
+    std::fs::write(&pb, b.to_string()).unwrap();
+    let c = json_of(
+        &cpulab()
+            .arg("compare")
+            .arg(&pa)
+            .arg(&pb)
+            .arg("--json")
+            .output()
+            .unwrap(),
+    );
+    let mig: Vec<&Value> = c["figures"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["path"].as_str().unwrap().starts_with("migrations_per_s["))
+        .collect();
+    assert!(!mig.is_empty(), "{c}");
+    for f in mig {
+        assert_eq!(f["worse_when"], "higher", "{f}");
+        assert_eq!(f["direction_source"], "typed", "{f}");
+        // One reading per run: shown, never called better or worse without a noise estimate.
+        assert_ne!(f["verdict"], "better", "{f}");
+    }
+}
+
+/// A doctor result older still, lacking a field the typed result now has, is compared by the
+/// walk (old files are read, not refused); a field of the wrong type stays bad input.
+#[test]
+fn an_older_doctor_result_missing_a_field_is_still_compared() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut d: Value =
+        serde_json::from_str(&std::fs::read_to_string(result("doctor-quick.json")).unwrap())
+            .unwrap();
+    d["probe"].as_object_mut().unwrap().remove("notable");
+    let p = dir.path().join("old.json");
+    std::fs::write(&p, d.to_string()).unwrap();
+    let c = json_of(
+        &cpulab()
+            .arg("compare")
+            .arg(&p)
+            .arg(&p)
+            .arg("--json")
+            .output()
+            .unwrap(),
+    );
+    let figures = c["figures"].as_array().unwrap();
+    assert!(!figures.is_empty());
+    assert!(figures.iter().all(|f| f["direction_source"] == "name"));
 }
 
 /// Results written before conditions named the git revision (`cpulab_revision`) still read
 /// into today's `Conditions`, without one, and writing them again adds none.
 #[test]
 fn old_conditions_without_a_revision_still_load() {
-    for (kind, _) in OLD {
-        let text = std::fs::read_to_string(old(kind)).unwrap();
+    for (kind, _) in OLD_KINDS {
+        let text = std::fs::read_to_string(result(&format!("{kind}.json"))).unwrap();
         let doc: serde_json::Value = serde_json::from_str(&text).unwrap();
         assert!(doc["conditions"].get("cpulab_revision").is_none(), "{kind}");
         let c: cpulab::machine::Conditions =

@@ -172,4 +172,25 @@ mod tests {
             "typed: more migrations per second is worse"
         );
     }
+
+    #[test]
+    fn every_typed_direction_maps_to_its_worse() {
+        assert_eq!(from_direction(Direction::LowerIsBetter), Worse::Higher);
+        assert_eq!(from_direction(Direction::HigherIsBetter), Worse::Lower);
+        assert_eq!(from_direction(Direction::Neither), Worse::Unknown);
+    }
+
+    #[test]
+    fn a_time_suffix_alone_says_higher_is_worse() {
+        assert_eq!(of_path("runs[n=2].total_ms"), Worse::Higher);
+        assert_eq!(of_path("loop.body_cycles"), Worse::Higher);
+        assert_eq!(of_path("TOTAL_US"), Worse::Higher);
+        // An outer key decides only when the inner one says nothing.
+        assert_eq!(of_path("rtt_ns[cpu=1].widgets"), Worse::Higher);
+        assert_eq!(of_path("tps.latency_ns"), Worse::Higher);
+        assert_eq!(of_path("latency.tps"), Worse::Lower);
+        // Nested brackets: the identity ends at its own closing bracket.
+        assert_eq!(of_path("a[x=[1]].b[rate=2].widgets"), Worse::Unknown);
+        assert_eq!(of_path("a[x=[1]].steal"), Worse::Higher);
+    }
 }
