@@ -38,7 +38,10 @@ dir=$(mktemp -d /tmp/bench-exporter.XXXXXX)
 exporter_pid= scraper_pid=
 stop_exporter() {
     [ -n "$scraper_pid" ] && kill "$scraper_pid" 2>/dev/null && wait "$scraper_pid" 2>/dev/null || true
-    [ -n "$exporter_pid" ] && kill -TERM "$exporter_pid" 2>/dev/null && wait "$exporter_pid" 2>/dev/null || true
+    # $exporter_pid is /usr/bin/time: the exporter is its child. Stopping the child lets time
+    # write the exporter's CPU and RSS and exit; stopping time would orphan the exporter (it
+    # then held the port, and stayed attached through every later "without" run).
+    [ -n "$exporter_pid" ] && { pkill -TERM -P "$exporter_pid" 2>/dev/null; wait "$exporter_pid" 2>/dev/null; } || true
     exporter_pid= scraper_pid=
 }
 cleanup() {
@@ -56,6 +59,7 @@ start_exporter() { # TAG: the exporter, scraped every second, under /usr/bin/tim
         --mechanism "$mechanism" --comm postgres,pgbench --listen "127.0.0.1:$port" &
     exporter_pid=$!
     for _ in $(seq 100); do curl -sf "http://127.0.0.1:$port/metrics" -o /dev/null && break; sleep 0.1; done
+    curl -sf "http://127.0.0.1:$port/metrics" -o /dev/null || die "the exporter did not answer on port $port"
     (while sleep 1; do curl -sf "http://127.0.0.1:$port/metrics" -o /dev/null || true; done) &
     scraper_pid=$!
 }
