@@ -234,9 +234,16 @@ fn noise_alone_raises_no_alarm() {
 
 /// A measuring command that records: quick and needing no program beyond cpulab.
 fn measure(history: &Path) -> std::process::Output {
+    measure_under(history, Path::new("/"))
+}
+
+/// `measure` with the machine read under `root`.
+fn measure_under(history: &Path, root: &Path) -> std::process::Output {
     cpulab()
         .arg("--history")
         .arg(history)
+        .arg("--root")
+        .arg(root)
         .args([
             "oscost",
             "--quick",
@@ -257,22 +264,7 @@ fn a_run_under_a_fixture_root_is_not_recorded() {
     let dir = tempfile::tempdir().unwrap();
     let h = dir.path().join("h.sqlite");
     let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/epyc-kvm");
-    let out = cpulab()
-        .arg("--history")
-        .arg(&h)
-        .arg("--root")
-        .arg(&fixture)
-        .args([
-            "oscost",
-            "--quick",
-            "--no-freq",
-            "--batches",
-            "3",
-            "--no-load-check",
-            "--json",
-        ])
-        .output()
-        .unwrap();
+    let out = measure_under(&h, &fixture);
     assert_eq!(json_of(&out)["kind"], "oscost");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("not recorded in the history: --root"), "{err}");

@@ -295,9 +295,10 @@ impl BpfSource {
                 progs.push(prog);
                 links.push(link);
             }
-            if let (Some(_), Some(comm)) = (&comms_map, offsets.comm)
+            if comms_map.is_some()
+                && let Some(insns) = aggregate::exec(&maps, &offsets)
                 && let Ok(prog) = sys::prog_load(
-                    &aggregate::exec(&maps, &offsets, comm),
+                    &insns,
                     "cpulab_a_exec",
                     sys::BPF_PROG_TYPE_RAW_TRACEPOINT,
                     None,

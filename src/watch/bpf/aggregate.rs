@@ -347,7 +347,9 @@ pub fn fork(m: &Maps, l: &Layout, o: &crate::watch::btf::TaskOffsets) -> Vec<Ins
 /// `--comm` names by `exec` joins that name's slot at once (the name is set before the event).
 /// Always untyped: it reads the name with `bpf_probe_read_kernel_str` into a zeroed key, so
 /// bytes left after the terminator by an older kernel's copy never spoil the match.
-pub fn exec(m: &Maps, o: &crate::watch::btf::TaskOffsets, comm: u32) -> Vec<Insn> {
+/// None when the BTF gave no `task_struct.comm`.
+pub fn exec(m: &Maps, o: &crate::watch::btf::TaskOffsets) -> Option<Vec<Insn>> {
+    let comm = o.comm?;
     let mut a = Asm::new();
     a.push(Insn::mov64_reg(6, 1));
     for off in [COMM, COMM + 4, COMM + 8, COMM + 12] {
@@ -365,7 +367,7 @@ pub fn exec(m: &Maps, o: &crate::watch::btf::TaskOffsets, comm: u32) -> Vec<Insn
     a.push(Insn::stx_w(10, KEY as i16, 9));
     a.push(Insn::stx_w(10, KEY2 as i16, 8));
     a.update(m.targets, KEY, KEY2, 0); // BPF_ANY: the process is this name now
-    a.exit()
+    Some(a.exit())
 }
 
 /// A `--comm` name as the [`exec`] program's key: its first 15 bytes (what the kernel keeps),
@@ -601,7 +603,7 @@ mod tests {
                 }
             }
         }
-        let p = exec(&m, &o, 2800);
+        let p = exec(&m, &o).unwrap();
         jumps_stay_inside(&p);
         assert!(p.contains(&Insn::call(helper::PROBE_READ_KERNEL_STR)));
     }
