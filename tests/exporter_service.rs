@@ -125,27 +125,87 @@ fn bpf_program_names() -> Vec<String> {
     names
 }
 
-fn cpulab_programs() -> usize {
-    bpf_program_names()
-        .iter()
-        .filter(|n| n.starts_with("cpulab"))
-        .count()
+/// The ids of the BPF programs a process holds a descriptor to, from `/proc/PID/fdinfo`
+/// (`prog_id:`): its own programs, whatever another exporter in this test binary loads.
+fn programs_held_by(pid: u32) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fdinfo")) else {
+        return Vec::new();
+    };
+    let mut ids: Vec<u32> = dir
+        .flatten()
+        .filter_map(|e| std::fs::read_to_string(e.path()).ok())
+        .filter_map(|info| {
+            info.lines()
+                .find_map(|l| l.strip_prefix("prog_id:"))
+                .and_then(|v| v.trim().parse().ok())
+        })
+        .collect();
+    ids.sort_unstable();
+    ids.dedup();
+    ids
 }
 
+/// True while the kernel still has a program with this id loaded.
+fn program_loaded(id: u32) -> bool {
+    const BPF_PROG_GET_FD_BY_ID: libc::c_long = 13;
+    let mut attr = [0u8; 128];
+    attr[0..4].copy_from_slice(&id.to_ne_bytes());
+    // SAFETY: attr is a zeroed buffer larger than the bpf_attr variant used here.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            BPF_PROG_GET_FD_BY_ID,
+            attr.as_mut_ptr(),
+            attr.len() as u32,
+        )
+    };
+    if fd >= 0 {
+        unsafe { libc::close(fd as i32) };
+        return true;
+    }
+    // ENOENT: gone. Any other error (EPERM without CAP_SYS_ADMIN) means this test cannot see
+    // the program at all, which must not read as "gone".
+    let err = std::io::Error::last_os_error();
+    assert_eq!(
+        err.raw_os_error(),
+        Some(libc::ENOENT),
+        "cannot look up BPF program {id}: {err}"
+    );
+    false
+}
+
+/// Follows the exporter's own programs (not a count of every cpulab program, which another
+/// exporter started by a test running alongside changes) until the kernel has freed them.
 #[test]
 fn nothing_stays_attached_after_sigkill() {
-    let before = cpulab_programs();
     let (mut child, _port) = start_exporter(&[]);
-    let attached = cpulab_programs();
-    assert!(attached > before, "the exporter attached no cpulab program");
+    let held = programs_held_by(child.0.id());
+    let names = bpf_program_names();
+    assert!(
+        !held.is_empty(),
+        "the exporter holds no BPF program; loaded: {names:?}"
+    );
+    assert!(
+        names.iter().any(|n| n.starts_with("cpulab")),
+        "no cpulab program is loaded: {names:?}"
+    );
+    assert!(held.iter().all(|&id| program_loaded(id)));
     child.0.kill().unwrap();
     child.0.wait().unwrap();
     // The kernel frees programs whose last descriptor closed after an RCU grace period.
     let until = Instant::now() + Duration::from_secs(10);
-    while cpulab_programs() > before {
+    loop {
+        let left: Vec<u32> = held
+            .iter()
+            .copied()
+            .filter(|&id| program_loaded(id))
+            .collect();
+        if left.is_empty() {
+            break;
+        }
         assert!(
             Instant::now() < until,
-            "cpulab programs still loaded after SIGKILL: {:?}",
+            "programs {left:?} of the killed exporter still loaded: {:?}",
             bpf_program_names()
         );
         std::thread::sleep(Duration::from_millis(100));
