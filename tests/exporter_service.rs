@@ -145,33 +145,11 @@ fn programs_held_by(pid: u32) -> Vec<u32> {
     ids
 }
 
-/// True while the kernel still has a program with this id loaded.
+/// True while the kernel still has a program with this id loaded. A failed lookup (EPERM
+/// without CAP_SYS_ADMIN) fails the test: it must not read as "gone".
 fn program_loaded(id: u32) -> bool {
-    const BPF_PROG_GET_FD_BY_ID: libc::c_long = 13;
-    let mut attr = [0u8; 128];
-    attr[0..4].copy_from_slice(&id.to_ne_bytes());
-    // SAFETY: attr is a zeroed buffer larger than the bpf_attr variant used here.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            BPF_PROG_GET_FD_BY_ID,
-            attr.as_mut_ptr(),
-            attr.len() as u32,
-        )
-    };
-    if fd >= 0 {
-        unsafe { libc::close(fd as i32) };
-        return true;
-    }
-    // ENOENT: gone. Any other error (EPERM without CAP_SYS_ADMIN) means this test cannot see
-    // the program at all, which must not read as "gone".
-    let err = std::io::Error::last_os_error();
-    assert_eq!(
-        err.raw_os_error(),
-        Some(libc::ENOENT),
-        "cannot look up BPF program {id}: {err}"
-    );
-    false
+    cpulab::watch::bpf::sys::prog_loaded(id)
+        .unwrap_or_else(|e| panic!("cannot look up BPF program {id}: {e}"))
 }
 
 /// Follows the exporter's own programs (not a count of every cpulab program, which another
