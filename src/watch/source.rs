@@ -11,6 +11,7 @@
 
 use super::bpf::aggregate::{self, CLASSES, Layout, Maps, ROW_WORDS};
 use super::bpf::sys;
+use super::bpf::table::{self, TargetTable};
 use super::slots::{OTHER, Resolver, Slots};
 use crate::machine::Machine;
 use crate::wakeups::{
@@ -64,17 +65,19 @@ struct Targets {
     slots: Slots,
     /// tgid -> slot, as installed in the map.
     installed: HashMap<i32, u32>,
-    /// Updates of the `targets` map refused (a full map).
+    /// Processes refused a `targets` entry (another live target held it: their ids are equal
+    /// modulo the table's size).
     refused: u64,
 }
 
 impl Targets {
     /// Re-reads who the targets are and brings the kernel's map in line: processes gone are
     /// removed, new ones added with their label's slot.
-    fn refresh(&mut self, map: &OwnedFd) {
-        // What the map holds before the scan: the fork program adds children of targets as
+    fn refresh(&mut self, table: &TargetTable) {
+        // What the table holds before the scan: the fork program adds children of targets as
         // they are born; one born during the scan is not in this list, so it is not removed.
-        let held = sys::map_keys_u32(map).unwrap_or_default();
+        let entries = table.entries();
+        let held = table::held(entries);
         let members = self.resolver.members();
         // Watching the whole machine, the watcher leaves itself out; named, it is counted.
         let me = self
@@ -89,19 +92,20 @@ impl Targets {
         }
         for pid in held {
             if !now.contains_key(&(pid as i32)) {
-                let _ = sys::map_delete(map, &pid.to_ne_bytes());
+                table::remove(entries, pid);
             }
         }
         self.installed.retain(|pid, _| now.contains_key(pid));
         for (pid, slot) in now {
-            if self.installed.get(&pid) == Some(&slot) {
+            if self.installed.get(&pid) == Some(&slot)
+                && table::slot_of(entries, pid as u32) == Some(slot)
+            {
                 continue;
             }
-            match sys::map_update(map, &(pid as u32).to_ne_bytes(), &slot.to_ne_bytes()) {
-                Ok(()) => {
-                    self.installed.insert(pid, slot);
-                }
-                Err(_) => self.refused += 1,
+            if table::set(entries, pid as u32, slot) {
+                self.installed.insert(pid, slot);
+            } else {
+                self.refused += 1;
             }
         }
     }
@@ -111,7 +115,7 @@ impl Targets {
 pub struct BpfSource {
     rows: OwnedFd,
     stats: OwnedFd,
-    targets_map: Arc<OwnedFd>,
+    targets_map: Arc<TargetTable>,
     // Kept open: the programs run while their links are open; the other maps are theirs.
     _links: Vec<OwnedFd>,
     _progs: Vec<OwnedFd>,
@@ -149,13 +153,7 @@ impl BpfSource {
             slots.slot(&label);
         }
         let nrows = aggregate::rows(slots.count());
-        let targets_map = sys::map_create(
-            sys::BPF_MAP_TYPE_HASH,
-            4,
-            4,
-            aggregate::TARGET_ENTRIES,
-            "cpulab_targets",
-        )?;
+        let targets_map = TargetTable::create("cpulab_targets")?;
         // An array indexed by tid (see `aggregate`): a wakeup whose switch-in never comes (rare)
         // is overwritten by the next one of its entry, never leaks anything.
         let pending = sys::map_create(
@@ -226,7 +224,7 @@ impl BpfSource {
         }
         let maps = Maps {
             comms: comms_map.as_ref().map_or(-1, |m| m.as_raw_fd()),
-            targets: targets_map.as_raw_fd(),
+            targets: targets_map.fd().as_raw_fd(),
             pending: pending.as_raw_fd(),
             classes: classes_map.as_raw_fd(),
             rows: rows.as_raw_fd(),
@@ -366,7 +364,7 @@ impl BpfSource {
     /// The process ids the kernel's `targets` map holds now: what the refresh installed, plus
     /// the children and `exec`s the kernel added since.
     pub fn kernel_targets(&self) -> std::io::Result<Vec<u32>> {
-        sys::map_keys_u32(&self.targets_map)
+        Ok(table::held(self.targets_map.entries()))
     }
 
     /// Re-reads the targets now (the refresh thread does it every [`REFRESH`]).

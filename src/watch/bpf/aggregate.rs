@@ -2,9 +2,9 @@
 //! per-event record crosses to user space (the way rezolus and ebpf_exporter keep their counts).
 //!
 //! Two programs on the scheduler's raw tracepoints, and five maps:
-//! - `sched_waking(p)`: looks the wakee's process up in `targets` (tgid -> target slot, filled by
-//!   user space; a miss is skipped, or counted under the `other` slot when the whole machine is
-//!   watched) and notes in `pending` (a [`PENDING`] value in the tid's [`pending_index`] entry)
+//! - `sched_waking(p)`: looks the wakee's process up in `targets` (its [`super::table`] entry:
+//!   tgid -> target slot, kept by user space; a miss is skipped, or counted under the `other`
+//!   slot when the whole machine is watched) and notes in `pending` (a [`PENDING`] value in the tid's [`pending_index`] entry)
 //!   when it was woken, from which CPU, and for which slot.
 //! - `sched_switch(prev, next)`: for `next` with a pending wakeup, the wakeup is counted where
 //!   it landed: its class is that of (waker's CPU, this CPU) from `classes` (a CPU-pair table
@@ -21,9 +21,8 @@
 //!
 //! `rows` and `stats` are per-CPU arrays: each CPU adds to its own copy with plain loads and
 //! stores (a program is not preempted), and user space sums the copies when asked. Everything is
-//! bounded by construction: `targets` is a hash map of fixed size (an update that finds it full
-//! counts an event lost), `pending` an array with one entry per tid modulo its size, `rows` one
-//! row per (slot, class, idle).
+//! bounded by construction: `targets` and `pending` are arrays with one entry per tgid or tid
+//! modulo their size, `rows` has one row per (slot, class, idle).
 //!
 //! `pending` is an array, not a hash keyed by tid, for cost: these programs run on every
 //! scheduler event of the machine, and an array lookup is inlined by the verifier into a few
@@ -35,6 +34,7 @@
 
 use super::insn::{Insn, helper};
 use super::programs::count;
+use super::table::TARGET_ENTRIES;
 use crate::topology::PlacementClass;
 use crate::wakeups::LATENCY_BOUNDS_NS;
 
@@ -78,8 +78,6 @@ const P_TID: i16 = 16;
 pub fn pending_index(tid: u32) -> u32 {
     tid & (PENDING_ENTRIES - 1)
 }
-/// Entries of `targets`: watched processes at one moment.
-pub const TARGET_ENTRIES: u32 = 16384;
 
 /// The `rows` index of (target slot, class index, destination idle).
 pub fn row_key(slot: u32, class: u32, idle: bool) -> u32 {
@@ -181,14 +179,6 @@ impl Asm {
         self.stack_ptr(2, key);
         self.push(Insn::call(helper::MAP_LOOKUP_ELEM));
     }
-    /// `update(map, r10 + key, r10 + value, flags)`.
-    fn update(&mut self, fd: i32, key: i32, value: i32, flags: i32) {
-        self.map(1, fd);
-        self.stack_ptr(2, key);
-        self.stack_ptr(3, value);
-        self.push(Insn::mov64_imm(4, flags));
-        self.push(Insn::call(helper::MAP_UPDATE_ELEM));
-    }
     /// `*(u64 *)(base + off) += src`, through `scratch`.
     fn add_dw(&mut self, base: u8, off: i16, src: u8, scratch: u8) {
         self.push(Insn::ldx_dw(scratch, base, off));
@@ -209,6 +199,36 @@ impl Asm {
         self.pending_slot(pending, reg, miss);
         self.push(Insn::ldx_w(1, 0, P_TID));
         self.jump(Insn::jne_reg(1, reg, 0), miss);
+    }
+    /// `r0 = &targets[table::index(reg)]` (its u64 word), jumping to `miss` when none is
+    /// returned (never, but the verifier asks). Clobbers r1-r5.
+    fn target_entry(&mut self, targets: i32, reg: u8, miss: &'static str) {
+        self.push(Insn::mov64_reg(1, reg));
+        self.push(Insn::and64_imm(1, (TARGET_ENTRIES - 1) as i32));
+        self.push(Insn::stx_w(10, KEY as i16, 1));
+        self.lookup(targets, KEY);
+        self.jump(Insn::jeq_imm(0, 0, 0), miss);
+    }
+    /// `dst = the slot of process reg` from the entry word at r0, jumping to `miss` when the
+    /// entry holds another process (or none). Clobbers r1 and r2.
+    fn target_slot(&mut self, reg: u8, dst: u8, miss: &'static str) {
+        self.push(Insn::ldx_dw(1, 0, 0));
+        self.push(Insn::mov64_reg(2, 1));
+        self.push(Insn::lsh64_imm(2, 32));
+        self.push(Insn::rsh64_imm(2, 32));
+        self.jump(Insn::jne_reg(2, reg, 0), miss);
+        self.push(Insn::rsh64_imm(1, 32));
+        self.push(Insn::mov64_reg(dst, 1));
+    }
+    /// `*r0 = slot << 32 | tgid` (one 64-bit store: the whole entry at once). Clobbers r1, r2.
+    fn target_store(&mut self, tgid: u8, slot: u8) {
+        self.push(Insn::mov64_reg(1, slot));
+        self.push(Insn::lsh64_imm(1, 32));
+        self.push(Insn::mov64_reg(2, tgid));
+        self.push(Insn::lsh64_imm(2, 32));
+        self.push(Insn::rsh64_imm(2, 32));
+        self.push(Insn::or64_reg(1, 2));
+        self.push(Insn::stx_dw(0, 0, 1));
     }
     /// `r0 = &classes[entry.waker_cpu * ncpu + this CPU]` for the `pending` entry at `entry`,
     /// jumping to `miss` when none is returned. Clobbers r1-r5.
@@ -295,18 +315,14 @@ pub fn waking(m: &Maps, l: &Layout, o: &crate::watch::btf::TaskOffsets) -> Vec<I
     a.push(Insn::mov64_reg(6, 1));
     count(&mut a.p, m.stats, STAT_SEEN);
     a.task_u32(0, o.tgid, 7, l.direct);
-    a.push(Insn::stx_w(10, KEY as i16, 7));
-    a.lookup(m.targets, KEY);
-    a.jump(Insn::jne_imm(0, 0, 0), "matched");
+    a.target_entry(m.targets, 7, "unmatched");
+    a.target_slot(7, 8, "unmatched");
+    a.jump(Insn::ja(0), "have");
+    a.label("unmatched");
     match l.unmatched {
         None => a.jump(Insn::ja(0), "exit"),
-        Some(slot) => {
-            a.push(Insn::mov64_imm(8, slot as i32));
-            a.jump(Insn::ja(0), "have");
-        }
+        Some(slot) => a.push(Insn::mov64_imm(8, slot as i32)),
     }
-    a.label("matched");
-    a.push(Insn::ldx_w(8, 0, 0));
     a.label("have");
     a.task_u32(0, o.pid, 7, l.direct);
     a.pending_slot(m.pending, 7, "exit");
@@ -336,15 +352,16 @@ pub fn fork(m: &Maps, l: &Layout, o: &crate::watch::btf::TaskOffsets) -> Vec<Ins
     let mut a = Asm::new();
     a.push(Insn::mov64_reg(6, 1));
     a.task_u32(0, o.tgid, 7, l.direct); // parent
-    a.push(Insn::stx_w(10, KEY as i16, 7));
-    a.lookup(m.targets, KEY);
-    a.jump(Insn::jeq_imm(0, 0, 0), "exit");
-    a.push(Insn::ldx_w(8, 0, 0));
+    a.target_entry(m.targets, 7, "exit");
+    a.target_slot(7, 8, "exit");
     a.task_u32(1, o.tgid, 9, l.direct); // child
     a.jump(Insn::jeq_reg(9, 7, 0), "exit");
-    a.push(Insn::stx_w(10, KEY as i16, 9));
-    a.push(Insn::stx_w(10, KEY2 as i16, 8));
-    a.update(m.targets, KEY, KEY2, 1); // BPF_NOEXIST: what the refresh installed stands
+    a.target_entry(m.targets, 9, "exit");
+    // Only into a free entry: what the refresh installed stands, and another process's entry
+    // is not taken.
+    a.push(Insn::ldx_dw(1, 0, 0));
+    a.jump(Insn::jne_imm(1, 0, 0), "exit");
+    a.target_store(9, 8);
     a.exit()
 }
 
@@ -369,9 +386,15 @@ pub fn exec(m: &Maps, o: &crate::watch::btf::TaskOffsets) -> Option<Vec<Insn>> {
     a.jump(Insn::jeq_imm(0, 0, 0), "exit");
     a.push(Insn::ldx_w(8, 0, 0));
     a.task_u32(0, o.tgid, 9, false);
-    a.push(Insn::stx_w(10, KEY as i16, 9));
-    a.push(Insn::stx_w(10, KEY2 as i16, 8));
-    a.update(m.targets, KEY, KEY2, 0); // BPF_ANY: the process is this name now
+    a.target_entry(m.targets, 9, "exit");
+    // The process is this name now: its own entry, or a free one; never another process's.
+    a.push(Insn::ldx_dw(1, 0, 0));
+    a.jump(Insn::jeq_imm(1, 0, 0), "take");
+    a.push(Insn::lsh64_imm(1, 32));
+    a.push(Insn::rsh64_imm(1, 32));
+    a.jump(Insn::jne_reg(1, 9, 0), "exit");
+    a.label("take");
+    a.target_store(9, 8);
     Some(a.exit())
 }
 

@@ -58,6 +58,10 @@ impl Insn {
     pub const fn sub64_reg(dst: u8, src: u8) -> Self {
         Self::new(0x1f, dst, src, 0, 0)
     }
+    /// `dst |= src` (64-bit).
+    pub const fn or64_reg(dst: u8, src: u8) -> Self {
+        Self::new(0x4f, dst, src, 0, 0)
+    }
     /// `dst &= imm` (64-bit).
     pub const fn and64_imm(dst: u8, imm: i32) -> Self {
         Self::new(0x57, dst, 0, 0, imm)

@@ -28,6 +28,7 @@ pub mod insn;
 pub mod programs;
 pub mod ring;
 pub mod sys;
+pub mod table;
 
 pub use programs::{RAW_BODY, RAW_RECORD, decode_raw, program, raw_program};
 pub use ring::{Record, parse_record};

@@ -56,11 +56,24 @@ pub fn map_create(
     entries: u32,
     name: &str,
 ) -> std::io::Result<OwnedFd> {
+    map_create_flags(kind, key, value, entries, name, 0)
+}
+
+/// [`map_create`] with `map_flags` (`BPF_F_MMAPABLE`, ...).
+pub fn map_create_flags(
+    kind: u32,
+    key: u32,
+    value: u32,
+    entries: u32,
+    name: &str,
+    flags: u32,
+) -> std::io::Result<OwnedFd> {
     let mut a = [0u8; ATTR];
     put_u32(&mut a, 0, kind);
     put_u32(&mut a, 4, key);
     put_u32(&mut a, 8, value);
     put_u32(&mut a, 12, entries);
+    put_u32(&mut a, 16, flags);
     let n = name.as_bytes();
     a[28..28 + n.len().min(15)].copy_from_slice(&n[..n.len().min(15)]);
     sys_bpf(BPF_MAP_CREATE, &mut a).map(owned)
