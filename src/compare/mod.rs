@@ -413,4 +413,304 @@ mod tests {
         };
         assert_eq!(diff(&p(1.0), &p(100.0)).verdict, Verdict::Untested);
     }
+
+    /// Ten samples 0..9 and the same shifted by 3.5: Welch's p is about 0.02, below
+    /// [`ALPHA`], yet the two 95% intervals (half-width 2.17 each) still overlap.
+    fn p_below_alpha_overlapping() -> (Vec<f64>, Vec<f64>) {
+        let a: Vec<f64> = (0..10).map(f64::from).collect();
+        let b = a.iter().map(|v| v + 3.5).collect();
+        (a, b)
+    }
+
+    #[test]
+    fn separation_needs_both_the_p_value_and_separated_intervals() {
+        let (a, b) = p_below_alpha_overlapping();
+        let s = separation(&a, &b).unwrap();
+        assert!(s.p_value < ALPHA, "p = {}", s.p_value);
+        assert!(
+            s.a.ci95_high > s.b.ci95_low,
+            "the fixture's intervals overlap"
+        );
+        assert!(!s.beyond_noise);
+        assert!((s.a.mean - 4.5).abs() < 1e-12 && (s.b.mean - 8.0).abs() < 1e-12);
+        // Far apart: both hold.
+        let s = separation(&[1.0, 1.1, 0.9], &[5.0, 5.1, 4.9]).unwrap();
+        assert!(s.p_value < ALPHA && s.a.ci95_high < s.b.ci95_low);
+        assert!(s.beyond_noise);
+        // Same spread, same mean: p = 1, not beyond.
+        let s = separation(&[1.0, 2.0, 3.0], &[3.0, 2.0, 1.0]).unwrap();
+        assert!((s.p_value - 1.0).abs() < 1e-12);
+        assert!(!s.beyond_noise);
+    }
+
+    #[test]
+    fn separation_refuses_too_few_or_non_finite_samples() {
+        assert!(separation(&[1.0], &[2.0, 3.0]).is_none());
+        assert!(separation(&[1.0, 2.0], &[]).is_none());
+        assert!(separation(&[1.0, f64::NAN], &[2.0, 3.0]).is_none());
+        assert!(separation(&[1.0, 2.0], &[2.0, f64::INFINITY]).is_none());
+    }
+
+    #[test]
+    fn intervals_overlap_when_they_share_a_point() {
+        assert!(overlap((0.0, 2.0), (1.0, 3.0)));
+        assert!(overlap((1.0, 3.0), (0.0, 2.0)));
+        assert!(overlap((0.0, 1.0), (1.0, 2.0)), "touching ends overlap");
+        assert!(overlap((0.0, 4.0), (1.0, 2.0)), "nested");
+        assert!(!overlap((0.0, 1.0), (2.0, 3.0)));
+        assert!(!overlap((2.0, 3.0), (0.0, 1.0)));
+    }
+
+    #[test]
+    fn a_difference_with_p_below_alpha_but_overlapping_intervals_is_the_same() {
+        let (a, b) = p_below_alpha_overlapping();
+        let d = diff(&fig("rtt_ns", &a), &fig("rtt_ns", &b));
+        assert_eq!(d.test, Test::Welch);
+        assert!(d.p_value.unwrap() < ALPHA);
+        assert_eq!(d.verdict, Verdict::Same);
+        assert_eq!((d.a_n, d.b_n), (10, 10));
+    }
+
+    #[test]
+    fn ratio_change_and_worse_by_follow_the_direction() {
+        let a = fig("rtt_ns", &[99.0, 100.0, 101.0]);
+        let b = fig("rtt_ns", &[119.0, 120.0, 121.0]);
+        let close = |x: Option<f64>, want: f64| (x.unwrap() - want).abs() < 1e-9;
+        let d = diff(&a, &b);
+        assert_eq!(d.worse_when, Worse::Higher);
+        assert_eq!(d.direction_source, DirectionSource::Name);
+        assert!(close(d.ratio, 1.2));
+        assert!(close(d.change_pct, 20.0));
+        assert!(close(d.worse_by_pct, 20.0));
+        assert_eq!(d.verdict, Verdict::Worse);
+        let ci = d.a_ci95.unwrap();
+        assert!(
+            ci.0 < 100.0 && 100.0 < ci.1,
+            "a's interval is its samples': {ci:?}"
+        );
+        // A rate: higher is better, so the same move is 20% better (worse by -20%).
+        let d = diff(
+            &fig("tps", &[99.0, 100.0, 101.0]),
+            &fig("tps", &[119.0, 120.0, 121.0]),
+        );
+        assert_eq!(d.worse_when, Worse::Lower);
+        assert!(close(d.change_pct, 20.0));
+        assert!(close(d.worse_by_pct, -20.0));
+        assert_eq!(d.verdict, Verdict::Better);
+        // A rate falling by 20% is worse by 20%.
+        let d = diff(
+            &fig("tps", &[99.0, 100.0, 101.0]),
+            &fig("tps", &[79.0, 80.0, 81.0]),
+        );
+        assert!(close(d.change_pct, -20.0));
+        assert!(close(d.worse_by_pct, 20.0));
+        assert_eq!(d.verdict, Verdict::Worse);
+    }
+
+    #[test]
+    fn a_zero_baseline_has_no_ratio_and_is_changed_not_judged_worse() {
+        let a = fig("rtt_ns", &[-0.1, 0.0, 0.1]);
+        let b = fig("rtt_ns", &[9.9, 10.0, 10.1]);
+        assert_eq!(a.value, 0.0);
+        let d = diff(&a, &b);
+        assert_eq!(d.ratio, None);
+        assert_eq!(d.change_pct, None);
+        assert_eq!(d.worse_by_pct, None);
+        assert_eq!(d.verdict, Verdict::Changed);
+    }
+
+    #[test]
+    fn non_finite_samples_leave_a_figure_untested() {
+        let a = fig("rtt_ns", &[1.0, f64::NAN, 1.0]);
+        let b = fig("rtt_ns", &[5.0, 5.1, 4.9]);
+        let d = diff(&a, &b);
+        assert_eq!((d.test, d.verdict), (Test::None, Verdict::Untested));
+        assert_eq!((d.p_value, d.a_ci95), (None, None));
+    }
+
+    fn stated(path: &str, value: f64, ci95: (f64, f64)) -> Figure {
+        Figure {
+            path: path.into(),
+            value,
+            samples: None,
+            ci95: Some(ci95),
+        }
+    }
+
+    #[test]
+    fn stated_intervals_alone_are_judged_by_overlap() {
+        let a = stated("rtt_ns", 100.0, (95.0, 105.0));
+        let d = diff(&a, &stated("rtt_ns", 120.0, (115.0, 125.0)));
+        assert_eq!((d.test, d.verdict), (Test::Intervals, Verdict::Worse));
+        assert_eq!(d.p_value, None);
+        assert_eq!(d.a_ci95, Some((95.0, 105.0)));
+        let d = diff(&a, &stated("rtt_ns", 108.0, (105.0, 111.0)));
+        assert_eq!((d.test, d.verdict), (Test::Intervals, Verdict::Same));
+    }
+
+    #[test]
+    fn one_sample_gives_no_interval_of_its_own() {
+        // A single sample is no spread: the stated interval is used instead.
+        let f = Figure {
+            path: "rtt_ns".into(),
+            value: 100.0,
+            samples: Some(vec![100.0]),
+            ci95: Some((90.0, 110.0)),
+        };
+        assert_eq!(interval(&f), Some((90.0, 110.0)));
+        let f = fig("rtt_ns", &[99.0, 100.0, 101.0]);
+        let (lo, hi) = interval(&f).unwrap();
+        assert!(lo < 99.0 && 101.0 < hi && lo > 0.0);
+    }
+
+    #[test]
+    fn untyped_keeps_samples_only_from_two_on() {
+        use crate::experiment::Direction::LowerIsBetter;
+        let t = typed("rtt_ns", LowerIsBetter, &[1.0, 2.0, 3.0]);
+        let f = untyped(&t);
+        assert_eq!(f.samples.as_deref(), Some(&[1.0, 2.0, 3.0][..]));
+        assert_eq!((f.path.as_str(), f.value), ("rtt_ns", 2.0));
+        let one = typed("rtt_ns", LowerIsBetter, &[1.0]);
+        assert_eq!(untyped(&one).samples, None);
+        let d = diff_typed(&t, &typed("rtt_ns", LowerIsBetter, &[7.0, 8.0, 9.0]));
+        assert_eq!((d.test, d.a_n, d.b_n), (Test::Welch, 3, 3));
+    }
+
+    #[test]
+    fn judged_figures_come_worst_first() {
+        let a = fig("rtt_ns", &[99.0, 100.0, 101.0]);
+        let plain = |v| Figure {
+            path: "plain_ns".into(),
+            value: v,
+            samples: None,
+            ci95: None,
+        };
+        let diffs = vec![
+            diff(&plain(1.0), &plain(2.0)),
+            diff(&a, &fig("rtt_ns", &[99.5, 100.0, 100.5])),
+            diff(
+                &fig("tps", &a.samples.clone().unwrap()),
+                &fig("tps", &[199.0, 200.0, 201.0]),
+            ),
+            diff(&fig("x", &[1.0, 1.1, 0.9]), &fig("x", &[5.0, 5.1, 4.9])),
+            diff(&a, &fig("rtt_ns", &[199.0, 200.0, 201.0])),
+        ];
+        let (sorted, regressions) = judge(diffs, None);
+        let verdicts: Vec<Verdict> = sorted.iter().map(|d| d.verdict).collect();
+        use Verdict::*;
+        assert_eq!(verdicts, vec![Worse, Changed, Better, Same, Untested]);
+        assert!(regressions.is_empty(), "no threshold, no regressions");
+    }
+
+    #[test]
+    fn a_regression_is_worse_beyond_noise_and_strictly_beyond_the_threshold() {
+        let a = fig("rtt_ns", &[99.0, 100.0, 101.0]);
+        let d = diff(&a, &fig("rtt_ns", &[119.0, 120.0, 121.0]));
+        let w = d.worse_by_pct.unwrap();
+        assert_eq!(
+            judge(vec![d.clone()], Some(10.0)).1,
+            vec!["rtt_ns".to_string()]
+        );
+        assert!(
+            judge(vec![d.clone()], Some(w)).1.is_empty(),
+            "exactly at the threshold"
+        );
+        assert_eq!(judge(vec![d.clone()], Some(w - 1e-9)).1.len(), 1);
+        assert!(judge(vec![d], Some(30.0)).1.is_empty());
+        // 50% slower but within noise: not a regression, whatever the threshold.
+        let noisy = diff(
+            &fig("rtt_ns", &[50.0, 100.0, 150.0]),
+            &fig("rtt_ns", &[100.0, 150.0, 200.0]),
+        );
+        assert_eq!(noisy.verdict, Verdict::Same);
+        assert!(noisy.worse_by_pct.unwrap() > 10.0);
+        assert!(judge(vec![noisy], Some(10.0)).1.is_empty());
+        // Better by 20%: never a regression, even with a threshold below its change.
+        let better = diff(
+            &fig("tps", &[79.0, 80.0, 81.0]),
+            &fig("tps", &[99.0, 100.0, 101.0]),
+        );
+        assert_eq!(better.verdict, Verdict::Better);
+        assert!(better.worse_by_pct.unwrap() < 0.0);
+        assert!(judge(vec![better], Some(-100.0)).1.is_empty());
+    }
+
+    #[test]
+    fn compare_pairs_flat_figures_by_path() {
+        use serde_json::json;
+        let a = walk::flatten(&json!({
+            "rtt_ns": {"samples": [99.0, 100.0, 101.0]},
+            "tps": {"samples": [99.0, 100.0, 101.0]},
+            "gone_ns": {"samples": [1.0, 2.0]}
+        }));
+        let b = walk::flatten(&json!({
+            "rtt_ns": {"samples": [119.0, 120.0, 121.0]},
+            "tps": {"samples": [99.5, 100.0, 100.5]}
+        }));
+        let (figures, regressions) = compare(&a, &b, Some(10.0));
+        let got: Vec<(&str, Verdict)> = figures
+            .iter()
+            .map(|d| (d.path.as_str(), d.verdict))
+            .collect();
+        assert_eq!(
+            got,
+            vec![("rtt_ns", Verdict::Worse), ("tps", Verdict::Same)]
+        );
+        assert_eq!(regressions, vec!["rtt_ns".to_string()]);
+    }
+
+    #[test]
+    fn comparison_of_documents_names_what_is_only_on_one_side_and_the_context_that_moved() {
+        use serde_json::json;
+        let a = json!({
+            "conditions": {"kernel": "6.1", "online_cpus": "0-1"},
+            "rtt_ns": {"samples": [99.0, 100.0, 101.0]},
+            "old_ns": {"samples": [1.0, 2.0]}
+        });
+        let b = json!({
+            "conditions": {"kernel": "6.12", "online_cpus": "0-1"},
+            "rtt_ns": {"samples": [119.0, 120.0, 121.0]},
+            "new_ns": {"samples": [1.0, 2.0]}
+        });
+        let c = comparison(("a.json", &a), ("b.json", &b), "pingpong", None, Some(10.0));
+        assert_eq!((c.a_file.as_str(), c.b_file.as_str()), ("a.json", "b.json"));
+        assert_eq!(c.result_kind, "pingpong");
+        assert_eq!(c.method, METHOD);
+        assert_eq!(c.figures.len(), 1);
+        assert_eq!(c.figures[0].verdict, Verdict::Worse);
+        assert_eq!(c.only_in_a, vec!["old_ns".to_string()]);
+        assert_eq!(c.only_in_b, vec!["new_ns".to_string()]);
+        assert_eq!(c.regressions, vec!["rtt_ns".to_string()]);
+        assert_eq!(
+            c.context_differences,
+            vec![("conditions.kernel".into(), "6.1".into(), "6.12".into())]
+        );
+    }
+
+    #[test]
+    fn comparison_of_typed_figures_pairs_them_by_name_with_their_own_direction() {
+        use crate::experiment::Direction::{HigherIsBetter, LowerIsBetter};
+        let doc = serde_json::json!({});
+        let t = Typed {
+            a: vec![
+                typed("ops_per_s", HigherIsBetter, &[99.0, 100.0, 101.0]),
+                typed("old_ns", LowerIsBetter, &[1.0, 2.0]),
+            ],
+            b: vec![
+                typed("new_ns", LowerIsBetter, &[5.0, 6.0]),
+                typed("ops_per_s", HigherIsBetter, &[79.0, 80.0, 81.0]),
+            ],
+        };
+        let c = comparison(("a", &doc), ("b", &doc), "k", Some(t), Some(10.0));
+        assert_eq!(c.figures.len(), 1);
+        let d = &c.figures[0];
+        assert_eq!(d.path, "ops_per_s");
+        assert_eq!((d.a, d.b), (100.0, 80.0));
+        assert_eq!(d.direction_source, DirectionSource::Typed);
+        assert_eq!(d.verdict, Verdict::Worse);
+        assert_eq!(c.only_in_a, vec!["old_ns".to_string()]);
+        assert_eq!(c.only_in_b, vec!["new_ns".to_string()]);
+        assert_eq!(c.regressions, vec!["ops_per_s".to_string()]);
+        assert!(c.context_differences.is_empty());
+    }
 }

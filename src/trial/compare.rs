@@ -252,4 +252,208 @@ mod tests {
         let b6 = [11.0, 10.5, 11.8, 11.0, 10.5, 11.8];
         assert!(detectable(&a6, &b6).unwrap() < d);
     }
+
+    #[test]
+    fn verdict_strings_are_what_try_prints() {
+        assert_eq!(Verdict::Better.as_str(), "better");
+        assert_eq!(Verdict::Worse.as_str(), "worse");
+        assert_eq!(Verdict::Different.as_str(), "changed");
+        assert_eq!(Verdict::NoDifference.as_str(), "no difference beyond noise");
+    }
+
+    #[test]
+    fn verdict_follows_the_direction_only_below_alpha() {
+        use Direction::*;
+        let p = Some(0.01);
+        assert_eq!(verdict(LowerIsBetter, 100.0, 90.0, p), Verdict::Better);
+        assert_eq!(verdict(LowerIsBetter, 100.0, 110.0, p), Verdict::Worse);
+        assert_eq!(verdict(HigherIsBetter, 100.0, 110.0, p), Verdict::Better);
+        assert_eq!(verdict(HigherIsBetter, 100.0, 90.0, p), Verdict::Worse);
+        assert_eq!(verdict(Neither, 100.0, 110.0, p), Verdict::Different);
+        assert_eq!(verdict(Neither, 100.0, 90.0, p), Verdict::Different);
+        // Equal means are not an improvement in either direction.
+        assert_eq!(verdict(LowerIsBetter, 100.0, 100.0, p), Verdict::Worse);
+        assert_eq!(verdict(HigherIsBetter, 100.0, 100.0, p), Verdict::Worse);
+        // At alpha, above it, or with no test: no difference, whatever the means.
+        for p in [Some(ALPHA), Some(0.051), Some(1.0), None] {
+            assert_eq!(
+                verdict(LowerIsBetter, 100.0, 10.0, p),
+                Verdict::NoDifference
+            );
+            assert_eq!(
+                verdict(HigherIsBetter, 100.0, 10.0, p),
+                Verdict::NoDifference
+            );
+            assert_eq!(verdict(Neither, 100.0, 10.0, p), Verdict::NoDifference);
+        }
+        assert_eq!(
+            verdict(LowerIsBetter, 100.0, 10.0, Some(0.049)),
+            Verdict::Better
+        );
+    }
+
+    /// Equal spreads and sizes: se^2 = 1/3 + 1/3, df = 4, and from the printed t table
+    /// t(0.975, 4) = 2.776445, t(0.80, 4) = 0.940965.
+    #[test]
+    fn detectable_difference_of_a_worked_example() {
+        let d = detectable(&[1.0, 2.0, 3.0], &[4.0, 5.0, 6.0]).unwrap();
+        let want = (2.776_445 + 0.940_965) * (2.0f64 / 3.0).sqrt();
+        assert!((d - want).abs() < 1e-5, "{d} vs {want}");
+    }
+
+    /// Unequal sizes and spreads: va = 1/3 (n = 3), vb = (20/3)/4 = 5/3 (n = 4), so se^2 = 2
+    /// and Welch–Satterthwaite df = 4 / ((1/9)/2 + (25/9)/3) = 216/53.
+    #[test]
+    fn detectable_difference_with_unequal_sides() {
+        let df = 216.0 / 53.0;
+        let t = StudentsT::new(0.0, 1.0, df).unwrap();
+        let want = (t.inverse_cdf(0.975) + t.inverse_cdf(0.80)) * 2.0f64.sqrt();
+        let a = [1.0, 2.0, 3.0];
+        let b = [2.0, 4.0, 6.0, 8.0];
+        let d = detectable(&a, &b).unwrap();
+        assert!((d - want).abs() < 1e-9, "{d} vs {want}");
+        let d = detectable(&b, &a).unwrap();
+        assert!(
+            (d - want).abs() < 1e-9,
+            "the same either way round: {d} vs {want}"
+        );
+    }
+
+    #[test]
+    fn detectable_needs_two_rounds_a_side() {
+        assert_eq!(detectable(&[1.0], &[1.0, 2.0]), None);
+        assert_eq!(detectable(&[1.0, 2.0], &[1.0]), None);
+        assert_eq!(detectable(&[], &[1.0, 2.0]), None);
+        assert!(detectable(&[1.0, 2.0], &[1.0, 3.0]).unwrap() > 0.0);
+        // No spread at all: nothing smaller than zero could be missed.
+        assert_eq!(detectable(&[5.0, 5.0, 5.0], &[5.0, 5.0, 5.0]), Some(0.0));
+    }
+
+    fn rounds_of(direction: Direction, baseline: &[f64], changed: &[f64]) -> Vec<Round> {
+        let side = |side, vs: &[f64], from: usize| -> Vec<Round> {
+            vs.iter()
+                .enumerate()
+                .map(|(i, v)| Round {
+                    index: from + i,
+                    side,
+                    started_s: (from + i) as f64,
+                    figures: vec![
+                        Figure::from_samples(
+                            "ops_per_s",
+                            "ops",
+                            Unit::PerSecond,
+                            direction,
+                            vec![v - 1.0, v + 1.0],
+                        )
+                        .unwrap(),
+                    ],
+                    noisy: false,
+                    load_before: None,
+                })
+                .collect()
+        };
+        let mut r = side(Side::Baseline, baseline, 0);
+        r.extend(side(Side::Changed, changed, baseline.len()));
+        r
+    }
+
+    #[test]
+    fn rounds_are_compared_by_side_with_the_figures_direction() {
+        let cs = compare_rounds(&rounds_of(
+            Direction::HigherIsBetter,
+            &[100.0, 101.0, 99.0],
+            &[80.0, 81.0, 79.0],
+        ));
+        assert_eq!(cs.len(), 1);
+        let c = &cs[0];
+        assert_eq!((c.name.as_str(), c.label.as_str()), ("ops_per_s", "ops"));
+        assert_eq!(c.verdict, Verdict::Worse);
+        assert_eq!(c.baseline_rounds, vec![100.0, 101.0, 99.0]);
+        assert_eq!(c.changed_rounds, vec![80.0, 81.0, 79.0]);
+        assert_eq!(
+            c.baseline_samples,
+            vec![99.0, 101.0, 100.0, 102.0, 98.0, 100.0]
+        );
+        assert_eq!(c.changed_samples.len(), 6);
+        assert!(c.p_value.unwrap() < ALPHA);
+        let r = c.ratio.as_ref().unwrap();
+        assert!((r.mean - 0.8).abs() < 1e-12);
+        let d = c.detectable.unwrap();
+        assert_eq!(Some(d), detectable(&c.baseline_rounds, &c.changed_rounds));
+        assert!((c.detectable_rel.unwrap() - d / 100.0).abs() < 1e-12);
+        let cs = compare_rounds(&rounds_of(
+            Direction::HigherIsBetter,
+            &[80.0, 81.0, 79.0],
+            &[100.0, 101.0, 99.0],
+        ));
+        assert_eq!(cs[0].verdict, Verdict::Better);
+    }
+
+    #[test]
+    fn a_baseline_at_zero_has_no_ratio_and_no_relative_detectable() {
+        let cs = compare_rounds(&rounds_of(
+            Direction::LowerIsBetter,
+            &[0.0, 0.0, 0.0],
+            &[0.3, 0.31, 0.29],
+        ));
+        let c = &cs[0];
+        assert_eq!(c.baseline.ci95_low, 0.0);
+        assert!(c.ratio.is_none());
+        assert_eq!(c.detectable_rel, None);
+        assert!(c.detectable.unwrap() > 0.0);
+        assert_eq!(c.verdict, Verdict::Worse);
+    }
+
+    #[test]
+    fn too_few_rounds_or_a_missing_figure_are_not_compared() {
+        assert!(compare_rounds(&[]).is_empty());
+        // Only baseline rounds: nothing to set against them.
+        assert!(compare_rounds(&rounds_of(Direction::LowerIsBetter, &[1.0, 2.0], &[])).is_empty());
+        // One round a side: means, but no test and no detectable difference.
+        let cs = compare_rounds(&rounds_of(Direction::LowerIsBetter, &[1.0], &[9.0]));
+        assert_eq!(cs.len(), 1);
+        assert_eq!((cs[0].p_value, cs[0].detectable), (None, None));
+        assert_eq!(cs[0].verdict, Verdict::NoDifference);
+        // A figure one round did not produce is left out; the others are still compared.
+        let mut rounds: Vec<Round> = (0..4)
+            .map(|i| {
+                round(
+                    i,
+                    if i % 2 == 0 {
+                        Side::Baseline
+                    } else {
+                        Side::Changed
+                    },
+                    10.0 + i as f64,
+                    0.0,
+                )
+            })
+            .collect();
+        rounds[3].figures.retain(|f| f.name == "rtt_ns");
+        let cs = compare_rounds(&rounds);
+        let names: Vec<&str> = cs.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, vec!["rtt_ns"]);
+        assert_eq!(cs[0].baseline_rounds, vec![10.0, 12.0]);
+        assert_eq!(cs[0].changed_rounds, vec![11.0, 13.0]);
+    }
+
+    #[test]
+    fn figures_are_one_per_side_with_the_round_values_as_samples() {
+        let cs = compare_rounds(&rounds_of(
+            Direction::HigherIsBetter,
+            &[100.0, 101.0, 99.0],
+            &[80.0, 81.0, 79.0],
+        ));
+        let fs = figures(&cs);
+        let names: Vec<&str> = fs.iter().map(|f| f.name.as_str()).collect();
+        assert_eq!(
+            names,
+            vec!["ops_per_s[side=baseline]", "ops_per_s[side=changed]"]
+        );
+        assert_eq!(fs[0].label, "ops, baseline");
+        assert_eq!(fs[1].samples, vec![80.0, 81.0, 79.0]);
+        assert_eq!(fs[1].direction, Direction::HigherIsBetter);
+        assert_eq!(fs[1].unit, Unit::PerSecond);
+        assert!((fs[0].value - 100.0).abs() < 1e-12);
+    }
 }
