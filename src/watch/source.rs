@@ -156,9 +156,10 @@ impl BpfSource {
             aggregate::TARGET_ENTRIES,
             "cpulab_targets",
         )?;
-        // LRU: a wakeup whose switch-in never comes (rare) is evicted, never leaks a slot.
+        // An array indexed by tid (see `aggregate`): a wakeup whose switch-in never comes (rare)
+        // is overwritten by the next one of its entry, never leaks anything.
         let pending = sys::map_create(
-            BPF_MAP_TYPE_LRU_HASH,
+            sys::BPF_MAP_TYPE_ARRAY,
             4,
             aggregate::PENDING,
             aggregate::PENDING_ENTRIES,
@@ -401,9 +402,6 @@ impl BpfSource {
             .sum())
     }
 }
-
-/// `BPF_MAP_TYPE_LRU_HASH`.
-const BPF_MAP_TYPE_LRU_HASH: u32 = 9;
 
 /// One row pair (busy, idle destination) into a class's counts.
 pub fn class_counts(busy: &[u64; ROW_WORDS], idle: &[u64; ROW_WORDS]) -> ClassCounts {

@@ -4,8 +4,8 @@
 //! Three programs on the scheduler's raw tracepoints, and six maps:
 //! - `sched_waking(p)`: looks the wakee's process up in `targets` (tgid -> target slot, filled by
 //!   user space; a miss is skipped, or counted under the `other` slot when the whole machine is
-//!   watched) and notes in `pending` (tid -> [`PENDING`] value) when it was woken, from which CPU,
-//!   and for which slot.
+//!   watched) and notes in `pending` (a [`PENDING`] value in the tid's [`pending_index`] entry)
+//!   when it was woken, from which CPU, and for which slot.
 //! - `sched_wakeup(p)`: the wakee now sits on its run queue CPU (`task_cpu(p)`); the class of
 //!   (waker's CPU, that CPU) comes from `classes` (a CPU-pair table user space fills from
 //!   `topology`), whether that CPU was idle from `idle` (kept by the switch program); the
@@ -17,8 +17,17 @@
 //!
 //! `rows` and `stats` are per-CPU arrays: each CPU adds to its own copy with plain loads and
 //! stores (a program is not preempted), and user space sums the copies when asked. Everything is
-//! bounded by construction: `targets` and `pending` are hash maps of fixed size (an update that
-//! finds one full counts an event lost), `rows` has one row per (slot, class, idle).
+//! bounded by construction: `targets` is a hash map of fixed size (an update that finds it full
+//! counts an event lost), `pending` an array with one entry per tid modulo its size, `rows` one
+//! row per (slot, class, idle).
+//!
+//! `pending` is an array, not a hash keyed by tid, for cost: these programs run on every
+//! scheduler event of the machine, and an array lookup is inlined by the verifier into a few
+//! instructions, where a hash update or delete is a helper call that takes a bucket lock. A
+//! wakeup is noted, placed and forgotten with plain stores into its entry. The entry holds its
+//! tid: a reader that finds another tid there ignores the entry, and a waking that finds another
+//! tid's wakeup still pending in its entry (two tasks pending at once whose tids are equal modulo
+//! [`PENDING_ENTRIES`]) counts that one lost and takes the entry.
 
 use super::insn::{Insn, helper};
 use super::programs::count;
@@ -51,10 +60,24 @@ pub const NO_CLASS: i32 = 255;
 pub const STAT_SEEN: u32 = 0;
 pub const STAT_LOST: u32 = 1;
 pub const STATS: u32 = 2;
-/// `pending`'s value: waking time (u64), waker CPU, slot, class, destination idle (u32 each).
-pub const PENDING: u32 = 24;
-/// Entries of `pending`: wakeups between waking and switch-in at one moment, machine-wide.
-pub const PENDING_ENTRIES: u32 = 16384;
+/// `pending`'s value: waking time (u64; 0 when nothing is pending), waker CPU, slot, class,
+/// destination idle and the tid (u32 each), and padding.
+pub const PENDING: u32 = 32;
+/// Entries of `pending` (a power of two): a tid's entry is [`pending_index`]. As large as
+/// Linux's default `pid_max` on a small machine, so there no two tids share an entry.
+pub const PENDING_ENTRIES: u32 = 32768;
+/// Offsets in a `pending` value.
+const P_TIME: i16 = 0;
+const P_WAKER: i16 = 8;
+const P_SLOT: i16 = 12;
+const P_CLASS: i16 = 16;
+const P_IDLE: i16 = 20;
+const P_TID: i16 = 24;
+
+/// The `pending` entry of thread `tid`.
+pub fn pending_index(tid: u32) -> u32 {
+    tid & (PENDING_ENTRIES - 1)
+}
 /// Entries of `targets`: watched processes at one moment.
 pub const TARGET_ENTRIES: u32 = 16384;
 
@@ -173,6 +196,21 @@ impl Asm {
         self.push(Insn::add64_reg(scratch, src));
         self.push(Insn::stx_dw(base, off, scratch));
     }
+    /// `r0 = &pending[pending_index(reg)]`, jumping to `miss` when none is returned (never,
+    /// but the verifier asks). Clobbers r1-r5.
+    fn pending_slot(&mut self, pending: i32, reg: u8, miss: &'static str) {
+        self.push(Insn::mov64_reg(1, reg));
+        self.push(Insn::and64_imm(1, (PENDING_ENTRIES - 1) as i32));
+        self.push(Insn::stx_w(10, KEY as i16, 1));
+        self.lookup(pending, KEY);
+        self.jump(Insn::jeq_imm(0, 0, 0), miss);
+    }
+    /// [`Self::pending_slot`], also jumping to `miss` when the entry holds another tid.
+    fn pending_entry(&mut self, pending: i32, reg: u8, miss: &'static str) {
+        self.pending_slot(pending, reg, miss);
+        self.push(Insn::ldx_w(1, 0, P_TID));
+        self.jump(Insn::jne_reg(1, reg, 0), miss);
+    }
     /// The `exit` label: return 0.
     fn exit(mut self) -> Vec<Insn> {
         self.label("exit");
@@ -211,12 +249,11 @@ impl Asm {
 }
 
 /// Stack slots: the u32 key of `pending` or `targets` (also where [`count`] keeps its key, so
-/// it is written again after a count), a second u32 key, probe scratch, the pending value.
+/// it is written again after a count), a second u32 key, probe scratch.
 const KEY: i32 = -4;
 const KEY2: i32 = -8;
 const SCRATCH: i32 = -16;
-const VALUE: i32 = -40;
-/// The 16-byte command name of [`exec`] (below the keys and scratch; that program has no value).
+/// The 16-byte command name of [`exec`] (below the keys and scratch).
 const COMM: i32 = -32;
 
 /// `r1 = bucket_of(r9)`, clobbering r2 and r3 (see [`bucket_of`]: the bit length of
@@ -261,18 +298,24 @@ pub fn waking(m: &Maps, l: &Layout, o: &crate::watch::btf::TaskOffsets) -> Vec<I
     a.label("matched");
     a.push(Insn::ldx_w(8, 0, 0));
     a.label("have");
-    a.push(Insn::call(helper::KTIME_GET_NS));
-    a.push(Insn::stx_dw(10, VALUE as i16, 0));
-    a.push(Insn::call(helper::GET_SMP_PROCESSOR_ID));
-    a.push(Insn::stx_w(10, (VALUE + 8) as i16, 0));
-    a.push(Insn::stx_w(10, (VALUE + 12) as i16, 8));
-    a.push(Insn::st_w(10, (VALUE + 16) as i16, NO_CLASS));
-    a.push(Insn::st_w(10, (VALUE + 20) as i16, 0));
     a.task_u32(0, o.pid, 7, l.direct);
-    a.push(Insn::stx_w(10, KEY as i16, 7));
-    a.update(m.pending, KEY, VALUE, 0); // BPF_ANY
-    a.jump(Insn::jeq_imm(0, 0, 0), "exit");
+    a.pending_slot(m.pending, 7, "exit");
+    a.push(Insn::mov64_reg(9, 0));
+    // Another tid's wakeup still pending in this entry: it is lost, this one takes the entry.
+    a.push(Insn::ldx_dw(1, 9, P_TIME));
+    a.jump(Insn::jeq_imm(1, 0, 0), "take");
+    a.push(Insn::ldx_w(1, 9, P_TID));
+    a.jump(Insn::jeq_reg(1, 7, 0), "take");
     count(&mut a.p, m.stats, STAT_LOST);
+    a.label("take");
+    a.push(Insn::call(helper::KTIME_GET_NS));
+    a.push(Insn::stx_dw(9, P_TIME, 0));
+    a.push(Insn::call(helper::GET_SMP_PROCESSOR_ID));
+    a.push(Insn::stx_w(9, P_WAKER, 0));
+    a.push(Insn::stx_w(9, P_SLOT, 8));
+    a.push(Insn::st_w(9, P_CLASS, NO_CLASS));
+    a.push(Insn::st_w(9, P_IDLE, 0));
+    a.push(Insn::stx_w(9, P_TID, 7));
     a.exit()
 }
 
@@ -282,29 +325,29 @@ pub fn wakeup(m: &Maps, l: &Layout, o: &crate::watch::btf::TaskOffsets) -> Vec<I
     a.push(Insn::mov64_reg(6, 1));
     count(&mut a.p, m.stats, STAT_SEEN);
     a.task_u32(0, o.pid, 7, l.direct);
-    a.push(Insn::stx_w(10, KEY as i16, 7));
-    a.lookup(m.pending, KEY);
-    a.jump(Insn::jeq_imm(0, 0, 0), "exit");
+    a.pending_entry(m.pending, 7, "exit");
     a.push(Insn::mov64_reg(8, 0));
+    a.push(Insn::ldx_dw(1, 8, P_TIME));
+    a.jump(Insn::jeq_imm(1, 0, 0), "exit");
     a.task_u32(0, o.cpu, 9, l.direct);
     // classes[waker_cpu * ncpu + dest]
-    a.push(Insn::ldx_w(1, 8, 8));
+    a.push(Insn::ldx_w(1, 8, P_WAKER));
     a.push(Insn::mul64_imm(1, l.ncpu as i32));
     a.push(Insn::add64_reg(1, 9));
     a.push(Insn::stx_w(10, KEY2 as i16, 1));
     a.lookup(m.classes, KEY2);
     a.jump(Insn::jeq_imm(0, 0, 0), "lost");
     a.push(Insn::ldx_w(7, 0, 0));
-    a.push(Insn::stx_w(8, 16, 7));
+    a.push(Insn::stx_w(8, P_CLASS, 7));
     // idle[dest]
     a.push(Insn::stx_w(10, KEY2 as i16, 9));
     a.lookup(m.idle, KEY2);
     a.push(Insn::mov64_imm(1, 0));
     a.push(Insn::jeq_imm(0, 0, 1));
     a.push(Insn::ldx_w(1, 0, 0));
-    a.push(Insn::stx_w(8, 20, 1));
+    a.push(Insn::stx_w(8, P_IDLE, 1));
     // rows[row_key(slot, class, idle)].wakeups += 1
-    a.push(Insn::ldx_w(2, 8, 12));
+    a.push(Insn::ldx_w(2, 8, P_SLOT));
     a.push(Insn::mul64_imm(2, NCLASS as i32));
     a.push(Insn::add64_reg(2, 7));
     a.push(Insn::mul64_imm(2, 2));
@@ -399,28 +442,26 @@ pub fn switch(m: &Maps, l: &Layout, o: &crate::watch::btf::TaskOffsets) -> Vec<I
     // A wakeup of `prev` still pending: it was woken while on its CPU and ran on, no wait.
     a.label("prev");
     a.jump(Insn::jeq_imm(8, 0, 0), "next");
-    a.push(Insn::stx_w(10, KEY as i16, 8));
-    a.map(1, m.pending);
-    a.stack_ptr(2, KEY);
-    a.push(Insn::call(helper::MAP_DELETE_ELEM));
+    a.pending_entry(m.pending, 8, "next");
+    a.push(Insn::st_dw(0, P_TIME, 0));
     a.label("next");
     a.jump(Insn::jeq_imm(7, 0, 0), "exit");
-    a.push(Insn::stx_w(10, KEY as i16, 7));
-    a.lookup(m.pending, KEY);
-    a.jump(Insn::jeq_imm(0, 0, 0), "exit");
+    a.pending_entry(m.pending, 7, "exit");
     a.push(Insn::mov64_reg(8, 0));
-    a.push(Insn::ldx_w(1, 8, 16));
+    a.push(Insn::ldx_dw(1, 8, P_TIME));
+    a.jump(Insn::jeq_imm(1, 0, 0), "exit");
+    a.push(Insn::ldx_w(1, 8, P_CLASS));
     a.jump(Insn::jeq_imm(1, NO_CLASS, 0), "forget");
     a.push(Insn::call(helper::KTIME_GET_NS));
-    a.push(Insn::ldx_dw(1, 8, 0));
+    a.push(Insn::ldx_dw(1, 8, P_TIME));
     a.push(Insn::sub64_reg(0, 1));
     a.push(Insn::mov64_reg(9, 0));
-    a.push(Insn::ldx_w(1, 8, 12));
+    a.push(Insn::ldx_w(1, 8, P_SLOT));
     a.push(Insn::mul64_imm(1, NCLASS as i32));
-    a.push(Insn::ldx_w(2, 8, 16));
+    a.push(Insn::ldx_w(2, 8, P_CLASS));
     a.push(Insn::add64_reg(1, 2));
     a.push(Insn::mul64_imm(1, 2));
-    a.push(Insn::ldx_w(2, 8, 20));
+    a.push(Insn::ldx_w(2, 8, P_IDLE));
     a.push(Insn::add64_reg(1, 2));
     a.push(Insn::stx_w(10, KEY2 as i16, 1));
     a.lookup(m.rows, KEY2);
@@ -440,10 +481,7 @@ pub fn switch(m: &Maps, l: &Layout, o: &crate::watch::btf::TaskOffsets) -> Vec<I
     a.label("lost");
     count(&mut a.p, m.stats, STAT_LOST);
     a.label("forget");
-    a.push(Insn::stx_w(10, KEY as i16, 7));
-    a.map(1, m.pending);
-    a.stack_ptr(2, KEY);
-    a.push(Insn::call(helper::MAP_DELETE_ELEM));
+    a.push(Insn::st_dw(8, P_TIME, 0));
     a.exit()
 }
 
@@ -618,6 +656,40 @@ mod tests {
                 assert!(to > at as i64 && (to as usize) < p.len(), "forward, inside");
             }
         }
+    }
+
+    #[test]
+    fn a_tids_pending_entry_is_inside_the_array_and_repeats_every_size() {
+        assert!(PENDING_ENTRIES.is_power_of_two());
+        for tid in [0, 1, 32767, 32768, 32769, 4_194_303] {
+            assert!(pending_index(tid) < PENDING_ENTRIES);
+            assert_eq!(pending_index(tid), pending_index(tid + PENDING_ENTRIES));
+        }
+        assert_ne!(pending_index(1), pending_index(2));
+        // The mask the programs apply is the same function.
+        let p = waking(
+            &Maps {
+                targets: 3,
+                comms: -1,
+                pending: 4,
+                classes: 5,
+                idle: 6,
+                rows: 7,
+                stats: 8,
+            },
+            &Layout {
+                ncpu: 2,
+                unmatched: None,
+                direct: true,
+            },
+            &crate::watch::btf::TaskOffsets {
+                pid: 2464,
+                tgid: 2468,
+                cpu: 68,
+                comm: None,
+            },
+        );
+        assert!(p.contains(&Insn::and64_imm(1, (PENDING_ENTRIES - 1) as i32)));
     }
 
     #[test]

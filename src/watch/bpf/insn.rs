@@ -58,6 +58,10 @@ impl Insn {
     pub const fn sub64_reg(dst: u8, src: u8) -> Self {
         Self::new(0x1f, dst, src, 0, 0)
     }
+    /// `dst &= imm` (64-bit).
+    pub const fn and64_imm(dst: u8, imm: i32) -> Self {
+        Self::new(0x57, dst, 0, 0, imm)
+    }
     /// `dst *= imm` (64-bit).
     pub const fn mul64_imm(dst: u8, imm: i32) -> Self {
         Self::new(0x27, dst, 0, 0, imm)
@@ -98,6 +102,10 @@ impl Insn {
     pub const fn stx_w(dst: u8, off: i16, src: u8) -> Self {
         Self::new(0x63, dst, src, off, 0)
     }
+    /// `*(u64 *)(dst + off) = imm` (sign-extended).
+    pub const fn st_dw(dst: u8, off: i16, imm: i32) -> Self {
+        Self::new(0x7a, dst, 0, off, imm)
+    }
     /// `*(u32 *)(dst + off) = imm`.
     pub const fn st_w(dst: u8, off: i16, imm: i32) -> Self {
         Self::new(0x62, dst, 0, off, imm)
@@ -105,6 +113,10 @@ impl Insn {
     /// `if dst == imm goto pc + 1 + off`.
     pub const fn jeq_imm(dst: u8, imm: i32, off: i16) -> Self {
         Self::new(0x15, dst, 0, off, imm)
+    }
+    /// `if dst != src goto pc + 1 + off`.
+    pub const fn jne_reg(dst: u8, src: u8, off: i16) -> Self {
+        Self::new(0x5d, dst, src, off, 0)
     }
     /// `if dst == src goto pc + 1 + off`.
     pub const fn jeq_reg(dst: u8, src: u8, off: i16) -> Self {
