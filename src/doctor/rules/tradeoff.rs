@@ -7,17 +7,38 @@
 //! measurements show both, a single "pin it" or "spread it" advice is wrong for half the
 //! workloads; the finding says which workload wants which.
 
+use super::paradox::OTHER_LOAD_PCT;
 use super::wakeup::primary_method;
 use super::{Inputs, Rule, cost_effect, ns_ci, rate_ci, rate_effect_banded};
 use crate::doctor::findings::{Confidence, Evidence, Finding, Magnitude, Remedy, Severity};
 use crate::doctor::measurements::ThroughputRun;
 use crate::output::fmt_ns;
 use crate::topology::PlacementClass;
+use std::collections::BTreeMap;
 
 /// Smallest difference, either way, for the two to count as disagreeing.
 pub const MIN_RATIO: f64 = 1.1;
 
 pub struct LatencyThroughput;
+
+/// Other programs' load on the messaging CPUs before the battery, in words (pure): what
+/// spreading gains depends on what that load leaves free (issue 22: with CPU 0 busy, packed on
+/// it ran at half its quiet rate and spreading "gained" 1.7x; with both busy it gained nothing),
+/// so the next run, with other load or none, may not agree.
+pub fn other_load(other_busy_pct: &BTreeMap<u32, f64>, spread: &ThroughputRun) -> Option<String> {
+    let busy: Vec<String> = other_busy_pct
+        .iter()
+        .filter(|(c, b)| spread.cpus.contains(**c) && **b > OTHER_LOAD_PCT)
+        .map(|(c, b)| format!("cpu{c} {b:.0}%"))
+        .collect();
+    (!busy.is_empty()).then(|| {
+        format!(
+            "other programs kept the messaging CPUs busy before the run ({}): what spreading \
+             gains depends on what that load leaves free",
+            busy.join(", ")
+        )
+    })
+}
 
 /// Whether spreading paid off in only some of this run's repetitions, in words (pure): some of
 /// the spread placement's runs moved fewer than [`MIN_RATIO`] times packed's mean rate, so on
@@ -89,12 +110,13 @@ impl Rule for LatencyThroughput {
         };
         // Issue 22: the spread rate is the moody figure (whether the other CPU is free, where the
         // host and the scheduler put the tasks), so both kinds of doubt are checked on it: the
-        // intervals within noise of the threshold, and repetitions at packed's level beside
-        // others well above it. The round trips get the same interval check.
+        // intervals within noise of the threshold, repetitions at packed's level beside others
+        // well above it, and other load on its CPUs. The round trips get the interval check.
         let reasons: Vec<String> = [
             super::uncertainty(&thr, MIN_RATIO, spread_changed(packed, spread))
                 .map(|w| format!("messaging throughput: {w}")),
             super::uncertainty(&lat, MIN_RATIO, None).map(|w| format!("round trips: {w}")),
+            other_load(&i.m.counters.other_busy_pct, spread),
         ]
         .into_iter()
         .flatten()
@@ -352,5 +374,39 @@ mod tests {
             with_spread(&[1.0e6, 1.02e6, 1.04e6, 1.01e6, 1.03e6]).is_empty(),
             "a 2% gain is below the rule's size"
         );
+    }
+
+    /// Issue 22's stability run 1: CPU 0 busy with other programs before the run, packed on it
+    /// at half its quiet rate, so spreading "gained" 1.7x; the next, quiet run need not agree.
+    /// Load on a CPU the test does not use says nothing.
+    #[test]
+    fn other_load_on_the_messaging_cpus_makes_it_uncertain() {
+        let spread = throughput("os", "0-1", 1.2e6);
+        let mut busy = BTreeMap::new();
+        assert_eq!(other_load(&busy, &spread), None);
+        busy.insert(2, 100.0);
+        busy.insert(1, 5.0);
+        assert_eq!(
+            other_load(&busy, &spread),
+            None,
+            "cpu2 is not used, 5% is quiet"
+        );
+        busy.insert(0, 100.0);
+        let why = other_load(&busy, &spread).expect("cpu0 busy");
+        assert!(why.contains("(cpu0 100%)"), "{why}");
+        // Through the rule: clear figures, yet uncertain for the load alone.
+        let (facts, mut m) = everything_wrong();
+        m.throughput = vec![
+            throughput("packed", "0", 0.73e6),
+            throughput("os", "0-1", 1.23e6),
+        ];
+        m.counters.other_busy_pct = busy;
+        let f = LatencyThroughput.check(Inputs {
+            facts: &facts,
+            m: &m,
+        });
+        assert_eq!(f.len(), 1);
+        let why = f[0].uncertain.as_deref().expect("marked uncertain");
+        assert!(why.starts_with("other programs kept"), "{why}");
     }
 }
