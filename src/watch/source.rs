@@ -129,7 +129,7 @@ pub struct BpfSource {
 }
 
 impl BpfSource {
-    /// Creates the maps, fills the class table and the targets, loads and attaches the three
+    /// Creates the maps, fills the class table and the targets, loads and attaches the two
     /// programs (BTF-typed where the kernel takes them, else untyped raw tracepoints).
     pub fn open(machine: &Machine, opts: &SourceOptions) -> std::io::Result<Self> {
         let ncpu = super::bpf::possible_cpus(&machine.root)
@@ -167,7 +167,6 @@ impl BpfSource {
         )?;
         let n = ncpu as u32;
         let classes_map = sys::map_create(sys::BPF_MAP_TYPE_ARRAY, 4, 4, n * n, "cpulab_classes")?;
-        let idle = sys::map_create(sys::BPF_MAP_TYPE_ARRAY, 4, 4, n, "cpulab_idle")?;
         let rows = sys::map_create(
             sys::BPF_MAP_TYPE_PERCPU_ARRAY,
             4,
@@ -230,7 +229,6 @@ impl BpfSource {
             targets: targets_map.as_raw_fd(),
             pending: pending.as_raw_fd(),
             classes: classes_map.as_raw_fd(),
-            idle: idle.as_raw_fd(),
             rows: rows.as_raw_fd(),
             stats: stats.as_raw_fd(),
         };
@@ -245,7 +243,6 @@ impl BpfSource {
                 };
                 let programs = [
                     ("sched_waking", 0, aggregate::waking(&maps, &l, &offsets)),
-                    ("sched_wakeup", 3, aggregate::wakeup(&maps, &l, &offsets)),
                     ("sched_switch", 1, aggregate::switch(&maps, &l, &offsets)),
                 ];
                 let (mut progs, mut links) = (Vec::new(), Vec::new());
@@ -340,7 +337,7 @@ impl BpfSource {
             targets_map,
             _links: links,
             _progs: progs,
-            _maps: [pending, classes_map, idle]
+            _maps: [pending, classes_map]
                 .into_iter()
                 .chain(comms_map)
                 .collect(),

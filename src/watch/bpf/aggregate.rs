@@ -1,19 +1,23 @@
 //! In-kernel aggregation: programs that count and bucket each watched wakeup in maps, so no
 //! per-event record crosses to user space (the way rezolus and ebpf_exporter keep their counts).
 //!
-//! Three programs on the scheduler's raw tracepoints, and six maps:
+//! Two programs on the scheduler's raw tracepoints, and five maps:
 //! - `sched_waking(p)`: looks the wakee's process up in `targets` (tgid -> target slot, filled by
 //!   user space; a miss is skipped, or counted under the `other` slot when the whole machine is
 //!   watched) and notes in `pending` (a [`PENDING`] value in the tid's [`pending_index`] entry)
 //!   when it was woken, from which CPU, and for which slot.
-//! - `sched_wakeup(p)`: the wakee now sits on its run queue CPU (`task_cpu(p)`); the class of
-//!   (waker's CPU, that CPU) comes from `classes` (a CPU-pair table user space fills from
-//!   `topology`), whether that CPU was idle from `idle` (kept by the switch program); the
-//!   wakeup is counted in its [`row_key`] row of `rows`.
-//! - `sched_switch(prev, next)`: marks this CPU idle or busy; forgets a pending wakeup of `prev`
-//!   (woken while still on its CPU: it ran without a switch-in, so it had no wait); for `next`,
-//!   the time since its waking is the wakeup-to-run latency, added to its row's
-//!   [`bucket_of`] bucket and sum.
+//! - `sched_switch(prev, next)`: for `next` with a pending wakeup, the wakeup is counted where
+//!   it landed: its class is that of (waker's CPU, this CPU) from `classes` (a CPU-pair table
+//!   user space fills from `topology`), the destination was idle when `prev` is the idle task
+//!   (pid 0: the CPU had nothing to run until the wakee came), and the time since its waking is
+//!   the wakeup-to-run latency. The row of [`row_key`] in `rows` gets the wakeup, its
+//!   [`bucket_of`] bucket and the latency's sum. A pending wakeup of `prev` was one of a thread
+//!   still on its CPU: it ran on, so it counts as a wakeup to a busy CPU with no latency.
+//!
+//! These are the rules of watch's per-event analysis (`crate::watch::analyze`), which also
+//! places a wakeup by the switch-in rather than by `sched_wakeup`. There is no `sched_wakeup`
+//! program: everything it could add (the run-queue CPU, that CPU's idleness) is known at the
+//! switch-in, and one program fewer on every wakeup of the machine is a part of the cost saved.
 //!
 //! `rows` and `stats` are per-CPU arrays: each CPU adds to its own copy with plain loads and
 //! stores (a program is not preempted), and user space sums the copies when asked. Everything is
@@ -54,15 +58,13 @@ pub const ROW_WAKEUPS: usize = BUCKETS;
 pub const ROW_SUM: usize = BUCKETS + 1;
 /// u64 words per row.
 pub const ROW_WORDS: usize = BUCKETS + 2;
-/// `pending`'s class before `sched_wakeup` placed the wakeup.
-pub const NO_CLASS: i32 = 255;
 /// `stats` slots: program runs, and events that could not be counted.
 pub const STAT_SEEN: u32 = 0;
 pub const STAT_LOST: u32 = 1;
 pub const STATS: u32 = 2;
-/// `pending`'s value: waking time (u64; 0 when nothing is pending), waker CPU, slot, class,
-/// destination idle and the tid (u32 each), and padding.
-pub const PENDING: u32 = 32;
+/// `pending`'s value: waking time (u64; 0 when nothing is pending), waker CPU, slot and the tid
+/// (u32 each), and padding.
+pub const PENDING: u32 = 24;
 /// Entries of `pending` (a power of two): a tid's entry is [`pending_index`]. As large as
 /// Linux's default `pid_max` on a small machine, so there no two tids share an entry.
 pub const PENDING_ENTRIES: u32 = 32768;
@@ -70,9 +72,7 @@ pub const PENDING_ENTRIES: u32 = 32768;
 const P_TIME: i16 = 0;
 const P_WAKER: i16 = 8;
 const P_SLOT: i16 = 12;
-const P_CLASS: i16 = 16;
-const P_IDLE: i16 = 20;
-const P_TID: i16 = 24;
+const P_TID: i16 = 16;
 
 /// The `pending` entry of thread `tid`.
 pub fn pending_index(tid: u32) -> u32 {
@@ -125,7 +125,6 @@ pub struct Maps {
     pub comms: i32,
     pub pending: i32,
     pub classes: i32,
-    pub idle: i32,
     pub rows: i32,
     pub stats: i32,
 }
@@ -210,6 +209,17 @@ impl Asm {
         self.pending_slot(pending, reg, miss);
         self.push(Insn::ldx_w(1, 0, P_TID));
         self.jump(Insn::jne_reg(1, reg, 0), miss);
+    }
+    /// `r0 = &classes[entry.waker_cpu * ncpu + this CPU]` for the `pending` entry at `entry`,
+    /// jumping to `miss` when none is returned. Clobbers r1-r5.
+    fn class_of(&mut self, classes: i32, entry: u8, ncpu: u32, miss: &'static str) {
+        self.push(Insn::call(helper::GET_SMP_PROCESSOR_ID));
+        self.push(Insn::ldx_w(1, entry, P_WAKER));
+        self.push(Insn::mul64_imm(1, ncpu as i32));
+        self.push(Insn::add64_reg(1, 0));
+        self.push(Insn::stx_w(10, KEY2 as i16, 1));
+        self.lookup(classes, KEY2);
+        self.jump(Insn::jeq_imm(0, 0, 0), miss);
     }
     /// The `exit` label: return 0.
     fn exit(mut self) -> Vec<Insn> {
@@ -313,55 +323,7 @@ pub fn waking(m: &Maps, l: &Layout, o: &crate::watch::btf::TaskOffsets) -> Vec<I
     a.push(Insn::call(helper::GET_SMP_PROCESSOR_ID));
     a.push(Insn::stx_w(9, P_WAKER, 0));
     a.push(Insn::stx_w(9, P_SLOT, 8));
-    a.push(Insn::st_w(9, P_CLASS, NO_CLASS));
-    a.push(Insn::st_w(9, P_IDLE, 0));
     a.push(Insn::stx_w(9, P_TID, 7));
-    a.exit()
-}
-
-/// The `sched_wakeup(p)` program.
-pub fn wakeup(m: &Maps, l: &Layout, o: &crate::watch::btf::TaskOffsets) -> Vec<Insn> {
-    let mut a = Asm::new();
-    a.push(Insn::mov64_reg(6, 1));
-    count(&mut a.p, m.stats, STAT_SEEN);
-    a.task_u32(0, o.pid, 7, l.direct);
-    a.pending_entry(m.pending, 7, "exit");
-    a.push(Insn::mov64_reg(8, 0));
-    a.push(Insn::ldx_dw(1, 8, P_TIME));
-    a.jump(Insn::jeq_imm(1, 0, 0), "exit");
-    a.task_u32(0, o.cpu, 9, l.direct);
-    // classes[waker_cpu * ncpu + dest]
-    a.push(Insn::ldx_w(1, 8, P_WAKER));
-    a.push(Insn::mul64_imm(1, l.ncpu as i32));
-    a.push(Insn::add64_reg(1, 9));
-    a.push(Insn::stx_w(10, KEY2 as i16, 1));
-    a.lookup(m.classes, KEY2);
-    a.jump(Insn::jeq_imm(0, 0, 0), "lost");
-    a.push(Insn::ldx_w(7, 0, 0));
-    a.push(Insn::stx_w(8, P_CLASS, 7));
-    // idle[dest]
-    a.push(Insn::stx_w(10, KEY2 as i16, 9));
-    a.lookup(m.idle, KEY2);
-    a.push(Insn::mov64_imm(1, 0));
-    a.push(Insn::jeq_imm(0, 0, 1));
-    a.push(Insn::ldx_w(1, 0, 0));
-    a.push(Insn::stx_w(8, P_IDLE, 1));
-    // rows[row_key(slot, class, idle)].wakeups += 1
-    a.push(Insn::ldx_w(2, 8, P_SLOT));
-    a.push(Insn::mul64_imm(2, NCLASS as i32));
-    a.push(Insn::add64_reg(2, 7));
-    a.push(Insn::mul64_imm(2, 2));
-    a.push(Insn::add64_reg(2, 1));
-    a.push(Insn::stx_w(10, KEY2 as i16, 2));
-    a.lookup(m.rows, KEY2);
-    a.jump(Insn::jeq_imm(0, 0, 0), "lost");
-    let w = (ROW_WAKEUPS * 8) as i16;
-    a.push(Insn::ldx_dw(1, 0, w));
-    a.push(Insn::add64_imm(1, 1));
-    a.push(Insn::stx_dw(0, w, 1));
-    a.jump(Insn::ja(0), "exit");
-    a.label("lost");
-    count(&mut a.p, m.stats, STAT_LOST);
     a.exit()
 }
 
@@ -425,44 +387,59 @@ pub fn comm_key(name: &str) -> [u8; 16] {
 
 /// The `sched_switch(preempt, prev, next, prev_state)` program.
 pub fn switch(m: &Maps, l: &Layout, o: &crate::watch::btf::TaskOffsets) -> Vec<Insn> {
+    let w = (ROW_WAKEUPS * 8) as i16;
     let mut a = Asm::new();
     a.push(Insn::mov64_reg(6, 1));
     count(&mut a.p, m.stats, STAT_SEEN);
     a.task_u32(2, o.pid, 7, l.direct); // next
     a.task_u32(1, o.pid, 8, l.direct); // prev
-    // idle[this CPU] = next is the idle task
-    a.push(Insn::call(helper::GET_SMP_PROCESSOR_ID));
-    a.push(Insn::stx_w(10, KEY2 as i16, 0));
-    a.lookup(m.idle, KEY2);
-    a.jump(Insn::jeq_imm(0, 0, 0), "prev");
-    a.push(Insn::mov64_imm(1, 0));
-    a.push(Insn::jne_imm(7, 0, 1));
-    a.push(Insn::mov64_imm(1, 1));
-    a.push(Insn::stx_w(0, 0, 1));
-    // A wakeup of `prev` still pending: it was woken while on its CPU and ran on, no wait.
-    a.label("prev");
+    // A wakeup of `prev` still pending: it was woken while on its CPU and ran on. It counts as
+    // a wakeup (to a busy CPU, its own) with no latency: there was nothing to wait for.
     a.jump(Insn::jeq_imm(8, 0, 0), "next");
     a.pending_entry(m.pending, 8, "next");
-    a.push(Insn::st_dw(0, P_TIME, 0));
+    a.push(Insn::mov64_reg(9, 0));
+    a.push(Insn::ldx_dw(1, 9, P_TIME));
+    a.jump(Insn::jeq_imm(1, 0, 0), "next");
+    a.push(Insn::st_dw(9, P_TIME, 0));
+    a.class_of(m.classes, 9, l.ncpu, "prev_lost");
+    a.push(Insn::ldx_w(1, 0, 0));
+    a.push(Insn::ldx_w(2, 9, P_SLOT));
+    a.push(Insn::mul64_imm(2, NCLASS as i32));
+    a.push(Insn::add64_reg(2, 1));
+    a.push(Insn::mul64_imm(2, 2));
+    a.push(Insn::stx_w(10, KEY2 as i16, 2));
+    a.lookup(m.rows, KEY2);
+    a.jump(Insn::jeq_imm(0, 0, 0), "prev_lost");
+    a.push(Insn::ldx_dw(1, 0, w));
+    a.push(Insn::add64_imm(1, 1));
+    a.push(Insn::stx_dw(0, w, 1));
+    a.jump(Insn::ja(0), "next");
+    a.label("prev_lost");
+    count(&mut a.p, m.stats, STAT_LOST);
     a.label("next");
     a.jump(Insn::jeq_imm(7, 0, 0), "exit");
+    // r6 = destination idle: `prev` is the idle task (the context is not read again).
+    a.push(Insn::mov64_imm(6, 0));
+    a.push(Insn::jne_imm(8, 0, 1));
+    a.push(Insn::mov64_imm(6, 1));
     a.pending_entry(m.pending, 7, "exit");
     a.push(Insn::mov64_reg(8, 0));
     a.push(Insn::ldx_dw(1, 8, P_TIME));
     a.jump(Insn::jeq_imm(1, 0, 0), "exit");
-    a.push(Insn::ldx_w(1, 8, P_CLASS));
-    a.jump(Insn::jeq_imm(1, NO_CLASS, 0), "forget");
+    // r7 = the class of (waker's CPU, this CPU)
+    a.class_of(m.classes, 8, l.ncpu, "lost");
+    a.push(Insn::ldx_w(7, 0, 0));
+    // r9 = wakeup-to-run latency
     a.push(Insn::call(helper::KTIME_GET_NS));
     a.push(Insn::ldx_dw(1, 8, P_TIME));
     a.push(Insn::sub64_reg(0, 1));
     a.push(Insn::mov64_reg(9, 0));
+    // rows[row_key(slot, class, idle)]
     a.push(Insn::ldx_w(1, 8, P_SLOT));
     a.push(Insn::mul64_imm(1, NCLASS as i32));
-    a.push(Insn::ldx_w(2, 8, P_CLASS));
-    a.push(Insn::add64_reg(1, 2));
+    a.push(Insn::add64_reg(1, 7));
     a.push(Insn::mul64_imm(1, 2));
-    a.push(Insn::ldx_w(2, 8, P_IDLE));
-    a.push(Insn::add64_reg(1, 2));
+    a.push(Insn::add64_reg(1, 6));
     a.push(Insn::stx_w(10, KEY2 as i16, 1));
     a.lookup(m.rows, KEY2);
     a.jump(Insn::jeq_imm(0, 0, 0), "lost");
@@ -477,6 +454,9 @@ pub fn switch(m: &Maps, l: &Layout, o: &crate::watch::btf::TaskOffsets) -> Vec<I
     a.push(Insn::add64_imm(3, 1));
     a.push(Insn::stx_dw(2, 0, 3));
     a.add_dw(6, (ROW_SUM * 8) as i16, 9, 3);
+    a.push(Insn::ldx_dw(3, 6, w));
+    a.push(Insn::add64_imm(3, 1));
+    a.push(Insn::stx_dw(6, w, 3));
     a.jump(Insn::ja(0), "forget");
     a.label("lost");
     count(&mut a.p, m.stats, STAT_LOST);
@@ -612,7 +592,6 @@ mod tests {
             comms: 9,
             pending: 4,
             classes: 5,
-            idle: 6,
             rows: 7,
             stats: 8,
         };
@@ -629,12 +608,7 @@ mod tests {
                     unmatched,
                     direct,
                 };
-                for p in [
-                    waking(&m, &l, &o),
-                    wakeup(&m, &l, &o),
-                    switch(&m, &l, &o),
-                    fork(&m, &l, &o),
-                ] {
+                for p in [waking(&m, &l, &o), switch(&m, &l, &o), fork(&m, &l, &o)] {
                     jumps_stay_inside(&p);
                     // Direct loads only where asked; the helper otherwise.
                     assert_eq!(p.contains(&Insn::call(helper::PROBE_READ_KERNEL)), !direct);
@@ -673,7 +647,6 @@ mod tests {
                 comms: -1,
                 pending: 4,
                 classes: 5,
-                idle: 6,
                 rows: 7,
                 stats: 8,
             },
