@@ -33,8 +33,10 @@ cleanup() {
 trap cleanup EXIT INT TERM
 
 doctor() { # RUN-NUMBER MOMENT
+    local load
+    load=$(cut -d' ' -f1-3 /proc/loadavg)
     "$bin" --no-history doctor --json --quiet "${flags[@]}" > "$dir/run$1.json"
-    printf '%s\n' "$2" > "$dir/run$1.moment"
+    printf '%s; load average before %s\n' "$2" "$load" > "$dir/run$1.moment"
 }
 flags=("$@")
 
