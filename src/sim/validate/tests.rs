@@ -117,3 +117,278 @@ fn every_table_states_its_one_parameter_set() {
         assert!(t.max_abs_error_pp.is_some() != t.max_rel_error.is_some());
     }
 }
+
+// The verdict logic on literal inputs: a wrong line here changes whether the model is said to
+// agree with the field notes.
+
+fn workload(kind: &str, per_s: f64, speedup: Option<f64>) -> crate::sim::WorkloadResult {
+    crate::sim::WorkloadResult {
+        vm: "vm1".into(),
+        kind: kind.into(),
+        per_s,
+        unit: "tps".into(),
+        mean_latency_us: None,
+        makespan_ms: None,
+        speedup,
+    }
+}
+
+fn config(
+    name: &str,
+    hypervisor: &str,
+    workloads: Vec<crate::sim::WorkloadResult>,
+) -> crate::sim::ConfigResult {
+    crate::sim::ConfigResult {
+        name: name.into(),
+        hypervisor: hypervisor.into(),
+        params: Costs::default(),
+        workloads,
+        vm_cpu: Vec::new(),
+        pcpu_busy: Vec::new(),
+        events: 0,
+    }
+}
+
+fn report(configs: Vec<crate::sim::ConfigResult>) -> SimReport {
+    SimReport {
+        label: SIMULATED.into(),
+        scenario: "literal".into(),
+        description: String::new(),
+        seed: 1,
+        duration_ms: 1.0,
+        host: "host x".into(),
+        calibration: None,
+        configs,
+    }
+}
+
+fn literal_report() -> SimReport {
+    report(vec![
+        config(
+            "same",
+            "kvm",
+            vec![
+                workload("cpu", 7.0, Some(3.0)),
+                workload("pair", 400.0, None),
+            ],
+        ),
+        config(
+            "diff",
+            "hyperv",
+            vec![
+                workload("pair", 100.0, Some(5.0)),
+                workload("cpu", 9.0, None),
+            ],
+        ),
+    ])
+}
+
+#[test]
+fn per_s_finds_the_named_config_and_workload_kind_and_zero_when_absent() {
+    let r = literal_report();
+    assert_eq!(per_s(&r, "same", "pair"), 400.0);
+    assert_eq!(per_s(&r, "same", "cpu"), 7.0);
+    assert_eq!(per_s(&r, "diff", "pair"), 100.0);
+    assert_eq!(per_s(&r, "diff", "cpu"), 9.0);
+    assert_eq!(per_s(&r, "absent", "pair"), 0.0);
+    assert_eq!(per_s(&r, "same", "absent"), 0.0);
+}
+
+#[test]
+fn speedup_is_the_named_configs_first_workloads_and_zero_when_absent() {
+    let r = literal_report();
+    assert_eq!(speedup(&r, "same"), 3.0);
+    assert_eq!(speedup(&r, "diff"), 5.0);
+    assert_eq!(speedup(&r, "absent"), 0.0);
+    let none = report(vec![config("x", "kvm", vec![workload("cpu", 1.0, None)])]);
+    assert_eq!(speedup(&none, "x"), 0.0);
+}
+
+#[test]
+fn ratio_cell_error_is_relative_and_passes_within_the_bound_on_both_sides() {
+    // 110 against 100: +10%, inside 15%.
+    let c = ratio_cell("x", 100.0, "p".into(), 110.0, true, 0.15);
+    assert!((c.error - 0.10).abs() < 1e-12, "{}", c.error);
+    assert!(c.pass && c.checked);
+    assert_eq!((c.published, c.simulated), (100.0, 110.0));
+    assert_eq!((c.cell.as_str(), c.published_from.as_str()), ("x", "p"));
+    // 120 against 100: +20%, outside.
+    let c = ratio_cell("x", 100.0, "p".into(), 120.0, true, 0.15);
+    assert!((c.error - 0.20).abs() < 1e-12 && !c.pass);
+    // 80 against 100: -20%, outside: the bound is on the size of the error.
+    let c = ratio_cell("x", 100.0, "p".into(), 80.0, false, 0.15);
+    assert!((c.error + 0.20).abs() < 1e-12 && !c.pass && !c.checked);
+    // 90 against 100: -10%, inside.
+    assert!(ratio_cell("x", 100.0, "p".into(), 90.0, true, 0.15).pass);
+    // Exactly on the bound passes (5 / 4 - 1 = 0.25 exactly in binary).
+    assert!(ratio_cell("x", 4.0, "p".into(), 5.0, true, 0.25).pass);
+    assert!(ratio_cell("x", 4.0, "p".into(), 3.0, true, 0.25).pass);
+}
+
+fn cell(error: f64, checked: bool, pass: bool) -> Cell {
+    Cell {
+        cell: "c".into(),
+        published: 1.0,
+        published_from: "p".into(),
+        simulated: 1.0 + error,
+        error,
+        checked,
+        pass,
+    }
+}
+
+fn literal_table(measure: &str, cells: Vec<Cell>) -> TableCheck {
+    table(
+        "T",
+        "title",
+        Section::A,
+        &literal_report(),
+        "from",
+        measure,
+        0.15,
+        cells,
+    )
+}
+
+#[test]
+fn table_judges_only_the_checked_cells() {
+    // An input cell far off does not fail the table nor enter its largest error.
+    let t = literal_table(
+        "ratio",
+        vec![
+            cell(0.9, false, false),
+            cell(-0.12, true, true),
+            cell(0.05, true, true),
+        ],
+    );
+    assert!(t.pass);
+    assert!(
+        (t.max_rel_error.unwrap() - 0.12).abs() < 1e-12,
+        "{:?}",
+        t.max_rel_error
+    );
+    assert_eq!(t.max_abs_error_pp, None);
+    // One checked cell failing fails the table.
+    let t = literal_table(
+        "ratio",
+        vec![
+            cell(0.0, false, true),
+            cell(0.2, true, false),
+            cell(0.05, true, true),
+        ],
+    );
+    assert!(!t.pass);
+    assert!((t.max_rel_error.unwrap() - 0.2).abs() < 1e-12);
+    // Shares report points, not a relative error.
+    let t = literal_table("share", vec![cell(-2.5, true, true), cell(1.0, true, true)]);
+    assert!(t.pass);
+    assert_eq!(t.max_rel_error, None);
+    assert!((t.max_abs_error_pp.unwrap() - 2.5).abs() < 1e-12);
+    // What the table states about itself comes from the arguments and the first config.
+    assert_eq!((t.id.as_str(), t.title.as_str()), ("T", "title"));
+    assert_eq!((t.host.as_str(), t.hypervisor.as_str()), ("host x", "kvm"));
+    assert_eq!(
+        (t.params_from.as_str(), t.measure.as_str()),
+        ("from", "share")
+    );
+    assert_eq!(t.target, 0.15);
+    assert_eq!(t.cells.len(), 2);
+}
+
+#[test]
+fn published_ratios_are_the_quoted_figures_divided() {
+    let (v, from) = quoted("m.pg.same");
+    assert_eq!((v, from.as_str()), (66_000.0, "m.pg.same"));
+    let (v, from) = pub_ratio("m.pg.diff", "m.pg.same");
+    assert_eq!(v, 16_500.0 / 66_000.0);
+    assert_eq!(from, "m.pg.diff / m.pg.same");
+}
+
+#[test]
+fn validate_states_what_it_simulated_and_all_pass_is_every_tables_pass() {
+    let v = validate(&Calibration::field_notes(), 7).unwrap();
+    assert_eq!((v.label.as_str(), v.seed), (SIMULATED, 7));
+    let ids: Vec<&str> = v.tables.iter().map(|t| t.id.as_str()).collect();
+    assert_eq!(ids, ["A", "B", "C", "E", "M"]);
+    assert_eq!(v.all_pass, v.tables.iter().all(|t| t.pass));
+    for t in &v.tables {
+        assert_eq!(
+            t.pass,
+            t.cells.iter().filter(|c| c.checked).all(|c| c.pass),
+            "{}",
+            t.id
+        );
+        for c in &t.cells {
+            assert_eq!(c.pass, c.error.abs() <= t.target, "{}: {}", t.id, c.cell);
+            assert!(
+                c.published > 0.0 && c.simulated > 0.0,
+                "{}: {}",
+                t.id,
+                c.cell
+            );
+        }
+    }
+}
+
+/// Which cells set a parameter (inputs, shown but not checked) and which are the check: a cell
+/// moved from one side to the other changes what "agrees with the field notes" means.
+#[test]
+fn the_independently_checked_cells_are_the_ones_no_parameter_came_from() {
+    let t = tables();
+    let checked =
+        |id: &str| -> Vec<bool> { by_id(&t, id).cells.iter().map(|c| c.checked).collect() };
+    assert_eq!(checked("A"), [false, true, true, true, true]);
+    assert_eq!(checked("B"), [true, true, false, false]);
+    assert_eq!(checked("C"), [true; 6]);
+    assert_eq!(checked("E"), [false, true, false]);
+    assert_eq!(checked("M"), [false, false, true, true, true, true]);
+    let b = by_id(&t, "B");
+    assert!(b.cells[0].cell.starts_with("Apache") && b.cells[2].cell.starts_with("pgbench"));
+}
+
+/// The published column, from the quoted figures worked by hand.
+#[test]
+fn published_cells_are_the_field_notes_figures() {
+    let t = tables();
+    let m = by_id(&t, "M");
+    // Calibration: 5 us same, 42 us cross.
+    assert_eq!((m.cells[0].published, m.cells[1].published), (5.0, 42.0));
+    // 16 500 / 66 000 tps.
+    assert!((m.cells[2].published - 0.25).abs() < 1e-12);
+    let e = by_id(&t, "E");
+    // 1 + 0.38 gap; 1 - 0.24 overhead.
+    assert!((e.cells[0].published - 1.38).abs() < 1e-12);
+    assert!((e.cells[2].published - 0.76).abs() < 1e-12);
+    assert_eq!(e.cells[2].simulated, 1.0);
+    let c = by_id(&t, "C");
+    for cell in &c.cells {
+        // Shares in percent of alone, error in points.
+        assert!(
+            cell.published > 10.0 && cell.published <= 100.0,
+            "{}",
+            cell.cell
+        );
+        assert!(
+            cell.simulated > 10.0 && cell.simulated <= 100.5,
+            "{}",
+            cell.cell
+        );
+        assert!((cell.error - (cell.simulated - cell.published)).abs() < 1e-9);
+    }
+    // One thread with VM2 idle keeps (nearly) all of it.
+    assert!(c.cells[0].published > 90.0 && c.cells[0].simulated > 90.0);
+}
+
+/// The note explaining M's miss is there exactly when M misses, with the published figures
+/// worked by hand: 1e6 / 16 500 - 1e6 / 66 000 = 45.5 us; (42 000 - 5 000) ns = 37.0 us.
+#[test]
+fn m_explains_its_miss_with_the_published_figures() {
+    let t = tables();
+    let m = by_id(&t, "M");
+    let note = m.notes.iter().find(|n| n.contains("Not tuned in"));
+    assert_eq!(note.is_some(), !m.pass);
+    if let Some(n) = note {
+        assert!(n.contains("45.5 us more per transaction"), "{n}");
+        assert!(n.contains("37.0 us more"), "{n}");
+    }
+}
