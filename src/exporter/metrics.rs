@@ -215,6 +215,30 @@ impl Collector for FrameCollector {
                 enc.encode_descriptor(name, help, None, MetricType::Counter)?
                     .encode_counter::<NoLabelSet, _, u64>(&v, None)?;
             }
+            if !snap.programs.is_empty() {
+                let mut m = enc.encode_descriptor(
+                    "exporter_bpf_program_runs",
+                    "Runs of each in-kernel program since the exporter started \
+                     (--bpf-program-costs)",
+                    None,
+                    MetricType::Counter,
+                )?;
+                for p in &snap.programs {
+                    m.encode_family(&labels(&[("program", &p.program)]))?
+                        .encode_counter::<NoLabelSet, _, u64>(&p.runs, None)?;
+                }
+                let mut m = enc.encode_descriptor(
+                    "exporter_bpf_program_run",
+                    "Time the kernel measured in each in-kernel program, the timing included \
+                     (--bpf-program-costs)",
+                    Some(&Unit::Seconds),
+                    MetricType::Counter,
+                )?;
+                for p in &snap.programs {
+                    m.encode_family(&labels(&[("program", &p.program)]))?
+                        .encode_counter::<NoLabelSet, _, f64>(&(p.run_ns as f64 / 1e9), None)?;
+                }
+            }
         }
         let mut m = enc.encode_descriptor(
             "idle_state_entries",
