@@ -55,7 +55,7 @@ pg_start
 
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 start_exporter() { # TAG: the exporter, scraped every second, under /usr/bin/time
-    /usr/bin/time -v -o "$dir/exporter.$1.time" "$cpulab" exporter --quiet \
+    /usr/bin/time -v -o "$dir/exporter.$1.time" "$cpulab" exporter --quiet ${extra_flags:-} \
         --mechanism "$mechanism" --comm postgres,pgbench --listen "127.0.0.1:$port" &
     exporter_pid=$!
     for _ in $(seq 100); do curl -sf "http://127.0.0.1:$port/metrics" -o /dev/null && break; sleep 0.1; done
@@ -109,3 +109,28 @@ sleep 30
 stop_exporter
 note_rss idle
 echo "  idle: exporter CPU $(own_cpu idle 30) CPU-s/s scraped every second; peak RSS over all runs $((peak_kb / 1024)) MB"
+
+# Where the kernel side's cost goes: one more run per placement with --bpf-program-costs (the
+# kernel times each program while that exporter runs; the timing adds to the cost, so these
+# runs are not among the ratios above). Per program: runs per transaction and ns per run; and
+# the programs' ns per transaction against the transaction's own time.
+[ "$mechanism" = fake ] && exit 0
+program_costs() { # -> "program runs seconds" lines of a scrape
+    curl -sf "http://127.0.0.1:$port/metrics" | awk '
+        /^cpulab_exporter_bpf_program_runs_total/ {match($0, /program="[^"]*"/); p = substr($0, RSTART + 9, RLENGTH - 10); runs[p] = $NF}
+        /^cpulab_exporter_bpf_program_run_seconds_total/ {match($0, /program="[^"]*"/); p = substr($0, RSTART + 9, RLENGTH - 10); sec[p] = $NF}
+        END {for (p in runs) print p, runs[p], sec[p]}' | sort
+}
+for placement in "0:0:0" "0:1:1"; do
+    name=${placement%:*} cpu=${placement##*:}
+    extra_flags=--bpf-program-costs start_exporter "$name.costs"
+    before=$(program_costs)
+    t=$(tps "$cpu")
+    after=$(program_costs)
+    stop_exporter
+    [ -n "$after" ] || { echo "  $name: no program costs published (--bpf-program-costs needs CAP_SYS_ADMIN and BPF)"; continue; }
+    join <(echo "$before") <(echo "$after") | awk -v tps="$t" -v secs="$secs" -v name="$name" '
+        {runs = $4 - $2; ns = ($5 - $3) * 1e9; tx = tps * secs; total += ns
+         if (runs > 0) printf "  %s %s: %.2f runs per transaction, %.0f ns per run\n", name, $1, runs / tx, ns / runs}
+        END {printf "  %s: the programs take %.0f ns per transaction (%.2f%% of its %.1f us; %.0f tps with the timing on)\n", name, total / (tps * secs), 100 * total / (tps * secs) / (1e9 / tps), 1e6 / tps, tps}'
+done

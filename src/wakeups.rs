@@ -59,6 +59,18 @@ pub struct Snapshot {
     pub events_lost: u64,
     /// Tasks that matched no target slot because the cap was reached (counted under `other`).
     pub targets_dropped: u64,
+    /// What each in-kernel program has cost, when asked for (`SourceOptions::program_costs`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub programs: Vec<ProgramCost>,
+}
+
+/// One BPF program's runs and their kernel-measured run time, since statistics were turned on.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct ProgramCost {
+    /// The tracepoint it runs on (`sched_waking`, ...).
+    pub program: String,
+    pub runs: u64,
+    pub run_ns: u64,
 }
 
 /// A source of cumulative snapshots: the in-kernel aggregation, or the perf fallback that
@@ -84,4 +96,7 @@ pub struct SourceOptions {
     pub max_targets: usize,
     /// `auto` (BPF, else perf), `bpf` or `perf`.
     pub mechanism: String,
+    /// Have the kernel time the in-kernel programs (`BPF_ENABLE_STATS`, while the source is
+    /// open; needs CAP_SYS_ADMIN) and report each one's cost in snapshots.
+    pub program_costs: bool,
 }

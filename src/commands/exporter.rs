@@ -54,6 +54,11 @@ pub struct Args {
     /// closed.
     #[arg(long, value_name = "N", default_value_t = 64)]
     pub max_connections: usize,
+    /// Have the kernel time the in-kernel programs and publish each one's runs and run time
+    /// (cpulab_exporter_bpf_program_*): what the exporter costs the scheduler, measured. The
+    /// timing itself adds to that cost, so it is off by default; needs CAP_SYS_ADMIN.
+    #[arg(long)]
+    pub bpf_program_costs: bool,
     /// Seconds a client has to send its whole request (TLS handshake included).
     #[arg(long, hide = true, value_name = "S", default_value_t = 10)]
     pub request_timeout_s: u64,
@@ -132,6 +137,7 @@ pub fn settings(args: &Args, machine: &Machine) -> Result<Settings> {
         mechanism: args.mechanism,
         max_connections: args.max_connections,
         request_timeout_s: args.request_timeout_s,
+        program_costs: args.bpf_program_costs,
         history: crate::history::location(),
     })
 }

@@ -98,6 +98,7 @@ impl Source for FakeSource {
             events_seen: 40 * n,
             events_lost: 0,
             targets_dropped: 0,
+            programs: Vec::new(),
         })
     }
 }

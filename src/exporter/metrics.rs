@@ -215,6 +215,30 @@ impl Collector for FrameCollector {
                 enc.encode_descriptor(name, help, None, MetricType::Counter)?
                     .encode_counter::<NoLabelSet, _, u64>(&v, None)?;
             }
+            if !snap.programs.is_empty() {
+                let mut m = enc.encode_descriptor(
+                    "exporter_bpf_program_runs",
+                    "Runs of each in-kernel program since the exporter started \
+                     (--bpf-program-costs)",
+                    None,
+                    MetricType::Counter,
+                )?;
+                for p in &snap.programs {
+                    m.encode_family(&labels(&[("program", &p.program)]))?
+                        .encode_counter::<NoLabelSet, _, u64>(&p.runs, None)?;
+                }
+                let mut m = enc.encode_descriptor(
+                    "exporter_bpf_program_run",
+                    "Time the kernel measured in each in-kernel program, the timing included \
+                     (--bpf-program-costs)",
+                    Some(&Unit::Seconds),
+                    MetricType::Counter,
+                )?;
+                for p in &snap.programs {
+                    m.encode_family(&labels(&[("program", &p.program)]))?
+                        .encode_counter::<NoLabelSet, _, f64>(&(p.run_ns as f64 / 1e9), None)?;
+                }
+            }
         }
         let mut m = enc.encode_descriptor(
             "idle_state_entries",
@@ -438,6 +462,7 @@ mod tests {
                 events_seen: 10,
                 events_lost: 0,
                 targets_dropped: 0,
+                programs: Vec::new(),
             }),
             mechanism: "fake".into(),
             idle_entries: [("haltpoll".to_string(), 7)].into_iter().collect(),
@@ -487,6 +512,39 @@ mod tests {
             );
             assert_eq!(inf, vec![5], "{t}");
             assert_eq!(cnt, vec![5]);
+        }
+    }
+
+    #[test]
+    fn program_costs_are_published_only_when_measured_in_seconds() {
+        let mut f = frame();
+        let t = encode(&f, Format::Prometheus);
+        assert!(!t.contains("bpf_program"), "{t}");
+        f.wakeups.as_mut().unwrap().programs = vec![crate::wakeups::ProgramCost {
+            program: "sched_waking".into(),
+            runs: 4,
+            run_ns: 1_500_000_000,
+        }];
+        for format in [Format::Prometheus, Format::OpenMetrics] {
+            let t = encode(&f, format);
+            assert_eq!(
+                sample(
+                    &t,
+                    "cpulab_exporter_bpf_program_runs_total{program=\"sched_waking\"}"
+                ),
+                vec![4],
+                "{t}"
+            );
+            let secs: Vec<f64> = t
+                .lines()
+                .filter(|l| {
+                    l.starts_with(
+                        "cpulab_exporter_bpf_program_run_seconds_total{program=\"sched_waking\"}",
+                    )
+                })
+                .filter_map(|l| l.rsplit(' ').next()?.parse().ok())
+                .collect();
+            assert_eq!(secs, vec![1.5], "{t}");
         }
     }
 

@@ -161,6 +161,7 @@ pub fn serve(machine: &Machine, s: Settings, quiet: bool) -> Result<()> {
         cgroups: s.cgroups.clone(),
         max_targets: named,
         mechanism: s.mechanism.as_str().to_string(),
+        program_costs: s.program_costs,
     };
     let source = collect::open_source(machine, &opts, &classes)?;
     if source.is_none() {

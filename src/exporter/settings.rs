@@ -51,6 +51,8 @@ pub struct Settings {
     pub mechanism: Mechanism,
     pub max_connections: usize,
     pub request_timeout_s: u64,
+    /// Publish what each in-kernel program costs (`--bpf-program-costs`).
+    pub program_costs: bool,
     /// The history the newest doctor findings are read from (`--history`, `CPULAB_HISTORY`,
     /// `--no-history`), read-only.
     pub history: crate::history::Location,

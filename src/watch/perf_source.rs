@@ -293,6 +293,7 @@ impl Source for PerfSource {
             events_seen: s.events,
             events_lost: s.lost,
             targets_dropped: s.slots.dropped(),
+            programs: Vec::new(),
         })
     }
 }

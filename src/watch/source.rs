@@ -15,7 +15,7 @@ use super::bpf::table::{self, TargetTable};
 use super::slots::{OTHER, Resolver, Slots};
 use crate::machine::Machine;
 use crate::wakeups::{
-    ClassCounts, LATENCY_BOUNDS_NS, Snapshot, Source, SourceOptions, TargetCounts,
+    ClassCounts, LATENCY_BOUNDS_NS, ProgramCost, Snapshot, Source, SourceOptions, TargetCounts,
 };
 use anyhow::Result;
 use std::collections::{BTreeMap, HashMap};
@@ -119,6 +119,10 @@ pub struct BpfSource {
     // Kept open: the programs run while their links are open; the other maps are theirs.
     _links: Vec<OwnedFd>,
     _progs: Vec<OwnedFd>,
+    /// The tracepoint of each program, in `_progs` order.
+    prog_names: Vec<&'static str>,
+    /// Held while the kernel times the programs (`SourceOptions::program_costs`).
+    timing: Option<OwnedFd>,
     _maps: Vec<OwnedFd>,
     targets: Arc<Mutex<Targets>>,
     stop: Arc<AtomicBool>,
@@ -152,6 +156,20 @@ impl BpfSource {
         for label in resolver.named_labels() {
             slots.slot(&label);
         }
+        // Timing on before the programs load, so each one's runs are counted from the first.
+        let timing = if opts.program_costs {
+            Some(sys::enable_stats().map_err(|e| {
+                std::io::Error::new(
+                    e.kind(),
+                    format!(
+                        "cannot have the kernel time the BPF programs (BPF_ENABLE_STATS needs \
+                         CAP_SYS_ADMIN): {e}"
+                    ),
+                )
+            })?)
+        } else {
+            None
+        };
         let nrows = aggregate::rows(slots.count());
         let targets_map = TargetTable::create("cpulab_targets")?;
         // An array indexed by tid (see `aggregate`): a wakeup whose switch-in never comes (rare)
@@ -271,6 +289,7 @@ impl BpfSource {
                 Some(Ok(p)) => (true, p),
                 _ => (false, attach_all(None)?),
             };
+        let mut prog_names = vec!["sched_waking", "sched_switch"];
         // Children of targets join at birth (see `aggregate::fork`). Forks are rare, so the
         // untyped program serves every kernel; where it does not load, the refresh alone
         // finds new processes, within a second.
@@ -290,6 +309,7 @@ impl BpfSource {
             {
                 progs.push(prog);
                 links.push(link);
+                prog_names.push("sched_process_fork");
             }
             if comms_map.is_some()
                 && let Some(insns) = aggregate::exec(&maps, &offsets)
@@ -303,6 +323,7 @@ impl BpfSource {
             {
                 progs.push(prog);
                 links.push(link);
+                prog_names.push("sched_process_exec");
             }
         }
         let prog_ids = progs.iter().filter_map(|p| sys::prog_id(p).ok()).collect();
@@ -335,6 +356,8 @@ impl BpfSource {
             targets_map,
             _links: links,
             _progs: progs,
+            prog_names,
+            timing,
             _maps: [pending, classes_map]
                 .into_iter()
                 .chain(comms_map)
@@ -372,6 +395,25 @@ impl BpfSource {
         if let Ok(mut t) = self.targets.lock() {
             t.refresh(&self.targets_map);
         }
+    }
+
+    /// Each program's runs and run time while the kernel times them; none when not asked.
+    fn program_costs(&self) -> std::io::Result<Vec<ProgramCost>> {
+        if self.timing.is_none() {
+            return Ok(Vec::new());
+        }
+        self._progs
+            .iter()
+            .zip(&self.prog_names)
+            .map(|(p, name)| {
+                let (runs, run_ns) = sys::prog_run_stats(p)?;
+                Ok(ProgramCost {
+                    program: name.to_string(),
+                    runs,
+                    run_ns,
+                })
+            })
+            .collect()
     }
 
     /// One `rows` row summed over the CPUs.
@@ -460,6 +502,7 @@ impl Source for BpfSource {
             events_seen: self.stat(aggregate::STAT_SEEN)?,
             events_lost: self.stat(aggregate::STAT_LOST)? + refused,
             targets_dropped: dropped,
+            programs: self.program_costs()?,
         })
     }
 }

@@ -218,6 +218,41 @@ const BPF_PROG_GET_NEXT_ID: libc::c_long = 11;
 const BPF_PROG_GET_FD_BY_ID: libc::c_long = 13;
 const BPF_OBJ_GET_INFO_BY_FD: libc::c_long = 15;
 
+/// `BPF_ENABLE_STATS`: the kernel times every BPF program run for as long as the returned
+/// descriptor stays open (`BPF_STATS_RUN_TIME`), so closing it (on drop, or however cpulab
+/// ends, SIGKILL included) turns the timing off again: nothing is left changed. Needs
+/// CAP_SYS_ADMIN.
+pub fn enable_stats() -> std::io::Result<OwnedFd> {
+    const BPF_ENABLE_STATS: libc::c_long = 32;
+    let mut a = [0u8; ATTR];
+    put_u32(&mut a, 0, 0); // BPF_STATS_RUN_TIME
+    sys_bpf(BPF_ENABLE_STATS, &mut a).map(owned)
+}
+
+/// A program's runs and their total run time in ns (`bpf_prog_info.run_cnt`, `run_time_ns`):
+/// counted only while statistics are on ([`enable_stats`] or `kernel.bpf_stats_enabled`).
+pub fn prog_run_stats(prog: &OwnedFd) -> std::io::Result<(u64, u64)> {
+    let mut info = [0u8; 256];
+    let mut a = [0u8; ATTR];
+    put_u32(&mut a, 0, prog.as_raw_fd() as u32);
+    put_u32(&mut a, 4, info.len() as u32);
+    put_u64(&mut a, 8, info.as_mut_ptr() as u64);
+    sys_bpf(BPF_OBJ_GET_INFO_BY_FD, &mut a)?;
+    // The kernel writes back how much of the info it filled: older ones stop before the stats.
+    let filled = u32::from_ne_bytes([a[4], a[5], a[6], a[7]]) as usize;
+    if filled < 208 {
+        return Err(std::io::Error::other(
+            "this kernel reports no run statistics for BPF programs",
+        ));
+    }
+    let word = |at: usize| {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(&info[at..at + 8]);
+        u64::from_ne_bytes(b)
+    };
+    Ok((word(200), word(192)))
+}
+
 /// The kernel's id of a loaded program (`bpf_prog_info.id`).
 pub fn prog_id(prog: &OwnedFd) -> std::io::Result<u32> {
     let mut info = [0u8; 64];
@@ -246,6 +281,13 @@ pub fn prog_ids() -> std::io::Result<Vec<u32>> {
             Err(e) => return Err(e),
         }
     }
+}
+
+/// A descriptor of loaded program `id` (`BPF_PROG_GET_FD_BY_ID`; needs CAP_SYS_ADMIN).
+pub fn prog_by_id(id: u32) -> std::io::Result<OwnedFd> {
+    let mut a = [0u8; ATTR];
+    put_u32(&mut a, 0, id);
+    sys_bpf(BPF_PROG_GET_FD_BY_ID, &mut a).map(owned)
 }
 
 /// Whether program `id` is still loaded (`BPF_PROG_GET_FD_BY_ID`; needs CAP_SYS_ADMIN).
