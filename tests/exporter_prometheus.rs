@@ -340,7 +340,17 @@ fn placement_classes_follow_a_pinned_pair() {
     let _e = exporter(port, &["--comm", "cpulab-pair"]);
     let prom = Prometheus::start(port);
     prom.wait_for("up{job=\"cpulab\"} == 1");
+    let now = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs_f64()
+    };
+    // Each run's window is its own span, from just before it starts to 3 s after it ends (a
+    // few scrapes): pingpong stops at a number of round trips, often within a second, so a
+    // fixed window looking back from the second run's end reached into the first run.
     let run = |pairs: &str| {
+        let start = now() - 0.5;
         let out = Command::new(&pair)
             .args([
                 "pingpong", "--quiet", "--json", "--method", "pipe", "--pairs", pairs,
@@ -350,22 +360,20 @@ fn placement_classes_follow_a_pinned_pair() {
             .unwrap();
         common::assert_success(&out);
         std::thread::sleep(Duration::from_secs(3));
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_secs_f64()
+        let end = now();
+        (format!("{}s", (end - start).ceil() as u64), end)
     };
     let t1 = run("0:0");
     let t2 = run("0:1");
-    let by_class = |t: f64| {
+    let by_class = |(range, t): &(String, f64)| {
         prom.query(&format!(
-            "sum by (class) (increase(cpulab_wakeups_total{{target=\"cpulab-pair\"}}[7s] @ {t}))"
+            "sum by (class) (increase(cpulab_wakeups_total{{target=\"cpulab-pair\"}}[{range}] @ {t}))"
         ))
         .iter()
         .map(|s| (label(s, "class").to_string(), value(s)))
         .collect::<std::collections::BTreeMap<_, _>>()
     };
-    let (w1, w2) = (by_class(t1), by_class(t2));
+    let (w1, w2) = (by_class(&t1), by_class(&t2));
     let same =
         |w: &std::collections::BTreeMap<String, f64>| w.get("same-cpu").copied().unwrap_or(0.0);
     let cross = |w: &std::collections::BTreeMap<String, f64>| {
@@ -376,11 +384,11 @@ fn placement_classes_follow_a_pinned_pair() {
     };
     assert!(same(&w1) > cross(&w1), "first window {w1:?}");
     assert!(cross(&w2) > same(&w2), "second window {w2:?}");
-    let median = |class_match: &str, t: f64| {
+    let median = |class_match: &str, (range, t): &(String, f64)| {
         let r = prom.query(&format!(
-            "histogram_quantile(0.5, sum by (le) (increase(cpulab_wakeup_latency_seconds_bucket{{target=\"cpulab-pair\",class{class_match}}}[7s] @ {t})))"
+            "histogram_quantile(0.5, sum by (le) (increase(cpulab_wakeup_latency_seconds_bucket{{target=\"cpulab-pair\",class{class_match}}}[{range}] @ {t})))"
         ));
         value(&r[0])
     };
-    assert!(median("!=\"same-cpu\"", t2) > median("=\"same-cpu\"", t1));
+    assert!(median("!=\"same-cpu\"", &t2) > median("=\"same-cpu\"", &t1));
 }
