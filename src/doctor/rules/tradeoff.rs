@@ -251,6 +251,14 @@ mod tests {
         );
     }
 
+    /// A messaging placement whose repetitions ran at these rates.
+    fn run(placement: &str, cpus: &str, s: &[f64]) -> crate::doctor::measurements::ThroughputRun {
+        let mut t = throughput(placement, cpus, 1.0);
+        t.samples_per_s = s.to_vec();
+        t.messages_per_s = mci(s);
+        t
+    }
+
     /// A quiet run of this machine's doctor (scripts/doctor-repeat.sh 5, run 1 of 5): the
     /// unpinned placement's rates spread from packed's level to 1.7x it, so its 95% interval
     /// overlaps packed's, yet Welch's test separates them (p ~ 0.04). The other four runs
@@ -258,12 +266,6 @@ mod tests {
     #[test]
     fn a_straddling_throughput_effect_is_reported_with_its_doubt() {
         let (facts, mut m) = everything_wrong();
-        let run = |placement: &str, cpus: &str, s: &[f64]| {
-            let mut t = throughput(placement, cpus, 1.0);
-            t.samples_per_s = s.to_vec();
-            t.messages_per_s = mci(s);
-            t
-        };
         m.throughput = vec![
             run(
                 "packed",
@@ -305,12 +307,6 @@ mod tests {
     /// Packed at 1.0M/s tightly, and the spread placement's repetitions as given.
     fn with_spread(spread: &[f64]) -> Vec<Finding> {
         let (facts, mut m) = everything_wrong();
-        let run = |placement: &str, cpus: &str, s: &[f64]| {
-            let mut t = throughput(placement, cpus, 1.0);
-            t.samples_per_s = s.to_vec();
-            t.messages_per_s = mci(s);
-            t
-        };
         m.throughput = vec![
             run("packed", "0", &[1.0e6, 1.01e6, 0.99e6, 1.0e6, 1.005e6]),
             run("spread", "0-1", spread),

@@ -185,14 +185,18 @@ impl Asm {
         self.push(Insn::add64_reg(scratch, src));
         self.push(Insn::stx_dw(base, off, scratch));
     }
-    /// `r0 = &pending[pending_index(reg)]`, jumping to `miss` when none is returned (never,
-    /// but the verifier asks). Clobbers r1-r5.
-    fn pending_slot(&mut self, pending: i32, reg: u8, miss: &'static str) {
+    /// `r0 = &array[reg & (entries - 1)]` (`entries` a power of two), jumping to `miss` when
+    /// none is returned (never, but the verifier asks). Clobbers r1-r5.
+    fn entry_of(&mut self, array: i32, entries: u32, reg: u8, miss: &'static str) {
         self.push(Insn::mov64_reg(1, reg));
-        self.push(Insn::and64_imm(1, (PENDING_ENTRIES - 1) as i32));
+        self.push(Insn::and64_imm(1, (entries - 1) as i32));
         self.push(Insn::stx_w(10, KEY as i16, 1));
-        self.lookup(pending, KEY);
+        self.lookup(array, KEY);
         self.jump(Insn::jeq_imm(0, 0, 0), miss);
+    }
+    /// `r0 = &pending[pending_index(reg)]`; see [`Self::entry_of`].
+    fn pending_slot(&mut self, pending: i32, reg: u8, miss: &'static str) {
+        self.entry_of(pending, PENDING_ENTRIES, reg, miss);
     }
     /// [`Self::pending_slot`], also jumping to `miss` when the entry holds another tid.
     fn pending_entry(&mut self, pending: i32, reg: u8, miss: &'static str) {
@@ -200,14 +204,9 @@ impl Asm {
         self.push(Insn::ldx_w(1, 0, P_TID));
         self.jump(Insn::jne_reg(1, reg, 0), miss);
     }
-    /// `r0 = &targets[table::index(reg)]` (its u64 word), jumping to `miss` when none is
-    /// returned (never, but the verifier asks). Clobbers r1-r5.
+    /// `r0 = &targets[table::index(reg)]` (its u64 word); see [`Self::entry_of`].
     fn target_entry(&mut self, targets: i32, reg: u8, miss: &'static str) {
-        self.push(Insn::mov64_reg(1, reg));
-        self.push(Insn::and64_imm(1, (TARGET_ENTRIES - 1) as i32));
-        self.push(Insn::stx_w(10, KEY as i16, 1));
-        self.lookup(targets, KEY);
-        self.jump(Insn::jeq_imm(0, 0, 0), miss);
+        self.entry_of(targets, TARGET_ENTRIES, reg, miss);
     }
     /// `dst = the slot of process reg` from the entry word at r0, jumping to `miss` when the
     /// entry holds another process (or none). Clobbers r1 and r2.
