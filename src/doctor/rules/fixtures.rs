@@ -261,3 +261,29 @@ pub fn everything_wrong() -> (Facts, Measurements) {
     };
     (f, m)
 }
+
+/// A wakeup run whose 20 batch means alternate `lo` and `hi`, so its mean is exactly their
+/// midpoint, with only the per-round-trip counters given: `halts` idle entries and `ipi` as
+/// (RES, CAL); `None` is not recorded.
+pub fn exact_wake(
+    method: &str,
+    blocking: bool,
+    class: PlacementClass,
+    cpus: &str,
+    (lo, hi): (f64, f64),
+    halts: Option<f64>,
+    ipi: Option<(f64, f64)>,
+) -> WakeupRun {
+    let mut w = wake(method, blocking, class, cpus, (lo + hi) / 2.0, 0.0);
+    w.batch_means_ns = (0..20).map(|k| if k % 2 == 0 { lo } else { hi }).collect();
+    w.rtt_ns = mci(&w.batch_means_ns);
+    w.per_round_trip.clear();
+    if let Some(h) = halts {
+        w.per_round_trip.insert("idle_entries".into(), h);
+    }
+    if let Some((res, cal)) = ipi {
+        w.per_round_trip.insert("irq_RES".into(), res);
+        w.per_round_trip.insert("irq_CAL".into(), cal);
+    }
+    w
+}

@@ -430,7 +430,11 @@ mod tests {
             m: &m,
         });
         assert_eq!(f.len(), 1);
-        assert!(f[0].mechanism.contains("cache"), "{}", f[0].mechanism);
+        assert!(
+            f[0].mechanism.starts_with("The data each wakeup touches"),
+            "{}",
+            f[0].mechanism
+        );
         assert!(f[0].title.contains("CPUs"));
     }
 
@@ -462,6 +466,435 @@ mod tests {
                     m: &m
                 })
                 .is_empty()
+        );
+    }
+
+    // Written for the mutation run (docs/testing.md): literal inputs, answers worked by hand.
+    use crate::doctor::measurements::{Facts, Measurements};
+
+    /// Same CPU 5 us (0 halts) against shared LLC 0:1 at 42 us with `halts` and `ipi`, plus
+    /// `extra` runs, in a VM.
+    fn judged(halts: Option<f64>, ipi: Option<(f64, f64)>, extra: Vec<WakeupRun>) -> Finding {
+        let (facts, mut m) = quiet_machine();
+        m.wakeup = vec![
+            exact_wake(
+                "pipe",
+                true,
+                PlacementClass::SameCpu,
+                "0:0",
+                (4e3, 6e3),
+                Some(0.0),
+                None,
+            ),
+            exact_wake(
+                "pipe",
+                true,
+                PlacementClass::SharedLlc,
+                "0:1",
+                (40e3, 44e3),
+                halts,
+                ipi,
+            ),
+        ];
+        m.wakeup.extend(extra);
+        let mut f = CrossCpuWakeup.check(Inputs {
+            facts: &facts,
+            m: &m,
+        });
+        assert_eq!(f.len(), 1, "{f:?}");
+        f.remove(0)
+    }
+
+    fn evidence<'a>(f: &'a Finding, label: &str) -> Option<&'a Evidence> {
+        f.evidence.iter().find(|e| e.label.starts_with(label))
+    }
+
+    #[test]
+    fn the_finding_names_its_rule_the_worst_pair_and_its_sources() {
+        let f = judged(Some(2.0), Some((1.0, 0.5)), vec![]);
+        assert_eq!(f.id, "cross-cpu-wakeup");
+        // 42 us against 5 us: 8.4x, high severity.
+        assert!((f.magnitude.ratio.unwrap() - 8.4).abs() < 1e-9);
+        assert_eq!(f.severity, Severity::High);
+        assert!(f.title.contains("8.4x"), "{}", f.title);
+        let across = evidence(&f, "pipe round trip, shared-llc").unwrap();
+        assert_eq!(across.source, "measured: pingpong pipe shared-llc 0:1");
+        // Halts across against on one CPU, and RES + CAL = 1.5 IPIs per round trip.
+        let halts = evidence(&f, "idle entries")
+            .unwrap()
+            .versus
+            .as_ref()
+            .unwrap();
+        assert_eq!((halts.a.value, halts.b.value), (2.0, 0.0));
+        let ipi = evidence(&f, "IPIs").unwrap().quantity.as_ref().unwrap();
+        assert_eq!(ipi.value, 1.5);
+        assert!(f.mechanism.contains("1.5 IPIs"), "{}", f.mechanism);
+    }
+
+    #[test]
+    fn the_worst_blocking_run_of_the_primary_method_is_judged() {
+        // Slower runs of another method, a spinning run and the unpinned run are not the
+        // pinned blocking penalty: still 42 us against 5 us.
+        let f = judged(
+            Some(2.0),
+            None,
+            vec![
+                exact_wake(
+                    "eventfd",
+                    true,
+                    PlacementClass::SharedLlc,
+                    "0:1",
+                    (8e4, 1e5),
+                    None,
+                    None,
+                ),
+                exact_wake(
+                    "spin",
+                    false,
+                    PlacementClass::CrossNode,
+                    "0:8",
+                    (8e4, 1e5),
+                    None,
+                    None,
+                ),
+                exact_wake(
+                    "pipe",
+                    true,
+                    PlacementClass::Unpinned,
+                    "",
+                    (8e4, 1e5),
+                    None,
+                    None,
+                ),
+            ],
+        );
+        assert!((f.magnitude.ratio.unwrap() - 8.4).abs() < 1e-9);
+    }
+
+    #[test]
+    fn the_primary_method_is_pipe_else_the_first_blocking_one_measured_on_one_cpu() {
+        let (facts, mut m) = quiet_machine();
+        let method = |m: &Measurements| primary_method(&Inputs { facts: &facts, m });
+        // A spinning same-CPU run and a pinned pipe without its same-CPU run do not make pipe
+        // the method; eventfd has both.
+        m.wakeup = vec![
+            exact_wake(
+                "spin",
+                false,
+                PlacementClass::SameCpu,
+                "0:0",
+                (1e2, 1e2),
+                None,
+                None,
+            ),
+            exact_wake(
+                "pipe",
+                true,
+                PlacementClass::SharedLlc,
+                "0:1",
+                (4e3, 6e3),
+                None,
+                None,
+            ),
+            exact_wake(
+                "eventfd",
+                true,
+                PlacementClass::SameCpu,
+                "0:0",
+                (4e3, 6e3),
+                None,
+                None,
+            ),
+            exact_wake(
+                "eventfd",
+                true,
+                PlacementClass::SharedLlc,
+                "0:1",
+                (4e3, 6e3),
+                None,
+                None,
+            ),
+        ];
+        assert_eq!(method(&m).as_deref(), Some("eventfd"));
+        m.wakeup.remove(2);
+        assert_eq!(method(&m), None);
+    }
+
+    #[test]
+    fn halting_starts_at_half_a_halt_per_round_trip() {
+        // Exactly 0.5 halts (and no IPIs counted): a halt exit, in a VM the hypervisor's.
+        let f = judged(Some(0.5), None, vec![]);
+        assert!(f.mechanism.contains("hypervisor"), "{}", f.mechanism);
+        // Halting alone is one agreeing piece of evidence.
+        assert_eq!(f.confidence, Confidence::Medium);
+        // Just under: no mechanism singled out.
+        let f = judged(Some(0.49), None, vec![]);
+        assert!(f.mechanism.contains("do not single out"), "{}", f.mechanism);
+        assert_eq!(f.confidence, Confidence::Low);
+        // Recorded as zero: not halting either.
+        let f = judged(Some(0.0), None, vec![]);
+        assert!(f.mechanism.contains("do not single out"), "{}", f.mechanism);
+    }
+
+    #[test]
+    fn halting_needs_more_than_0_3_halts_above_the_same_cpu_run() {
+        let with_base = |base: f64, halts: f64| {
+            let (facts, mut m) = quiet_machine();
+            m.wakeup = vec![
+                exact_wake(
+                    "pipe",
+                    true,
+                    PlacementClass::SameCpu,
+                    "0:0",
+                    (4e3, 6e3),
+                    Some(base),
+                    None,
+                ),
+                exact_wake(
+                    "pipe",
+                    true,
+                    PlacementClass::SharedLlc,
+                    "0:1",
+                    (40e3, 44e3),
+                    Some(halts),
+                    None,
+                ),
+            ];
+            CrossCpuWakeup
+                .check(Inputs {
+                    facts: &facts,
+                    m: &m,
+                })
+                .remove(0)
+                .mechanism
+        };
+        // 0.8 against 0.5 is exactly 0.3 more: not halting; 0.81 is.
+        assert!(with_base(0.5, 0.8).contains("do not single out"));
+        assert!(with_base(0.5, 0.6).contains("do not single out"));
+        assert!(with_base(0.5, 0.81).contains("hypervisor"));
+    }
+
+    #[test]
+    fn ipis_count_towards_a_halt_from_half_an_ipi_per_round_trip() {
+        // Halting plus 0.5 IPIs: two agreeing pieces, high confidence.
+        let f = judged(Some(2.0), Some((0.25, 0.25)), vec![]);
+        assert_eq!(f.confidence, Confidence::High);
+        // Halting plus 0.4 IPIs: only the halts agree.
+        let f = judged(Some(2.0), Some((0.2, 0.2)), vec![]);
+        assert_eq!(f.confidence, Confidence::Medium);
+        // No halts, IPIs under the threshold: not an IPI to a busy CPU.
+        let f = judged(Some(0.0), Some((0.2, 0.2)), vec![]);
+        assert!(f.mechanism.contains("do not single out"), "{}", f.mechanism);
+        assert!(f.mechanism.contains("0.4 IPIs"), "{}", f.mechanism);
+    }
+
+    #[test]
+    fn a_spinning_run_on_the_same_pair_agrees_when_under_a_quarter_of_the_penalty() {
+        let spin = |cpus: &str, mean: (f64, f64)| {
+            exact_wake(
+                "spin",
+                false,
+                PlacementClass::SharedLlc,
+                cpus,
+                mean,
+                None,
+                None,
+            )
+        };
+        // The penalty is 42 - 5 = 37 us; a quarter of it is 9.25 us.
+        let f = judged(Some(2.0), None, vec![spin("1:0", (200.0, 400.0))]);
+        let s = evidence(&f, "spinning round trip on the same pair").unwrap();
+        assert_eq!(s.quantity.as_ref().unwrap().value, 300.0);
+        assert_eq!(s.source, "measured: pingpong spin shared-llc 1:0");
+        assert_eq!(f.confidence, Confidence::High);
+        // Exactly a quarter is not cheap; above it neither.
+        let f = judged(Some(2.0), None, vec![spin("0:1", (9e3, 9.5e3))]);
+        assert_eq!(f.confidence, Confidence::Medium);
+        let f = judged(Some(2.0), None, vec![spin("0:1", (19e3, 21e3))]);
+        assert_eq!(f.confidence, Confidence::Medium);
+        // Another pair is no evidence about this one.
+        let f = judged(Some(2.0), None, vec![spin("0:2", (200.0, 400.0))]);
+        assert!(evidence(&f, "spinning round trip on the same pair").is_none());
+        assert_eq!(f.confidence, Confidence::Medium);
+        // A cheap spin without halting agrees with nothing.
+        let f = judged(Some(0.0), None, vec![spin("0:1", (200.0, 400.0))]);
+        assert_eq!(f.confidence, Confidence::Low);
+    }
+
+    #[test]
+    fn only_spinning_runs_make_a_cache_gradient() {
+        let (mut facts, mut m) = quiet_machine();
+        facts.hypervisor = None;
+        // One spinning class only; blocking runs at two classes are no gradient.
+        m.wakeup = vec![
+            exact_wake(
+                "pipe",
+                true,
+                PlacementClass::SameCpu,
+                "0:0",
+                (2e3, 4e3),
+                Some(0.0),
+                None,
+            ),
+            exact_wake(
+                "pipe",
+                true,
+                PlacementClass::SmtSibling,
+                "0:1",
+                (3e3, 3.2e3),
+                Some(0.0),
+                None,
+            ),
+            exact_wake(
+                "spin",
+                false,
+                PlacementClass::CrossNode,
+                "0:8",
+                (300.0, 500.0),
+                None,
+                None,
+            ),
+            exact_wake(
+                "pipe",
+                true,
+                PlacementClass::CrossNode,
+                "0:8",
+                (8e3, 1e4),
+                Some(0.0),
+                None,
+            ),
+        ];
+        let f = CrossCpuWakeup.check(Inputs {
+            facts: &facts,
+            m: &m,
+        });
+        assert!(
+            f[0].mechanism.contains("do not single out"),
+            "{}",
+            f[0].mechanism
+        );
+        assert!(f[0].title.contains("3.0x"), "{}", f[0].title);
+    }
+
+    #[test]
+    fn a_cache_gradient_is_one_agreeing_piece() {
+        let (mut facts, mut m) = quiet_machine();
+        facts.hypervisor = None;
+        m.wakeup = vec![
+            exact_wake(
+                "pipe",
+                true,
+                PlacementClass::SameCpu,
+                "0:0",
+                (2e3, 4e3),
+                Some(0.0),
+                None,
+            ),
+            exact_wake(
+                "pipe",
+                true,
+                PlacementClass::CrossNode,
+                "0:8",
+                (8e3, 1e4),
+                Some(0.0),
+                None,
+            ),
+            exact_wake(
+                "spin",
+                false,
+                PlacementClass::SmtSibling,
+                "0:1",
+                (30.0, 50.0),
+                None,
+                None,
+            ),
+            exact_wake(
+                "spin",
+                false,
+                PlacementClass::CrossNode,
+                "0:8",
+                (300.0, 500.0),
+                None,
+                None,
+            ),
+        ];
+        let f = CrossCpuWakeup.check(Inputs {
+            facts: &facts,
+            m: &m,
+        });
+        // The cache-distance explanation, not the unclear one (which says "no cache-distance
+        // gradient").
+        assert!(
+            f[0].mechanism.starts_with("The data each wakeup touches"),
+            "{}",
+            f[0].mechanism
+        );
+        assert_eq!(f[0].confidence, Confidence::Medium);
+        let g = evidence(&f[0], "spinning round trip grows").unwrap();
+        let v = g.versus.as_ref().unwrap();
+        assert_eq!((v.a.value, v.b.value), (40.0, 400.0));
+    }
+
+    #[test]
+    fn an_smt_sibling_pair_without_other_signs_is_smt_sharing() {
+        let (mut facts, mut m) = quiet_machine();
+        facts.hypervisor = None;
+        m.wakeup = vec![
+            exact_wake(
+                "pipe",
+                true,
+                PlacementClass::SameCpu,
+                "0:0",
+                (2e3, 4e3),
+                Some(0.0),
+                None,
+            ),
+            exact_wake(
+                "pipe",
+                true,
+                PlacementClass::SmtSibling,
+                "0:1",
+                (8e3, 1e4),
+                Some(0.0),
+                None,
+            ),
+        ];
+        let f = CrossCpuWakeup.check(Inputs {
+            facts: &facts,
+            m: &m,
+        });
+        assert!(
+            f[0].mechanism.contains("hardware threads"),
+            "{}",
+            f[0].mechanism
+        );
+        assert!(f[0].title.contains("CPUs cost 3.0x"), "{}", f[0].title);
+    }
+
+    #[test]
+    fn guest_halt_polling_off_is_noted_and_on_is_not() {
+        let (mut facts, m) = everything_wrong();
+        let note = |facts: &Facts| {
+            fact_evidence(&Inputs { facts, m: &m })
+                .into_iter()
+                .find(|e| e.label == "guest halt polling")
+                .unwrap()
+                .note
+        };
+        assert_eq!(note(&facts).as_deref(), Some("off"));
+        facts.guest_halt_poll_ns = Some(200_000);
+        assert_eq!(note(&facts), None);
+        let ev = fact_evidence(&Inputs {
+            facts: &facts,
+            m: &m,
+        });
+        assert!(
+            ev.iter()
+                .any(|e| e.label == "hypervisor" && e.value == "KVM")
+        );
+        assert!(
+            ev.iter()
+                .any(|e| e.label == "cpuidle driver" && e.value == "haltpoll")
         );
     }
 }
