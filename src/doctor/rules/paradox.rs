@@ -489,4 +489,182 @@ mod tests {
             "{n}"
         );
     }
+
+    // Written for the mutation run (docs/testing.md): literal inputs, answers worked by hand.
+
+    /// The idle unpinned run (40 us) and the run beside one busy neighbour (10 us), sharing a
+    /// CPU `share` of the time with `halts` and `ipi` per round trip (`None`: not recorded).
+    fn unpinned(
+        busy: bool,
+        share: Option<f64>,
+        halts: Option<f64>,
+        ipi: Option<(f64, f64)>,
+    ) -> WakeupRun {
+        let batches = if busy { (9e3, 11e3) } else { (38e3, 42e3) };
+        let mut w = exact_wake(
+            "pipe",
+            true,
+            PlacementClass::Unpinned,
+            "",
+            batches,
+            halts,
+            ipi,
+        );
+        w.same_cpu_share = share;
+        w.neighbour_load = busy.then_some(1);
+        w
+    }
+
+    fn judged(idle: WakeupRun, busy: WakeupRun) -> Vec<Finding> {
+        let (facts, mut m) = quiet_machine();
+        m.wakeup.retain(|w| w.class != PlacementClass::Unpinned);
+        m.wakeup.extend([idle, busy]);
+        LoadMakesItFaster.check(Inputs {
+            facts: &facts,
+            m: &m,
+        })
+    }
+
+    #[test]
+    fn a_pair_together_from_80_percent_with_under_0_3_halts_is_not_the_paradox() {
+        let busy = || unpinned(true, Some(0.97), Some(0.0), None);
+        let found = |share: f64, halts: Option<f64>| {
+            judged(unpinned(false, Some(share), halts, None), busy()).len()
+        };
+        assert_eq!(found(0.8, Some(0.0)), 0);
+        assert_eq!(found(0.79, Some(0.0)), 1);
+        // Halts not recorded: the share alone decides.
+        assert_eq!(found(0.9, None), 0);
+        // Sharing a CPU but still halting 0.3 per round trip: not together.
+        assert_eq!(found(0.9, Some(0.3)), 1);
+        assert_eq!(found(0.9, Some(0.29)), 0);
+        // Apart and not halting: the paradox.
+        assert_eq!(found(0.05, Some(0.0)), 1);
+        let f = judged(unpinned(false, Some(0.05), Some(0.0), None), busy());
+        assert_eq!(f[0].id, "load-makes-it-faster");
+        assert!(f[0].title.contains("4.0x faster"), "{}", f[0].title);
+    }
+
+    #[test]
+    fn the_shared_time_is_evidence_in_percent_when_either_run_recorded_it() {
+        let share_of = |idle: Option<f64>, busy: Option<f64>| {
+            judged(
+                unpinned(false, idle, Some(2.0), None),
+                unpinned(true, busy, Some(0.0), None),
+            )
+            .remove(0)
+            .evidence
+            .into_iter()
+            .find(|e| e.label == "time both ends shared a vCPU")
+        };
+        let both = share_of(Some(0.25), Some(0.75)).unwrap();
+        let v = both.versus.unwrap();
+        assert_eq!((v.a.value, v.b.value), (25.0, 75.0));
+        let idle_only = share_of(Some(0.25), None).unwrap();
+        assert_eq!(idle_only.quantity.unwrap().value, 25.0);
+        assert_eq!(
+            idle_only.note.as_deref(),
+            Some("idle; not recorded with busy neighbours")
+        );
+        assert!(share_of(None, Some(0.75)).is_some());
+        assert!(share_of(None, None).is_none());
+    }
+
+    #[test]
+    fn co_location_agrees_when_the_share_rose_by_more_than_0_2() {
+        // Halts and IPIs not recorded: the share is the only mechanism evidence.
+        let confidence = |idle: f64, busy: f64| {
+            judged(
+                unpinned(false, Some(idle), None, None),
+                unpinned(true, Some(busy), None, None),
+            )[0]
+            .confidence
+        };
+        assert_eq!(confidence(0.5, 0.7), Confidence::Low);
+        assert_eq!(confidence(0.5, 0.71), Confidence::Medium);
+        assert_eq!(confidence(0.5, 0.3), Confidence::Low);
+    }
+
+    #[test]
+    fn halts_or_ipis_agree_when_they_fell_below_half_from_0_3_or_more() {
+        let by_halts = |idle: f64, busy: f64| {
+            judged(
+                unpinned(false, None, Some(idle), None),
+                unpinned(true, None, Some(busy), None),
+            )[0]
+            .confidence
+        };
+        assert_eq!(by_halts(0.4, 0.2), Confidence::Low);
+        assert_eq!(by_halts(0.4, 0.19), Confidence::Medium);
+        assert_eq!(by_halts(0.3, 0.0), Confidence::Medium);
+        assert_eq!(by_halts(0.29, 0.0), Confidence::Low);
+        let by_ipis = |idle: f64, busy: f64| {
+            judged(
+                unpinned(false, None, None, Some((idle / 2.0, idle / 2.0))),
+                unpinned(true, None, None, Some((busy / 2.0, busy / 2.0))),
+            )[0]
+            .confidence
+        };
+        assert_eq!(by_ipis(0.4, 0.2), Confidence::Low);
+        assert_eq!(by_ipis(0.4, 0.19), Confidence::Medium);
+        assert_eq!(by_ipis(0.3, 0.0), Confidence::Medium);
+        assert_eq!(by_ipis(0.29, 0.0), Confidence::Low);
+    }
+
+    #[test]
+    fn the_mechanism_quotes_both_runs_counters() {
+        let f = judged(
+            unpinned(false, Some(0.05), Some(2.0), Some((1.0, 0.5))),
+            unpinned(true, None, Some(0.02), Some((0.01, 0.0))),
+        );
+        let m = &f[0].mechanism;
+        assert!(m.contains("(2.0 halts and 1.5 IPIs per round trip)"), "{m}");
+        assert!(m.contains("halts fell to 0.02 and IPIs to 0.01"), "{m}");
+        assert!(m.contains("not recorded of the time instead of 5%"), "{m}");
+        let ipis = f[0]
+            .evidence
+            .iter()
+            .find(|e| e.label.starts_with("IPIs"))
+            .unwrap();
+        let v = ipis.versus.as_ref().unwrap();
+        assert_eq!((v.a.value, v.b.value), (1.5, 0.01));
+    }
+
+    #[test]
+    fn other_load_counts_above_10_percent_busy() {
+        let (_, mut m) = quiet_machine();
+        m.counters.other_busy_pct.insert(1, 10.0);
+        assert!(other_load_note(&m, true, &[]).is_none());
+        m.counters.other_busy_pct.insert(0, 11.0);
+        let n = other_load_note(&m, true, &[]).unwrap();
+        assert!(n.contains("before the run (cpu0 11%)"), "{n}");
+    }
+
+    #[test]
+    fn the_load_note_quotes_the_unpinned_run_when_it_shared_a_cpu_half_the_time() {
+        let (_, mut m) = quiet_machine();
+        m.counters.other_busy_pct.insert(1, 98.0);
+        // The pinned cross-CPU run first: the note compares with the same-CPU one.
+        m.wakeup.swap(0, 1);
+        let note = |m: &Measurements, share: f64| {
+            let mut m = m.clone();
+            for w in m
+                .wakeup
+                .iter_mut()
+                .filter(|w| w.class == PlacementClass::Unpinned)
+            {
+                w.same_cpu_share = Some(share);
+            }
+            other_load_note(&m, false, &[]).unwrap()
+        };
+        let n = note(&m, 0.5);
+        assert!(
+            n.contains(
+                "Here the unpinned round trip took 5.05 us against 5.00 us pinned to one CPU, \
+                 both ends sharing a CPU 50% of the time"
+            ),
+            "{n}"
+        );
+        assert!(!note(&m, 0.49).contains("Here the unpinned"));
+    }
 }
