@@ -405,4 +405,108 @@ mod tests {
         let why = f[0].uncertain.as_deref().expect("marked uncertain");
         assert!(why.starts_with("other programs kept"), "{why}");
     }
+
+    // Written for the mutation run (docs/testing.md): literal inputs, answers worked by hand.
+
+    /// everything_wrong's round trips (5 us on one CPU, 42 us across) plus `extra`, against
+    /// these messaging placements.
+    fn judged(extra: Vec<WakeupRun>, throughput: Vec<ThroughputRun>) -> Vec<Finding> {
+        let (facts, mut m) = everything_wrong();
+        m.wakeup.extend(extra);
+        m.throughput = throughput;
+        LatencyThroughput.check(Inputs {
+            facts: &facts,
+            m: &m,
+        })
+    }
+
+    fn packed_and_spread() -> Vec<ThroughputRun> {
+        vec![
+            run("packed", "0", &[1.0e6, 1.01e6, 0.99e6, 1.0e6, 1.0e6]),
+            run("spread", "0-1", &[1.5e6, 1.51e6, 1.49e6, 1.5e6, 1.5e6]),
+        ]
+    }
+
+    use crate::doctor::measurements::WakeupRun;
+
+    #[test]
+    fn the_finding_quotes_the_worst_blocking_pinned_round_trip_of_the_method() {
+        use PlacementClass::*;
+        // Another method's, a spinning and an unpinned round trip, all slower, are not it.
+        let f = judged(
+            vec![
+                exact_wake("eventfd", true, SharedLlc, "0:1", (8e4, 1e5), None, None),
+                exact_wake("spin", false, CrossNode, "0:8", (8e4, 1e5), None, None),
+                exact_wake("pipe", true, Unpinned, "", (8e4, 1e5), None, None),
+            ],
+            packed_and_spread(),
+        );
+        assert_eq!(f.len(), 1);
+        assert_eq!(f[0].id, "latency-throughput-tradeoff");
+        assert_eq!(
+            f[0].magnitude.text,
+            "one round trip is 8.4x faster on one CPU (5.00 us vs 42.00 us), but many \
+             communicating tasks move 1.50x more messages spread over CPUs 0-1 than packed on one"
+        );
+        assert!((f[0].magnitude.ratio.unwrap() - 1.5).abs() < 1e-12);
+        assert!(
+            f[0].evidence
+                .iter()
+                .any(|e| e.label == "round trip across CPUs (shared-llc)")
+        );
+    }
+
+    #[test]
+    fn spreading_is_the_best_placement_on_more_than_one_cpu_other_than_packed() {
+        let mut t = packed_and_spread();
+        // One CPU only, however fast, is not spreading.
+        t.push(run(
+            "other-cpu",
+            "1",
+            &[2.0e6, 2.01e6, 1.99e6, 2.0e6, 2.0e6],
+        ));
+        let f = judged(vec![], t);
+        assert_eq!(f.len(), 1);
+        assert!(
+            f[0].magnitude.text.contains("1.50x more"),
+            "{}",
+            f[0].magnitude.text
+        );
+        assert!(
+            f[0].evidence
+                .iter()
+                .any(|e| e.label == "messaging throughput spread over CPUs 0-1 (spread)")
+        );
+    }
+
+    #[test]
+    fn a_spread_repetition_counts_as_packed_below_1_1x_and_not_at_it() {
+        let packed = run("packed", "0", &[0.99e6, 1.01e6, 1.0e6, 1.0e6, 1.0e6]);
+        let mut spread = throughput("os", "0-1", 1.0);
+        // 1.1x packed's 1,000,000/s is 1,100,000/s exactly: not below.
+        spread.samples_per_s = vec![1.1e6, 1.6e6, 1.6e6];
+        assert_eq!(spread_changed(&packed, &spread), None);
+        spread.samples_per_s = vec![1.02e6, 1.7e6, 1.68e6];
+        assert_eq!(
+            spread_changed(&packed, &spread).unwrap(),
+            "spreading paid off in only some repetitions: 1 of the 3 os runs moved ~1,020,000/s, \
+             under 1.1x packed's 1,000,000/s, and 2 moved ~1,690,000/s"
+        );
+        // All below: no split either.
+        spread.samples_per_s = vec![1.02e6, 1.05e6, 1.0e6];
+        assert_eq!(spread_changed(&packed, &spread), None);
+    }
+
+    #[test]
+    fn other_load_counts_above_10_percent() {
+        let spread = throughput("os", "0-1", 1.2e6);
+        let busy = BTreeMap::from([(1, 10.0)]);
+        assert_eq!(other_load(&busy, &spread), None);
+        let busy = BTreeMap::from([(0, 11.0), (1, 10.0)]);
+        assert_eq!(
+            other_load(&busy, &spread).unwrap(),
+            "other programs kept the messaging CPUs busy before the run (cpu0 11%): what \
+             spreading gains depends on what that load leaves free"
+        );
+    }
 }
