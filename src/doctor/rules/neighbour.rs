@@ -333,4 +333,213 @@ mod tests {
         });
         assert_eq!(f.len(), 1);
     }
+
+    // Written for the mutation run (docs/testing.md): literal inputs, answers worked by hand.
+
+    /// A share check whose runs gave `runs` (two workers), against the fair-share `model`,
+    /// with `other` CPUs of other load seen during it.
+    fn check_of(runs: &[f64], model: f64, other: f64) -> ShareCheck {
+        let mut s = share(0.5, model, 0.0, other);
+        s.share = mci(runs);
+        s.share_samples = runs.to_vec();
+        s
+    }
+
+    /// The rule on the quiet machine with this share check, steal samples, other programs'
+    /// busy percent per CPU before the run, and the watched application's.
+    fn judged(
+        share: Option<ShareCheck>,
+        steal: &[f64],
+        other: &[(u32, f64)],
+        patient: Option<f64>,
+    ) -> Vec<Finding> {
+        let (facts, mut m) = quiet_machine();
+        m.share = share;
+        m.counters.steal_samples_pct = steal.to_vec();
+        m.counters.other_busy_pct = other.iter().copied().collect();
+        m.counters.patient_busy_pct = patient;
+        NoisyNeighbour.check(Inputs {
+            facts: &facts,
+            m: &m,
+        })
+    }
+
+    const HALF: &[f64] = &[0.49, 0.51, 0.5, 0.5];
+
+    fn has_remedy(f: &Finding, start: &str) -> bool {
+        f.remedies.iter().any(|r| r.command.starts_with(start))
+    }
+
+    #[test]
+    fn steal_counts_on_its_own_when_its_interval_lies_above_2_percent() {
+        // 50% steal, no share check: the host took half the time, 2x.
+        let f = judged(None, &[49.0, 51.0, 50.0, 50.0], &[], None);
+        assert_eq!(f.len(), 1);
+        assert_eq!(f[0].id, "noisy-neighbour");
+        assert_eq!(f[0].title, "A noisy neighbour takes CPU time: 50% steal");
+        assert_eq!(f[0].magnitude.ratio, Some(2.0));
+        assert_eq!(f[0].severity, Severity::Medium);
+        assert_eq!(
+            f[0].magnitude.text,
+            "the hypervisor ran something else for 50% of the time the vCPUs were ready"
+        );
+        // Steal without a measured shortfall: medium confidence; no local remedy.
+        assert_eq!(f[0].confidence, Confidence::Medium);
+        assert!(has_remedy(&f[0], "ask the host"));
+        assert!(!has_remedy(&f[0], "top -o"));
+        assert!(f[0].mechanism.contains("steal time"), "{}", f[0].mechanism);
+        // Exactly 2% throughout, or one sample however high: not on its own.
+        assert!(judged(None, &[2.0, 2.0, 2.0], &[], None).is_empty());
+        assert!(judged(None, &[50.0], &[], None).is_empty());
+    }
+
+    #[test]
+    fn steal_and_local_load_are_both_named() {
+        let f = judged(
+            Some(check_of(HALF, 1.0, 0.0)),
+            &[3.0, 3.0],
+            &[(1, 60.0)],
+            None,
+        );
+        assert_eq!(f[0].confidence, Confidence::High);
+        assert!(
+            f[0].magnitude
+                .text
+                .ends_with("; 3% stolen by the host, and other local programs were busy"),
+            "{}",
+            f[0].magnitude.text
+        );
+        assert!(has_remedy(&f[0], "ask the host") && has_remedy(&f[0], "top -o"));
+        let f = judged(Some(check_of(HALF, 1.0, 0.0)), &[3.0, 3.0], &[], None);
+        assert!(
+            f[0].magnitude
+                .text
+                .ends_with("; 3% of the time was stolen by the host"),
+            "{}",
+            f[0].magnitude.text
+        );
+    }
+
+    #[test]
+    fn a_shortfall_is_a_mean_under_0_9_with_its_interval_under_a_whole_cpu() {
+        // Half a CPU each, the model expecting a whole one, nothing to blame: 2x, low.
+        let f = judged(Some(check_of(HALF, 1.0, 0.0)), &[], &[], None);
+        assert_eq!(f.len(), 1);
+        assert_eq!(f[0].title, "Other work takes CPU time from the workload");
+        assert_eq!(
+            f[0].magnitude.text,
+            "CPU-bound workers get 50% of a CPU each where an idle machine gives 100% (model \
+             for the load seen: 100%); neither steal nor local load explains it"
+        );
+        assert_eq!(f[0].magnitude.ratio, Some(2.0));
+        assert_eq!(f[0].magnitude.worse, Some(0.5));
+        assert_eq!(f[0].confidence, Confidence::Low);
+        assert!(has_remedy(&f[0], "top -o"));
+        assert!(
+            f[0].mechanism.starts_with("Neither steal"),
+            "{}",
+            f[0].mechanism
+        );
+        // With a busy program to blame, still no finding without a shortfall: exactly 0.9,
+        // a mean of 0.75 whose interval reaches past a whole CPU, one run (no interval).
+        let busy = &[(0, 60.0)];
+        assert_eq!(
+            judged(Some(check_of(HALF, 1.0, 0.0)), &[], busy, None).len(),
+            1
+        );
+        assert!(judged(Some(check_of(&[0.9, 0.9], 1.0, 0.0)), &[], busy, None).is_empty());
+        assert!(judged(Some(check_of(&[0.3, 1.2], 1.0, 0.0)), &[], busy, None).is_empty());
+        assert!(judged(Some(check_of(&[0.5], 1.0, 0.0)), &[], busy, None).is_empty());
+        // An interval ending exactly at a whole CPU: not under it.
+        let mut edge = check_of(HALF, 1.0, 0.0);
+        edge.share.ci95_high = 1.0;
+        assert!(judged(Some(edge), &[], busy, None).is_empty());
+    }
+
+    #[test]
+    fn a_shortfall_the_model_predicts_without_other_load_is_not_a_neighbour() {
+        // Half a CPU, as the model of half expects, nobody busy: a quota or cpuset.
+        assert!(judged(Some(check_of(HALF, 0.5, 0.0)), &[], &[], None).is_empty());
+        // With steal whose interval lies above 2%, the host is named all the same.
+        assert_eq!(
+            judged(Some(check_of(HALF, 0.5, 0.0)), &[3.0, 3.0], &[], None).len(),
+            1
+        );
+        // Other programs busy up to 10% are nobody; from above it they are the neighbour.
+        assert!(judged(Some(check_of(HALF, 0.5, 0.0)), &[], &[(0, 10.0)], None).is_empty());
+        let f = judged(Some(check_of(HALF, 0.5, 0.0)), &[], &[(0, 11.0)], None);
+        assert_eq!(f.len(), 1);
+        assert_eq!(f[0].confidence, Confidence::Medium);
+        assert!(
+            f[0].mechanism.starts_with("The scheduler divides"),
+            "{}",
+            f[0].mechanism
+        );
+        let cpu0 = f[0]
+            .evidence
+            .iter()
+            .find(|e| e.label == "cpu0 busy with other programs before the run")
+            .unwrap();
+        assert_eq!(cpu0.quantity.as_ref().unwrap().value, 11.0);
+    }
+
+    #[test]
+    fn other_load_seen_during_the_check_counts_from_a_tenth_of_a_cpu() {
+        let f = judged(Some(check_of(HALF, 1.0, 0.1)), &[], &[], None);
+        assert_eq!(f[0].confidence, Confidence::Medium);
+        assert!(
+            f[0].magnitude
+                .text
+                .ends_with("; other local programs were busy")
+        );
+        // It names no CPU: there is none to name.
+        assert!(!f[0].evidence.iter().any(|e| e.label.starts_with("cpu")));
+        let f = judged(Some(check_of(HALF, 1.0, 0.09)), &[], &[], None);
+        assert_eq!(f[0].confidence, Confidence::Low);
+        // With the watched application busy, that load is taken to be its own.
+        assert!(judged(Some(check_of(HALF, 1.0, 0.1)), &[], &[], Some(11.0)).is_empty());
+    }
+
+    #[test]
+    fn the_watched_application_is_busy_above_10_percent() {
+        assert!(judged(Some(check_of(HALF, 1.0, 0.0)), &[], &[], Some(11.0)).is_empty());
+        assert_eq!(
+            judged(Some(check_of(HALF, 1.0, 0.0)), &[], &[], Some(10.0)).len(),
+            1
+        );
+        // Steal is the host's whatever the patient does.
+        assert_eq!(
+            judged(Some(check_of(HALF, 1.0, 0.0)), &[3.0, 3.0], &[], Some(95.0)).len(),
+            1
+        );
+    }
+
+    #[test]
+    fn the_model_agrees_within_5_points_or_the_interval() {
+        let note = |model: f64| {
+            judged(Some(check_of(HALF, model, 0.0)), &[], &[], None)[0]
+                .evidence
+                .iter()
+                .find(|e| e.label == "fair-share model for the other load seen")
+                .unwrap()
+                .note
+                .clone()
+                .unwrap()
+        };
+        // 0.5 measured against 0.53125 and 0.5625.
+        assert_eq!(note(0.53125), "the measurement agrees with it");
+        assert_eq!(note(0.5625), "the measurement falls short of it");
+    }
+
+    #[test]
+    fn steal_of_1_percent_or_more_is_evidence() {
+        let steal = |samples: &[f64]| {
+            judged(Some(check_of(HALF, 1.0, 0.0)), samples, &[], None)[0]
+                .evidence
+                .iter()
+                .any(|e| e.label == "steal time during the run")
+        };
+        assert!(steal(&[1.0, 1.0]));
+        assert!(!steal(&[0.9, 0.9]));
+    }
 }
