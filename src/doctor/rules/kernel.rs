@@ -387,4 +387,148 @@ mod tests {
                 .any(|e| e.source.contains("model baseline"))
         );
     }
+
+    // Written for the mutation run (docs/testing.md): literal inputs, answers worked by hand.
+
+    use crate::stats::MeanCi;
+
+    fn near(a: Option<f64>, b: f64) -> bool {
+        a.is_some_and(|a| (a - b).abs() < 1e-6)
+    }
+
+    /// A primitive whose batches took exactly these times, fastest batch `min_ns`.
+    fn exact_cost(name: &str, samples: &[f64], min_ns: Option<f64>) -> PrimitiveCost {
+        let mut p = cost(name, 1.0);
+        p.samples_ns = samples.to_vec();
+        p.cost_ns = mci(samples);
+        p.min_ns = min_ns;
+        p
+    }
+
+    #[test]
+    fn the_median_batch_of_odd_and_even_counts_skips_non_finite_ones() {
+        assert_eq!(median(&[3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(median(&[5.0, 1.0, 4.0, 2.0, 3.0]), Some(3.0));
+        assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), Some(2.5));
+        assert_eq!(median(&[f64::NAN, 5.0, 1.0, f64::INFINITY]), Some(3.0));
+        assert_eq!(median(&[f64::NAN]), None);
+        assert_eq!(median(&[]), None);
+    }
+
+    #[test]
+    fn a_cost_is_high_above_2_5_times_its_ceiling_in_cycles() {
+        // At 2000 MHz a nanosecond is 2 cycles; the syscall mark is 2.5 x 250 = 625 cycles,
+        // 312.5 ns.
+        let at = |ns: f64| exact_cost("syscall_getppid", &[ns, ns, ns], Some(ns));
+        assert!(high(&at(312.5), 2000.0, SYSCALL_REF_CYCLES).is_none());
+        let above = at(313.0);
+        let h = high(&above, 2000.0, SYSCALL_REF_CYCLES).unwrap();
+        assert_eq!(h.median_cycles, 626.0);
+        assert_eq!(h.floor_cycles, 626.0);
+        // The median decides, the fastest batch is the floor: median 400 ns, fastest 100.
+        let p = exact_cost("syscall_getppid", &[500.0, 400.0, 300.0], Some(100.0));
+        let h = high(&p, 2000.0, SYSCALL_REF_CYCLES).unwrap();
+        assert_eq!((h.median_cycles, h.floor_cycles), (800.0, 200.0));
+        // One batch only is no interval: never high.
+        let mut one = at(1000.0);
+        one.cost_ns = MeanCi::single(1000.0);
+        assert!(high(&one, 2000.0, SYSCALL_REF_CYCLES).is_none());
+    }
+
+    #[test]
+    fn a_high_cost_is_certain_when_its_fastest_batch_is_above_the_mark_too() {
+        let p = cost("syscall_getppid", 1.0);
+        let h = |floor_cycles: f64| High {
+            p: &p,
+            median_cycles: 1000.0,
+            floor_cycles,
+        };
+        assert!(!h(625.0).certain(SYSCALL_REF_CYCLES));
+        assert!(h(626.0).certain(SYSCALL_REF_CYCLES));
+        assert!(!h(7500.0).certain(SWITCH_REF_CYCLES));
+    }
+
+    #[test]
+    fn a_thread_switch_alone_is_judged_against_its_own_ceiling() {
+        let (mut facts, mut m) = everything_wrong();
+        facts.mitigations.clear();
+        // 3000 MHz: a 100 ns syscall is 300 cycles (under 625); a 6000 ns switch is 18,000
+        // cycles against 3000: 6x, and its fastest batch (5000 ns) 15,000 cycles, certain.
+        let os = m.oscost.as_mut().unwrap();
+        os.primitives = vec![
+            exact_cost("syscall_getppid", &[100.0, 100.0, 100.0], Some(100.0)),
+            exact_cost(
+                "context_switch_yield",
+                &[5900.0, 6000.0, 6100.0],
+                Some(5000.0),
+            ),
+        ];
+        let f = KernelEntryCost.check(Inputs {
+            facts: &facts,
+            m: &m,
+        });
+        assert_eq!(f.len(), 1);
+        assert!(near(f[0].magnitude.worse, 18_000.0));
+        assert_eq!(f[0].magnitude.better, Some(3000.0));
+        assert!(near(f[0].magnitude.ratio, 6.0));
+        assert!(f[0].title.contains(": 6.0x"), "{}", f[0].title);
+        assert_eq!(f[0].severity, Severity::High);
+        let v = f[0]
+            .evidence
+            .iter()
+            .find(|e| e.label == "thread switch (sched_yield), cycles per call")
+            .unwrap()
+            .versus
+            .clone()
+            .unwrap();
+        assert!(near(Some(v.a.value), 18_000.0) && near(Some(v.b.value), 15_000.0));
+        assert!(!f[0].evidence.iter().any(|e| e.label.starts_with("syscall")));
+        // No mitigation listed: low confidence even though certain, and the mechanism says so.
+        assert_eq!(f[0].confidence, Confidence::Low);
+        assert!(f[0].mechanism.contains("no mitigation is listed active"));
+    }
+
+    #[test]
+    fn the_ratio_is_the_larger_of_both_and_the_band_is_stated_with_its_mark() {
+        let (facts, mut m) = everything_wrong();
+        // 3000 MHz: syscall median 300 ns = 900 cycles (3.6x), fastest 150 ns = 450 cycles
+        // under the 625 mark; switch median 9000 ns = 27,000 cycles (9x), fastest 8000 ns.
+        let os = m.oscost.as_mut().unwrap();
+        os.primitives = vec![
+            exact_cost("syscall_getppid", &[290.0, 300.0, 310.0], Some(150.0)),
+            exact_cost(
+                "context_switch_yield",
+                &[8900.0, 9000.0, 9100.0],
+                Some(8000.0),
+            ),
+        ];
+        let f = KernelEntryCost.check(Inputs {
+            facts: &facts,
+            m: &m,
+        });
+        assert!(near(f[0].magnitude.ratio, 9.0));
+        assert!(near(f[0].magnitude.worse, 900.0));
+        assert_eq!(f[0].magnitude.better, Some(250.0));
+        assert!(
+            f[0].magnitude.text.contains(
+                "the fastest syscall (getppid) batch (450 cycles) is below the 625-cycle mark"
+            ),
+            "{}",
+            f[0].magnitude.text
+        );
+        assert!(
+            !f[0]
+                .magnitude
+                .text
+                .contains("thread switch (sched_yield) batch")
+        );
+        // Severity from the fastest batches: the switch's 24,000 cycles, 8x: high.
+        assert_eq!(f[0].severity, Severity::High);
+        assert_eq!(f[0].confidence, Confidence::Low);
+        assert!(
+            f[0].mechanism.contains(": 1 active here"),
+            "{}",
+            f[0].mechanism
+        );
+    }
 }
