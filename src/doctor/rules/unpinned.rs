@@ -216,4 +216,156 @@ mod tests {
         });
         assert!(f[0].title.contains("slow side"), "{}", f[0].title);
     }
+
+    // Written for the mutation run (docs/testing.md): literal inputs, answers worked by hand.
+
+    #[test]
+    fn the_split_falls_between_the_clusters_and_a_mode_needs_a_tenth_of_the_batches() {
+        let six_fourteen = [samples(10e3, 0.02, 6), samples(40e3, 0.02, 14)].concat();
+        let (lo, hi) = split_modes(&six_fourteen).unwrap();
+        assert_eq!((lo.len(), hi.len()), (6, 14));
+        assert!(lo.iter().all(|v| *v < 11e3) && hi.iter().all(|v| *v > 39e3));
+        // Four batches, two a side: the smallest sample that can be bimodal.
+        let (lo, hi) = split_modes(&[10.0, 10.1, 40.0, 40.4]).unwrap();
+        assert_eq!((lo, hi), (vec![10.0, 10.1], vec![40.0, 40.4]));
+        // The split minimises the within-group sums of squares (worked by hand): 978.7 at
+        // 5 | 3, against 1607.5 at 4 | 4 and 2087.5 at 3 | 5.
+        let (lo, hi) = split_modes(&[2.0, 3.0, 11.0, 27.0, 32.0, 60.0, 65.0, 80.0]).unwrap();
+        assert_eq!((lo.len(), hi.len()), (5, 3));
+        assert!(split_modes(&[10.0]).is_none());
+        assert!(split_modes(&[10.0, f64::NAN, 40.0, f64::INFINITY]).is_none());
+        // 30 batches: 3 slow ones are a mode (10%), 2 are not.
+        let with_slow = |n: usize| {
+            let mut v = samples(10e3, 0.02, 30 - n);
+            v.extend(samples(50e3, 0.02, n));
+            split_modes(&v).map(|(lo, hi)| (lo.len(), hi.len()))
+        };
+        assert_eq!(with_slow(3), Some((27, 3)));
+        assert_eq!(with_slow(2), None);
+    }
+
+    /// Same CPU 10 us, pinned shared LLC 40 us, unpinned with these batch means, plus `extra`.
+    fn judged(unpinned: (f64, f64), extra: Vec<WakeupRun>) -> Vec<Finding> {
+        use PlacementClass::*;
+        let (facts, mut m) = quiet_machine();
+        m.wakeup = vec![
+            exact_wake("pipe", true, SameCpu, "0:0", (9e3, 11e3), None, None),
+            exact_wake("pipe", true, SharedLlc, "0:1", (39e3, 41e3), None, None),
+            exact_wake("pipe", true, Unpinned, "", unpinned, None, None),
+        ];
+        m.wakeup.extend(extra);
+        UnpinnedPlacement.check(Inputs {
+            facts: &facts,
+            m: &m,
+        })
+    }
+
+    use crate::doctor::measurements::WakeupRun;
+
+    #[test]
+    fn slow_unpinned_is_reported_when_nearer_the_pinned_cross_cpu_figure() {
+        // 26 us: 14 us from the cross-CPU 40, 16 from the same-CPU 10.
+        let f = judged((25e3, 27e3), vec![]);
+        assert_eq!(f.len(), 1);
+        assert_eq!(f[0].id, "unpinned-placement");
+        assert_eq!(
+            f[0].magnitude.text,
+            "an unpinned round trip takes 26.00 us against 10.00 us pinned to one CPU (2.6x), \
+             close to the cross-CPU figure"
+        );
+        assert!((f[0].magnitude.ratio.unwrap() - 2.6).abs() < 1e-12);
+        assert_eq!(f[0].severity, Severity::Medium);
+        assert_eq!(f[0].confidence, Confidence::High);
+        assert!(
+            f[0].evidence
+                .iter()
+                .any(|e| e.label == "pinned shared-llc round trip")
+        );
+        // 25 us: halfway, as near one as the other: no finding.
+        assert!(judged((24e3, 26e3), vec![]).is_empty());
+        // The cross-CPU figure is the slowest blocking pinned run of the method, not another
+        // method's, a spinning or the unpinned run.
+        let f = judged(
+            (25e3, 27e3),
+            vec![
+                exact_wake(
+                    "eventfd",
+                    true,
+                    PlacementClass::SharedLlc,
+                    "0:1",
+                    (1e5, 1e5),
+                    None,
+                    None,
+                ),
+                exact_wake(
+                    "spin",
+                    false,
+                    PlacementClass::CrossNode,
+                    "0:8",
+                    (1e5, 1e5),
+                    None,
+                    None,
+                ),
+            ],
+        );
+        assert_eq!(f.len(), 1);
+    }
+
+    #[test]
+    fn bimodal_without_a_pinned_cross_run_is_reported_with_both_modes() {
+        let (facts, mut m) = quiet_machine();
+        // Same CPU 5 us; ten unpinned batches at 11 us and ten at 43 us: 27 us on average.
+        let mut free = exact_wake(
+            "pipe",
+            true,
+            PlacementClass::Unpinned,
+            "",
+            (1.0, 1.0),
+            None,
+            None,
+        );
+        free.batch_means_ns = [[10.9e3, 11.1e3].repeat(5), [42.9e3, 43.1e3].repeat(5)].concat();
+        free.rtt_ns = mci(&free.batch_means_ns);
+        m.wakeup = vec![
+            exact_wake(
+                "pipe",
+                true,
+                PlacementClass::SameCpu,
+                "0:0",
+                (4e3, 6e3),
+                None,
+                None,
+            ),
+            free,
+        ];
+        let f = UnpinnedPlacement.check(Inputs {
+            facts: &facts,
+            m: &m,
+        });
+        assert_eq!(f.len(), 1);
+        assert_eq!(
+            f[0].magnitude.text,
+            "an unpinned round trip takes either ~11.00 us or ~43.00 us (3.9x apart), 27.00 us \
+             on average against 5.00 us pinned to one CPU"
+        );
+        assert!((f[0].magnitude.ratio.unwrap() - 5.4).abs() < 1e-12);
+        assert_eq!(f[0].severity, Severity::High);
+        assert_eq!(f[0].confidence, Confidence::High);
+        let v = f[0]
+            .evidence
+            .iter()
+            .find(|e| e.label == "batches in each mode")
+            .unwrap()
+            .versus
+            .clone()
+            .unwrap();
+        assert_eq!(
+            (v.a.label.as_str(), v.a.value),
+            ("fast mode, 10 batches", 11e3)
+        );
+        assert_eq!(
+            (v.b.label.as_str(), v.b.value),
+            ("slow mode, 10 batches", 43e3)
+        );
+    }
 }
