@@ -368,4 +368,13 @@ mod tests {
             ("slow mode, 10 batches", 43e3)
         );
     }
+
+    #[test]
+    fn the_split_with_the_smallest_sums_of_squares_wins_whichever_comes_first() {
+        // Within-group sums of squares, worked by hand: 1334.0 at 2 | 6, then 2025.9, 2307.5,
+        // 2761.9 and 4227.3 as the cut moves right.
+        let v = [11.0, 14.0, 54.0, 58.0, 66.0, 83.0, 87.0, 93.0];
+        let (lo, hi) = split_modes(&v).unwrap();
+        assert_eq!((lo, hi.len()), (vec![11.0, 14.0], 6));
+    }
 }
