@@ -28,6 +28,7 @@ die() { echo "bench-exporter: $*" >&2; exit 2; }
 [ "$(id -u)" = 0 ] || die "run as root (BPF programs, and the server runs as postgres)"
 command -v taskset >/dev/null || die "taskset not found (Debian package util-linux)"
 command -v curl >/dev/null || die "curl not found (Debian package curl)"
+curl --help all 2>/dev/null | grep -q -- --rate || die "this curl has no --rate (curl 7.84 or newer scrapes from one process)"
 [ -x /usr/bin/time ] || die "/usr/bin/time not found (Debian package time)"
 source scripts/lib/pg.sh
 pg_find
@@ -60,7 +61,9 @@ start_exporter() { # TAG: the exporter, scraped every second, under /usr/bin/tim
     exporter_pid=$!
     for _ in $(seq 100); do curl -sf "http://127.0.0.1:$port/metrics" -o /dev/null && break; sleep 0.1; done
     curl -sf "http://127.0.0.1:$port/metrics" -o /dev/null || die "the exporter did not answer on port $port"
-    (while sleep 1; do curl -sf "http://127.0.0.1:$port/metrics" -o /dev/null || true; done) &
+    # One curl process scrapes every second for the whole run (--rate, a URL range), as a
+    # Prometheus keeps running: starting a curl per scrape cost this host more than the scrape.
+    curl -s --rate 1/s "http://127.0.0.1:$port/metrics?scrape=[1-1000000]" >/dev/null 2>&1 &
     scraper_pid=$!
 }
 own_cpu() { # TAG SECONDS -> CPU-s per s of the exporter

@@ -134,6 +134,7 @@ pub struct BpfSource {
     /// Which programs these are (`tp_btf` typed, else raw with helper reads).
     pub typed: bool,
     prog_ids: Vec<u32>,
+    latency_sample: u32,
 }
 
 impl BpfSource {
@@ -197,6 +198,13 @@ impl BpfSource {
             aggregate::STATS,
             "cpulab_stats",
         )?;
+        let sampler = sys::map_create(
+            sys::BPF_MAP_TYPE_PERCPU_ARRAY,
+            4,
+            aggregate::SAMPLER,
+            1,
+            "cpulab_sampler",
+        )?;
         let table = aggregate::class_table(&machine.topology, n);
         for (i, c) in table.iter().enumerate() {
             sys::map_update(&classes_map, &(i as u32).to_ne_bytes(), &c.to_ne_bytes())?;
@@ -247,6 +255,7 @@ impl BpfSource {
             classes: classes_map.as_raw_fd(),
             rows: rows.as_raw_fd(),
             stats: stats.as_raw_fd(),
+            sampler: sampler.as_raw_fd(),
         };
         let unmatched = whole_machine.then(|| targets.slots.other());
         // EVENT_NAMES order of the typedef ids: waking, switch, migrate, wakeup.
@@ -256,6 +265,7 @@ impl BpfSource {
                     ncpu: n,
                     unmatched,
                     direct: typed.is_some(),
+                    sample: opts.latency_sample,
                 };
                 let programs = [
                     ("sched_waking", 0, aggregate::waking(&maps, &l, &offsets)),
@@ -298,6 +308,7 @@ impl BpfSource {
                 ncpu: n,
                 unmatched,
                 direct: false,
+                sample: opts.latency_sample,
             };
             let insns = aggregate::fork(&maps, &l, &offsets);
             if let Ok(prog) = sys::prog_load(
@@ -370,6 +381,7 @@ impl BpfSource {
             whole_machine,
             typed,
             prog_ids,
+            latency_sample: opts.latency_sample,
         })
     }
 
@@ -503,6 +515,7 @@ impl Source for BpfSource {
             events_lost: self.stat(aggregate::STAT_LOST)? + refused,
             targets_dropped: dropped,
             programs: self.program_costs()?,
+            latency_sample: self.latency_sample.max(1),
         })
     }
 }
