@@ -34,7 +34,9 @@ pub struct ClassCounts {
     /// `(LATENCY_BOUNDS_NS[i-1], LATENCY_BOUNDS_NS[i]]`; latencies above the last bound are
     /// counted only in `count`. Always `LATENCY_BOUNDS_NS.len()` long.
     pub buckets: Vec<u64>,
-    /// Every latency observed (>= the sum of `buckets`).
+    /// Every latency observed (>= the sum of `buckets`). With latency sampling
+    /// (`SourceOptions::latency_sample`), each timed latency counts its weight here, in its
+    /// bucket and in the sum: an estimate of every wakeup's, which may exceed the wakeups.
     pub count: u64,
     /// Sum of the observed latencies, ns.
     pub sum_ns: u64,
@@ -62,6 +64,9 @@ pub struct Snapshot {
     /// What each in-kernel program has cost, when asked for (`SourceOptions::program_costs`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub programs: Vec<ProgramCost>,
+    /// How the latencies were sampled (`SourceOptions::latency_sample`): 0 or 1 when every
+    /// wakeup was timed, else one in this many beyond the first of each tick per CPU, weighted.
+    pub latency_sample: u32,
 }
 
 /// One BPF program's runs and their kernel-measured run time, since statistics were turned on.
@@ -99,4 +104,8 @@ pub struct SourceOptions {
     /// Have the kernel time the in-kernel programs (`BPF_ENABLE_STATS`, while the source is
     /// open; needs CAP_SYS_ADMIN) and report each one's cost in snapshots.
     pub program_costs: bool,
+    /// Latency sampling of the in-kernel aggregation: 0 or 1 times every wakeup; a power of two
+    /// `n` times the first few of each tick per CPU and one in `n` beyond them, weighted (see
+    /// `crate::watch::bpf::aggregate::Layout::sample`). Counts are exact either way.
+    pub latency_sample: u32,
 }

@@ -141,6 +141,9 @@ fn bad_input_is_one_line_and_exit_2_before_anything_runs() {
     ]);
     bad_input(&["exporter", "--mechanism", "fake", "--probe-interval", "1s"]);
     bad_input(&["exporter", "--mechanism", "fake", "--series-budget", "20"]);
+    for n in ["0", "3", "2048"] {
+        bad_input(&["exporter", "--mechanism", "fake", "--latency-sample", n]);
+    }
     bad_input(&[
         "exporter",
         "--mechanism",

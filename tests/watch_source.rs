@@ -401,3 +401,98 @@ fn an_execd_target_and_its_children_are_followed_in_the_kernel() {
     assert!(now.contains(&shell), "the exec'd shell is held: {now:?}");
     assert!(now.contains(&sleeper), "its forked child is held: {now:?}");
 }
+
+/// `latency_sample`: a sampled source and an exact one attached at once see the same wakeups.
+/// Counts are never sampled, so both count alike; the sampled histogram's weighted count is an
+/// estimate of the exact one's (each wakeup beyond the first of a tick counts `n` with
+/// probability `1/n`: variance at most `n - 1` per wakeup), and lies within six standard
+/// deviations of it. Unweighted (a weight left at 1), it would hold about an eighth.
+#[test]
+fn a_sampled_latency_histogram_estimates_the_exact_one() {
+    if !can_attach(test_name!()) {
+        return;
+    }
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let machine = Machine::detect(std::path::Path::new("/")).unwrap();
+    let label = std::fs::read_to_string("/proc/self/comm")
+        .unwrap()
+        .trim()
+        .to_string();
+    let opts = |latency_sample| SourceOptions {
+        pids: vec![std::process::id() as i32],
+        max_targets: 4,
+        mechanism: "bpf".into(),
+        latency_sample,
+        ..Default::default()
+    };
+    let n = 8;
+    let mut exact = BpfSource::open(&machine, &opts(1)).unwrap();
+    let mut sampled = BpfSource::open(&machine, &opts(n)).unwrap();
+    let (e0, s0) = (exact.snapshot().unwrap(), sampled.snapshot().unwrap());
+    assert_eq!(s0.latency_sample, n);
+    assert_eq!(e0.latency_sample, 1);
+    pinned_pair(0, 1, 20_000);
+    let (s1, e1) = (sampled.snapshot().unwrap(), exact.snapshot().unwrap());
+    check_counters(&e0, &e1);
+    let total = |s: &Snapshot| -> (u64, u64) {
+        let t = s.targets.iter().find(|t| t.target == label);
+        t.map_or((0, 0), |t| {
+            t.classes
+                .values()
+                .fold((0, 0), |(w, c), x| (w + wakeups(x), c + x.count))
+        })
+    };
+    let ((ew0, ec0), (ew1, ec1)) = (total(&e0), total(&e1));
+    let ((sw0, sc0), (sw1, sc1)) = (total(&s0), total(&s1));
+    let (exact_wakeups, exact_timed) = (ew1 - ew0, ec1 - ec0);
+    let (sampled_wakeups, estimate) = (sw1 - sw0, sc1 - sc0);
+    assert!(
+        exact_timed >= 20_000,
+        "{exact_timed} timed for 40,000 wakeups"
+    );
+    // The sources' own refresh threads wake between their snapshots: a few wakeups apart.
+    assert!(
+        exact_wakeups.abs_diff(sampled_wakeups) <= 16,
+        "counts are exact in both: {exact_wakeups} and {sampled_wakeups}"
+    );
+    let sd = ((n as f64 - 1.0) * exact_timed as f64).sqrt();
+    let off = estimate.abs_diff(exact_timed) as f64;
+    assert!(
+        off <= 6.0 * sd + 16.0,
+        "estimate {estimate} against {exact_timed} timed exactly ({:.1} sd)",
+        off / sd
+    );
+    // The sample's latencies are some of the exact source's: the same median bucket, or the
+    // next one (a median near a bound may fall either side of it).
+    let median = |s0: &Snapshot, s1: &Snapshot| {
+        let buckets = |s: &Snapshot| -> Vec<u64> {
+            let mut b = vec![0u64; cpulab::wakeups::LATENCY_BOUNDS_NS.len()];
+            for c in s
+                .targets
+                .iter()
+                .filter(|t| t.target == label)
+                .flat_map(|t| t.classes.values())
+            {
+                for (x, y) in b.iter_mut().zip(&c.buckets) {
+                    *x += y;
+                }
+            }
+            b
+        };
+        let d: Vec<u64> = buckets(s1)
+            .iter()
+            .zip(buckets(s0))
+            .map(|(a, b)| a - b)
+            .collect();
+        let half = d.iter().sum::<u64>() / 2;
+        let mut seen = 0;
+        d.iter()
+            .position(|x| {
+                seen += x;
+                seen > half
+            })
+            .unwrap_or(d.len())
+    };
+    let (me, ms) = (median(&e0, &e1), median(&s0, &s1));
+    assert!(me.abs_diff(ms) <= 1, "median buckets {me} and {ms}");
+}

@@ -59,9 +59,27 @@ pub struct Args {
     /// timing itself adds to that cost, so it is off by default; needs CAP_SYS_ADMIN.
     #[arg(long)]
     pub bpf_program_costs: bool,
+    /// Time every wakeup's latency while a CPU has had at most 8 watched wakeups this tick, and
+    /// one in N at random beyond them, each counted N times in the latency histogram (an
+    /// unbiased estimate). Reading the clock is most of what the programs cost; 1 times every
+    /// wakeup. Wakeup counts are exact either way. A power of two, 1 to 1024.
+    #[arg(long, value_name = "N", default_value_t = 8)]
+    pub latency_sample: u32,
     /// Seconds a client has to send its whole request (TLS handshake included).
     #[arg(long, hide = true, value_name = "S", default_value_t = 10)]
     pub request_timeout_s: u64,
+}
+
+/// `--latency-sample N`: a power of two from 1 to 1024 (the programs draw it with a mask).
+pub fn check_latency_sample(n: u32) -> Result<u32, String> {
+    if n.is_power_of_two() && n <= 1024 {
+        Ok(n)
+    } else {
+        Err(format!(
+            "--latency-sample {n} is not a power of two from 1 to 1024; use 1 (time every \
+             wakeup), 8 (the default) or another power of two"
+        ))
+    }
 }
 
 /// Flags -> settings, checked against this machine.
@@ -138,6 +156,7 @@ pub fn settings(args: &Args, machine: &Machine) -> Result<Settings> {
         max_connections: args.max_connections,
         request_timeout_s: args.request_timeout_s,
         program_costs: args.bpf_program_costs,
+        latency_sample: check_latency_sample(args.latency_sample).map_err(bad_input)?,
         history: crate::history::location(),
     })
 }
@@ -147,4 +166,22 @@ pub fn run(args: Args, g: &Global) -> Result<()> {
     let machine = Machine::detect(&g.root)?;
     let s = settings(&args, &machine)?;
     crate::exporter::serve(&machine, s, g.quiet)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_latency_sample_is_a_power_of_two_up_to_1024() {
+        for n in [1, 2, 8, 1024] {
+            assert_eq!(check_latency_sample(n), Ok(n));
+        }
+        for n in [0, 3, 12, 2048] {
+            let e = check_latency_sample(n).unwrap_err();
+            assert!(e.contains(&format!("--latency-sample {n} ")), "{e}");
+        }
+        // The flag's help says 8 wakeups per tick are all timed.
+        assert_eq!(crate::watch::bpf::aggregate::EXACT_PER_TICK, 8);
+    }
 }

@@ -99,6 +99,7 @@ impl Source for FakeSource {
             events_lost: 0,
             targets_dropped: 0,
             programs: Vec::new(),
+            latency_sample: 1,
         })
     }
 }

@@ -178,7 +178,8 @@ impl Collector for FrameCollector {
             }
             let mut m = enc.encode_descriptor(
                 "wakeup_latency",
-                "Wakeup-to-run latency of a watched target by placement class (exp2 buckets)",
+                "Wakeup-to-run latency of a watched target by placement class (exp2 buckets; \
+                 estimated from a weighted sample when cpulab_exporter_latency_sample is above 1)",
                 Some(&Unit::Seconds),
                 MetricType::Histogram,
             )?;
@@ -195,6 +196,14 @@ impl Collector for FrameCollector {
                     )?;
                 }
             }
+            let help = format!(
+                "Latencies timed: every wakeup while a CPU has had at most {} watched wakeups \
+                 this tick, one in this many beyond them, each counted this many times in the \
+                 histogram (1: every wakeup; --latency-sample)",
+                crate::watch::bpf::aggregate::EXACT_PER_TICK
+            );
+            enc.encode_descriptor("exporter_latency_sample", &help, None, MetricType::Gauge)?
+                .encode_gauge(&i64::from(snap.latency_sample.max(1)))?;
             for (name, help, v) in [
                 (
                     "exporter_events_seen",
@@ -463,6 +472,7 @@ mod tests {
                 events_lost: 0,
                 targets_dropped: 0,
                 programs: Vec::new(),
+                latency_sample: 8,
             }),
             mechanism: "fake".into(),
             idle_entries: [("haltpoll".to_string(), 7)].into_iter().collect(),
@@ -608,6 +618,21 @@ mod tests {
         f.wakeups = None;
         let t = encode(&f, Format::Prometheus);
         assert!(!t.contains("cpulab_wakeups_total"));
+        assert!(!t.contains("cpulab_exporter_latency_sample"));
         assert!(t.contains("cpulab_interrupts_total{kind=\"RES\"} 5"));
+    }
+
+    #[test]
+    fn the_latency_sampling_is_published_beside_the_histogram() {
+        let mut f = frame();
+        let t = encode(&f, Format::Prometheus);
+        assert_eq!(sample(&t, "cpulab_exporter_latency_sample "), [8]);
+        assert!(t.contains("at most 8 watched wakeups"), "{t}");
+        // A source that times every wakeup says 1, however it wrote it.
+        if let Some(w) = f.wakeups.as_mut() {
+            w.latency_sample = 0;
+        }
+        let t = encode(&f, Format::Prometheus);
+        assert_eq!(sample(&t, "cpulab_exporter_latency_sample "), [1]);
     }
 }

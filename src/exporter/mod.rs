@@ -162,6 +162,7 @@ pub fn serve(machine: &Machine, s: Settings, quiet: bool) -> Result<()> {
         max_targets: named,
         mechanism: s.mechanism.as_str().to_string(),
         program_costs: s.program_costs,
+        latency_sample: s.latency_sample,
     };
     let source = collect::open_source(machine, &opts, &classes)?;
     if source.is_none() {

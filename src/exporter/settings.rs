@@ -53,6 +53,9 @@ pub struct Settings {
     pub request_timeout_s: u64,
     /// Publish what each in-kernel program costs (`--bpf-program-costs`).
     pub program_costs: bool,
+    /// Time one in this many wakeups beyond the first of each tick per CPU (`--latency-sample`;
+    /// 1: every wakeup).
+    pub latency_sample: u32,
     /// The history the newest doctor findings are read from (`--history`, `CPULAB_HISTORY`,
     /// `--no-history`), read-only.
     pub history: crate::history::Location,

@@ -294,6 +294,7 @@ impl Source for PerfSource {
             events_lost: s.lost,
             targets_dropped: s.slots.dropped(),
             programs: Vec::new(),
+            latency_sample: 1,
         })
     }
 }

@@ -18,9 +18,9 @@ use crate::wakeups::{
     ClassCounts, LATENCY_BOUNDS_NS, ProgramCost, Snapshot, Source, SourceOptions, TargetCounts,
 };
 use anyhow::Result;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -66,19 +66,25 @@ struct Targets {
     /// tgid -> slot, as installed in the map.
     installed: HashMap<i32, u32>,
     /// Processes refused a `targets` entry (another live target held it: their ids are equal
-    /// modulo the table's size).
+    /// modulo the table's size), each counted once however many re-reads refuse it again.
     refused: u64,
+    /// Those refused at the last re-read: counted already.
+    refused_now: HashSet<i32>,
 }
 
 impl Targets {
     /// Re-reads who the targets are and brings the kernel's map in line: processes gone are
     /// removed, new ones added with their label's slot.
     fn refresh(&mut self, table: &TargetTable) {
+        let members = self.resolver.members();
+        self.apply(table.entries(), members);
+    }
+
+    /// [`Self::refresh`] for the members it read (pid -> label), on the table's entries.
+    fn apply(&mut self, entries: &[AtomicU64], members: BTreeMap<i32, String>) {
         // What the table holds before the scan: the fork program adds children of targets as
         // they are born; one born during the scan is not in this list, so it is not removed.
-        let entries = table.entries();
         let held = table::held(entries);
-        let members = self.resolver.members();
         // Watching the whole machine, the watcher leaves itself out; named, it is counted.
         let me = self
             .resolver
@@ -96,6 +102,7 @@ impl Targets {
             }
         }
         self.installed.retain(|pid, _| now.contains_key(pid));
+        self.refused_now.retain(|pid| now.contains_key(pid));
         for (pid, slot) in now {
             if self.installed.get(&pid) == Some(&slot)
                 && table::slot_of(entries, pid as u32) == Some(slot)
@@ -104,7 +111,8 @@ impl Targets {
             }
             if table::set(entries, pid as u32, slot) {
                 self.installed.insert(pid, slot);
-            } else {
+                self.refused_now.remove(&pid);
+            } else if self.refused_now.insert(pid) {
                 self.refused += 1;
             }
         }
@@ -134,6 +142,7 @@ pub struct BpfSource {
     /// Which programs these are (`tp_btf` typed, else raw with helper reads).
     pub typed: bool,
     prog_ids: Vec<u32>,
+    latency_sample: u32,
 }
 
 impl BpfSource {
@@ -197,6 +206,13 @@ impl BpfSource {
             aggregate::STATS,
             "cpulab_stats",
         )?;
+        let sampler = sys::map_create(
+            sys::BPF_MAP_TYPE_PERCPU_ARRAY,
+            4,
+            aggregate::SAMPLER,
+            1,
+            "cpulab_sampler",
+        )?;
         let table = aggregate::class_table(&machine.topology, n);
         for (i, c) in table.iter().enumerate() {
             sys::map_update(&classes_map, &(i as u32).to_ne_bytes(), &c.to_ne_bytes())?;
@@ -214,6 +230,7 @@ impl BpfSource {
             slots,
             installed: HashMap::new(),
             refused: 0,
+            refused_now: HashSet::new(),
         };
         targets.refresh(&targets_map);
         // The `--comm` names for the exec program, where the kernel's BTF gives the name's place.
@@ -247,6 +264,7 @@ impl BpfSource {
             classes: classes_map.as_raw_fd(),
             rows: rows.as_raw_fd(),
             stats: stats.as_raw_fd(),
+            sampler: sampler.as_raw_fd(),
         };
         let unmatched = whole_machine.then(|| targets.slots.other());
         // EVENT_NAMES order of the typedef ids: waking, switch, migrate, wakeup.
@@ -256,6 +274,7 @@ impl BpfSource {
                     ncpu: n,
                     unmatched,
                     direct: typed.is_some(),
+                    sample: opts.latency_sample,
                 };
                 let programs = [
                     ("sched_waking", 0, aggregate::waking(&maps, &l, &offsets)),
@@ -298,6 +317,7 @@ impl BpfSource {
                 ncpu: n,
                 unmatched,
                 direct: false,
+                sample: opts.latency_sample,
             };
             let insns = aggregate::fork(&maps, &l, &offsets);
             if let Ok(prog) = sys::prog_load(
@@ -370,6 +390,7 @@ impl BpfSource {
             whole_machine,
             typed,
             prog_ids,
+            latency_sample: opts.latency_sample,
         })
     }
 
@@ -503,6 +524,7 @@ impl Source for BpfSource {
             events_lost: self.stat(aggregate::STAT_LOST)? + refused,
             targets_dropped: dropped,
             programs: self.program_costs()?,
+            latency_sample: self.latency_sample.max(1),
         })
     }
 }
@@ -514,5 +536,64 @@ impl Drop for BpfSource {
             let _ = t.join();
         }
         // The links, programs and maps close with their descriptors: detached here.
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::watch::bpf::table::TARGET_ENTRIES;
+
+    fn targets() -> Targets {
+        let opts = SourceOptions {
+            comms: vec!["postgres".into()],
+            max_targets: 4,
+            ..Default::default()
+        };
+        Targets {
+            resolver: Resolver::new(std::path::Path::new("/nonexistent"), &opts),
+            slots: Slots::new(4),
+            installed: HashMap::new(),
+            refused: 0,
+            refused_now: HashSet::new(),
+        }
+    }
+
+    #[test]
+    fn a_refused_process_is_counted_once_however_often_it_is_refused_again() {
+        let entries: Vec<AtomicU64> = (0..TARGET_ENTRIES).map(|_| AtomicU64::new(0)).collect();
+        let ids = [4242, 4242 + TARGET_ENTRIES as i32];
+        let label = |pids: &[i32]| -> BTreeMap<i32, String> {
+            pids.iter().map(|&p| (p, "postgres".to_string())).collect()
+        };
+        let mut t = targets();
+        for _ in 0..5 {
+            t.apply(&entries, label(&ids));
+        }
+        // One of the two holds the entry (whichever was set first), the other is refused.
+        let holder = |entries: &[AtomicU64]| {
+            let held: Vec<i32> = ids
+                .iter()
+                .copied()
+                .filter(|&p| table::slot_of(entries, p as u32) == Some(0))
+                .collect();
+            assert_eq!(held.len(), 1, "{held:?}");
+            held[0]
+        };
+        let first = holder(&entries);
+        let other = ids[usize::from(first == ids[0])];
+        assert_eq!(t.refused, 1, "one process refused, five re-reads");
+        // The holder ends: the other gets the entry at the next re-read, counted no more.
+        t.apply(&entries, label(&[other]));
+        assert_eq!(holder(&entries), other);
+        assert_eq!(t.refused, 1);
+        // The first comes back (a new process with the same id): now it is the one refused.
+        t.apply(&entries, label(&ids));
+        t.apply(&entries, label(&ids));
+        assert_eq!(holder(&entries), other);
+        assert_eq!(t.refused, 2);
+        // Nothing watched: the table is emptied.
+        t.apply(&entries, BTreeMap::new());
+        assert!(table::held(&entries).is_empty());
     }
 }

@@ -62,8 +62,8 @@ pub const ROW_WORDS: usize = BUCKETS + 2;
 pub const STAT_SEEN: u32 = 0;
 pub const STAT_LOST: u32 = 1;
 pub const STATS: u32 = 2;
-/// `pending`'s value: waking time (u64; 0 when nothing is pending), waker CPU, slot and the tid
-/// (u32 each), and padding.
+/// `pending`'s value: waking time (u64; 0 when nothing is pending, 1 when pending but not
+/// timed), waker CPU, slot, the tid and the latency's weight (u32 each; 0: not timed).
 pub const PENDING: u32 = 24;
 /// Entries of `pending` (a power of two): a tid's entry is [`pending_index`]. As large as
 /// Linux's default `pid_max` on a small machine, so there no two tids share an entry.
@@ -73,6 +73,16 @@ const P_TIME: i16 = 0;
 const P_WAKER: i16 = 8;
 const P_SLOT: i16 = 12;
 const P_TID: i16 = 16;
+const P_WEIGHT: i16 = 20;
+/// `sampler`'s one per-CPU value: the tick (jiffies) being counted, target wakeups noted on
+/// this CPU in it, and the random state (u64 each).
+pub const SAMPLER: u32 = 24;
+const S_TICK: i16 = 0;
+const S_COUNT: i16 = 8;
+const S_RNG: i16 = 16;
+/// With sampling on (see [`Layout::sample`]), the first this many target wakeups of each tick on
+/// a CPU are all timed.
+pub const EXACT_PER_TICK: u32 = 8;
 
 /// The `pending` entry of thread `tid`.
 pub fn pending_index(tid: u32) -> u32 {
@@ -125,6 +135,8 @@ pub struct Maps {
     pub classes: i32,
     pub rows: i32,
     pub stats: i32,
+    /// Per-CPU state of the latency sampling ([`SAMPLER`] bytes, one entry).
+    pub sampler: i32,
 }
 
 /// What the programs are built for.
@@ -137,6 +149,13 @@ pub struct Layout {
     pub unmatched: Option<u32>,
     /// Read task fields with plain loads (BTF-typed programs), else `bpf_probe_read_kernel`.
     pub direct: bool,
+    /// Latency sampling: 0 or 1 times every wakeup. A power of two `n` times the first
+    /// [`EXACT_PER_TICK`] target wakeups of each tick on a CPU (weight 1) and, beyond them, one in
+    /// `n` at random (weight `n`): the buckets and the sum add each latency times its weight, an
+    /// unbiased estimate of every wakeup's (Horvitz-Thompson). Counts are never sampled. Reading
+    /// the clock is most of the programs' cost (an indirect call, a retpoline where the CPU needs
+    /// one), so this bounds it where wakeups are many and costs nothing where they are few.
+    pub sample: u32,
 }
 
 /// Instructions with named jump targets, patched when the program is finished.
@@ -333,8 +352,56 @@ pub fn waking(m: &Maps, l: &Layout, o: &crate::watch::btf::TaskOffsets) -> Vec<I
     a.jump(Insn::jeq_reg(1, 7, 0), "take");
     count(&mut a.p, m.stats, STAT_LOST);
     a.label("take");
+    // r6 = the weight of this wakeup's latency (0: not timed); see [`Layout::sample`].
+    if l.sample > 1 {
+        a.push(Insn::call(helper::JIFFIES64));
+        a.push(Insn::mov64_reg(6, 0));
+        a.push(Insn::st_w(10, KEY2 as i16, 0));
+        a.lookup(m.sampler, KEY2);
+        a.jump(Insn::jeq_imm(0, 0, 0), "every");
+        // A new tick: its count starts again.
+        a.push(Insn::ldx_dw(1, 0, S_TICK));
+        a.jump(Insn::jeq_reg(1, 6, 0), "counted");
+        a.push(Insn::stx_dw(0, S_TICK, 6));
+        a.push(Insn::st_dw(0, S_COUNT, 0));
+        a.label("counted");
+        a.push(Insn::ldx_dw(1, 0, S_COUNT));
+        a.push(Insn::add64_imm(1, 1));
+        a.push(Insn::stx_dw(0, S_COUNT, 1));
+        a.jump(Insn::jle_imm(1, EXACT_PER_TICK as i32, 0), "every");
+        // Beyond them, one in `sample` at random (xorshift64, seeded from the first tid).
+        a.push(Insn::ldx_dw(1, 0, S_RNG));
+        a.jump(Insn::jne_imm(1, 0, 0), "seeded");
+        a.push(Insn::mov64_reg(1, 7));
+        a.push(Insn::add64_imm(1, 1));
+        a.label("seeded");
+        for (shift, left) in [(13, true), (7, false), (17, true)] {
+            a.push(Insn::mov64_reg(2, 1));
+            a.push(if left {
+                Insn::lsh64_imm(2, shift)
+            } else {
+                Insn::rsh64_imm(2, shift)
+            });
+            a.push(Insn::xor64_reg(1, 2));
+        }
+        a.push(Insn::stx_dw(0, S_RNG, 1));
+        a.push(Insn::and64_imm(1, (l.sample - 1) as i32));
+        a.jump(Insn::jne_imm(1, 0, 0), "untimed");
+        a.push(Insn::mov64_imm(6, l.sample as i32));
+        a.jump(Insn::ja(0), "timed");
+        a.label("untimed");
+        // Pending (a non-zero time), not timed (weight 0).
+        a.push(Insn::st_dw(9, P_TIME, 1));
+        a.push(Insn::st_w(9, P_WEIGHT, 0));
+        a.jump(Insn::ja(0), "where");
+    }
+    a.label("every");
+    a.push(Insn::mov64_imm(6, 1));
+    a.label("timed");
     a.push(Insn::call(helper::KTIME_GET_NS));
     a.push(Insn::stx_dw(9, P_TIME, 0));
+    a.push(Insn::stx_w(9, P_WEIGHT, 6));
+    a.label("where");
     a.push(Insn::call(helper::GET_SMP_PROCESSOR_ID));
     a.push(Insn::stx_w(9, P_WAKER, 0));
     a.push(Insn::stx_w(9, P_SLOT, 8));
@@ -451,11 +518,15 @@ pub fn switch(m: &Maps, l: &Layout, o: &crate::watch::btf::TaskOffsets) -> Vec<I
     // r7 = the class of (waker's CPU, this CPU)
     a.class_of(m.classes, 8, l.ncpu, "lost");
     a.push(Insn::ldx_w(7, 0, 0));
-    // r9 = wakeup-to-run latency
+    // r9 = wakeup-to-run latency, when the waking timed it
+    a.push(Insn::mov64_imm(9, 0));
+    a.push(Insn::ldx_w(1, 8, P_WEIGHT));
+    a.jump(Insn::jeq_imm(1, 0, 0), "untimed");
     a.push(Insn::call(helper::KTIME_GET_NS));
     a.push(Insn::ldx_dw(1, 8, P_TIME));
     a.push(Insn::sub64_reg(0, 1));
     a.push(Insn::mov64_reg(9, 0));
+    a.label("untimed");
     // rows[row_key(slot, class, idle)]
     a.push(Insn::ldx_w(1, 8, P_SLOT));
     a.push(Insn::mul64_imm(1, NCLASS as i32));
@@ -466,16 +537,19 @@ pub fn switch(m: &Maps, l: &Layout, o: &crate::watch::btf::TaskOffsets) -> Vec<I
     a.lookup(m.rows, KEY2);
     a.jump(Insn::jeq_imm(0, 0, 0), "lost");
     a.push(Insn::mov64_reg(6, 0));
+    // The latency's bucket and the sum get its weight: an estimate of every wakeup's.
+    a.push(Insn::ldx_w(4, 8, P_WEIGHT));
+    a.jump(Insn::jeq_imm(4, 0, 0), "count");
     for i in bucket_insns() {
         a.push(i);
     }
     a.push(Insn::lsh64_imm(1, 3));
     a.push(Insn::mov64_reg(2, 6));
     a.push(Insn::add64_reg(2, 1));
-    a.push(Insn::ldx_dw(3, 2, 0));
-    a.push(Insn::add64_imm(3, 1));
-    a.push(Insn::stx_dw(2, 0, 3));
+    a.add_dw(2, 0, 4, 3);
+    a.push(Insn::mul64_reg(9, 4));
     a.add_dw(6, (ROW_SUM * 8) as i16, 9, 3);
+    a.label("count");
     a.push(Insn::ldx_dw(3, 6, w));
     a.push(Insn::add64_imm(3, 1));
     a.push(Insn::stx_dw(6, w, 3));
@@ -616,6 +690,7 @@ mod tests {
             classes: 5,
             rows: 7,
             stats: 8,
+            sampler: 10,
         };
         let o = crate::watch::btf::TaskOffsets {
             pid: 2464,
@@ -625,15 +700,21 @@ mod tests {
         };
         for direct in [true, false] {
             for unmatched in [None, Some(16)] {
-                let l = Layout {
-                    ncpu: 4,
-                    unmatched,
-                    direct,
-                };
-                for p in [waking(&m, &l, &o), switch(&m, &l, &o), fork(&m, &l, &o)] {
-                    jumps_stay_inside(&p);
-                    // Direct loads only where asked; the helper otherwise.
-                    assert_eq!(p.contains(&Insn::call(helper::PROBE_READ_KERNEL)), !direct);
+                for sample in [0, 1, 8] {
+                    let l = Layout {
+                        ncpu: 4,
+                        unmatched,
+                        direct,
+                        sample,
+                    };
+                    let w = waking(&m, &l, &o);
+                    for p in [&w, &switch(&m, &l, &o), &fork(&m, &l, &o)] {
+                        jumps_stay_inside(p);
+                        // Direct loads only where asked; the helper otherwise.
+                        assert_eq!(p.contains(&Insn::call(helper::PROBE_READ_KERNEL)), !direct);
+                    }
+                    // The sampler is read only when sampling.
+                    assert_eq!(w.contains(&Insn::call(helper::JIFFIES64)), sample > 1);
                 }
             }
         }
@@ -671,11 +752,13 @@ mod tests {
                 classes: 5,
                 rows: 7,
                 stats: 8,
+                sampler: 10,
             },
             &Layout {
                 ncpu: 2,
                 unmatched: None,
                 direct: true,
+                sample: 8,
             },
             &crate::watch::btf::TaskOffsets {
                 pid: 2464,

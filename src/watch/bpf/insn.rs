@@ -10,6 +10,8 @@ pub mod helper {
     pub const KTIME_GET_NS: i32 = 5;
     pub const GET_SMP_PROCESSOR_ID: i32 = 8;
     pub const GET_CURRENT_PID_TGID: i32 = 14;
+    /// Inlined by the verifier on 64-bit JITs: a load of `jiffies`, no call.
+    pub const JIFFIES64: i32 = 118;
     pub const PROBE_READ_KERNEL: i32 = 113;
     pub const PROBE_READ_KERNEL_STR: i32 = 115;
     pub const RINGBUF_RESERVE: i32 = 131;
@@ -61,6 +63,14 @@ impl Insn {
     /// `dst |= src` (64-bit).
     pub const fn or64_reg(dst: u8, src: u8) -> Self {
         Self::new(0x4f, dst, src, 0, 0)
+    }
+    /// `dst ^= src` (64-bit).
+    pub const fn xor64_reg(dst: u8, src: u8) -> Self {
+        Self::new(0xaf, dst, src, 0, 0)
+    }
+    /// `dst *= src` (64-bit).
+    pub const fn mul64_reg(dst: u8, src: u8) -> Self {
+        Self::new(0x2f, dst, src, 0, 0)
     }
     /// `dst &= imm` (64-bit).
     pub const fn and64_imm(dst: u8, imm: i32) -> Self {
