@@ -150,4 +150,86 @@ mod tests {
             Severity::High
         );
     }
+
+    // Written for the mutation run (docs/testing.md): literal inputs, answers worked by hand.
+
+    /// The quiet machine with these cgroup counts over a 40 s run and a quota of 2 CPUs.
+    fn judged(periods: u64, throttled: u64, stopped_s: f64) -> Vec<Finding> {
+        let (facts, mut m) = quiet_machine();
+        m.counters.cfs_periods = Some(periods);
+        m.counters.cfs_throttled_periods = Some(throttled);
+        m.counters.cfs_throttled_s = Some(stopped_s);
+        QuotaThrottling.check(Inputs {
+            facts: &facts,
+            m: &m,
+        })
+    }
+
+    #[test]
+    fn throttling_counts_from_1_percent_of_periods() {
+        assert!(judged(400, 3, 0.1).is_empty());
+        assert_eq!(judged(400, 4, 0.1).len(), 1);
+        assert!(judged(400, 0, 0.0).is_empty());
+        assert!(judged(0, 1, 0.1).is_empty());
+    }
+
+    #[test]
+    fn the_finding_states_the_periods_the_time_stopped_and_the_quota() {
+        // 40 of 400 periods (10%), stopped 20 s of 40 s: the work took twice as long.
+        let f = judged(400, 40, 20.0).remove(0);
+        assert_eq!(f.id, "cpu-quota-throttling");
+        assert_eq!(
+            f.title,
+            "The CPU quota throttled the workload in 10% of periods"
+        );
+        assert_eq!(
+            f.magnitude.text,
+            "40 of 400 scheduling periods hit the quota; the group was stopped for 20.00 s of \
+             40.0 s (quota 2.00 CPUs)"
+        );
+        assert_eq!(f.magnitude.ratio, Some(2.0));
+        assert_eq!(f.severity, Severity::Medium);
+        assert!(
+            f.remedies[0].command.contains("CPUQuota=400%"),
+            "{}",
+            f.remedies[0].command
+        );
+        let q = f.evidence.iter().find(|e| e.label == "CPU quota").unwrap();
+        assert_eq!(q.quantity.as_ref().unwrap().value, 2.0);
+        // Stopped 30 s of 40: 4x, high; stopped the whole run: no ratio to speak of.
+        assert_eq!(judged(400, 40, 30.0)[0].severity, Severity::High);
+        assert_eq!(judged(400, 40, 40.0)[0].magnitude.ratio, Some(1.0));
+        assert_eq!(judged(400, 40, 0.0)[0].severity, Severity::Low);
+        // A fifth of the periods throttled is high whatever the time stopped.
+        assert_eq!(judged(400, 80, 0.0)[0].severity, Severity::High);
+        assert_eq!(judged(400, 79, 0.0)[0].severity, Severity::Low);
+    }
+
+    #[test]
+    fn the_quota_remedy_tries_lifting_it_in_the_group_s_own_file() {
+        let (mut facts, mut m) = quiet_machine();
+        m.counters.cfs_throttled_periods = Some(40);
+        facts.cpu_quota_cpus = None;
+        facts.cgroup_version = Some(1);
+        facts.cgroup_path = Some("/sys/fs/cgroup/cpu,cpuacct/system.slice/app.service".into());
+        let f = QuotaThrottling.check(Inputs {
+            facts: &facts,
+            m: &m,
+        });
+        assert!(f[0].remedies[0].command.contains("CPUQuota=200%"));
+        assert_eq!(
+            f[0].remedies[0].try_command.as_deref(),
+            Some("cpulab try cgroup:system.slice/app.service:cpu.cfs_quota_us=-1")
+        );
+        facts.cgroup_version = Some(2);
+        facts.cgroup_path = Some("/sys/fs/cgroup/system.slice/app.service".into());
+        let f = QuotaThrottling.check(Inputs {
+            facts: &facts,
+            m: &m,
+        });
+        assert_eq!(
+            f[0].remedies[0].try_command.as_deref(),
+            Some("cpulab try cgroup:system.slice/app.service:cpu.max=max")
+        );
+    }
 }
