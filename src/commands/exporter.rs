@@ -59,9 +59,9 @@ pub struct Args {
     /// timing itself adds to that cost, so it is off by default; needs CAP_SYS_ADMIN.
     #[arg(long)]
     pub bpf_program_costs: bool,
-    /// Time every wakeup's latency while a CPU has had at most 8 watched wakeups this tick, and
-    /// one in N at random beyond them, each counted N times in the latency histogram (an
-    /// unbiased estimate). Reading the clock is most of what the programs cost; 1 times every
+    /// Time every wakeup's latency while the waking CPU has made at most 8 watched wakeups this
+    /// tick, and one in N at random beyond them, each counted N times in the latency histogram
+    /// (an unbiased estimate). Reading the clock is most of what the programs cost; 1 times every
     /// wakeup. Wakeup counts are exact either way. A power of two, 1 to 1024.
     #[arg(long, value_name = "N", default_value_t = 8)]
     pub latency_sample: u32,

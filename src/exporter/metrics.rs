@@ -197,8 +197,8 @@ impl Collector for FrameCollector {
                 }
             }
             let help = format!(
-                "Latencies timed: every wakeup while a CPU has had at most {} watched wakeups \
-                 this tick, one in this many beyond them, each counted this many times in the \
+                "Latencies timed: every wakeup while the waking CPU has made at most {} watched \
+                 wakeups this tick, one in this many beyond them, each counted this many times in the \
                  histogram (1: every wakeup; --latency-sample)",
                 crate::watch::bpf::aggregate::EXACT_PER_TICK
             );
