@@ -59,6 +59,14 @@ fn pinned_pair(a: u32, b: u32, n: usize) {
     echo.join().unwrap();
 }
 
+/// This process's command name: the label a `--pid` target of itself gets.
+fn my_comm() -> String {
+    std::fs::read_to_string("/proc/self/comm")
+        .unwrap()
+        .trim()
+        .to_string()
+}
+
 fn wakeups(c: &ClassCounts) -> u64 {
     c.to_idle + c.to_busy
 }
@@ -135,10 +143,7 @@ fn a_pinned_pair_lands_in_same_cpu_then_across_and_nothing_stays_attached() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let machine = Machine::detect(std::path::Path::new("/")).unwrap();
     let me = std::process::id() as i32;
-    let label = std::fs::read_to_string("/proc/self/comm")
-        .unwrap()
-        .trim()
-        .to_string();
+    let label = my_comm();
     let opts = SourceOptions {
         pids: vec![me],
         max_targets: 4,
@@ -327,10 +332,7 @@ fn the_perf_fallback_counts_a_same_cpu_pair_in_user_space() {
     }
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let machine = Machine::detect(std::path::Path::new("/")).unwrap();
-    let label = std::fs::read_to_string("/proc/self/comm")
-        .unwrap()
-        .trim()
-        .to_string();
+    let label = my_comm();
     let opts = SourceOptions {
         pids: vec![std::process::id() as i32],
         max_targets: 4,
@@ -406,7 +408,8 @@ fn an_execd_target_and_its_children_are_followed_in_the_kernel() {
 /// Counts are never sampled, so both count alike; the sampled histogram's weighted count is an
 /// estimate of the exact one's (each wakeup beyond the first of a tick counts `n` with
 /// probability `1/n`: variance at most `n - 1` per wakeup), and lies within six standard
-/// deviations of it. Unweighted (a weight left at 1), it would hold about an eighth.
+/// deviations of it. Unweighted (a weight left at 1), it would hold little more than the first
+/// wakeups of each tick and an eighth of the rest.
 #[test]
 fn a_sampled_latency_histogram_estimates_the_exact_one() {
     if !can_attach(test_name!()) {
@@ -414,10 +417,7 @@ fn a_sampled_latency_histogram_estimates_the_exact_one() {
     }
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let machine = Machine::detect(std::path::Path::new("/")).unwrap();
-    let label = std::fs::read_to_string("/proc/self/comm")
-        .unwrap()
-        .trim()
-        .to_string();
+    let label = my_comm();
     let opts = |latency_sample| SourceOptions {
         pids: vec![std::process::id() as i32],
         max_targets: 4,
