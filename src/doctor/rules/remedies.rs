@@ -231,7 +231,8 @@ pub fn cgroup_try(dir: &str, v1: bool, file: &str, value: &str) -> Option<String
 
 #[cfg(test)]
 mod tests {
-    use super::{cgroup_try, colocate};
+    use super::{cgroup_try, colocate, halt_polling, patient, pid_args};
+    use crate::doctor::measurements::{AppWatch, Facts, WatchedProcess};
     use crate::doctor::rules::fixtures::everything_wrong;
 
     /// Regression (issue 22): with a watched application the remedies printed `<server pid>`,
@@ -320,5 +321,242 @@ mod tests {
         );
         assert_eq!(cgroup_try("/sys/fs/cgroup", false, "cpu.max", "max"), None);
         assert_eq!(cgroup_try("<group>", false, "cpu.max", "max"), None);
+    }
+
+    // Written for the mutation run (docs/testing.md): literal inputs, answers worked by hand.
+
+    fn process(pids: &[i32], cgroup: Option<&str>) -> WatchedProcess {
+        WatchedProcess {
+            name: "postgres".into(),
+            pids: pids.to_vec(),
+            cgroup: cgroup.map(String::from),
+            wakeups_per_s: 1000.0,
+            cross_share: 0.5,
+            cross_wakeups_per_s: 500.0,
+        }
+    }
+
+    fn watch_of(processes: Vec<WatchedProcess>) -> AppWatch {
+        AppWatch {
+            target: "comm postgres".into(),
+            interval_s: 5.0,
+            setup_s: None,
+            incomplete: None,
+            processes,
+        }
+    }
+
+    #[test]
+    fn the_patient_is_each_pid_and_each_cgroup_once_in_the_watch_s_order() {
+        let w = watch_of(vec![
+            process(&[812, 813], Some("/a.service")),
+            process(&[813, 900], Some("/a.service")),
+            process(&[901], None),
+            process(&[902], Some("/b.service")),
+        ]);
+        assert_eq!(
+            patient(Some(&w)),
+            Some((
+                vec![812, 813, 900, 901, 902],
+                vec!["/a.service".to_string(), "/b.service".to_string()]
+            ))
+        );
+        // No pid watched: nobody to name, whatever the cgroup.
+        assert_eq!(patient(Some(&watch_of(vec![]))), None);
+        let no_pids = watch_of(vec![process(&[], Some("/a.service"))]);
+        assert_eq!(patient(Some(&no_pids)), None);
+        assert_eq!(patient(None), None);
+    }
+
+    #[test]
+    fn pid_args_name_twelve_pids_and_count_the_rest() {
+        assert_eq!(
+            pid_args(&[812, 813], "0-1"),
+            (
+                "pid:812.affinity=0-1 pid:813.affinity=0-1".to_string(),
+                String::new()
+            )
+        );
+        let up_to = |n: i32| (1..=n).collect::<Vec<i32>>();
+        // Exactly twelve: all listed, no note.
+        let (args, more) = pid_args(&up_to(12), "0");
+        assert_eq!(args.matches("pid:").count(), 12);
+        assert!(args.ends_with(" pid:12.affinity=0"), "{args}");
+        assert_eq!(more, "");
+        // Thirteen and fourteen: the first twelve, and how many were left out.
+        let (args, more) = pid_args(&up_to(13), "0");
+        assert!(
+            args.ends_with(" pid:12.affinity=0") && !args.contains("pid:13."),
+            "{args}"
+        );
+        assert_eq!(more, " (1 more pids not listed)");
+        assert_eq!(pid_args(&up_to(14), "0").1, " (2 more pids not listed)");
+    }
+
+    #[test]
+    fn colocate_names_every_group_and_keeps_placeholders_for_what_only_the_user_knows() {
+        let (mut facts, _) = everything_wrong();
+        facts.cgroup_version = Some(2);
+        let r = colocate(1, &facts, None);
+        assert_eq!(r.len(), 3);
+        assert_eq!(
+            r[0].command,
+            "taskset -c 1 <server command>; taskset -c 1 <client command>"
+        );
+        assert_eq!(
+            r[0].try_command.as_deref(),
+            Some("cpulab try pid:<server pid>.affinity=1 pid:<client pid>.affinity=1")
+        );
+        assert!(
+            r[0].effect
+                .ends_with("(for a running server: taskset -a -pc 1 <pid>)."),
+            "{}",
+            r[0].effect
+        );
+        assert_eq!(r[1].try_command, r[0].try_command);
+        assert_eq!(r[2].command, "echo 1 > /sys/fs/cgroup/<group>/cpuset.cpus");
+        assert_eq!(
+            r[2].try_command.as_deref(),
+            Some("cpulab try cgroup:<group>:cpuset.cpus=1")
+        );
+        facts.cgroup_version = Some(1);
+        assert_eq!(
+            colocate(1, &facts, None)[2].command,
+            "echo 1 > /sys/fs/cgroup/cpuset/<group>/cpuset.cpus"
+        );
+        // A process in the root cgroup: no group to confine, so the placeholder stays.
+        let root = watch_of(vec![process(&[812], Some("/"))]);
+        let r = colocate(1, &facts, Some(&root));
+        assert_eq!(
+            r[2].command,
+            "echo 1 > /sys/fs/cgroup/cpuset/<group>/cpuset.cpus"
+        );
+        assert_eq!(
+            r[0].try_command.as_deref(),
+            Some("cpulab try pid:812.affinity=1")
+        );
+        // Fourteen pids in two groups: twelve named, the rest counted, both groups confined.
+        let w = watch_of(vec![
+            process(&(1..=13).collect::<Vec<i32>>(), Some("/a.service")),
+            process(&[14], Some("/b.service")),
+        ]);
+        facts.cgroup_version = Some(2);
+        let r = colocate(0, &facts, Some(&w));
+        assert!(
+            r[0].effect
+                .ends_with("; taskset -a -pc 0 12 (2 more pids not listed))."),
+            "{}",
+            r[0].effect
+        );
+        assert_eq!(
+            r[2].command,
+            "echo 0 > /sys/fs/cgroup/a.service/cpuset.cpus; \
+             echo 0 > /sys/fs/cgroup/b.service/cpuset.cpus"
+        );
+        assert_eq!(
+            r[2].try_command.as_deref(),
+            Some(
+                "cpulab try cgroup:a.service:cpuset.cpus=0; \
+                 cpulab try cgroup:b.service:cpuset.cpus=0"
+            )
+        );
+    }
+
+    #[test]
+    fn halt_polling_offers_the_sysfs_knob_only_with_the_haltpoll_driver() {
+        // A KVM guest idling through haltpoll, without poll control.
+        let (mut facts, _) = everything_wrong();
+        assert!(!facts.kvm_poll_control);
+        let commands =
+            |f: &Facts| -> Vec<String> { halt_polling(f).into_iter().map(|r| r.command).collect() };
+        let r = halt_polling(&facts);
+        assert_eq!(r.len(), 4);
+        assert_eq!(
+            r[0].command,
+            "echo 200000 > /sys/module/haltpoll/parameters/guest_halt_poll_ns"
+        );
+        assert_eq!(
+            r[0].try_command.as_deref(),
+            Some("cpulab try haltpoll.guest_halt_poll_ns=200000")
+        );
+        assert!(!r[1].effect.contains("not haltpoll"), "{}", r[1].effect);
+        assert!(r[2].command.starts_with("on the KVM host: "));
+        assert!(
+            !r[2].cost_caveat.contains("does nothing here"),
+            "{}",
+            r[2].cost_caveat
+        );
+        assert_eq!(r[3].command, "give a latency-bound VM fewer vCPUs (e.g. 1)");
+        // With poll control the guest's driver turns the host's polling off for itself.
+        facts.kvm_poll_control = true;
+        assert!(
+            halt_polling(&facts)[2]
+                .cost_caveat
+                .contains("does nothing here")
+        );
+        // Another cpuidle driver: no sysfs knob, the command line says why it forces the
+        // driver, and poll control alone does not make the host's polling moot.
+        facts.cpuidle_driver = Some("acpi_idle".into());
+        let r = halt_polling(&facts);
+        assert_eq!(r.len(), 3);
+        assert!(
+            r[0].effect.contains(
+                "(the cpuidle driver here is not haltpoll, so the sysfs knob alone does nothing)"
+            ),
+            "{}",
+            r[0].effect
+        );
+        assert!(
+            !r[1].cost_caveat.contains("does nothing here"),
+            "{}",
+            r[1].cost_caveat
+        );
+        // The KVM host's knob only for KVM or an unknown hypervisor.
+        facts.hypervisor = Some("Microsoft Hv".into());
+        assert_eq!(
+            commands(&facts),
+            [
+                "kernel command line: cpuidle_haltpoll.force=1 haltpoll.guest_halt_poll_ns=200000",
+                "give a latency-bound VM fewer vCPUs (e.g. 1)"
+            ]
+        );
+        facts.hypervisor = None;
+        assert_eq!(commands(&facts).len(), 3);
+    }
+
+    #[test]
+    fn cgroup_try_quotes_what_a_shell_would_split_and_refuses_the_root_and_placeholders() {
+        assert_eq!(
+            cgroup_try(
+                "/sys/fs/cgroup/a.slice/db.service",
+                false,
+                "cpu.max",
+                "50000 100000"
+            )
+            .as_deref(),
+            Some("cpulab try 'cgroup:a.slice/db.service:cpu.max=50000 100000'")
+        );
+        assert_eq!(
+            cgroup_try("/sys/fs/cgroup/it's", false, "cpu.max", "max").as_deref(),
+            Some(r"cpulab try 'cgroup:it'\''s:cpu.max=max'")
+        );
+        assert_eq!(
+            cgroup_try("/sys/fs/cgroup/a;b", false, "cpu.max", "max").as_deref(),
+            Some("cpulab try 'cgroup:a;b:cpu.max=max'")
+        );
+        // The root cgroup has no limits, and a placeholder is not a group.
+        assert_eq!(cgroup_try("/sys/fs/cgroup/", false, "cpu.max", "max"), None);
+        assert_eq!(
+            cgroup_try("/sys/fs/cgroup/<group>", false, "cpuset.cpus", "0"),
+            None
+        );
+        assert_eq!(
+            cgroup_try("/sys/fs/cgroup/cpuset/<group>", true, "cpuset.cpus", "0"),
+            None
+        );
+        assert_eq!(
+            cgroup_try("/sys/fs/cgroup/cpuset/", true, "cpuset.cpus", "0"),
+            None
+        );
     }
 }
