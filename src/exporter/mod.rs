@@ -163,6 +163,7 @@ pub fn serve(machine: &Machine, s: Settings, quiet: bool) -> Result<()> {
         mechanism: s.mechanism.as_str().to_string(),
         program_costs: s.program_costs,
         latency_sample: s.latency_sample,
+        attach_every: s.attach_every,
     };
     let source = collect::open_source(machine, &opts, &classes)?;
     if source.is_none() {
