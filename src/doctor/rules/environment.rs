@@ -431,4 +431,136 @@ mod tests {
         }
         assert_eq!(hv.magnitude.ratio, bm.magnitude.ratio);
     }
+
+    // Written for the mutation run (docs/testing.md): literal inputs, answers worked by hand.
+
+    /// A machine in `environment` with nothing else known.
+    fn facts_in(environment: Environment) -> Facts {
+        Facts {
+            environment,
+            ..Default::default()
+        }
+    }
+
+    fn commands(r: &[Remedy]) -> Vec<&str> {
+        r.iter().map(|x| x.command.as_str()).collect()
+    }
+
+    #[test]
+    fn each_environment_gets_its_remedies_in_order_with_the_fewer_vcpus_one_where_it_helps() {
+        let fewer = "give a latency-bound VM fewer vCPUs (e.g. 1)";
+        let idle = "kernel command line: idle=poll   (GRUB_CMDLINE_LINUX, update-grub, reboot)";
+        let (_, hv) = halt_in_vm(&facts_in(Environment::HyperV), 2.0, "");
+        assert_eq!(
+            commands(&hv),
+            [
+                "bcdedit /set hypervisorschedulertype classic   (then reboot the host)",
+                idle,
+                fewer
+            ]
+        );
+        assert_eq!(hv[1].who, "root in this guest");
+        assert_eq!(
+            hv[2].who,
+            "whoever sizes the VM (on Azure: choose a smaller VM size)"
+        );
+        assert!(
+            hv[2].effect.contains("17,842 tps with 1 vCPU"),
+            "{}",
+            hv[2].effect
+        );
+        let (_, xen) = halt_in_vm(&facts_in(Environment::Xen), 2.0, "");
+        assert_eq!(xen.len(), 3);
+        assert_eq!(xen[2].command, idle);
+        let (_, vmw) = halt_in_vm(&facts_in(Environment::Vmware), 2.0, "");
+        assert_eq!(commands(&vmw)[1..], [idle, fewer]);
+        assert_eq!(vmw[2].who, "whoever sizes the VM");
+        let (_, kvm) = halt_in_vm(&facts_in(Environment::KvmNoHaltpoll), 2.0, "");
+        assert_eq!(
+            commands(&kvm),
+            [
+                "kernel command line: cpuidle_haltpoll.force=1 haltpoll.guest_halt_poll_ns=200000",
+                idle,
+                "on the KVM host: echo 200000 > /sys/module/kvm/parameters/halt_poll_ns",
+                fewer
+            ]
+        );
+    }
+
+    #[test]
+    fn a_kvm_guest_with_haltpoll_says_whether_guest_polling_is_off() {
+        let mut f = facts_in(Environment::KvmHaltpoll);
+        f.hypervisor = Some("KVM".into());
+        f.cpuidle_driver = Some("haltpoll".into());
+        f.guest_halt_poll_ns = Some(0);
+        let (words, r) = halt_in_vm(&f, 2.0, " and 2.0 IPIs");
+        assert!(
+            words.ends_with(
+                "Each round trip here pays 2.0 halts and 2.0 IPIs, exits that a same-vCPU \
+                 wakeup never makes; guest halt polling is off, so every idle period halts at \
+                 once."
+            ),
+            "{words}"
+        );
+        assert_eq!(r, super::super::remedies::halt_polling(&f));
+        f.guest_halt_poll_ns = Some(200_000);
+        let (words, _) = halt_in_vm(&f, 2.0, " and 2.0 IPIs");
+        assert!(
+            words.ends_with("exits that a same-vCPU wakeup never makes."),
+            "{words}"
+        );
+    }
+
+    #[test]
+    fn bare_metal_words_and_remedies_follow_the_driver_the_state_and_the_governor() {
+        let mut f = facts_in(Environment::BareMetal);
+        f.cpuidle_driver = Some("intel_idle".into());
+        f.deepest_idle_state = Some(("C6".into(), 133));
+        f.cpufreq_governor = Some("powersave".into());
+        f.tuned_profile = Some("balanced".into());
+        let (words, r) = idle_exit_bare_metal(&f, 2.0, " and 2.0 IPIs");
+        assert_eq!(
+            words,
+            "The waiting CPU goes idle and intel_idle puts it in a sleep state, as deep as C6 \
+             with an exit latency of 133 us; the wakeup is an inter-processor interrupt and the \
+             CPU must leave that state before the woken task runs, and under the powersave \
+             governor it then starts at a low frequency. Each round trip pays 2.0 idle entries \
+             and 2.0 IPIs."
+        );
+        assert_eq!(
+            commands(&r),
+            [
+                "cpupower idle-set -D 10",
+                "tuned-adm profile latency-performance",
+                "a process that holds /dev/cpu_dma_latency open with 0 written to it",
+                "kernel command line: intel_idle.max_cstate=1",
+                "cpupower frequency-set -g performance"
+            ]
+        );
+        assert!(
+            r[1].effect.contains("(active profile now: balanced)"),
+            "{}",
+            r[1].effect
+        );
+        assert!(r[4].effect.starts_with("Replaces the powersave governor"));
+        // acpi_idle has its own command-line limit; the performance governor needs no remedy
+        // and no words about frequency.
+        f.cpuidle_driver = Some("acpi_idle".into());
+        f.cpufreq_governor = Some("performance".into());
+        let (words, r) = idle_exit_bare_metal(&f, 2.0, "");
+        assert!(!words.contains("governor"), "{words}");
+        assert_eq!(
+            commands(&r)[3..],
+            ["kernel command line: processor.max_cstate=1"]
+        );
+        // Another driver, nothing known: no command-line limit to name.
+        let (words, r) = idle_exit_bare_metal(&facts_in(Environment::BareMetal), 1.0, "");
+        assert!(
+            words.starts_with(
+                "The waiting CPU goes idle and the cpuidle driver puts it in a sleep state; "
+            ),
+            "{words}"
+        );
+        assert_eq!(r.len(), 3);
+    }
 }

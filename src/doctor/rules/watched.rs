@@ -197,4 +197,120 @@ mod tests {
             "no penalty measured"
         );
     }
+
+    // Written for the mutation run (docs/testing.md): literal inputs, answers worked by hand.
+
+    /// The fixture with every effect (a blocking pipe round trip of 42 us across CPUs 0:1
+    /// against 5 us on one CPU), watching `w`.
+    fn judged(w: AppWatch) -> Vec<Finding> {
+        let (facts, mut m) = everything_wrong();
+        m.app_watch = Some(w);
+        WatchedCrossWakeups.check(Inputs {
+            facts: &facts,
+            m: &m,
+        })
+    }
+
+    fn process(name: &str, per_s: f64, cross_share: f64) -> WatchedProcess {
+        WatchedProcess {
+            name: name.into(),
+            pids: vec![900],
+            wakeups_per_s: per_s,
+            cross_share,
+            cross_wakeups_per_s: per_s * cross_share,
+            cgroup: None,
+        }
+    }
+
+    #[test]
+    fn a_process_counts_from_half_its_wakeups_crossing_and_1000_crossings_a_second() {
+        // Exactly on both lines: half of 2000 wakeups a second cross, 1000 a second.
+        assert_eq!(judged(watch(0.5, 2000.0)).len(), 1);
+        // Under either line alone: nothing.
+        assert!(judged(watch(0.49, 4000.0)).is_empty(), "1960 a second");
+        assert!(judged(watch(0.5, 1998.0)).is_empty(), "999 a second");
+        assert!(judged(watch(0.9, 1000.0)).is_empty(), "900 a second");
+    }
+
+    #[test]
+    fn the_estimate_is_half_the_round_trip_penalty_per_crossing() {
+        let f = judged(watch(0.71, 48_000.0)).remove(0);
+        assert_eq!(f.id, "watched-cross-cpu-wakeups");
+        // (42 us - 5 us) / 2 = 18.5 us a wakeup, times 34,080 crossings a second: 0.63 s/s.
+        assert_eq!(
+            f.title,
+            "postgres: 71% of 48000 wakeups/s cross CPUs; each costs ~18.50 us more than on one \
+             CPU (estimate)"
+        );
+        let est = f
+            .evidence
+            .iter()
+            .find(|e| e.label.starts_with("ESTIMATE"))
+            .unwrap();
+        let v = est.quantity.as_ref().unwrap().value;
+        assert!((v - 0.630_48).abs() < 1e-9, "{v}");
+        assert!(
+            f.magnitude
+                .text
+                .starts_with("34080 cross-CPU wakeups/s watched; ")
+                && f.magnitude
+                    .text
+                    .ends_with("ESTIMATE ~0.630 s of added wakeup latency per second"),
+            "{}",
+            f.magnitude.text
+        );
+        assert!((f.magnitude.ratio.unwrap() - 8.4).abs() < 1e-9);
+        assert_eq!(f.severity, Severity::High);
+        assert_eq!(f.confidence, Confidence::High);
+        assert!(
+            f.evidence
+                .iter()
+                .all(|e| e.label != "the watch's figures are lower bounds")
+        );
+    }
+
+    #[test]
+    fn the_busiest_crossing_process_is_named_and_the_pair_s_first_cpu_is_the_remedy_s() {
+        let mut w = watch(0.6, 5000.0);
+        w.processes.extend([
+            // Most crossings a second, but most of its wakeups stay: not a finding's.
+            process("walwriter", 100_000.0, 0.3),
+            process("pgbench", 10_000.0, 0.8),
+            // Nearly all cross, too few a second.
+            process("checkpointer", 1000.0, 0.9),
+        ]);
+        w.incomplete = Some("12 events lost".into());
+        let (facts, mut m) = everything_wrong();
+        for r in &mut m.wakeup {
+            if r.blocking && r.class == crate::topology::PlacementClass::SharedLlc {
+                r.cpus = Some("2:3".into());
+            }
+        }
+        m.app_watch = Some(w);
+        let f = WatchedCrossWakeups
+            .check(Inputs {
+                facts: &facts,
+                m: &m,
+            })
+            .remove(0);
+        assert!(
+            f.title
+                .starts_with("pgbench: 80% of 10000 wakeups/s cross CPUs"),
+            "{}",
+            f.title
+        );
+        let lost = f
+            .evidence
+            .iter()
+            .find(|e| e.label == "the watch's figures are lower bounds")
+            .unwrap();
+        assert_eq!(lost.value, "12 events lost");
+        assert!(
+            f.remedies[0]
+                .command
+                .starts_with("taskset -c 2 <server command>"),
+            "{}",
+            f.remedies[0].command
+        );
+    }
 }
