@@ -260,4 +260,78 @@ mod tests {
                 .is_empty()
         );
     }
+
+    // Written for the mutation run (docs/testing.md): literal inputs, answers worked by hand.
+
+    /// The fixture (4 online CPUs, 2 allowed, no mask or cpuset known) with these CPUs allowed
+    /// and this idle share of the others.
+    fn judged(allowed: &str, idle: f64) -> Vec<Finding> {
+        let (mut facts, mut m) = everything_wrong();
+        facts.allowed_cpus = CpuSet::parse_list(allowed, true).unwrap();
+        m.counters.disallowed_idle_pct = Some(idle);
+        RestrictedCpuSet.check(Inputs {
+            facts: &facts,
+            m: &m,
+        })
+    }
+
+    #[test]
+    fn forbidden_cpus_count_as_wasted_from_half_idle() {
+        assert_eq!(judged("0-1", 50.0).len(), 1);
+        assert!(judged("0-1", 49.9).is_empty());
+        // Every online CPU allowed, or none known: nothing to widen.
+        assert!(judged("0-3", 95.0).is_empty());
+        assert!(judged("", 95.0).is_empty());
+    }
+
+    #[test]
+    fn the_finding_states_the_share_of_the_machine_and_the_widening() {
+        let f = judged("0-1", 95.0).remove(0);
+        assert_eq!(f.id, "restricted-cpu-set");
+        assert_eq!(
+            f.title,
+            "Only 2 of 4 online CPUs may be used, while the rest sat idle"
+        );
+        assert_eq!(
+            f.magnitude.text,
+            "the affinity mask or the cgroup cpuset limits the workload to CPUs 0-1; during the \
+             parallel tests CPUs 2-3 were 95% idle"
+        );
+        assert_eq!(f.magnitude.ratio, Some(2.0));
+        assert_eq!(f.magnitude.worse, Some(2.0));
+        assert_eq!(f.magnitude.better, Some(4.0));
+        assert_eq!(f.severity, Severity::Medium);
+        // Neither restriction known: both remedies, the cpuset's first; the watched pid named.
+        assert!(f.remedies[0].command.contains("AllowedCPUs=0-3"));
+        assert_eq!(f.remedies[0].try_command, None, "no group known");
+        assert_eq!(f.remedies[1].command, "taskset -a -pc 0-3 812");
+        assert_eq!(
+            f.remedies[1].try_command.as_deref(),
+            Some("cpulab try pid:812.affinity=0-3")
+        );
+        // One CPU of four: 4x, high.
+        assert_eq!(judged("0", 95.0)[0].severity, Severity::High);
+        assert_eq!(judged("0", 95.0)[0].magnitude.ratio, Some(4.0));
+    }
+
+    #[test]
+    fn a_known_cpuset_file_names_its_group_and_tries_widening_it() {
+        let (mut facts, _) = everything_wrong();
+        let cpus = |t: &str| CpuSet::parse_list(t, false).unwrap();
+        facts.cpuset_cpus = Some(cpus("0-1"));
+        facts.cpuset_file =
+            Some("/sys/fs/cgroup/system.slice/db.service/cpuset.cpus.effective".into());
+        let f = check(&facts);
+        let c = f
+            .evidence
+            .iter()
+            .find(|e| e.label == "cgroup cpuset of /sys/fs/cgroup/system.slice/db.service")
+            .unwrap();
+        assert_eq!(c.value, "0-1 (restricts)");
+        assert_eq!(
+            f.remedies[0].try_command.as_deref(),
+            Some("cpulab try cgroup:system.slice/db.service:cpuset.cpus=0-3")
+        );
+        assert_eq!(f.remedies.len(), 1);
+    }
 }

@@ -139,4 +139,101 @@ mod tests {
                 .is_empty()
         );
     }
+
+    // Written for the mutation run (docs/testing.md): literal inputs, answers worked by hand.
+
+    fn judged(facts: &crate::doctor::measurements::Facts, points: Vec<ScalePoint>) -> Vec<Finding> {
+        let (_, mut m) = everything_wrong();
+        m.scaling = points;
+        ParallelContention.check(Inputs { facts, m: &m })
+    }
+
+    #[test]
+    fn the_finding_names_what_the_packed_threads_share() {
+        let (mut facts, m) = everything_wrong();
+        let title = |facts: &crate::doctor::measurements::Facts| {
+            ParallelContention
+                .check(Inputs { facts, m: &m })
+                .remove(0)
+                .title
+        };
+        facts.smt_active = true;
+        assert_eq!(
+            title(&facts),
+            "Parallel work runs 1.58x faster with one thread per core than packed onto SMT \
+             siblings"
+        );
+        facts.smt_active = false;
+        facts.shared_l2_groups = 1;
+        assert!(title(&facts).ends_with("packed onto cores sharing an L2 (modules)"));
+        facts.shared_l2_groups = 0;
+        assert!(title(&facts).ends_with("packed onto cores sharing resources"));
+        let f = ParallelContention
+            .check(Inputs {
+                facts: &facts,
+                m: &m,
+            })
+            .remove(0);
+        assert_eq!(f.id, "parallel-contention");
+        assert_eq!(
+            f.magnitude.text,
+            "fib with 2 threads: speedup 1.90 spread against 1.20 packed"
+        );
+        assert_eq!(f.severity, Severity::Medium);
+    }
+
+    #[test]
+    fn compact_is_paired_with_scatter_of_the_same_workload_and_thread_count() {
+        let (facts, _) = everything_wrong();
+        let mut other = scale("scatter", 2, 3.9, 0);
+        other.workload = "other".into();
+        // Scatter at 4 threads and another workload's scatter come first; neither is compact's
+        // pair, and the right pair (1.9 against 1.2) is the finding.
+        let f = judged(
+            &facts,
+            vec![
+                scale("scatter", 4, 3.9, 0),
+                other,
+                scale("compact", 2, 1.2, 1),
+                scale("scatter", 2, 1.9, 0),
+            ],
+        );
+        assert_eq!(f.len(), 1);
+        assert!((f[0].magnitude.ratio.unwrap() - 1.9 / 1.2).abs() < 1e-9);
+        // Only scatter runs, or compact alone: nothing to compare.
+        assert!(
+            judged(
+                &facts,
+                vec![scale("scatter", 2, 1.9, 0), scale("scatter", 2, 1.2, 0)]
+            )
+            .is_empty()
+        );
+        assert!(judged(&facts, vec![scale("compact", 2, 1.2, 1)]).is_empty());
+    }
+
+    #[test]
+    fn contention_counted_only_on_the_packed_side_is_high_confidence() {
+        let (facts, _) = everything_wrong();
+        let confidence = |a: usize, b: usize| {
+            judged(
+                &facts,
+                vec![scale("compact", 2, 1.2, a), scale("scatter", 2, 1.9, b)],
+            )[0]
+            .confidence
+        };
+        assert_eq!(confidence(1, 0), Confidence::High);
+        assert_eq!(confidence(1, 1), Confidence::Medium);
+        assert_eq!(confidence(0, 1), Confidence::Medium);
+        let f = judged(
+            &facts,
+            vec![scale("compact", 2, 1.2, 3), scale("scatter", 2, 1.9, 0)],
+        );
+        let g = f[0]
+            .evidence
+            .iter()
+            .find(|e| e.label == "groups with both halves busy")
+            .unwrap();
+        let v = g.versus.as_ref().unwrap();
+        assert_eq!((v.a.value, v.b.value), (3.0, 0.0));
+    }
 }
