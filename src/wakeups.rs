@@ -42,6 +42,21 @@ pub struct ClassCounts {
     pub sum_ns: u64,
 }
 
+impl ClassCounts {
+    /// These counts times `n` (0 and 1 leave them as they are): the estimate of every wakeup
+    /// from those seen while attached one second in every `n`.
+    pub fn scaled(self, n: u32) -> ClassCounts {
+        let n = u64::from(n.max(1));
+        ClassCounts {
+            to_idle: self.to_idle.saturating_mul(n),
+            to_busy: self.to_busy.saturating_mul(n),
+            buckets: self.buckets.iter().map(|b| b.saturating_mul(n)).collect(),
+            count: self.count.saturating_mul(n),
+            sum_ns: self.sum_ns.saturating_mul(n),
+        }
+    }
+}
+
 /// One watched target (a command name, a cgroup, or `other` for those beyond the cap), with
 /// counts by placement class (`same-cpu`, then each class of `topology::PlacementClass` away).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
@@ -67,6 +82,11 @@ pub struct Snapshot {
     /// How the latencies were sampled (`SourceOptions::latency_sample`): 0 or 1 when every
     /// wakeup was timed, else one in this many beyond the first of each tick per CPU, weighted.
     pub latency_sample: u32,
+    /// The programs were attached one second in every this many (`SourceOptions::attach_every`;
+    /// 0 or 1: always), and every count above is what they counted times this: an estimate.
+    pub attach_every: u32,
+    /// Time the wakeup programs have been attached, ns (0 where not known: the perf fallback).
+    pub attached_ns: u64,
 }
 
 /// One BPF program's runs and their kernel-measured run time, since statistics were turned on.
@@ -108,4 +128,43 @@ pub struct SourceOptions {
     /// `n` times the first few of each tick per CPU and one in `n` beyond them, weighted (see
     /// `crate::watch::bpf::aggregate::Layout::sample`). Counts are exact either way.
     pub latency_sample: u32,
+    /// Attach the wakeup programs one second in every this many (0 or 1: always), and count
+    /// what they see that many times: estimates, at a share of the cost (each program's
+    /// dispatch on every scheduler event included). In-kernel aggregation only.
+    pub attach_every: u32,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scaled_counts_are_n_times_each_figure_and_one_leaves_them() {
+        let c = ClassCounts {
+            to_idle: 3,
+            to_busy: 5,
+            buckets: vec![1, 0, 6],
+            count: 8,
+            sum_ns: 70_000,
+        };
+        let s = c.clone().scaled(4);
+        assert_eq!(
+            (s.to_idle, s.to_busy, s.count, s.sum_ns),
+            (12, 20, 32, 280_000)
+        );
+        assert_eq!(s.buckets, vec![4, 0, 24]);
+        // The histogram stays whole: what lies above the last bucket is scaled alike.
+        assert_eq!(
+            s.count - s.buckets.iter().sum::<u64>(),
+            4,
+            "the one above the last bound"
+        );
+        assert_eq!(c.clone().scaled(1), c);
+        assert_eq!(c.clone().scaled(0), c, "0 is always attached too");
+        let big = ClassCounts {
+            count: u64::MAX / 2 + 1,
+            ..Default::default()
+        };
+        assert_eq!(big.scaled(2).count, u64::MAX, "saturates, never wraps");
+    }
 }

@@ -496,3 +496,63 @@ fn a_sampled_latency_histogram_estimates_the_exact_one() {
     let (me, ms) = (median(&e0, &e1), median(&s0, &s1));
     assert!(me.abs_diff(ms) <= 1, "median buckets {me} and {ms}");
 }
+
+/// Attached one second in every two (`attach_every`), a source sees about half of a steady
+/// pinned pair's wakeups and publishes twice what it saw: an estimate of the exact source's
+/// count beside it. Always attached, it would publish about twice the exact count; never
+/// re-attached after its first second, a small part of it.
+#[test]
+fn a_source_attached_one_second_in_two_estimates_the_whole_count() {
+    if !can_attach(test_name!()) {
+        return;
+    }
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let machine = Machine::detect(std::path::Path::new("/")).unwrap();
+    let label = my_comm();
+    let opts = |attach_every| SourceOptions {
+        pids: vec![std::process::id() as i32],
+        max_targets: 4,
+        mechanism: "bpf".into(),
+        latency_sample: 1,
+        attach_every,
+        ..Default::default()
+    };
+    let mut exact = BpfSource::open(&machine, &opts(1)).unwrap();
+    let mut duty = BpfSource::open(&machine, &opts(2)).unwrap();
+    let (e0, d0) = (exact.snapshot().unwrap(), duty.snapshot().unwrap());
+    assert_eq!((e0.attach_every, d0.attach_every), (1, 2));
+    // Four windows of two seconds: the pair runs in chunks until they have passed.
+    let start = std::time::Instant::now();
+    while start.elapsed() < std::time::Duration::from_secs(8) {
+        pinned_pair(0, 1, 2_000);
+    }
+    let (d1, e1) = (duty.snapshot().unwrap(), exact.snapshot().unwrap());
+    check_counters(&e0, &e1);
+    check_counters(&d0, &d1);
+    let total = |s: &Snapshot| -> u64 {
+        s.targets
+            .iter()
+            .filter(|t| t.target == label)
+            .flat_map(|t| t.classes.values())
+            .map(wakeups)
+            .sum()
+    };
+    let (exact_n, estimate) = (total(&e1) - total(&e0), total(&d1) - total(&d0));
+    assert!(exact_n >= 20_000, "{exact_n} wakeups counted exactly");
+    // Every published count is twice a count.
+    for c in d1.targets.iter().flat_map(|t| t.classes.values()) {
+        assert_eq!(c.to_idle % 2 + c.to_busy % 2 + c.count % 2, 0, "{c:?}");
+    }
+    // Attached part of the time only: less than the exact source, which never detached.
+    assert!(
+        d1.attached_ns > 0 && d1.attached_ns < e1.attached_ns,
+        "attached {} ns of the exact source's {} ns",
+        d1.attached_ns,
+        e1.attached_ns
+    );
+    let ratio = estimate as f64 / exact_n as f64;
+    assert!(
+        (0.5..=1.5).contains(&ratio),
+        "estimate {estimate} against {exact_n} counted exactly (ratio {ratio:.2})"
+    );
+}

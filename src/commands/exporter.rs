@@ -65,9 +65,27 @@ pub struct Args {
     /// wakeup. Wakeup counts are exact either way. A power of two, 1 to 1024.
     #[arg(long, value_name = "N", default_value_t = 8)]
     pub latency_sample: u32,
+    /// Attach the wakeup programs one second in every N, and count what they see N times: the
+    /// wakeup counts and latencies become estimates, at about 1/N of the cost to the scheduler
+    /// (each program's dispatch on every scheduler event included). 1 (the default) keeps them
+    /// attached and the counts exact. 1 to 60.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub attach_every: u32,
     /// Seconds a client has to send its whole request (TLS handshake included).
     #[arg(long, hide = true, value_name = "S", default_value_t = 10)]
     pub request_timeout_s: u64,
+}
+
+/// `--attach-every N`: 1 to 60 (a window in every minute at least).
+pub fn check_attach_every(n: u32) -> Result<u32, String> {
+    if (1..=60).contains(&n) {
+        Ok(n)
+    } else {
+        Err(format!(
+            "--attach-every {n} is not from 1 to 60; use 1 (always attached, exact counts) or \
+             the seconds of which one is attached, such as 4"
+        ))
+    }
 }
 
 /// `--latency-sample N`: a power of two from 1 to 1024 (the programs draw it with a mask).
@@ -157,6 +175,7 @@ pub fn settings(args: &Args, machine: &Machine) -> Result<Settings> {
         request_timeout_s: args.request_timeout_s,
         program_costs: args.bpf_program_costs,
         latency_sample: check_latency_sample(args.latency_sample).map_err(bad_input)?,
+        attach_every: check_attach_every(args.attach_every).map_err(bad_input)?,
         history: crate::history::location(),
     })
 }
@@ -171,6 +190,18 @@ pub fn run(args: Args, g: &Global) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn attach_every_is_1_to_60() {
+        for n in [1, 2, 4, 60] {
+            assert_eq!(check_attach_every(n), Ok(n));
+        }
+        for n in [0, 61, 3600] {
+            let e = check_attach_every(n).unwrap_err();
+            assert!(e.starts_with(&format!("--attach-every {n} ")), "{e}");
+            assert!(!e.contains('\n'));
+        }
+    }
 
     #[test]
     fn a_latency_sample_is_a_power_of_two_up_to_1024() {

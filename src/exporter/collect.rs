@@ -100,6 +100,8 @@ impl Source for FakeSource {
             targets_dropped: 0,
             programs: Vec::new(),
             latency_sample: 1,
+            attach_every: 1,
+            attached_ns: 0,
         })
     }
 }

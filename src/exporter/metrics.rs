@@ -179,7 +179,8 @@ impl Collector for FrameCollector {
             let mut m = enc.encode_descriptor(
                 "wakeup_latency",
                 "Wakeup-to-run latency of a watched target by placement class (exp2 buckets; \
-                 estimated from a weighted sample when cpulab_exporter_latency_sample is above 1)",
+                 estimated from a weighted sample when cpulab_exporter_latency_sample is above 1, \
+                 and from the time attached when cpulab_exporter_attached_ratio is below 1)",
                 Some(&Unit::Seconds),
                 MetricType::Histogram,
             )?;
@@ -204,6 +205,21 @@ impl Collector for FrameCollector {
             );
             enc.encode_descriptor("exporter_latency_sample", &help, None, MetricType::Gauge)?
                 .encode_gauge(&i64::from(snap.latency_sample.max(1)))?;
+            enc.encode_descriptor(
+                "exporter_attached_ratio",
+                "Share of the time the wakeup programs are attached (1 / --attach-every): below \
+                 1, the wakeup counts and latencies are what they saw divided by it, estimates",
+                None,
+                MetricType::Gauge,
+            )?
+            .encode_gauge(&(1.0 / f64::from(snap.attach_every.max(1))))?;
+            enc.encode_descriptor(
+                "exporter_attached",
+                "Time the wakeup programs have been attached",
+                Some(&Unit::Seconds),
+                MetricType::Counter,
+            )?
+            .encode_counter::<NoLabelSet, _, u64>(&(snap.attached_ns as f64 / 1e9), None)?;
             for (name, help, v) in [
                 (
                     "exporter_events_seen",
@@ -473,6 +489,8 @@ mod tests {
                 targets_dropped: 0,
                 programs: Vec::new(),
                 latency_sample: 8,
+                attach_every: 1,
+                attached_ns: 0,
             }),
             mechanism: "fake".into(),
             idle_entries: [("haltpoll".to_string(), 7)].into_iter().collect(),
@@ -619,6 +637,7 @@ mod tests {
         let t = encode(&f, Format::Prometheus);
         assert!(!t.contains("cpulab_wakeups_total"));
         assert!(!t.contains("cpulab_exporter_latency_sample"));
+        assert!(!t.contains("cpulab_exporter_attached"));
         assert!(t.contains("cpulab_interrupts_total{kind=\"RES\"} 5"));
     }
 
@@ -634,5 +653,27 @@ mod tests {
         }
         let t = encode(&f, Format::Prometheus);
         assert_eq!(sample(&t, "cpulab_exporter_latency_sample "), [1]);
+    }
+
+    #[test]
+    fn the_attached_share_and_time_are_published_beside_the_counts() {
+        let mut f = frame();
+        if let Some(w) = f.wakeups.as_mut() {
+            w.attach_every = 4;
+            w.attached_ns = 2_500_000_000;
+        }
+        let t = encode(&f, Format::Prometheus);
+        assert!(t.contains("cpulab_exporter_attached_ratio 0.25\n"), "{t}");
+        assert!(
+            t.contains("cpulab_exporter_attached_seconds_total 2.5\n"),
+            "{t}"
+        );
+        assert!(t.contains("# TYPE cpulab_exporter_attached_seconds_total counter"));
+        // Always attached, however the source wrote it.
+        if let Some(w) = f.wakeups.as_mut() {
+            w.attach_every = 0;
+        }
+        let t = encode(&f, Format::Prometheus);
+        assert!(t.contains("cpulab_exporter_attached_ratio 1.0\n"), "{t}");
     }
 }

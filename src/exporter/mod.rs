@@ -163,6 +163,7 @@ pub fn serve(machine: &Machine, s: Settings, quiet: bool) -> Result<()> {
         mechanism: s.mechanism.as_str().to_string(),
         program_costs: s.program_costs,
         latency_sample: s.latency_sample,
+        attach_every: s.attach_every,
     };
     let source = collect::open_source(machine, &opts, &classes)?;
     if source.is_none() {
@@ -320,6 +321,17 @@ fn base_series(
     metrics::count_samples(&metrics::encode(&frame, Format::Prometheus))
 }
 
+/// How the landing page says `--attach-every` (pure).
+fn attached_text(every: u32) -> String {
+    if every <= 1 {
+        "always (exact counts)".into()
+    } else {
+        format!(
+            "one second in every {every} (counts and latencies are estimates: {every} times what was seen)"
+        )
+    }
+}
+
 fn landing_page(s: &Settings, mechanism: &str, classes: &[String]) -> String {
     use maud::{DOCTYPE, html};
     let mut targets: Vec<String> = s.comms.iter().map(|c| format!("comm {c}")).collect();
@@ -342,10 +354,27 @@ fn landing_page(s: &Settings, mechanism: &str, classes: &[String]) -> String {
                     li { "Placement classes on this host: " (classes.join(", ")) }
                     li { "Active probe: " (s.probe_interval.map_or("off".to_string(),
                         |d| format!("every {} s", d.as_secs()))) }
+                    li { "Wakeup programs attached: " (attached_text(s.attach_every)) }
                 }
                 p { a href="/metrics" { "Metrics" } }
             }
         }
     }
     .into_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_landing_page_says_when_counts_are_estimates() {
+        assert_eq!(attached_text(1), "always (exact counts)");
+        assert_eq!(attached_text(0), "always (exact counts)");
+        let t = attached_text(4);
+        assert!(
+            t.starts_with("one second in every 4 ") && t.contains("4 times"),
+            "{t}"
+        );
+    }
 }

@@ -56,6 +56,8 @@ pub struct Settings {
     /// Time one in this many wakeups beyond the first of each tick per CPU (`--latency-sample`;
     /// 1: every wakeup).
     pub latency_sample: u32,
+    /// Attach the wakeup programs one second in every this many (`--attach-every`; 1: always).
+    pub attach_every: u32,
     /// The history the newest doctor findings are read from (`--history`, `CPULAB_HISTORY`,
     /// `--no-history`), read-only.
     pub history: crate::history::Location,

@@ -295,6 +295,8 @@ impl Source for PerfSource {
             targets_dropped: s.slots.dropped(),
             programs: Vec::new(),
             latency_sample: 1,
+            attach_every: 1,
+            attached_ns: 0,
         })
     }
 }

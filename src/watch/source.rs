@@ -11,7 +11,7 @@
 
 use super::bpf::aggregate::{self, CLASSES, Layout, Maps, ROW_WORDS};
 use super::bpf::sys;
-use super::bpf::table::{self, TargetTable};
+use super::bpf::table::{self, MappedArray};
 use super::slots::{OTHER, Resolver, Slots};
 use crate::machine::Machine;
 use crate::wakeups::{
@@ -75,7 +75,7 @@ struct Targets {
 impl Targets {
     /// Re-reads who the targets are and brings the kernel's map in line: processes gone are
     /// removed, new ones added with their label's slot.
-    fn refresh(&mut self, table: &TargetTable) {
+    fn refresh(&mut self, table: &MappedArray) {
         let members = self.resolver.members();
         self.apply(table.entries(), members);
     }
@@ -123,7 +123,7 @@ impl Targets {
 pub struct BpfSource {
     rows: OwnedFd,
     stats: OwnedFd,
-    targets_map: Arc<TargetTable>,
+    targets_map: Arc<MappedArray>,
     // Kept open: the programs run while their links are open; the other maps are theirs.
     _links: Vec<OwnedFd>,
     _progs: Vec<OwnedFd>,
@@ -143,6 +143,71 @@ pub struct BpfSource {
     pub typed: bool,
     prog_ids: Vec<u32>,
     latency_sample: u32,
+    /// `pending`, cleared by the refresh thread before each re-attach.
+    _pending: Arc<MappedArray>,
+    /// The scheduler programs' links, attached one second in every `attach_every`.
+    duty: Arc<Mutex<Duty>>,
+    attach_every: u32,
+}
+
+/// Whether the scheduler programs are attached `elapsed` into a source that attaches them one
+/// second in every `every` (pure): the first second of each `every`.
+pub fn attached_at(elapsed: Duration, every: u32) -> bool {
+    every <= 1 || elapsed.as_secs().is_multiple_of(u64::from(every))
+}
+
+/// The `sched_waking` and `sched_switch` programs and their links, attached one second in
+/// every `every` (`SourceOptions::attach_every`): detached, they cost the scheduler nothing,
+/// not even their dispatch. The other programs (fork, exec) stay attached, so targets are
+/// followed throughout.
+struct Duty {
+    every: u32,
+    /// Each program with the tracepoint to attach it to (`None`: a typed program knows it).
+    progs: Vec<(Option<&'static str>, OwnedFd)>,
+    /// Open while attached.
+    links: Vec<OwnedFd>,
+    /// Since when they are attached (`None`: detached).
+    since: Option<std::time::Instant>,
+    /// Time attached before `since`.
+    attached: Duration,
+}
+
+impl Duty {
+    /// Attaches or detaches as the window `elapsed` falls in wants. Before attaching, `pending`
+    /// is cleared: a wakeup noted before the last detach and switched in meanwhile would
+    /// otherwise be placed with a latency of seconds.
+    fn step(&mut self, elapsed: Duration, pending: &MappedArray) {
+        let want = attached_at(elapsed, self.every);
+        let attached = !self.links.is_empty();
+        if want == attached {
+            return;
+        }
+        if !want {
+            self.links.clear();
+            if let Some(t) = self.since.take() {
+                self.attached += t.elapsed();
+            }
+            return;
+        }
+        pending.clear();
+        for (name, prog) in &self.progs {
+            match sys::raw_attach(*name, prog) {
+                Ok(link) => self.links.push(link),
+                // Refused (out of memory): detached until the next step tries again; the
+                // attached time published says so.
+                Err(_) => {
+                    self.links.clear();
+                    return;
+                }
+            }
+        }
+        self.since = Some(std::time::Instant::now());
+    }
+
+    /// Time attached so far.
+    fn attached(&self) -> Duration {
+        self.attached + self.since.map_or(Duration::ZERO, |t| t.elapsed())
+    }
 }
 
 impl BpfSource {
@@ -180,16 +245,15 @@ impl BpfSource {
             None
         };
         let nrows = aggregate::rows(slots.count());
-        let targets_map = TargetTable::create("cpulab_targets")?;
+        let targets_map = MappedArray::targets("cpulab_targets")?;
         // An array indexed by tid (see `aggregate`): a wakeup whose switch-in never comes (rare)
         // is overwritten by the next one of its entry, never leaks anything.
-        let pending = sys::map_create(
-            sys::BPF_MAP_TYPE_ARRAY,
-            4,
+        // Mapped, so that user space can clear it before re-attaching (`--attach-every`).
+        let pending = Arc::new(MappedArray::create(
+            "cpulab_pending",
             aggregate::PENDING,
             aggregate::PENDING_ENTRIES,
-            "cpulab_pending",
-        )?;
+        )?);
         let n = ncpu as u32;
         let classes_map = sys::map_create(sys::BPF_MAP_TYPE_ARRAY, 4, 4, n * n, "cpulab_classes")?;
         let rows = sys::map_create(
@@ -260,7 +324,7 @@ impl BpfSource {
         let maps = Maps {
             comms: comms_map.as_ref().map_or(-1, |m| m.as_raw_fd()),
             targets: targets_map.fd().as_raw_fd(),
-            pending: pending.as_raw_fd(),
+            pending: pending.fd().as_raw_fd(),
             classes: classes_map.as_raw_fd(),
             rows: rows.as_raw_fd(),
             stats: stats.as_raw_fd(),
@@ -303,11 +367,23 @@ impl BpfSource {
                 }
                 Ok((progs, links))
             };
-        let (typed, (mut progs, mut links)) =
+        let (typed, (mut progs, sched_links)) =
             match typed_ids.as_ref().map(|ids| attach_all(Some(ids))) {
                 Some(Ok(p)) => (true, p),
                 _ => (false, attach_all(None)?),
             };
+        let duty = Duty {
+            every: opts.attach_every.max(1),
+            progs: progs
+                .iter()
+                .zip(["sched_waking", "sched_switch"])
+                .map(|(p, name)| Ok(((!typed).then_some(name), p.try_clone()?)))
+                .collect::<std::io::Result<_>>()?,
+            links: sched_links,
+            since: Some(std::time::Instant::now()),
+            attached: Duration::ZERO,
+        };
+        let mut links = Vec::new();
         let mut prog_names = vec!["sched_waking", "sched_switch"];
         // Children of targets join at birth (see `aggregate::fork`). Forks are rare, so the
         // untyped program serves every kernel; where it does not load, the refresh alone
@@ -350,18 +426,25 @@ impl BpfSource {
         let targets = Arc::new(Mutex::new(targets));
         let targets_map = Arc::new(targets_map);
         let stop = Arc::new(AtomicBool::new(false));
+        let duty = Arc::new(Mutex::new(duty));
         let refresher = {
             let (targets, map, stop) = (targets.clone(), targets_map.clone(), stop.clone());
+            let (duty, pending) = (duty.clone(), pending.clone());
+            let start = std::time::Instant::now();
             std::thread::Builder::new()
                 .name("cpulab-targets".into())
                 .spawn(move || {
                     while !stop.load(Ordering::Relaxed) {
-                        // Sleep in small steps so a drop is not held up by a whole period.
+                        // Sleep in small steps so a drop is not held up by a whole period, and
+                        // the attached windows start and end within a step of their second.
                         for _ in 0..10 {
                             if stop.load(Ordering::Relaxed) {
                                 return;
                             }
                             std::thread::sleep(REFRESH / 10);
+                            if let Ok(mut d) = duty.lock() {
+                                d.step(start.elapsed(), &pending);
+                            }
                         }
                         if let Ok(mut t) = targets.lock() {
                             t.refresh(&map);
@@ -378,10 +461,9 @@ impl BpfSource {
             _progs: progs,
             prog_names,
             timing,
-            _maps: [pending, classes_map]
-                .into_iter()
-                .chain(comms_map)
-                .collect(),
+            _maps: [classes_map].into_iter().chain(comms_map).collect(),
+            _pending: pending,
+            duty,
             targets,
             stop,
             refresher,
@@ -391,6 +473,7 @@ impl BpfSource {
             typed,
             prog_ids,
             latency_sample: opts.latency_sample,
+            attach_every: opts.attach_every.max(1),
         })
     }
 
@@ -510,7 +593,7 @@ impl Source for BpfSource {
                 let idle = self.row(aggregate::row_key(slot, c, true))?;
                 classes.insert(
                     CLASSES[c as usize].as_str().to_string(),
-                    class_counts(&busy, &idle),
+                    class_counts(&busy, &idle).scaled(self.attach_every),
                 );
             }
             targets.push(TargetCounts {
@@ -525,6 +608,12 @@ impl Source for BpfSource {
             targets_dropped: dropped,
             programs: self.program_costs()?,
             latency_sample: self.latency_sample.max(1),
+            attach_every: self.attach_every,
+            attached_ns: self
+                .duty
+                .lock()
+                .map(|d| d.attached().as_nanos() as u64)
+                .unwrap_or(0),
         })
     }
 }
@@ -557,6 +646,19 @@ mod tests {
             refused: 0,
             refused_now: HashSet::new(),
         }
+    }
+
+    #[test]
+    fn the_programs_are_attached_the_first_second_of_each_period() {
+        let at = |ms: u64, every| attached_at(Duration::from_millis(ms), every);
+        for ms in [0, 999, 1_000, 5_500, 3_600_000] {
+            assert!(at(ms, 1) && at(ms, 0), "always attached at {ms} ms");
+        }
+        let on: Vec<u64> = (0..12).filter(|s| at(s * 1_000 + 500, 4)).collect();
+        assert_eq!(on, [0, 4, 8]);
+        assert!(at(3_999 + 1, 4) && !at(3_999, 4) && !at(1_000, 4) && at(999, 4));
+        let on: Vec<u64> = (0..6).filter(|s| at(s * 1_000, 2)).collect();
+        assert_eq!(on, [0, 2, 4]);
     }
 
     #[test]

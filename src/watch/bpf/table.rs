@@ -73,8 +73,9 @@ pub fn remove(entries: &[AtomicU64], tgid: u32) {
     });
 }
 
-/// The table's map and its values mapped into this process.
-pub struct TargetTable {
+/// An array map whose values are mapped into this process (`BPF_F_MMAPABLE`): the `targets`
+/// table, and the `pending` wakeups that user space clears while no program is attached.
+pub struct MappedArray {
     map: OwnedFd,
     words: *mut AtomicU64,
     len: usize,
@@ -82,23 +83,35 @@ pub struct TargetTable {
 
 // SAFETY: the mapping is only ever accessed as `AtomicU64`s, which are Sync, and lives until
 // Drop.
-unsafe impl Send for TargetTable {}
-unsafe impl Sync for TargetTable {}
+unsafe impl Send for MappedArray {}
+unsafe impl Sync for MappedArray {}
 
-impl TargetTable {
-    /// Creates the array map and maps its values.
-    pub fn create(name: &str) -> std::io::Result<Self> {
+impl MappedArray {
+    /// The `targets` table: [`TARGET_ENTRIES`] u64 entries.
+    pub fn targets(name: &str) -> std::io::Result<Self> {
+        Self::create(name, 8, TARGET_ENTRIES)
+    }
+
+    /// Creates an array map of `entries` values of `value_size` bytes (a multiple of 8) and
+    /// maps its values.
+    pub fn create(name: &str, value_size: u32, entries: u32) -> std::io::Result<Self> {
+        if value_size == 0 || !value_size.is_multiple_of(8) {
+            return Err(std::io::Error::other(format!(
+                "a mapped array's values are whole u64s, not {value_size} bytes"
+            )));
+        }
         let map = super::sys::map_create_flags(
             super::sys::BPF_MAP_TYPE_ARRAY,
             4,
-            8,
-            TARGET_ENTRIES,
+            value_size,
+            entries,
             name,
             BPF_F_MMAPABLE,
         )?;
-        let len = TARGET_ENTRIES as usize;
-        // SAFETY: an mmapable array's values start at offset 0 and are `len` u64s (an 8-byte
-        // value is its own stride); the mapping is checked here and unmapped in Drop.
+        let len = entries as usize * value_size as usize / 8;
+        // SAFETY: an mmapable array's values start at offset 0, each `value_size` bytes (a
+        // multiple of 8 is its own stride), `len` u64s in all; the mapping is checked here and
+        // unmapped in Drop.
         let p = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
@@ -124,14 +137,21 @@ impl TargetTable {
         &self.map
     }
 
-    /// The entries, shared with the kernel.
+    /// The values' words, shared with the kernel.
     pub fn entries(&self) -> &[AtomicU64] {
         // SAFETY: `words` is a live mapping of `len` 8-byte aligned words (page-aligned start).
         unsafe { std::slice::from_raw_parts(self.words, self.len) }
     }
+
+    /// Zeroes every value (for `pending`: only while no program that writes it is attached).
+    pub fn clear(&self) {
+        for w in self.entries() {
+            w.store(0, Ordering::Relaxed);
+        }
+    }
 }
 
-impl Drop for TargetTable {
+impl Drop for MappedArray {
     fn drop(&mut self) {
         // SAFETY: the mapping made in `create`, of that length, no longer referenced.
         unsafe {
