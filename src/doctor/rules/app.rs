@@ -136,4 +136,129 @@ mod tests {
         assert!((f[0].magnitude.ratio.unwrap() - 4.0).abs() < 0.01);
         assert!(f[0].title.contains("same-cpu"));
     }
+
+    // Written for the mutation run (docs/testing.md): literal inputs, answers worked by hand.
+
+    /// pgbench at two placements on the quiet machine, the worse one first, with these
+    /// counters per transaction: `(name, at the worse placement, at the better one)`.
+    fn judged(
+        worse: PresetRun,
+        better: PresetRun,
+        counters: &[(&str, f64, Option<f64>)],
+    ) -> Vec<Finding> {
+        let (facts, mut m) = quiet_machine();
+        let (mut worse, mut better) = (worse, better);
+        for &(k, w, b) in counters {
+            worse.per_transaction.insert(k.into(), w);
+            if let Some(b) = b {
+                better.per_transaction.insert(k.into(), b);
+            }
+        }
+        m.presets = vec![worse, better];
+        AppPlacement.check(Inputs {
+            facts: &facts,
+            m: &m,
+        })
+    }
+
+    #[test]
+    fn the_finding_names_the_placements_its_ratio_and_pins_both_ends_together() {
+        // Three samples at 98%, 99% and 100% of the rate: means 65,340 and 16,335 (4.0x).
+        let f = judged(
+            preset("shared-llc", PlacementClass::SharedLlc, 16.5e3),
+            preset("same-cpu", PlacementClass::SameCpu, 66e3),
+            &[],
+        );
+        assert_eq!(f.len(), 1);
+        let f = &f[0];
+        assert_eq!(f.id, "app-placement");
+        assert_eq!(
+            f.title,
+            "pgbench SELECT 1 runs 4.0x faster at same-cpu than at shared-llc"
+        );
+        assert_eq!(
+            f.magnitude.text,
+            "pgbench SELECT 1: 65,340 transactions/s at same-cpu against 16,335 at shared-llc"
+        );
+        assert_eq!(f.severity, Severity::High);
+        let labels: Vec<&str> = f.evidence.iter().map(|e| e.label.as_str()).collect();
+        assert_eq!(
+            labels,
+            [
+                "pgbench SELECT 1 (shared-llc)",
+                "pgbench SELECT 1 (same-cpu)"
+            ]
+        );
+        assert!(
+            f.mechanism
+                .starts_with("Each transaction is a request and a reply")
+        );
+        assert_eq!(
+            f.remedies[0].command,
+            "taskset -c 0 <server command>; taskset -c 0 <client command>"
+        );
+    }
+
+    #[test]
+    fn when_separate_cpus_win_the_remedy_gives_each_side_its_own() {
+        let f = judged(
+            preset("same-cpu", PlacementClass::SameCpu, 16.5e3),
+            preset("shared-llc", PlacementClass::SharedLlc, 66e3),
+            &[],
+        );
+        assert_eq!(
+            f[0].title,
+            "pgbench SELECT 1 runs 4.0x faster at shared-llc than at same-cpu"
+        );
+        assert!(
+            f[0].mechanism
+                .starts_with("The client and server each need CPU time")
+        );
+        assert_eq!(f[0].remedies.len(), 1);
+        assert_eq!(
+            f[0].remedies[0].command,
+            "taskset -c <server cpus> <server>; taskset -c <other cpus> <client>   (shared-llc)"
+        );
+    }
+
+    #[test]
+    fn only_the_counters_that_differ_by_a_quarter_are_evidence() {
+        let f = judged(
+            preset("shared-llc", PlacementClass::SharedLlc, 16.5e3),
+            preset("same-cpu", PlacementClass::SameCpu, 66e3),
+            &[
+                // 0.1 against none: under the 0.2 floor.
+                ("cs", 0.1, None),
+                // 1.0 against 0.75: exactly a quarter of the larger, shown.
+                ("idle_entries", 1.0, Some(0.75)),
+                // 1.0 against 1.05: 5%, hidden.
+                ("irq_CAL", 1.0, Some(1.05)),
+                // 4.0 against 3.5: 0.5, under a quarter of 4 (1.0), hidden.
+                ("irq_RES", 4.0, Some(3.5)),
+                // 0.5 against none (counted as 0): shown.
+                ("migrations", 0.5, None),
+            ],
+        );
+        let shown: Vec<(&str, f64, f64)> = f[0]
+            .evidence
+            .iter()
+            .filter_map(|e| {
+                let v = e.versus.as_ref()?;
+                assert_eq!(v.unit, "per_transaction");
+                assert_eq!(
+                    (v.a.label.as_str(), v.b.label.as_str()),
+                    ("shared-llc", "same-cpu")
+                );
+                assert_eq!(e.source, "measured: pair --preset pgbench shared-llc");
+                Some((e.label.as_str(), v.a.value, v.b.value))
+            })
+            .collect();
+        assert_eq!(
+            shown,
+            [
+                ("idle_entries per transaction", 1.0, 0.75),
+                ("migrations per transaction", 0.5, 0.0)
+            ]
+        );
+    }
 }

@@ -337,4 +337,133 @@ mod tests {
             assert!(w[0].severity >= w[1].severity, "sorted by severity");
         }
     }
+
+    // Written for the mutation run (docs/testing.md): literal inputs, answers worked by hand.
+
+    /// Samples whose 95% intervals are far apart (no spread: Welch's p is 0).
+    const TEN: [f64; 3] = [10.0, 10.0, 10.0];
+    const ZERO: [f64; 3] = [0.0, 0.0, 0.0];
+    /// Means 55 and 175 (3.2x) with so much spread that Welch's p is about 0.2.
+    const NOISY_LOW: [f64; 4] = [10.0, 100.0, 10.0, 100.0];
+    const NOISY_HIGH: [f64; 4] = [50.0, 300.0, 50.0, 300.0];
+
+    #[test]
+    fn a_rate_effect_is_the_better_rate_over_the_worse_and_needs_noise_and_size() {
+        let (low, high) = ([100.0, 101.0, 99.0], [200.0, 201.0, 199.0]);
+        let e = rate_effect(&low, &high, 1.5).unwrap();
+        assert_eq!((e.worse.mean, e.better.mean, e.ratio), (100.0, 200.0, 2.0));
+        // Exactly at the minimum size is an effect; just above it is not.
+        assert!(rate_effect(&low, &high, 2.0).is_some());
+        assert!(rate_effect(&low, &high, 2.0001).is_none());
+        assert!(rate_effect(&high, &low, 1.0).is_none(), "more is not worse");
+        assert!(
+            rate_effect(&NOISY_LOW, &NOISY_HIGH, 1.5).is_none(),
+            "3.2x within noise is no effect"
+        );
+        // The same for costs, the other way round.
+        let e = cost_effect(&high, &low, 2.0).unwrap();
+        assert_eq!((e.worse.mean, e.better.mean, e.ratio), (200.0, 100.0, 2.0));
+        assert!(cost_effect(&high, &low, 2.0001).is_none());
+        assert!(cost_effect(&NOISY_HIGH, &NOISY_LOW, 1.5).is_none());
+    }
+
+    #[test]
+    fn a_zero_baseline_is_no_ratio() {
+        // Beyond noise (p = 0, intervals apart), but the ratio would be infinite.
+        assert!(separation(&TEN, &ZERO).unwrap().beyond_noise);
+        assert!(cost_effect(&TEN, &ZERO, 1.0).is_none());
+        assert!(rate_effect(&ZERO, &TEN, 1.0).is_none());
+        assert!(rate_effect_banded(&ZERO, &TEN, 1.0).is_none());
+    }
+
+    #[test]
+    fn a_banded_rate_effect_admits_on_welch_alone_and_says_whether_the_intervals_part() {
+        // 0..9 against 3.5..12.5: Welch's p is about 0.02 but the 95% intervals overlap.
+        let low: Vec<f64> = (0..10).map(f64::from).collect();
+        let high: Vec<f64> = low.iter().map(|v| v + 3.5).collect();
+        let (e, clear) = rate_effect_banded(&low, &high, 1.5).unwrap();
+        assert!(!clear, "overlapping intervals are not clear of noise");
+        assert_eq!((e.worse.mean, e.better.mean), (4.5, 8.0));
+        assert!((e.ratio - 16.0 / 9.0).abs() < 1e-12, "{}", e.ratio);
+        assert!(e.p_value < crate::compare::ALPHA, "{}", e.p_value);
+        assert!(
+            rate_effect_banded(&low, &high, 1.8).is_none(),
+            "16/9 is under 1.8"
+        );
+        let (e, clear) =
+            rate_effect_banded(&[100.0, 101.0, 99.0], &[200.0, 201.0, 199.0], 2.0).unwrap();
+        assert!(clear);
+        assert_eq!(e.ratio, 2.0);
+        assert!(
+            rate_effect_banded(&[100.0, 101.0, 99.0], &[200.0, 201.0, 199.0], 2.0001).is_none()
+        );
+        assert!(
+            rate_effect_banded(&high, &low, 1.0).is_none(),
+            "more is not worse"
+        );
+        assert!(rate_effect_banded(&NOISY_LOW, &NOISY_HIGH, 1.5).is_none());
+    }
+
+    /// A hand-set interval: no samples give these exact ends.
+    fn interval(mean: f64, lo: f64, hi: f64) -> MeanCi {
+        MeanCi {
+            mean,
+            ci95_low: lo,
+            ci95_high: hi,
+            ci95_half_width: (hi - lo) / 2.0,
+            stddev: 0.0,
+            n: 10,
+        }
+    }
+
+    fn effect(worse: MeanCi, better: MeanCi) -> Effect {
+        Effect {
+            ratio: worse.mean / better.mean,
+            p_value: 0.001,
+            worse,
+            better,
+        }
+    }
+
+    #[test]
+    fn an_effect_is_uncertain_when_its_intervals_reach_below_the_threshold() {
+        // Nearer ends 27 and 22: 1.227x apart.
+        let e = effect(interval(30.0, 27.0, 33.0), interval(20.0, 18.0, 22.0));
+        assert_eq!(uncertainty(&e, 1.2, None), None);
+        assert_eq!(
+            uncertainty(&e, 1.25, None).as_deref(),
+            Some(
+                "the evidence is within noise of the rule's 1.25x: the 95% intervals' nearer \
+                 ends are only 1.23x apart"
+            )
+        );
+        // A rate effect (the worse side lower) reads the same ends.
+        let r = effect(interval(20.0, 18.0, 22.0), interval(30.0, 27.0, 33.0));
+        assert_eq!(uncertainty(&r, 1.25, None), uncertainty(&e, 1.25, None));
+        assert_eq!(uncertainty(&r, 1.2, None), None);
+        // Nearer ends exactly 1.5x apart meet a 1.5x threshold.
+        let exact = effect(interval(40.0, 30.0, 50.0), interval(15.0, 10.0, 20.0));
+        assert_eq!(uncertainty(&exact, 1.5, None), None);
+        assert!(uncertainty(&exact, 1.5001, None).is_some());
+        // A moved pair is said alone, or after the noise.
+        let moved = || Some("the pair moved".to_string());
+        assert_eq!(
+            uncertainty(&exact, 1.5, moved()).as_deref(),
+            Some("the pair moved")
+        );
+        assert_eq!(
+            uncertainty(&e, 1.25, moved()).as_deref(),
+            Some(
+                "the evidence is within noise of the rule's 1.25x: the 95% intervals' nearer \
+                 ends are only 1.23x apart; the pair moved"
+            )
+        );
+        // Intervals ending at zero give no ratio: within noise.
+        let zero = effect(interval(1.0, 0.0, 2.0), interval(0.5, -1.0, 0.0));
+        assert!(
+            uncertainty(&zero, 1.5, None)
+                .unwrap()
+                .contains("only NaNx apart")
+        );
+    }
 }

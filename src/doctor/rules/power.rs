@@ -139,4 +139,69 @@ mod tests {
         });
         assert!((f[0].magnitude.ratio.unwrap() - 2.0).abs() < 0.01);
     }
+
+    // Written for the mutation run (docs/testing.md): literal inputs, answers worked by hand.
+
+    /// The quiet machine with the loop at `cold` MHz-equivalent after idle, 3000 warm, and this
+    /// governor (`None`: a guest that does not see cpufreq).
+    fn judged(cold: f64, governor: Option<&str>) -> Vec<Finding> {
+        let (mut facts, mut m) = quiet_machine();
+        facts.cpufreq_governor = governor.map(str::to_string);
+        if let Some(o) = m.oscost.as_mut() {
+            o.frequency = Some(ramp(cold, 3000.0));
+        }
+        PowerManagement.check(Inputs {
+            facts: &facts,
+            m: &m,
+        })
+    }
+
+    #[test]
+    fn a_slow_start_after_idle_is_the_finding_and_the_governor_its_remedy() {
+        // Five samples spread symmetrically: means exactly 1500 and 3000, 2.0x.
+        let f = judged(1500.0, Some("powersave")).remove(0);
+        assert_eq!(f.id, "frequency-ramp");
+        assert_eq!(
+            f.title,
+            "Bursty work starts 2.0x slower after idle: the CPU ramps up"
+        );
+        assert_eq!(
+            f.magnitude.text,
+            "a dependent loop runs at 1500 MHz-equivalent right after idle and 3000 under \
+             sustained load"
+        );
+        assert_eq!(f.severity, Severity::Medium);
+        assert_eq!(f.confidence, Confidence::High);
+        let tries: Vec<_> = f
+            .remedies
+            .iter()
+            .map(|r| r.try_command.as_deref())
+            .collect();
+        assert_eq!(
+            tries,
+            [
+                Some("cpulab try cpufreq.governor=performance"),
+                Some("cpulab try tuned:throughput-performance --each"),
+                Some("cpulab try cpufreq.epp=performance"),
+            ]
+        );
+        // Already at performance: the ramp is the host's or the hardware's, less certain.
+        assert_eq!(
+            judged(1500.0, Some("performance"))[0].confidence,
+            Confidence::Medium
+        );
+        // A guest: the host decides, and nothing here can be tried.
+        let g = judged(1500.0, None).remove(0);
+        assert_eq!(g.confidence, Confidence::Medium);
+        assert_eq!(g.remedies.len(), 1);
+        assert!(g.remedies[0].command.starts_with("on the host: "));
+        assert!(g.remedies[0].try_command.is_none());
+    }
+
+    #[test]
+    fn a_ramp_counts_from_a_tenth() {
+        // 3000 / 2750 = 1.09x: under the 1.1x minimum; 3000 / 2700 = 1.11x: a finding.
+        assert!(judged(2750.0, Some("powersave")).is_empty());
+        assert_eq!(judged(2700.0, Some("powersave")).len(), 1);
+    }
 }
