@@ -14,6 +14,9 @@
 #
 # Usage: scripts/bench-exporter.sh [SECONDS_PER_RUN] [ROUNDS]     (defaults 10 and 5)
 #        MECHANISM=fake scripts/bench-exporter.sh   (the HTTP and encoding side only: no BPF)
+#        MECHANISM=null scripts/bench-exporter.sh   (an A/A check: python3's http.server serving a
+#            static /metrics, scraped alike, in place of the exporter: the ratios the benchmark
+#            gives for a process that does nothing, i.e. its noise floor on this host)
 # Needs root (the exporter attaches BPF programs; the server runs as `postgres`), PostgreSQL
 # server programs and pgbench, taskset, curl, /usr/bin/time, CPUs 0 and 1.
 set -euo pipefail
@@ -66,8 +69,14 @@ pg_start
 
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 start_exporter() { # TAG: the exporter, scraped every second, under /usr/bin/time
-    /usr/bin/time -v -o "$dir/exporter.$1.time" "$cpulab" exporter --quiet ${extra_flags:-} \
-        --mechanism "$mechanism" --comm postgres,pgbench --listen "127.0.0.1:$port" &
+    if [ "$mechanism" = null ]; then
+        mkdir -p "$dir/null" && echo "# nothing" > "$dir/null/metrics"
+        /usr/bin/time -v -o "$dir/exporter.$1.time" python3 -m http.server "$port" \
+            --bind 127.0.0.1 --directory "$dir/null" >/dev/null 2>&1 &
+    else
+        /usr/bin/time -v -o "$dir/exporter.$1.time" "$cpulab" exporter --quiet ${extra_flags:-} \
+            --mechanism "$mechanism" --comm postgres,pgbench --listen "127.0.0.1:$port" &
+    fi
     exporter_pid=$!
     for _ in $(seq 100); do curl -sf "http://127.0.0.1:$port/metrics" -o /dev/null && break; sleep 0.1; done
     curl -sf "http://127.0.0.1:$port/metrics" -o /dev/null || die "the exporter did not answer on port $port"
@@ -131,7 +140,7 @@ echo "  idle: exporter CPU $idle_cpu CPU-s/s scraped every second (30 s, after s
 # kernel times each program while that exporter runs; the timing adds to the cost, so these
 # runs are not among the ratios above). Per program: runs per transaction and ns per run; and
 # the programs' ns per transaction against the transaction's own time.
-[ "$mechanism" = fake ] && exit 0
+[ "$mechanism" = fake ] || [ "$mechanism" = null ] && exit 0
 program_costs() { # -> "program runs seconds" lines of a scrape
     curl -sf "http://127.0.0.1:$port/metrics" | awk '
         /^cpulab_exporter_bpf_program_runs_total/ {match($0, /program="[^"]*"/); p = substr($0, RSTART + 9, RLENGTH - 10); runs[p] = $NF}
