@@ -67,6 +67,18 @@ fn my_comm() -> String {
         .to_string()
 }
 
+/// BPF options watching this process, with the given latency sampling and attached share.
+fn own_process(latency_sample: u32, attach_every: u32) -> SourceOptions {
+    SourceOptions {
+        pids: vec![std::process::id() as i32],
+        max_targets: 4,
+        mechanism: "bpf".into(),
+        latency_sample,
+        attach_every,
+        ..Default::default()
+    }
+}
+
 fn wakeups(c: &ClassCounts) -> u64 {
     c.to_idle + c.to_busy
 }
@@ -418,16 +430,9 @@ fn a_sampled_latency_histogram_estimates_the_exact_one() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let machine = Machine::detect(std::path::Path::new("/")).unwrap();
     let label = my_comm();
-    let opts = |latency_sample| SourceOptions {
-        pids: vec![std::process::id() as i32],
-        max_targets: 4,
-        mechanism: "bpf".into(),
-        latency_sample,
-        ..Default::default()
-    };
     let n = 8;
-    let mut exact = BpfSource::open(&machine, &opts(1)).unwrap();
-    let mut sampled = BpfSource::open(&machine, &opts(n)).unwrap();
+    let mut exact = BpfSource::open(&machine, &own_process(1, 1)).unwrap();
+    let mut sampled = BpfSource::open(&machine, &own_process(n, 1)).unwrap();
     let (e0, s0) = (exact.snapshot().unwrap(), sampled.snapshot().unwrap());
     assert_eq!(s0.latency_sample, n);
     assert_eq!(e0.latency_sample, 1);
@@ -509,16 +514,8 @@ fn a_source_attached_one_second_in_two_estimates_the_whole_count() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let machine = Machine::detect(std::path::Path::new("/")).unwrap();
     let label = my_comm();
-    let opts = |attach_every| SourceOptions {
-        pids: vec![std::process::id() as i32],
-        max_targets: 4,
-        mechanism: "bpf".into(),
-        latency_sample: 1,
-        attach_every,
-        ..Default::default()
-    };
-    let mut exact = BpfSource::open(&machine, &opts(1)).unwrap();
-    let mut duty = BpfSource::open(&machine, &opts(2)).unwrap();
+    let mut exact = BpfSource::open(&machine, &own_process(1, 1)).unwrap();
+    let mut duty = BpfSource::open(&machine, &own_process(1, 2)).unwrap();
     let (e0, d0) = (exact.snapshot().unwrap(), duty.snapshot().unwrap());
     assert_eq!((e0.attach_every, d0.attach_every), (1, 2));
     // Four windows of two seconds: the pair runs in chunks until they have passed.
