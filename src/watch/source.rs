@@ -466,14 +466,19 @@ impl BpfSource {
             duty,
             targets,
             stop,
-            refresher,
             ncpu,
             classes,
             whole_machine,
             typed,
             prog_ids,
             latency_sample: opts.latency_sample,
-            attach_every: opts.attach_every.max(1),
+            // Without the thread nothing detaches them: the counts are what they are.
+            attach_every: if refresher.is_some() {
+                opts.attach_every.max(1)
+            } else {
+                1
+            },
+            refresher,
         })
     }
 
