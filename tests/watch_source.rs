@@ -540,9 +540,10 @@ fn a_source_attached_one_second_in_two_estimates_the_whole_count() {
     for c in d1.targets.iter().flat_map(|t| t.classes.values()) {
         assert_eq!(c.to_idle % 2 + c.to_busy % 2 + c.count % 2, 0, "{c:?}");
     }
-    // Attached part of the time only: less than the exact source, which never detached.
+    // Attached part of the time only: about half of the exact source's time (one second in
+    // two over at least 8 s: at most 5 s of 9, edges a step late), never near all of it.
     assert!(
-        d1.attached_ns > 0 && d1.attached_ns < e1.attached_ns,
+        d1.attached_ns > 0 && d1.attached_ns * 4 <= e1.attached_ns * 3,
         "attached {} ns of the exact source's {} ns",
         d1.attached_ns,
         e1.attached_ns
