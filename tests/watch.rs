@@ -398,7 +398,38 @@ fn bpf_times_nearly_every_cross_cpu_wakeup(mechanism: &str, names: &str) {
     let w = check_pair("0:1", false, &["--mechanism", mechanism]);
     let m = w["mechanism"].as_str().unwrap();
     assert!(m.starts_with("eBPF") && m.contains(names), "{m}");
-    assert!(w["incomplete"].is_null(), "{}", w["incomplete"]);
+    // Per-event delivery on a shared host can drop a little (a perf buffer overrun): the report
+    // must then say so, and the loss must stay small enough for the figures below to mean much.
+    let mut worst_loss = 0.0_f64;
+    for d in w["delivery"].as_array().unwrap() {
+        let event = d["event"].as_str().unwrap_or("");
+        let needed = event == "sched_waking" || event == "sched_switch";
+        let (Some(c), true, true) = (d["counted"].as_u64(), needed, d["sampled"] == true) else {
+            continue;
+        };
+        let got = d["delivered"].as_u64().unwrap();
+        worst_loss = worst_loss.max(c.saturating_sub(got) as f64 / c.max(1) as f64);
+    }
+    assert_eq!(
+        w["incomplete"].is_null(),
+        worst_loss <= 0.01,
+        "the report must call the figures incomplete exactly when over 1% was lost \
+         (worst loss {worst_loss:.4}): {}",
+        w["incomplete"]
+    );
+    assert!(
+        worst_loss <= 0.05,
+        "{:.1}% of a needed event was lost: {}",
+        100.0 * worst_loss,
+        w["incomplete"]
+    );
+    if !w["incomplete"].is_null() {
+        eprintln!(
+            "NOTE {}: {:.1}% of a needed event was not delivered; the report says so",
+            mechanism,
+            100.0 * worst_loss
+        );
+    }
     let (mut cross, mut timed) = (0, 0);
     for p in w["processes"].as_array().unwrap() {
         for c in p["classes"].as_array().unwrap() {
