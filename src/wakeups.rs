@@ -105,6 +105,11 @@ pub trait Source: Send {
     fn mechanism(&self) -> &str;
     /// Sums the counts kept so far.
     fn snapshot(&mut self) -> anyhow::Result<Snapshot>;
+    /// Where the programs are attached one second in every `n` (`SourceOptions::attach_every`):
+    /// `n` and the wall-clock time the first attached second began. None when always attached.
+    fn attach_windows(&self) -> Option<(u32, std::time::SystemTime)> {
+        None
+    }
 }
 
 /// What to watch, as the exporter and `watch` take it from their flags.

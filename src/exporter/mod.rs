@@ -105,6 +105,20 @@ pub fn named_targets(base_series: usize, classes: usize, s: &Settings) -> Result
     Ok(s.max_targets.min(slots.saturating_sub(1)))
 }
 
+/// The start-up line of an exporter whose wakeup programs are attached one second in every `n`
+/// from `from`: when its windows fall (so a benchmark, or a user comparing with another tool,
+/// can line figures up with them) and that its counts are estimates.
+pub fn windows_text(n: u32, from: std::time::SystemTime) -> String {
+    let unix = from
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64());
+    format!(
+        "wakeup programs attached one second in every {n}, from Unix time {unix:.6} (the \
+         seconds [from + k*{n}, from + k*{n} + 1)); the published counts are {n} times what \
+         they see: estimates"
+    )
+}
+
 /// Serves the metrics of `machine` with validated settings until SIGTERM or Ctrl-C (the flags
 /// and their validation are the command layer's, `commands::exporter`).
 pub fn serve(machine: &Machine, s: Settings, quiet: bool) -> Result<()> {
@@ -171,6 +185,9 @@ pub fn serve(machine: &Machine, s: Settings, quiet: bool) -> Result<()> {
             "warning: this cpulab has no wakeup source yet; publishing the system counters, \
              machine facts and probe only",
         );
+    }
+    if let Some((n, from)) = source.as_ref().and_then(|s| s.attach_windows()) {
+        say(&windows_text(n, from));
     }
     let stats = Arc::new(server::Stats::default());
     let collector = Arc::new(collect::Collector::new(
@@ -375,6 +392,17 @@ mod tests {
         assert!(
             t.starts_with("one second in every 4 ") && t.contains("4 times"),
             "{t}"
+        );
+    }
+
+    #[test]
+    fn the_start_up_line_says_when_the_windows_fall() {
+        let from = std::time::UNIX_EPOCH + std::time::Duration::from_micros(1_764_145_000_250_000);
+        assert_eq!(
+            windows_text(4, from),
+            "wakeup programs attached one second in every 4, from Unix time 1764145000.250000 \
+             (the seconds [from + k*4, from + k*4 + 1)); the published counts are 4 times what \
+             they see: estimates"
         );
     }
 }

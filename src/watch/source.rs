@@ -148,12 +148,25 @@ pub struct BpfSource {
     /// The scheduler programs' links, attached one second in every `attach_every`.
     duty: Arc<Mutex<Duty>>,
     attach_every: u32,
+    /// When the first attached window began (wall clock): window `k` is the second from
+    /// `k * attach_every` seconds after it.
+    windows_from: std::time::SystemTime,
 }
 
 /// Whether the scheduler programs are attached `elapsed` into a source that attaches them one
 /// second in every `every` (pure): the first second of each `every`.
 pub fn attached_at(elapsed: Duration, every: u32) -> bool {
     every <= 1 || elapsed.as_secs().is_multiple_of(u64::from(every))
+}
+
+/// How long the refresh thread sleeps `elapsed` into the source: a step of at most 100 ms that
+/// ends on the next whole second if that comes first (pure).
+pub fn next_step(elapsed: Duration) -> Duration {
+    const STEP: Duration = Duration::from_millis(100);
+    let into_second = Duration::from_nanos(u64::from(elapsed.subsec_nanos()));
+    let to_second = Duration::from_secs(1) - into_second;
+    // A hair past the second, so the step after the sleep falls in the new window.
+    STEP.min(to_second + Duration::from_micros(50))
 }
 
 /// The `sched_waking` and `sched_switch` programs and their links, attached one second in
@@ -427,27 +440,30 @@ impl BpfSource {
         let targets_map = Arc::new(targets_map);
         let stop = Arc::new(AtomicBool::new(false));
         let duty = Arc::new(Mutex::new(duty));
+        // The windows' origin: the programs were attached just before.
+        let (origin, origin_wall) = (std::time::Instant::now(), std::time::SystemTime::now());
         let refresher = {
             let (targets, map, stop) = (targets.clone(), targets_map.clone(), stop.clone());
             let (duty, pending) = (duty.clone(), pending.clone());
-            let start = std::time::Instant::now();
             std::thread::Builder::new()
                 .name("cpulab-targets".into())
                 .spawn(move || {
+                    let mut refreshed = Duration::ZERO;
                     while !stop.load(Ordering::Relaxed) {
-                        // Sleep in small steps so a drop is not held up by a whole period, and
-                        // the attached windows start and end within a step of their second.
-                        for _ in 0..10 {
-                            if stop.load(Ordering::Relaxed) {
-                                return;
-                            }
-                            std::thread::sleep(REFRESH / 10);
-                            if let Ok(mut d) = duty.lock() {
-                                d.step(start.elapsed(), &pending);
-                            }
+                        // Small steps, so a drop is not held up by a whole period; and a step
+                        // ends on each whole second, so the attached windows start and end on
+                        // their second (within the sleep's wake-up latency), not up to a step
+                        // late.
+                        std::thread::sleep(next_step(origin.elapsed()));
+                        let elapsed = origin.elapsed();
+                        if let Ok(mut d) = duty.lock() {
+                            d.step(elapsed, &pending);
                         }
-                        if let Ok(mut t) = targets.lock() {
-                            t.refresh(&map);
+                        if elapsed >= refreshed + REFRESH {
+                            refreshed = elapsed;
+                            if let Ok(mut t) = targets.lock() {
+                                t.refresh(&map);
+                            }
                         }
                     }
                 })
@@ -479,6 +495,7 @@ impl BpfSource {
                 1
             },
             refresher,
+            windows_from: origin_wall,
         })
     }
 
@@ -569,6 +586,10 @@ impl Source for BpfSource {
         "bpf"
     }
 
+    fn attach_windows(&self) -> Option<(u32, std::time::SystemTime)> {
+        (self.attach_every > 1).then_some((self.attach_every, self.windows_from))
+    }
+
     fn snapshot(&mut self) -> Result<Snapshot> {
         let (labels, dropped, refused, other_slot) = {
             let t = self
@@ -650,6 +671,29 @@ mod tests {
             installed: HashMap::new(),
             refused: 0,
             refused_now: HashSet::new(),
+        }
+    }
+
+    #[test]
+    fn the_refresh_steps_end_on_each_whole_second() {
+        let step = |ms: u64| next_step(Duration::from_millis(ms));
+        assert_eq!(step(0), Duration::from_millis(100));
+        assert_eq!(step(1_500), Duration::from_millis(100));
+        assert_eq!(step(1_900), Duration::from_millis(100));
+        // 50 ms before a second: the step ends just past it, not 50 ms into the next.
+        assert_eq!(step(2_950), Duration::from_micros(50_050));
+        let near = next_step(Duration::from_nanos(3_999_999_000));
+        assert_eq!(near, Duration::from_micros(51));
+        // Wherever a step starts, it ends past the next second at most 50 us late, or before it.
+        for ns in (0..3_000_000_000u64).step_by(7_777_777) {
+            let at = Duration::from_nanos(ns);
+            let end = at + next_step(at);
+            let second = Duration::from_secs(at.as_secs() + 1);
+            assert!(
+                end <= second + Duration::from_micros(50),
+                "{at:?} -> {end:?}"
+            );
+            assert!(end > at, "{at:?}");
         }
     }
 
