@@ -15,6 +15,10 @@
 # more with `--attach-every 1` (always attached), split as if every other second were not: an
 # A/A check of the design on this host, which should give 1 within its interval.
 #
+# Last, the exporter process itself: with `--attach-every 60` (the programs attached one second
+# a minute; those seconds and the next three are left out), stopped (SIGSTOP) every other
+# second and continued the next, so the seconds it runs are set against those it cannot.
+#
 # Each ratio is the mean over the run's windows (or cycles) with its 95% confidence interval,
 # and for R the quartiles of the per-window ratios. The exporter process is there in both
 # halves, scraped every second, so what this measures is the programs alone (their runs, and
@@ -43,10 +47,33 @@ taskset -c 1 true 2>/dev/null || die "CPU 1 is not available: this benchmark nee
 
 dir=$(mktemp -d /tmp/bench-exporter-interleaved.XXXXXX)
 exporter_pid= scraper_pid=
+stopper_pid=
 stop_exporter() {
+    [ -n "$stopper_pid" ] && kill "$stopper_pid" 2>/dev/null && wait "$stopper_pid" 2>/dev/null || true
     [ -n "$scraper_pid" ] && kill "$scraper_pid" 2>/dev/null && wait "$scraper_pid" 2>/dev/null || true
+    # Continued first: a stopped process takes no SIGTERM until it runs.
+    [ -n "$exporter_pid" ] && kill -CONT "$exporter_pid" 2>/dev/null || true
     [ -n "$exporter_pid" ] && kill -TERM "$exporter_pid" 2>/dev/null && wait "$exporter_pid" 2>/dev/null || true
-    exporter_pid= scraper_pid=
+    exporter_pid= scraper_pid= stopper_pid=
+}
+# Stops the exporter ($exporter_pid) every odd second from $from and continues it every even
+# one, for the run: while stopped it costs nothing, so what its process does (the scrapes, the
+# targets' re-read) is in the even seconds, with some from the odd ones (a scrape queued while
+# stopped is served on continuing): the ratio is a bound on its cost, not less.
+start_stopper() {
+    python3 - "$exporter_pid" "$from" <<'EOF' &
+import os, signal, sys, time
+pid, origin = int(sys.argv[1]), float(sys.argv[2])
+k = int(time.time() - origin) + 1
+while True:
+    time.sleep(max(0.0, origin + k - time.time()))
+    try:
+        os.kill(pid, signal.SIGSTOP if k % 2 else signal.SIGCONT)
+    except ProcessLookupError:
+        break
+    k += 1
+EOF
+    stopper_pid=$!
 }
 cleanup() {
     stop_exporter
@@ -97,7 +124,10 @@ analyse() {
     python3 - "$1" "$2" "$3" <<'EOF'
 import math, statistics, sys
 path, origin, every = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
-grid = max(every, 2)
+# EVERY 60 is the run with the exporter stopped every other second: split on a grid of 2, and
+# the seconds about each attached one (the first of 60, maybe late by a stop) left out.
+grid = 2 if every in (1, 60) else every
+skip = (lambda k: k % 60 in (0, 1, 2, 3)) if every == 60 else (lambda k: False)
 GUARD = 0.010
 counts = {}
 for line in open(path):
@@ -113,7 +143,7 @@ if not counts:
     print("none"); sys.exit(0)
 first, last = min(counts), max(counts)
 # Windows at both ends may be partial: left out.
-full = {k: c for k, c in counts.items() if first < k < last}
+full = {k: c for k, c in counts.items() if first < k < last and not skip(k)}
 def ci(xs):
     m = statistics.fmean(xs)
     h = 1.96 * statistics.stdev(xs) / math.sqrt(len(xs))
@@ -140,14 +170,17 @@ echo "== cpulab exporter's programs, attached against detached within one run: P
 echo "   (load on the machine when run: $(cut -d' ' -f1-3 /proc/loadavg); exporter flags: ${extra_flags:-none})"
 for placement in "0:0:0" "0:1:1"; do
     name=${placement%:*} cpu=${placement##*:}
-    for every in 2 4 1; do
+    for every in 2 4 1 60; do
         start_exporter "$name.$every" "$every"
+        [ "$every" = 60 ] && start_stopper
         log=$(pgbench_logged "$name.$every" "$cpu")
         stop_exporter
         read -r r rlo rhi n q1 q3 c clo chi cycles tps <<<"$(analyse "$log" "$from" "$every")"
         rm -f "$log"
         [ -n "${tps:-}" ] || die "$name: too few windows in the log ($r)"
         case $every in
+        60) printf '  %s the exporter process itself (--attach-every 60, stopped every other second; the seconds about the attached one left out): running / stopped either side %s (95%% CI %s to %s; %s windows, quartiles %s to %s): its cost is at most 1 minus this\n' \
+            "$name" "$r" "$rlo" "$rhi" "$n" "$q1" "$q3" ;;
         1) printf '  %s A/A check (always attached, split as if every other second were not): %s (95%% CI %s to %s; %s windows, quartiles %s to %s)\n' \
             "$name" "$r" "$rlo" "$rhi" "$n" "$q1" "$q3" ;;
         *) printf '  %s --attach-every %s: attached second / detached seconds either side %s (95%% CI %s to %s; %s windows, quartiles %s to %s; about %s tps)\n' \

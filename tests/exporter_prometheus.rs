@@ -321,6 +321,10 @@ fn a_real_prometheus_scrapes_well_formed_metrics() {
     assert!(page.contains("Kernel"), "{page}");
 }
 
+/// The tests with a live wakeup source run one at a time: the busy loop of one would load the
+/// CPUs the other's pinned pair is measured on.
+static ONE_LIVE_SOURCE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// The placement assertions need the in-kernel wakeup source: a known pinned pair (a copy of
 /// cpulab renamed, so its command name is its own) runs at the same CPU, then one CPU apart.
 #[test]
@@ -333,11 +337,16 @@ fn placement_classes_follow_a_pinned_pair() {
         common::skipped(test_name!(), "one CPU: no pair of CPUs to pin apart");
         return;
     }
+    let _one = ONE_LIVE_SOURCE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let pair = dir.path().join("cpulab-pair");
     std::fs::copy(common::cpulab_path(), &pair).unwrap();
     let port = free_port();
-    let _e = exporter(port, &["--comm", "cpulab-pair"]);
+    // Always attached: a pingpong run is often over within a second, which one second in four
+    // (the default) may miss or count four times.
+    let _e = exporter(port, &["--comm", "cpulab-pair", "--attach-every", "1"]);
     let prom = Prometheus::start(port);
     prom.wait_for("up{job=\"cpulab\"} == 1");
     let now = || {
@@ -391,4 +400,47 @@ fn placement_classes_follow_a_pinned_pair() {
         value(&r[0])
     };
     assert!(median("!=\"same-cpu\"", &t2) > median("=\"same-cpu\"", &t1));
+}
+
+/// At the default `--attach-every` (4) the counts Prometheus stores are estimates: every
+/// published wakeup count is a multiple of 4, the attached ratio says 1/4, and the share of
+/// time actually attached over a run is about a quarter (one second in four: always attached
+/// would give 1, never re-attached about 0).
+#[test]
+fn the_default_estimate_reaches_prometheus() {
+    if !prometheus_installed(test_name!()) {
+        return;
+    }
+    let _one = ONE_LIVE_SOURCE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let busy = dir.path().join("cpulab-est");
+    std::fs::copy("/bin/sh", &busy).unwrap();
+    let port = free_port();
+    let _e = exporter(port, &["--comm", "cpulab-est"]);
+    let prom = Prometheus::start(port);
+    prom.wait_for("up{job=\"cpulab\"} == 1");
+    // A shell that waits for one short process after another for 12 s: each exit wakes it.
+    let out = Command::new(&busy)
+        .args([
+            "-c",
+            "end=$(($(date +%s) + 12)); while [ $(date +%s) -lt $end ]; do /bin/true; done",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    std::thread::sleep(Duration::from_secs(2));
+    let ratio = prom.wait_for("cpulab_exporter_attached_ratio");
+    assert_eq!(value(&ratio[0]), 0.25);
+    let counts = prom.wait_for("cpulab_wakeups_total{target=\"cpulab-est\"} > 0");
+    for s in &counts {
+        assert_eq!(value(s) % 4.0, 0.0, "not a multiple of 4: {s}");
+    }
+    let share = prom.wait_for("rate(cpulab_exporter_attached_seconds_total[12s])");
+    let share = value(&share[0]);
+    assert!(
+        (0.1..=0.45).contains(&share),
+        "attached {share:.3} of the time, not about a quarter"
+    );
 }
