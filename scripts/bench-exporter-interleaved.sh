@@ -64,10 +64,17 @@ start_stopper() {
     python3 - "$exporter_pid" "$from" <<'EOF' &
 import os, signal, sys, time
 pid, origin = int(sys.argv[1]), float(sys.argv[2])
+script = os.getppid()
 k = int(time.time() - origin) + 1
 while True:
     time.sleep(max(0.0, origin + k - time.time()))
     try:
+        if os.getppid() != script:
+            # The script was killed (SIGKILL: no trap ran): end the exporter, not leave it
+            # stopped with its programs loaded.
+            os.kill(pid, signal.SIGCONT)
+            os.kill(pid, signal.SIGTERM)
+            break
         os.kill(pid, signal.SIGSTOP if k % 2 else signal.SIGCONT)
     except ProcessLookupError:
         break
