@@ -68,9 +68,9 @@ pub struct Args {
     /// Attach the wakeup programs one second in every N, and count what they see N times: the
     /// wakeup counts and latencies are estimates, at about 1/N of the cost to the scheduler
     /// (each program's dispatch on every scheduler event included). Always attached, they cost
-    /// pgbench -c 1 about 1.5% on one CPU and 3.3% across two on the reference guest; at the
-    /// default 4, under 1% (docs/exporter.md, Cost). 1 keeps them attached and the counts
-    /// exact. 1 to 60.
+    /// pgbench -c 1 about 1.5% on one CPU and 2.5% to 3.4% across two on the reference guest;
+    /// at the default 4, under 1% (docs/exporter.md, Cost). 1 keeps them attached and the
+    /// counts exact. 1 to 60.
     #[arg(long, value_name = "N", default_value_t = DEFAULT_ATTACH_EVERY)]
     pub attach_every: u32,
     /// Seconds a client has to send its whole request (TLS handshake included).
@@ -79,8 +79,8 @@ pub struct Args {
 }
 
 /// `--attach-every` by default: the least that keeps the programs' measured cost to pgbench
-/// `-c 1` under 1% at both placements on the reference guest (3.3% always attached across two
-/// CPUs, a quarter of it at 4; `scripts/bench-exporter-interleaved.sh`).
+/// `-c 1` under 1% at both placements on the reference guest (2.5% to 3.4% always attached
+/// across two CPUs, a quarter of it at 4; `scripts/bench-exporter-interleaved.sh`).
 pub const DEFAULT_ATTACH_EVERY: u32 = 4;
 
 /// `--attach-every N`: 1 to 60 (a window in every minute at least).
