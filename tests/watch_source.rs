@@ -541,7 +541,7 @@ fn a_source_attached_one_second_in_two_estimates_the_whole_count() {
         assert_eq!(c.to_idle % 2 + c.to_busy % 2 + c.count % 2, 0, "{c:?}");
     }
     // Attached part of the time only: about half of the exact source's time (one second in
-    // two over at least 8 s: at most 5 s of 9, edges a step late), never near all of it.
+    // two over at least 8 s: at most 5 s of 9, the windows on their seconds), never near all of it.
     assert!(
         d1.attached_ns > 0 && d1.attached_ns * 4 <= e1.attached_ns * 3,
         "attached {} ns of the exact source's {} ns",

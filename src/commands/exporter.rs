@@ -62,7 +62,8 @@ pub struct Args {
     /// Time every wakeup's latency while the waking CPU has made at most 8 watched wakeups this
     /// tick, and one in N at random beyond them, each counted N times in the latency histogram
     /// (an unbiased estimate). Reading the clock is most of what the programs cost; 1 times every
-    /// wakeup. Wakeup counts are exact either way. A power of two, 1 to 1024.
+    /// wakeup. It samples no wakeup count (those are estimates only through --attach-every). A
+    /// power of two, 1 to 1024.
     #[arg(long, value_name = "N", default_value_t = 8)]
     pub latency_sample: u32,
     /// Attach the wakeup programs one second in every N, and count what they see N times: the
