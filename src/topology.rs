@@ -283,6 +283,19 @@ impl Topology {
         }
     }
 
+    /// The placement classes a wakeup between two of `cpus` can land in, nearest first:
+    /// `same-cpu` and the class of every pair (what the exporter publishes and the wakeup
+    /// sources count, one list for all of them).
+    pub fn classes_among(&self, cpus: &[u32]) -> Vec<PlacementClass> {
+        let mut set = std::collections::BTreeSet::from([PlacementClass::SameCpu]);
+        for &a in cpus {
+            for &b in cpus {
+                set.insert(self.class(a, b));
+            }
+        }
+        set.into_iter().collect()
+    }
+
     /// One representative pair per placement class present among `allowed`, nearest class
     /// first. The pair uses the lowest-numbered CPUs that show the class, so results are
     /// reproducible from run to run.

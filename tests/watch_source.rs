@@ -6,7 +6,7 @@
 mod common;
 
 use cpulab::machine::Machine;
-use cpulab::wakeups::{ClassCounts, Snapshot, Source, SourceOptions};
+use cpulab::wakeups::{ClassCounts, Mechanism, Snapshot, Source, SourceOptions};
 use cpulab::watch::source::BpfSource;
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
@@ -72,7 +72,7 @@ fn own_process(latency_sample: u32, attach_every: u32) -> SourceOptions {
     SourceOptions {
         pids: vec![std::process::id() as i32],
         max_targets: 4,
-        mechanism: "bpf".into(),
+        mechanism: Mechanism::Bpf,
         latency_sample,
         attach_every,
         ..Default::default()
@@ -159,7 +159,7 @@ fn a_pinned_pair_lands_in_same_cpu_then_across_and_nothing_stays_attached() {
     let opts = SourceOptions {
         pids: vec![me],
         max_targets: 4,
-        mechanism: "bpf".into(),
+        mechanism: Mechanism::Bpf,
         ..Default::default()
     };
     let held_before = bpf_descriptors();
@@ -279,7 +279,7 @@ fn a_thousand_short_lived_processes_under_a_watched_cgroup_leave_the_maps_bounde
     let opts = SourceOptions {
         cgroups: vec![format!("cpulab-test-{}*", std::process::id())],
         max_targets: 2,
-        mechanism: "bpf".into(),
+        mechanism: Mechanism::Bpf,
         ..Default::default()
     };
     let mut src = BpfSource::open(&machine, &opts).unwrap();
@@ -348,7 +348,7 @@ fn the_perf_fallback_counts_a_same_cpu_pair_in_user_space() {
     let opts = SourceOptions {
         pids: vec![std::process::id() as i32],
         max_targets: 4,
-        mechanism: "perf".into(),
+        mechanism: Mechanism::Perf,
         ..Default::default()
     };
     let mut src = cpulab::watch::open_source(&machine, &opts).unwrap();
@@ -383,7 +383,7 @@ fn an_execd_target_and_its_children_are_followed_in_the_kernel() {
     let opts = SourceOptions {
         comms: vec!["cpulab-execd".into()],
         max_targets: 4,
-        mechanism: "bpf".into(),
+        mechanism: Mechanism::Bpf,
         ..Default::default()
     };
     let src = BpfSource::open(&machine, &opts).unwrap();

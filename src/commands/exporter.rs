@@ -9,6 +9,7 @@ use crate::exporter::settings::{
 };
 use crate::exporter::webconfig::WebConfig;
 use crate::machine::Machine;
+use crate::wakeups::Shape;
 use anyhow::Result;
 use std::path::PathBuf;
 
@@ -47,8 +48,11 @@ pub struct Args {
     /// TLS and basic-auth settings in the node_exporter format (exporter-toolkit).
     #[arg(long = "web.config.file", value_name = "FILE")]
     pub web_config_file: Option<PathBuf>,
-    /// How wakeups are counted.
-    #[arg(long, value_enum, default_value_t)]
+    /// How wakeups are counted: bpf in the kernel (root, or CAP_BPF and CAP_PERFMON), perf in
+    /// user space at a higher cost per event; auto is bpf when it loads, else perf (the reason
+    /// is logged).
+    #[arg(long, default_value = "auto", value_name = "HOW",
+          value_parser = Mechanism::value_parser(Shape::Counts))]
     pub mechanism: Mechanism,
     /// Most HTTP connections open at once; beyond it the oldest still sending its request is
     /// closed.
@@ -221,6 +225,6 @@ mod tests {
             assert!(e.contains(&format!("--latency-sample {n} ")), "{e}");
         }
         // The flag's help says 8 wakeups per tick are all timed.
-        assert_eq!(crate::watch::bpf::aggregate::EXACT_PER_TICK, 8);
+        assert_eq!(crate::wakeups::EXACT_PER_TICK, 8);
     }
 }

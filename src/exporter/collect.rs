@@ -2,16 +2,15 @@
 //! counters (the same readers as every experiment: `counters::SystemSnapshot`), the machine
 //! facts probed once at start, the active probe's last result, and the exporter's own health.
 //!
-//! The source is opened in exactly one place, [`open_source`]. Everything is read under one
+//! The source is opened by `crate::watch::open_source`, the front door of every wakeup source.
+//! Everything is read under one
 //! lock per scrape, so two scrapes at once see consistent counters.
 
 use super::doctor::Reader;
 use super::metrics::{self, Format, Frame, Health, ProbeFigures};
 use super::server::Stats;
 use crate::counters::SystemSnapshot;
-use crate::machine::Machine;
-use crate::wakeups::{ClassCounts, Snapshot, Source, SourceOptions, TargetCounts};
-use anyhow::Result;
+use crate::wakeups::{ClassCounts, Snapshot, Source, TargetCounts};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
@@ -20,91 +19,6 @@ use std::time::Instant;
 
 /// The label of the target that collects everything beyond the cap.
 pub const OTHER: &str = "other";
-
-/// Opens the wakeup source the flags ask for: the one call site of the in-kernel aggregation
-/// (`crate::watch::open_source`, shared with `cpulab watch`), or the test double.
-pub fn open_source(
-    machine: &Machine,
-    opts: &SourceOptions,
-    classes: &[String],
-) -> Result<Option<Box<dyn Source>>> {
-    if opts.mechanism == "fake" {
-        return Ok(Some(Box::new(FakeSource::new(opts, classes))));
-    }
-    crate::watch::open_source(machine, opts).map(Some)
-}
-
-/// A test double behind the hidden `--mechanism fake`: counts that grow by a fixed pattern on
-/// every snapshot, so the HTTP side, the encoding and a real Prometheus can be tested without
-/// BPF. Its figures are labelled `mechanism="fake"` and are not measurements.
-pub struct FakeSource {
-    targets: Vec<String>,
-    classes: Vec<String>,
-    snapshots: u64,
-}
-
-impl FakeSource {
-    pub fn new(opts: &SourceOptions, classes: &[String]) -> Self {
-        let mut targets: Vec<String> = opts.comms.clone();
-        targets.extend(opts.cgroups.iter().cloned());
-        if targets.is_empty() {
-            targets.push("fake".into());
-        }
-        targets.truncate(opts.max_targets.max(1));
-        Self {
-            targets,
-            classes: classes.to_vec(),
-            snapshots: 0,
-        }
-    }
-}
-
-impl Source for FakeSource {
-    fn mechanism(&self) -> &str {
-        "fake"
-    }
-
-    fn snapshot(&mut self) -> Result<Snapshot> {
-        self.snapshots += 1;
-        let n = self.snapshots;
-        let bounds = crate::wakeups::LATENCY_BOUNDS_NS.len();
-        let targets = self
-            .targets
-            .iter()
-            .map(|t| TargetCounts {
-                target: t.clone(),
-                classes: self
-                    .classes
-                    .iter()
-                    .enumerate()
-                    .map(|(i, c)| {
-                        // Class i lands in bucket 2 + 2i: farther classes wait longer.
-                        let mut buckets = vec![0; bounds];
-                        buckets[(2 + 2 * i).min(bounds - 1)] = 10 * n;
-                        let counts = ClassCounts {
-                            to_idle: 7 * n,
-                            to_busy: 3 * n,
-                            buckets,
-                            count: 10 * n,
-                            sum_ns: 10 * n * (4_000 << (2 * i)),
-                        };
-                        (c.clone(), counts)
-                    })
-                    .collect(),
-            })
-            .collect();
-        Ok(Snapshot {
-            targets,
-            events_seen: 40 * n,
-            events_lost: 0,
-            targets_dropped: 0,
-            programs: Vec::new(),
-            latency_sample: 1,
-            attach_every: 1,
-            attached_ns: 0,
-        })
-    }
-}
 
 /// Keeps at most `named` targets with their own label; the rest (and any `other` the source
 /// gave) are summed into one `other`. Returns how many were folded.
@@ -314,25 +228,6 @@ mod tests {
         let (s, folded) = fit(snap.clone(), 2);
         assert_eq!(folded, 0);
         assert_eq!(s, snap);
-    }
-
-    #[test]
-    fn the_fake_source_only_grows() {
-        let opts = SourceOptions {
-            comms: vec!["x".into()],
-            max_targets: 4,
-            mechanism: "fake".into(),
-            ..SourceOptions::default()
-        };
-        let mut f = FakeSource::new(&opts, &["same-cpu".into(), "shared-llc".into()]);
-        let a = f.snapshot().unwrap();
-        let b = f.snapshot().unwrap();
-        let (ca, cb) = (
-            &a.targets[0].classes["shared-llc"],
-            &b.targets[0].classes["shared-llc"],
-        );
-        assert!(cb.count > ca.count && cb.to_idle > ca.to_idle);
-        assert_eq!(cb.buckets.iter().sum::<u64>(), cb.count);
     }
 
     #[test]

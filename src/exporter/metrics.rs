@@ -201,7 +201,7 @@ impl Collector for FrameCollector {
                 "Latencies timed: every wakeup while the waking CPU has made at most {} watched \
                  wakeups this tick, one in this many beyond them, each counted this many times in the \
                  histogram (1: every wakeup; --latency-sample)",
-                crate::watch::bpf::aggregate::EXACT_PER_TICK
+                crate::wakeups::EXACT_PER_TICK
             );
             enc.encode_descriptor("exporter_latency_sample", &help, None, MetricType::Gauge)?
                 .encode_gauge(&i64::from(snap.latency_sample.max(1)))?;

@@ -11,7 +11,8 @@
 //! probe, and its own health.
 //!
 //! The counting is the kernel's (the wakeup aggregation `watch` shares, opened in
-//! [`collect::open_source`]); this module only sums when scraped. Its flags and their
+//! `crate::watch::open_source`, the front door `cpulab watch` uses too); this module only sums
+//! when scraped. Its flags and their
 //! validation are the command layer's (`commands::exporter`), so nothing here sees a clap type
 //! or imports upward. Its parts: [`settings`] (the validated settings and the parsers the flags
 //! are checked with before anything is bound or attached), [`collect`] (one scrape's readings),
@@ -30,13 +31,11 @@ pub mod webconfig;
 
 use crate::error::bad_input;
 use crate::machine::Machine;
-use crate::topology::PlacementClass;
 use crate::wakeups::SourceOptions;
 use anyhow::Result;
 use http::{Request, Response};
 use metrics::{Format, Frame, ProbeFigures};
 use settings::{Mechanism, Settings};
-use std::collections::BTreeSet;
 use std::net::TcpListener;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -44,16 +43,12 @@ use std::sync::{Arc, Mutex};
 /// The placement classes that exist among the allowed CPUs, nearest first.
 pub fn host_classes(machine: &Machine) -> Vec<String> {
     let cpus = machine.allowed.to_vec();
-    let mut set: BTreeSet<PlacementClass> = BTreeSet::new();
-    set.insert(PlacementClass::SameCpu);
-    for &a in &cpus {
-        for &b in &cpus {
-            if a != b {
-                set.insert(machine.topology.class(a, b));
-            }
-        }
-    }
-    set.iter().map(|c| c.as_str().to_string()).collect()
+    machine
+        .topology
+        .classes_among(&cpus)
+        .into_iter()
+        .map(|c| c.as_str().to_string())
+        .collect()
 }
 
 /// The fingerprint facts published as `cpulab_machine_info` labels.
@@ -174,17 +169,17 @@ pub fn serve(machine: &Machine, s: Settings, quiet: bool) -> Result<()> {
         pids: s.pids.clone(),
         cgroups: s.cgroups.clone(),
         max_targets: named,
-        mechanism: s.mechanism.as_str().to_string(),
+        mechanism: s.mechanism,
         program_costs: s.program_costs,
         latency_sample: s.latency_sample,
         attach_every: s.attach_every,
     };
-    let source = collect::open_source(machine, &opts, &classes)?;
-    if source.is_none() {
-        say(
-            "warning: this cpulab has no wakeup source yet; publishing the system counters, \
-             machine facts and probe only",
-        );
+    let source = Some(crate::watch::open_source(machine, &opts)?);
+    if let Some(why) = source.as_ref().and_then(|s| s.fallback_reason()) {
+        say(&format!(
+            "warning: counting wakeups with perf in user space, at a higher cost per event: \
+             the in-kernel aggregation did not load ({why})"
+        ));
     }
     if let Some((n, from)) = source.as_ref().and_then(|s| s.attach_windows()) {
         say(&windows_text(n, from));

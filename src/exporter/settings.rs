@@ -13,29 +13,7 @@ use std::time::Duration;
 pub const DEFAULT_PORT: u16 = 10039;
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:10039";
 
-/// How wakeups are counted. (Plain comments: doc comments would change `--help`'s layout.)
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
-pub enum Mechanism {
-    // BPF when it loads here, else perf.
-    #[default]
-    Auto,
-    Bpf,
-    Perf,
-    // A test double with made-up counts, labelled mechanism="fake" (tests only).
-    #[value(hide = true)]
-    Fake,
-}
-
-impl Mechanism {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Mechanism::Auto => "auto",
-            Mechanism::Bpf => "bpf",
-            Mechanism::Perf => "perf",
-            Mechanism::Fake => "fake",
-        }
-    }
-}
+pub use crate::wakeups::Mechanism;
 
 /// Validated settings.
 #[derive(Debug)]

@@ -49,7 +49,8 @@ pub struct Args {
     /// How to read the tracepoints: bpf (raw tracepoints, BTF) and bpf-tracepoint (no BTF)
     /// see every record (root, or CAP_BPF+CAP_PERFMON); perf misses some on VMs; auto is bpf
     /// when it loads, else perf.
-    #[arg(long, value_enum, default_value = "auto", value_name = "HOW")]
+    #[arg(long, default_value = "auto", value_name = "HOW",
+          value_parser = crate::watch::Mechanism::value_parser(crate::wakeups::Shape::Events))]
     pub mechanism: crate::watch::Mechanism,
     /// A command to start and watch (without a shell), with its children; it ends with cpulab.
     #[arg(last = true, value_name = "COMMAND")]

@@ -1,6 +1,7 @@
 //! How the tracepoints are opened: the BPF programs (BTF-typed raw tracepoints, untyped raw
-//! tracepoints, tracepoint programs) or perf's per-CPU rings, whichever loads first in that
-//! order, and the one [`Source`] of decoded events a [`super::Session`] reads either way.
+//! tracepoints, tracepoint programs) or perf's per-CPU rings, and the one [`Feed`] of decoded
+//! events (or counts) a [`super::Session`] reads either way. Which of them is used is chosen in
+//! one place, [`super::open`]; this file only opens what it is told to.
 
 use super::events::{self, Decoder, Timed};
 use super::{
@@ -191,37 +192,38 @@ pub(super) fn open_perf(
 /// Where the records come from: perf's per-CPU rings, or the BPF programs' ring; with the
 /// decoder of tracefs record layouts where the records are those (raw-tracepoint programs
 /// write their own fixed records, and need no tracefs).
-pub(super) enum Source {
+pub enum Feed {
     Perf(ring::Tracer, Decoder),
     Bpf(bpf::Programs, Option<Decoder>),
-    /// The in-kernel aggregation alone: nothing to drain.
-    Counts(Box<super::source::BpfSource>),
+    /// Cumulative counts (the in-kernel aggregation, perf aggregated in user space, the test
+    /// double): nothing to drain.
+    Counts(Box<dyn crate::wakeups::Source>),
 }
 
-impl Source {
+impl Feed {
     pub(super) fn enable(&self) -> std::io::Result<()> {
         match self {
-            Source::Perf(t, _) => t.enable(),
-            Source::Bpf(p, _) => p.enable(),
-            Source::Counts(_) => Ok(()),
+            Feed::Perf(t, _) => t.enable(),
+            Feed::Bpf(p, _) => p.enable(),
+            Feed::Counts(_) => Ok(()),
         }
     }
 
     pub(super) fn disable(&mut self) {
         match self {
-            Source::Perf(t, _) => t.disable(),
-            Source::Bpf(p, _) => p.disable(),
+            Feed::Perf(t, _) => t.disable(),
+            Feed::Bpf(p, _) => p.disable(),
             // Detached when the session drops it, after its last snapshot.
-            Source::Counts(_) => {}
+            Feed::Counts(_) => {}
         }
     }
 
     /// Decodes every record read now into `out`; returns the bytes that did not form a record.
     pub(super) fn drain(&mut self, out: &mut Vec<Timed>, tally: &mut Tally) -> u64 {
         match self {
-            Source::Perf(t, d) => t.drain(|cpu, r| collect(d, cpu, r, out, tally)) as u64,
-            Source::Counts(_) => 0,
-            Source::Bpf(p, d) => {
+            Feed::Perf(t, d) => t.drain(|cpu, r| collect(d, cpu, r, out, tally)) as u64,
+            Feed::Counts(_) => 0,
+            Feed::Bpf(p, d) => {
                 p.drain(|r| {
                     let event = match d {
                         None => bpf::decode_raw(&r),
@@ -238,9 +240,9 @@ impl Source {
 
     pub(super) fn last_fill(&self) -> f64 {
         match self {
-            Source::Perf(t, _) => t.last_fill,
-            Source::Bpf(p, _) => p.last_fill,
-            Source::Counts(_) => 0.0,
+            Feed::Perf(t, _) => t.last_fill,
+            Feed::Bpf(p, _) => p.last_fill,
+            Feed::Counts(_) => 0.0,
         }
     }
 
@@ -248,9 +250,9 @@ impl Source {
     /// drops go into the tally's losses.
     pub(super) fn counts(&self, cpus: &[u32], tally: &mut Tally) -> Vec<(u32, Vec<Option<u64>>)> {
         match self {
-            Source::Perf(t, _) => t.counts(),
-            Source::Counts(_) => cpus.iter().map(|&c| (c, vec![None; 4])).collect(),
-            Source::Bpf(p, _) => match p.counts() {
+            Feed::Perf(t, _) => t.counts(),
+            Feed::Counts(_) => cpus.iter().map(|&c| (c, vec![None; 4])).collect(),
+            Feed::Bpf(p, _) => match p.counts() {
                 Ok(per_cpu) => cpus
                     .iter()
                     .map(|&cpu| {

@@ -18,8 +18,10 @@ pub mod bpf;
 pub mod btf;
 pub mod command;
 pub mod events;
+pub mod fake;
 pub mod format;
 pub mod mechanism;
+pub mod open;
 pub mod perf_source;
 pub mod render;
 pub mod report;
@@ -35,9 +37,9 @@ use crate::output::Style;
 use crate::report::envelope::Kind;
 use anyhow::Result;
 pub use mechanism::Tally;
+pub use open::open_source;
 pub use report::WatchReport;
 pub use session::Session;
-pub use source::open_source;
 use std::path::PathBuf;
 use std::time::Duration;
 pub use targets::Target;
@@ -68,29 +70,7 @@ pub struct WatchSettings {
     pub mechanism: Mechanism,
 }
 
-/// How a watch reads the scheduler tracepoints. (Plain comments on the variants: doc comments
-/// would turn `--help` into clap's long layout.)
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
-pub enum Mechanism {
-    // BPF when it loads here, else perf (the reason is given).
-    #[default]
-    Auto,
-    // eBPF programs on the scheduler's raw tracepoints (task fields at offsets from the
-    // kernel's BTF), each writing a small record into one BPF ring buffer; where the raw
-    // tracepoints cannot be used, tracepoint programs as bpf-tracepoint. Sees every event, also
-    // those emitted while an idle vCPU is woken (needs root, or CAP_BPF and CAP_PERFMON).
-    Bpf,
-    // eBPF programs on the tracepoints (through perf) copying each tracefs record into one BPF
-    // ring buffer: no BTF needed, but each event pays for building the tracepoint record.
-    BpfTracepoint,
-    // perf_event_open per-CPU sample rings with in-kernel filters (no BPF needed); on KVM
-    // guests it misses the records emitted while an idle vCPU is woken.
-    Perf,
-    // Only the in-kernel aggregation (what the exporter reads): counts and latency buckets per
-    // target and class, no per-event record; the figures that need one (pairs, on-CPU time,
-    // migrations, threads) are not measured.
-    BpfCounts,
-}
+pub use crate::wakeups::Mechanism;
 
 impl Default for WatchSettings {
     fn default() -> Self {

@@ -12,7 +12,7 @@
 
 use super::analyze::{Analysis, TaskInfo, Tasks};
 use super::bpf::aggregate::{BUCKETS, bucket_of};
-use super::mechanism::{self, Source as Events, Tally};
+use super::mechanism::{self, Feed as Events, Tally};
 use super::slots::{OTHER, Resolver, Slots};
 use super::{Mechanism, SETTLE_NS, WatchSettings, monotonic_ns};
 use crate::machine::Machine;
@@ -90,9 +90,16 @@ pub struct PerfSource {
     reader: Option<std::thread::JoinHandle<()>>,
     classes: Vec<String>,
     whole_machine: bool,
+    /// Why the in-kernel aggregation was not used, where perf is `auto`'s fallback.
+    fallback: Option<String>,
 }
 
 impl PerfSource {
+    /// Records why the preferred mechanism was not used (see [`Source::fallback_reason`]).
+    pub fn fell_back_because(&mut self, why: Option<String>) {
+        self.fallback = why;
+    }
+
     /// Opens the tracepoints through perf (root: their layouts come from tracefs) on a reader
     /// thread; a refusal is returned from here, before anything is counted.
     pub fn open(machine: &Machine, opts: &SourceOptions) -> Result<Self> {
@@ -108,13 +115,7 @@ impl PerfSource {
         let stop = Arc::new(AtomicBool::new(false));
         let whole_machine = resolver.whole_machine();
         let online = machine.topology.online.to_vec();
-        let mut classes: Vec<_> = online
-            .iter()
-            .flat_map(|&a| online.iter().map(move |&b| (a, b)))
-            .map(|(a, b)| machine.topology.class(a, b))
-            .collect();
-        classes.sort_unstable();
-        classes.dedup();
+        let classes = machine.topology.classes_among(&online);
         let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<()>>();
         let machine = machine.clone();
         let (t_sums, t_stop) = (sums.clone(), stop.clone());
@@ -135,6 +136,7 @@ impl PerfSource {
             reader: Some(reader),
             classes: classes.iter().map(|c| c.as_str().to_string()).collect(),
             whole_machine,
+            fallback: None,
         })
     }
 }
@@ -244,6 +246,10 @@ fn fold(analysis: &mut Analysis<'_>, tally: &mut Tally, s: &mut Sums) {
 impl Source for PerfSource {
     fn mechanism(&self) -> &str {
         "perf"
+    }
+
+    fn fallback_reason(&self) -> Option<&str> {
+        self.fallback.as_deref()
     }
 
     fn snapshot(&mut self) -> Result<Snapshot> {

@@ -1,4 +1,5 @@
-//! A watch as a session: [`Session::open`] chooses the mechanism and loads or opens the events,
+//! A watch as a session: [`Session::open`] opens the events through the one front door
+//! ([`super::open`]),
 //! [`Session::enable`] starts the window (the system counters' first sample, the command under
 //! watch), [`Session::read`] drains what arrived and feeds the analysis (as often as the caller
 //! likes: `cpulab watch` every [`Session::poll_interval`]), and [`Session::close`] detaches
@@ -12,11 +13,10 @@
 
 use super::analyze::Analysis;
 use super::events::Timed;
-use super::mechanism::{RawRefusal, Source, Tally};
+use super::mechanism::{Feed, Tally};
 use super::{
-    BPF_PERMISSION_LINE, BPF_TRACEPOINT_PERMISSION_LINE, Mechanism, PERF_PERMISSION_LINE,
-    PERMISSION_LINE, POLL, SETTLE_NS, Target, WatchReport, WatchSettings, bpf, is_denied,
-    mechanism, monotonic_ns, report, ring, targets, whole_records,
+    POLL, SETTLE_NS, Target, WatchReport, WatchSettings, bpf, mechanism, monotonic_ns, report,
+    ring, targets, whole_records,
 };
 use crate::error::bad_input;
 use crate::experiment::Progress;
@@ -30,12 +30,10 @@ use std::time::{Duration, Instant};
 pub struct Session<'m> {
     machine: &'m Machine,
     settings: WatchSettings,
-    source: Source,
+    source: Feed,
     cpus: Vec<u32>,
     /// Why BPF, the raw tracepoints, or their BTF-typed form were not used (for the report).
-    bpf_refused: Option<String>,
-    raw_refused: Option<String>,
-    typed_refused: Option<String>,
+    refusals: super::open::Refusals,
     filters: Option<([String; 4], String)>,
     specs: Vec<ring::EventSpec>,
     stop: Arc<AtomicBool>,
@@ -64,120 +62,15 @@ struct Window<'m> {
 }
 
 impl<'m> Session<'m> {
-    /// Chooses the mechanism (BPF raw tracepoints, BPF tracepoint programs, perf, as the
-    /// settings allow and the kernel takes them) and attaches it; a refusal the user can fix is
-    /// one line (exit 2).
+    /// Opens the events through the one front door ([`super::open`]: BPF raw tracepoints,
+    /// BPF tracepoint programs, perf, or the in-kernel counts, as the settings allow and the
+    /// kernel takes them); a refusal the user can fix is one line (exit 2).
     pub fn open(machine: &'m Machine, s: &WatchSettings, progress: &Progress) -> Result<Self> {
-        let root_user = nix::unistd::geteuid().is_root();
-        let denied_line = match s.mechanism {
-            Mechanism::Bpf => BPF_PERMISSION_LINE,
-            Mechanism::BpfTracepoint => BPF_TRACEPOINT_PERMISSION_LINE,
-            Mechanism::Perf => PERF_PERMISSION_LINE,
-            Mechanism::Auto | Mechanism::BpfCounts => PERMISSION_LINE,
-        };
-        let cpus = machine.topology.online.to_vec();
-        let want_bpf = s.mechanism != Mechanism::Perf && s.dump_records.is_none();
-        // BPF first, unless perf was asked for (or a perf ring dump, a parser fixture); raw
-        // tracepoints first of all: they need the kernel's BTF but not tracefs.
-        let mut bpf_refused = None;
-        let mut raw_refused: Option<String> = None;
-        let mut typed_refused: Option<String> = None;
-        let mut source = None;
-        if s.mechanism == Mechanism::BpfCounts {
-            if s.command.is_some() {
-                return Err(bad_input(
-                    "--mechanism bpf-counts watches named targets, not -- COMMAND; give --comm, --pid or --cgroup, or another mechanism",
-                ));
-            }
-            let opts = counts_options(&s.target);
-            let src = super::source::BpfSource::open(machine, &opts).map_err(|e| {
-                if is_denied(&e) {
-                    bad_input(BPF_PERMISSION_LINE)
-                } else {
-                    bad_input(format!(
-                        "--mechanism bpf-counts: the BPF programs did not load here ({e}); use --mechanism perf"
-                    ))
-                }
-            })?;
-            source = Some(Source::Counts(Box::new(src)));
-        } else if want_bpf && s.mechanism != Mechanism::BpfTracepoint {
-            match mechanism::open_raw(&machine.root) {
-                Ok((p, why)) => {
-                    typed_refused = why;
-                    source = Some(Source::Bpf(p, None));
-                }
-                Err(RawRefusal::Denied(_)) if s.mechanism == Mechanism::Bpf => {
-                    return Err(bad_input(BPF_PERMISSION_LINE));
-                }
-                Err(RawRefusal::Denied(e)) => bpf_refused = Some(e),
-                Err(RawRefusal::Unusable(why)) => raw_refused = Some(why),
-            }
-        } else if want_bpf {
-            raw_refused = Some("--mechanism bpf-tracepoint".into());
+        let opened = super::open::open(machine, &super::open::Request::Events(s))?;
+        for note in &opened.notes {
+            progress.note(note);
         }
-        let mut filters = None;
-        // What each event costs a record (all of them, with BPF); the ids are perf's concern.
-        let mut specs: Vec<ring::EventSpec> = (0..4)
-            .map(|_| ring::EventSpec {
-                id: 0,
-                sampled: true,
-                filter: None,
-            })
-            .collect();
-        let source = match source {
-            Some(b) => b,
-            None => {
-                let formats = mechanism::read_formats(root_user, denied_line)?;
-                let decoder =
-                    super::events::Decoder::new(&formats[0], &formats[1], &formats[2], &formats[3])
-                        .map_err(|e| anyhow::anyhow!(e))?;
-                let mut bpf = None;
-                if want_bpf && bpf_refused.is_none() {
-                    match mechanism::open_tracepoint_bpf(&formats, &machine.root) {
-                        Ok(p) => {
-                            if let Some(why) = raw_refused
-                                .as_ref()
-                                .filter(|_| s.mechanism != Mechanism::BpfTracepoint)
-                            {
-                                progress.note(&format!(
-                                    "BPF tracepoint programs instead of raw tracepoints: {why}"
-                                ));
-                            }
-                            bpf = Some(p);
-                        }
-                        Err(e) if s.mechanism != Mechanism::Auto => {
-                            return Err(if is_denied(&e) {
-                                bad_input(denied_line)
-                            } else {
-                                bad_input(format!(
-                                    "--mechanism {}: the BPF programs did not load here ({e}); use --mechanism perf",
-                                    if s.mechanism == Mechanism::Bpf {
-                                        "bpf"
-                                    } else {
-                                        "bpf-tracepoint"
-                                    }
-                                ))
-                            });
-                        }
-                        Err(e) => bpf_refused = Some(e.to_string()),
-                    }
-                }
-                match bpf {
-                    Some(p) => Source::Bpf(p, Some(decoder)),
-                    None => {
-                        if let Some(why) = &bpf_refused {
-                            progress.note(&format!(
-                                "reading the tracepoints with perf: BPF did not load ({why})"
-                            ));
-                        }
-                        let (tracer, f, sp) = mechanism::open_perf(machine, s, &decoder, &cpus)?;
-                        filters = f;
-                        specs = sp;
-                        Source::Perf(tracer, decoder)
-                    }
-                }
-            }
-        };
+        let cpus = machine.topology.online.to_vec();
         let stop = Arc::new(AtomicBool::new(false));
         let signals = [libc::SIGINT, libc::SIGTERM]
             .into_iter()
@@ -186,13 +79,11 @@ impl<'m> Session<'m> {
         Ok(Self {
             machine,
             settings: s.clone(),
-            source,
+            source: opened.feed,
             cpus,
-            bpf_refused,
-            raw_refused,
-            typed_refused,
-            filters,
-            specs,
+            refusals: opened.refusals,
+            filters: opened.filters,
+            specs: opened.specs,
             stop,
             signals,
             window: None,
@@ -215,7 +106,7 @@ impl<'m> Session<'m> {
         let started = Instant::now();
         self.source.enable()?;
         let counts_base = match &mut self.source {
-            Source::Counts(c) => Some(crate::wakeups::Source::snapshot(c.as_mut())?),
+            Feed::Counts(c) => Some(crate::wakeups::Source::snapshot(c.as_mut())?),
             _ => None,
         };
         let child = match &s.command {
@@ -292,7 +183,7 @@ impl<'m> Session<'m> {
             monotonic_ns().saturating_sub(SETTLE_NS)
         };
         if w.started.elapsed() > Duration::from_millis(300)
-            && let Source::Perf(tracer, decoder) = &mut self.source
+            && let Feed::Perf(tracer, decoder) = &mut self.source
             && let Some(path) = w.dump.take()
         {
             let bytes = tracer.drain_bytes();
@@ -349,7 +240,7 @@ impl<'m> Session<'m> {
         let s = &self.settings;
         let interval_s = w.started.elapsed().as_secs_f64();
         w.analysis.finish(&mut w.tasks);
-        if let (Source::Counts(c), Some(base)) = (&mut self.source, &w.counts_base) {
+        if let (Feed::Counts(c), Some(base)) = (&mut self.source, &w.counts_base) {
             let now = crate::wakeups::Source::snapshot(c.as_mut())?;
             let lost = fill_from_counts(&mut w.analysis, base, &now);
             // The programs watch every CPU: the halts and IPIs around the window are all of them.
@@ -358,10 +249,10 @@ impl<'m> Session<'m> {
         }
         let counts = self.source.counts(&self.cpus, &mut w.tally);
         let bpf_kind = match &self.source {
-            Source::Bpf(p, _) => Some(p.kind),
-            Source::Perf(..) | Source::Counts(_) => None,
+            Feed::Bpf(p, _) => Some(p.kind),
+            Feed::Perf(..) | Feed::Counts(_) => None,
         };
-        let counts_only = matches!(self.source, Source::Counts(_));
+        let counts_only = matches!(self.source, Feed::Counts(_));
         // Detach before the second sample of the system counters, so the programs' own cost
         // ends inside the window.
         self.source.disable();
@@ -430,14 +321,14 @@ impl<'m> Session<'m> {
                  ({} MiB); no in-kernel filter (BTF-typed programs not used: {})",
                 bpf::RAW_RECORD,
                 bpf::RING_BYTES >> 20,
-                self.typed_refused.as_deref().unwrap_or("unknown")
+                self.refusals.typed.as_deref().unwrap_or("unknown")
             ),
             Some(bpf::Kind::Tracepoint) => format!(
                 "eBPF programs on sched:sched_waking, sched_wakeup, sched_switch, \
                  sched_migrate_task, each copying every record into one BPF ring buffer ({} MiB); \
                  no in-kernel filter (raw tracepoints not used: {})",
                 bpf::RING_BYTES >> 20,
-                self.raw_refused.as_deref().unwrap_or("unknown")
+                self.refusals.raw.as_deref().unwrap_or("unknown")
             ),
             None => {
                 let mut m = format!(
@@ -453,7 +344,7 @@ impl<'m> Session<'m> {
                     m.push_str("; ");
                     m.push_str(what);
                 }
-                if let Some(why) = &self.bpf_refused {
+                if let Some(why) = &self.refusals.bpf {
                     m.push_str(&format!("; BPF not used: {why}"));
                 }
                 m
@@ -477,24 +368,6 @@ const COUNTS_MECHANISM: &str = "in-kernel aggregation only (the exporter's progr
     maps, no per-event record): latency percentiles are bucket upper bounds, run-queue wait is \
     the wakeup-to-run part only; threads, pids, pairs, on-CPU time and migrations need per-event \
     records and are not measured (shown as 0)";
-
-/// The aggregation's targets for a watch's target (a command's descendants are not followed:
-/// its own process only).
-fn counts_options(target: &Target) -> crate::wakeups::SourceOptions {
-    let mut o = crate::wakeups::SourceOptions {
-        max_targets: 64,
-        mechanism: "bpf".into(),
-        ..Default::default()
-    };
-    match target {
-        Target::Comms(c) => o.comms = c.iter().cloned().collect(),
-        Target::Pids(p) => o.pids = p.iter().copied().collect(),
-        Target::Cgroup(d) => o.cgroups = vec![d.to_string_lossy().to_string()],
-        Target::Command(pid) => o.pids = vec![*pid],
-        Target::All => {}
-    }
-    o
-}
 
 /// Puts what the aggregation counted between two snapshots where the report reads the
 /// analysis: one row per target label (no pid: pid 0), its classes' wakeups, idle destinations,

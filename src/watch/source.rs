@@ -2,7 +2,7 @@
 //! ([`BpfSource`], see [`super::bpf::aggregate`]), or where BPF does not load, the perf fallback
 //! ([`super::perf_source::PerfSource`]) that aggregates in user space at a higher cost per event.
 //!
-//! [`open_source`] is what the exporter and `cpulab watch` call. The BPF source costs user space
+//! Both are opened through [`super::open`], the one front door. The BPF source costs user space
 //! nothing between snapshots but a re-read of the targets once a second (on its own thread: /proc
 //! for command names, the cgroup tree for cgroups), so processes that start under a watched
 //! cgroup are counted within a second, and a snapshot is one look-up per (target, class, idle)
@@ -26,38 +26,6 @@ use std::time::Duration;
 
 /// How often the targets are re-read.
 pub const REFRESH: Duration = Duration::from_secs(1);
-
-/// Opens the wakeup counts for `opts`: in-kernel aggregation where BPF loads, else (with
-/// `mechanism` `auto`) the perf fallback. Bad options and refusals the user can fix are one line
-/// (exit 2), before anything is attached.
-pub fn open_source(machine: &Machine, opts: &SourceOptions) -> Result<Box<dyn Source>> {
-    let cgroup_root = super::slots::cgroup_root(&machine.root);
-    for c in &opts.cgroups {
-        super::slots::check_cgroup(&cgroup_root, c).map_err(crate::error::bad_input)?;
-    }
-    for &pid in &opts.pids {
-        if !machine.root.join("proc").join(pid.to_string()).is_dir() {
-            return Err(crate::error::bad_input(format!(
-                "no process with pid {pid} (it may have exited); see `ps -e`"
-            )));
-        }
-    }
-    match opts.mechanism.as_str() {
-        "" | "auto" => match BpfSource::open(machine, opts) {
-            Ok(s) => Ok(Box::new(s)),
-            Err(_) => Ok(Box::new(super::perf_source::PerfSource::open(
-                machine, opts,
-            )?)),
-        },
-        "bpf" => Ok(Box::new(BpfSource::open(machine, opts)?)),
-        "perf" => Ok(Box::new(super::perf_source::PerfSource::open(
-            machine, opts,
-        )?)),
-        other => Err(crate::error::bad_input(format!(
-            "mechanism `{other}` is not one of auto, bpf, perf"
-        ))),
-    }
-}
 
 /// Targets as the kernel's `targets` map holds them, kept current by the refresh thread.
 struct Targets {
@@ -223,9 +191,244 @@ impl Duty {
     }
 }
 
+/// The scheduler programs, in the order they are loaded, attached and timed.
+const SCHED_PROGRAMS: [&str; 2] = ["sched_waking", "sched_switch"];
+
+/// Has the kernel time every BPF program while the returned descriptor is open.
+fn time_programs() -> std::io::Result<OwnedFd> {
+    sys::enable_stats().map_err(|e| {
+        std::io::Error::new(
+            e.kind(),
+            format!(
+                "cannot have the kernel time the BPF programs (BPF_ENABLE_STATS needs \
+                 CAP_SYS_ADMIN): {e}"
+            ),
+        )
+    })
+}
+
+/// The maps the programs share, owned here until the source takes them.
+struct KernelMaps {
+    targets: Arc<MappedArray>,
+    /// An array indexed by tid (see `aggregate`): a wakeup whose switch-in never comes (rare)
+    /// is overwritten by the next one of its entry, never leaks anything. Mapped, so that user
+    /// space can clear it before re-attaching (`--attach-every`).
+    pending: Arc<MappedArray>,
+    classes: OwnedFd,
+    rows: OwnedFd,
+    stats: OwnedFd,
+    sampler: OwnedFd,
+    /// The `--comm` names for the exec program (none without names or the BTF's `comm`).
+    comms: Option<OwnedFd>,
+}
+
+impl KernelMaps {
+    /// Creates every map but `comms`, for `ncpu` possible CPUs and `nrows` rows.
+    fn create(ncpu: u32, nrows: u32) -> std::io::Result<Self> {
+        let percpu = |value: u32, entries: u32, name: &str| {
+            sys::map_create(sys::BPF_MAP_TYPE_PERCPU_ARRAY, 4, value, entries, name)
+        };
+        Ok(Self {
+            targets: Arc::new(MappedArray::targets("cpulab_targets")?),
+            pending: Arc::new(MappedArray::create(
+                "cpulab_pending",
+                aggregate::PENDING,
+                aggregate::PENDING_ENTRIES,
+            )?),
+            classes: sys::map_create(sys::BPF_MAP_TYPE_ARRAY, 4, 4, ncpu * ncpu, "cpulab_classes")?,
+            rows: percpu((ROW_WORDS * 8) as u32, nrows, "cpulab_rows")?,
+            stats: percpu(8, aggregate::STATS, "cpulab_stats")?,
+            sampler: percpu(aggregate::SAMPLER, 1, "cpulab_sampler")?,
+            comms: None,
+        })
+    }
+
+    /// The descriptors as the programs are built with them.
+    fn fds(&self) -> Maps {
+        Maps {
+            comms: self.comms.as_ref().map_or(-1, |m| m.as_raw_fd()),
+            targets: self.targets.fd().as_raw_fd(),
+            pending: self.pending.fd().as_raw_fd(),
+            classes: self.classes.as_raw_fd(),
+            rows: self.rows.as_raw_fd(),
+            stats: self.stats.as_raw_fd(),
+            sampler: self.sampler.as_raw_fd(),
+        }
+    }
+}
+
+/// Fills the CPU-pair class table from the topology (`aggregate::class_table`, the one
+/// definition of a pair's class, `Topology::class`); returns the class indexes present among
+/// the online CPUs, nearest first.
+fn fill_classes(
+    map: &OwnedFd,
+    topology: &crate::topology::Topology,
+    n: u32,
+) -> std::io::Result<Vec<u32>> {
+    let table = aggregate::class_table(topology, n);
+    for (i, c) in table.iter().enumerate() {
+        sys::map_update(map, &(i as u32).to_ne_bytes(), &c.to_ne_bytes())?;
+    }
+    let online = topology.online.to_vec();
+    Ok(topology
+        .classes_among(&online)
+        .into_iter()
+        .filter_map(aggregate::class_index)
+        .collect())
+}
+
+/// The exec program's map of `--comm` names to their slots (none without names).
+fn comms_map(names: &[&String], slots: &mut Slots) -> std::io::Result<Option<OwnedFd>> {
+    if names.is_empty() {
+        return Ok(None);
+    }
+    let map = sys::map_create(
+        sys::BPF_MAP_TYPE_HASH,
+        16,
+        4,
+        names.len() as u32,
+        "cpulab_comms",
+    )?;
+    for name in names {
+        let slot = slots.slot(name);
+        if slot != slots.other() {
+            sys::map_update(&map, &aggregate::comm_key(name), &slot.to_ne_bytes())?;
+        }
+    }
+    Ok(Some(map))
+}
+
+/// The scheduler programs, loaded and attached.
+struct Scheduler {
+    /// BTF-typed (`tp_btf`) programs, else untyped raw tracepoints.
+    typed: bool,
+    progs: Vec<OwnedFd>,
+    links: Vec<OwnedFd>,
+}
+
+/// Loads and attaches the `sched_waking` and `sched_switch` programs: BTF-typed where the
+/// kernel takes them (`typed_ids`: the tracepoints' typedef ids in `EVENT_NAMES` order), else
+/// untyped raw tracepoints reading task fields with helper calls.
+fn attach_scheduler(
+    maps: &Maps,
+    layout: Layout,
+    offsets: &crate::watch::btf::TaskOffsets,
+    typed_ids: Option<&[u32; 4]>,
+) -> std::io::Result<Scheduler> {
+    let attach = |typed: Option<&[u32; 4]>| -> std::io::Result<Scheduler> {
+        let l = Layout {
+            direct: typed.is_some(),
+            ..layout
+        };
+        let programs = [
+            aggregate::waking(maps, &l, offsets),
+            aggregate::switch(maps, &l, offsets),
+        ];
+        let mut s = Scheduler {
+            typed: typed.is_some(),
+            progs: Vec::new(),
+            links: Vec::new(),
+        };
+        // EVENT_NAMES order of the typedef ids: waking 0, switch 1.
+        for (i, (name, insns)) in SCHED_PROGRAMS.iter().zip(programs).enumerate() {
+            let label = format!("cpulab_a_{}", &name[6..]);
+            let prog = match typed {
+                Some(ids) => {
+                    sys::prog_load(&insns, &label, sys::BPF_PROG_TYPE_TRACING, Some(ids[i]))?
+                }
+                None => sys::prog_load(&insns, &label, sys::BPF_PROG_TYPE_RAW_TRACEPOINT, None)?,
+            };
+            let link = sys::raw_attach(typed.is_none().then_some(*name), &prog)?;
+            s.progs.push(prog);
+            s.links.push(link);
+        }
+        Ok(s)
+    };
+    match typed_ids.map(|ids| attach(Some(ids))) {
+        Some(Ok(s)) => Ok(s),
+        _ => attach(None),
+    }
+}
+
+/// The programs that follow targets: children of targets join at birth (see
+/// `aggregate::fork`), and a process that `exec`s into a `--comm` name joins it (where the
+/// `comms` map exists). Forks are rare, so the untyped programs serve every kernel; where one
+/// does not load, the refresh alone finds new processes, within a second. Each is the
+/// tracepoint, the program and its link.
+fn attach_followers(
+    maps: &Maps,
+    layout: Layout,
+    offsets: &crate::watch::btf::TaskOffsets,
+) -> Vec<(&'static str, OwnedFd, OwnedFd)> {
+    let l = Layout {
+        direct: false,
+        ..layout
+    };
+    let mut programs = vec![(
+        "sched_process_fork",
+        "cpulab_a_fork",
+        aggregate::fork(maps, &l, offsets),
+    )];
+    if maps.comms >= 0
+        && let Some(insns) = aggregate::exec(maps, offsets)
+    {
+        programs.push(("sched_process_exec", "cpulab_a_exec", insns));
+    }
+    programs
+        .into_iter()
+        .filter_map(|(tracepoint, label, insns)| {
+            let prog =
+                sys::prog_load(&insns, label, sys::BPF_PROG_TYPE_RAW_TRACEPOINT, None).ok()?;
+            let link = sys::raw_attach(Some(tracepoint), &prog).ok()?;
+            Some((tracepoint, prog, link))
+        })
+        .collect()
+}
+
+/// What the refresh thread keeps current.
+struct Refresher {
+    targets: Arc<Mutex<Targets>>,
+    map: Arc<MappedArray>,
+    stop: Arc<AtomicBool>,
+    duty: Arc<Mutex<Duty>>,
+    pending: Arc<MappedArray>,
+    /// The attached windows' origin.
+    origin: std::time::Instant,
+}
+
+/// Starts the thread that attaches and detaches the scheduler programs on their windows and
+/// re-reads the targets every [`REFRESH`], until `stop`; none when no thread could start.
+fn start_refresher(r: Refresher) -> Option<std::thread::JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name("cpulab-targets".into())
+        .spawn(move || {
+            let mut refreshed = Duration::ZERO;
+            while !r.stop.load(Ordering::Relaxed) {
+                // Small steps, so a drop is not held up by a whole period; and a step ends on
+                // each whole second, so the attached windows start and end on their second
+                // (within the sleep's wake-up latency), not up to a step late.
+                std::thread::sleep(next_step(r.origin.elapsed()));
+                let elapsed = r.origin.elapsed();
+                if let Ok(mut d) = r.duty.lock() {
+                    d.step(elapsed, &r.pending);
+                }
+                if elapsed >= refreshed + REFRESH {
+                    refreshed = elapsed;
+                    if let Ok(mut t) = r.targets.lock() {
+                        t.refresh(&r.map);
+                    }
+                }
+            }
+        })
+        .ok()
+}
+
 impl BpfSource {
-    /// Creates the maps, fills the class table and the targets, loads and attaches the two
-    /// programs (BTF-typed where the kernel takes them, else untyped raw tracepoints).
+    /// Opens the in-kernel aggregation in the order its parts depend on: the kernel's timing of
+    /// the programs (before they load, so each one's runs count from the first), the maps, the
+    /// class table, the targets, the scheduler programs, the programs that follow targets'
+    /// children, and the refresh thread. Anything that fails closes what was opened before it
+    /// (every part is an owned descriptor).
     pub fn open(machine: &Machine, opts: &SourceOptions) -> std::io::Result<Self> {
         let ncpu = super::bpf::possible_cpus(&machine.root)
             .ok_or_else(|| std::io::Error::other("cannot read /sys/devices/system/cpu/possible"))?;
@@ -243,65 +446,14 @@ impl BpfSource {
         for label in resolver.named_labels() {
             slots.slot(&label);
         }
-        // Timing on before the programs load, so each one's runs are counted from the first.
         let timing = if opts.program_costs {
-            Some(sys::enable_stats().map_err(|e| {
-                std::io::Error::new(
-                    e.kind(),
-                    format!(
-                        "cannot have the kernel time the BPF programs (BPF_ENABLE_STATS needs \
-                         CAP_SYS_ADMIN): {e}"
-                    ),
-                )
-            })?)
+            Some(time_programs()?)
         } else {
             None
         };
-        let nrows = aggregate::rows(slots.count());
-        let targets_map = MappedArray::targets("cpulab_targets")?;
-        // An array indexed by tid (see `aggregate`): a wakeup whose switch-in never comes (rare)
-        // is overwritten by the next one of its entry, never leaks anything.
-        // Mapped, so that user space can clear it before re-attaching (`--attach-every`).
-        let pending = Arc::new(MappedArray::create(
-            "cpulab_pending",
-            aggregate::PENDING,
-            aggregate::PENDING_ENTRIES,
-        )?);
         let n = ncpu as u32;
-        let classes_map = sys::map_create(sys::BPF_MAP_TYPE_ARRAY, 4, 4, n * n, "cpulab_classes")?;
-        let rows = sys::map_create(
-            sys::BPF_MAP_TYPE_PERCPU_ARRAY,
-            4,
-            (ROW_WORDS * 8) as u32,
-            nrows,
-            "cpulab_rows",
-        )?;
-        let stats = sys::map_create(
-            sys::BPF_MAP_TYPE_PERCPU_ARRAY,
-            4,
-            8,
-            aggregate::STATS,
-            "cpulab_stats",
-        )?;
-        let sampler = sys::map_create(
-            sys::BPF_MAP_TYPE_PERCPU_ARRAY,
-            4,
-            aggregate::SAMPLER,
-            1,
-            "cpulab_sampler",
-        )?;
-        let table = aggregate::class_table(&machine.topology, n);
-        for (i, c) in table.iter().enumerate() {
-            sys::map_update(&classes_map, &(i as u32).to_ne_bytes(), &c.to_ne_bytes())?;
-        }
-        let online = machine.topology.online.to_vec();
-        let mut classes: Vec<u32> = online
-            .iter()
-            .flat_map(|&a| online.iter().map(move |&b| (a, b)))
-            .map(|(a, b)| table[(a * n + b) as usize])
-            .collect();
-        classes.sort_unstable();
-        classes.dedup();
+        let mut maps = KernelMaps::create(n, aggregate::rows(slots.count()))?;
+        let classes = fill_classes(&maps.classes, &machine.topology, n)?;
         let mut targets = Targets {
             resolver,
             slots,
@@ -309,176 +461,70 @@ impl BpfSource {
             refused: 0,
             refused_now: HashSet::new(),
         };
-        targets.refresh(&targets_map);
+        targets.refresh(&maps.targets);
         // The `--comm` names for the exec program, where the kernel's BTF gives the name's place.
-        let comm_names: Vec<&String> = if offsets.comm.is_some() {
-            opts.comms.iter().take(max_targets).collect()
-        } else {
-            Vec::new()
-        };
-        let comms_map = match comm_names.len() {
-            0 => None,
-            n => Some(sys::map_create(
-                sys::BPF_MAP_TYPE_HASH,
-                16,
-                4,
-                n as u32,
-                "cpulab_comms",
-            )?),
-        };
-        if let Some(map) = &comms_map {
-            for name in &comm_names {
-                let slot = targets.slots.slot(name);
-                if slot != targets.slots.other() {
-                    sys::map_update(map, &aggregate::comm_key(name), &slot.to_ne_bytes())?;
-                }
-            }
+        if offsets.comm.is_some() {
+            let names: Vec<&String> = opts.comms.iter().take(max_targets).collect();
+            maps.comms = comms_map(&names, &mut targets.slots)?;
         }
-        let maps = Maps {
-            comms: comms_map.as_ref().map_or(-1, |m| m.as_raw_fd()),
-            targets: targets_map.fd().as_raw_fd(),
-            pending: pending.fd().as_raw_fd(),
-            classes: classes_map.as_raw_fd(),
-            rows: rows.as_raw_fd(),
-            stats: stats.as_raw_fd(),
-            sampler: sampler.as_raw_fd(),
+        let fds = maps.fds();
+        let layout = Layout {
+            ncpu: n,
+            unmatched: whole_machine.then(|| targets.slots.other()),
+            direct: false,
+            sample: opts.latency_sample,
         };
-        let unmatched = whole_machine.then(|| targets.slots.other());
-        // EVENT_NAMES order of the typedef ids: waking, switch, migrate, wakeup.
-        let attach_all =
-            |typed: Option<&[u32; 4]>| -> std::io::Result<(Vec<OwnedFd>, Vec<OwnedFd>)> {
-                let l = Layout {
-                    ncpu: n,
-                    unmatched,
-                    direct: typed.is_some(),
-                    sample: opts.latency_sample,
-                };
-                let programs = [
-                    ("sched_waking", 0, aggregate::waking(&maps, &l, &offsets)),
-                    ("sched_switch", 1, aggregate::switch(&maps, &l, &offsets)),
-                ];
-                let (mut progs, mut links) = (Vec::new(), Vec::new());
-                for (name, i, insns) in programs {
-                    let short = &name[6..];
-                    let prog = match typed {
-                        Some(ids) => sys::prog_load(
-                            &insns,
-                            &format!("cpulab_a_{short}"),
-                            sys::BPF_PROG_TYPE_TRACING,
-                            Some(ids[i]),
-                        )?,
-                        None => sys::prog_load(
-                            &insns,
-                            &format!("cpulab_a_{short}"),
-                            sys::BPF_PROG_TYPE_RAW_TRACEPOINT,
-                            None,
-                        )?,
-                    };
-                    let link = sys::raw_attach(typed.is_none().then_some(name), &prog)?;
-                    progs.push(prog);
-                    links.push(link);
-                }
-                Ok((progs, links))
-            };
-        let (typed, (mut progs, sched_links)) =
-            match typed_ids.as_ref().map(|ids| attach_all(Some(ids))) {
-                Some(Ok(p)) => (true, p),
-                _ => (false, attach_all(None)?),
-            };
+        let sched = attach_scheduler(&fds, layout, &offsets, typed_ids.as_ref())?;
+        let typed = sched.typed;
         let duty = Duty {
             every: opts.attach_every.max(1),
-            progs: progs
+            progs: sched
+                .progs
                 .iter()
-                .zip(["sched_waking", "sched_switch"])
+                .zip(SCHED_PROGRAMS)
                 .map(|(p, name)| Ok(((!typed).then_some(name), p.try_clone()?)))
                 .collect::<std::io::Result<_>>()?,
-            links: sched_links,
+            links: sched.links,
             since: Some(std::time::Instant::now()),
             attached: Duration::ZERO,
         };
+        let mut progs = sched.progs;
+        let mut prog_names = SCHED_PROGRAMS.to_vec();
         let mut links = Vec::new();
-        let mut prog_names = vec!["sched_waking", "sched_switch"];
-        // Children of targets join at birth (see `aggregate::fork`). Forks are rare, so the
-        // untyped program serves every kernel; where it does not load, the refresh alone
-        // finds new processes, within a second.
         if !whole_machine {
-            let l = Layout {
-                ncpu: n,
-                unmatched,
-                direct: false,
-                sample: opts.latency_sample,
-            };
-            let insns = aggregate::fork(&maps, &l, &offsets);
-            if let Ok(prog) = sys::prog_load(
-                &insns,
-                "cpulab_a_fork",
-                sys::BPF_PROG_TYPE_RAW_TRACEPOINT,
-                None,
-            ) && let Ok(link) = sys::raw_attach(Some("sched_process_fork"), &prog)
-            {
+            for (name, prog, link) in attach_followers(&fds, layout, &offsets) {
                 progs.push(prog);
                 links.push(link);
-                prog_names.push("sched_process_fork");
-            }
-            if comms_map.is_some()
-                && let Some(insns) = aggregate::exec(&maps, &offsets)
-                && let Ok(prog) = sys::prog_load(
-                    &insns,
-                    "cpulab_a_exec",
-                    sys::BPF_PROG_TYPE_RAW_TRACEPOINT,
-                    None,
-                )
-                && let Ok(link) = sys::raw_attach(Some("sched_process_exec"), &prog)
-            {
-                progs.push(prog);
-                links.push(link);
-                prog_names.push("sched_process_exec");
+                prog_names.push(name);
             }
         }
         let prog_ids = progs.iter().filter_map(|p| sys::prog_id(p).ok()).collect();
         let targets = Arc::new(Mutex::new(targets));
-        let targets_map = Arc::new(targets_map);
         let stop = Arc::new(AtomicBool::new(false));
         let duty = Arc::new(Mutex::new(duty));
         // The windows' origin: the programs were attached just before.
-        let (origin, origin_wall) = (std::time::Instant::now(), std::time::SystemTime::now());
-        let refresher = {
-            let (targets, map, stop) = (targets.clone(), targets_map.clone(), stop.clone());
-            let (duty, pending) = (duty.clone(), pending.clone());
-            std::thread::Builder::new()
-                .name("cpulab-targets".into())
-                .spawn(move || {
-                    let mut refreshed = Duration::ZERO;
-                    while !stop.load(Ordering::Relaxed) {
-                        // Small steps, so a drop is not held up by a whole period; and a step
-                        // ends on each whole second, so the attached windows start and end on
-                        // their second (within the sleep's wake-up latency), not up to a step
-                        // late.
-                        std::thread::sleep(next_step(origin.elapsed()));
-                        let elapsed = origin.elapsed();
-                        if let Ok(mut d) = duty.lock() {
-                            d.step(elapsed, &pending);
-                        }
-                        if elapsed >= refreshed + REFRESH {
-                            refreshed = elapsed;
-                            if let Ok(mut t) = targets.lock() {
-                                t.refresh(&map);
-                            }
-                        }
-                    }
-                })
-                .ok()
-        };
+        let origin_wall = std::time::SystemTime::now();
+        let refresher = start_refresher(Refresher {
+            targets: targets.clone(),
+            map: maps.targets.clone(),
+            stop: stop.clone(),
+            duty: duty.clone(),
+            pending: maps.pending.clone(),
+            origin: std::time::Instant::now(),
+        });
         Ok(Self {
-            rows,
-            stats,
-            targets_map,
+            rows: maps.rows,
+            stats: maps.stats,
+            targets_map: maps.targets,
             _links: links,
             _progs: progs,
             prog_names,
             timing,
-            _maps: [classes_map].into_iter().chain(comms_map).collect(),
-            _pending: pending,
+            _maps: [maps.classes, maps.sampler]
+                .into_iter()
+                .chain(maps.comms)
+                .collect(),
+            _pending: maps.pending,
             duty,
             targets,
             stop,

@@ -36,7 +36,7 @@ use super::insn::{Insn, helper};
 use super::programs::count;
 use super::table::TARGET_ENTRIES;
 use crate::topology::PlacementClass;
-use crate::wakeups::LATENCY_BOUNDS_NS;
+use crate::wakeups::{EXACT_PER_TICK, LATENCY_BOUNDS_NS};
 
 /// The placement classes a wakeup can land in, in row order (`same-cpu` first).
 pub const CLASSES: [PlacementClass; 7] = [
@@ -80,9 +80,6 @@ pub const SAMPLER: u32 = 24;
 const S_TICK: i16 = 0;
 const S_COUNT: i16 = 8;
 const S_RNG: i16 = 16;
-/// With sampling on (see [`Layout::sample`]), the first this many target wakeups of each tick on
-/// a CPU are all timed.
-pub const EXACT_PER_TICK: u32 = 8;
 
 /// The `pending` entry of thread `tid`.
 pub fn pending_index(tid: u32) -> u32 {
