@@ -52,6 +52,7 @@ pub struct Args {
     #[arg(long, value_enum, default_value = "auto", value_name = "HOW")]
     pub mechanism: crate::watch::Mechanism,
     /// A command to start and watch (without a shell), with its children; it ends with cpulab.
+    /// What it prints goes to stderr: stdout holds only the watch's result.
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<String>,
 }
