@@ -393,3 +393,55 @@ fn a_measured_command_that_fails_or_has_no_figure_shows_its_output_on_stderr() {
     }
 }
 
+/// The measured command ends with cpulab, even when cpulab is killed with SIGKILL mid-round.
+#[test]
+fn a_measured_command_ends_when_cpulab_is_killed() {
+    use std::time::{Duration, Instant};
+    let d = copy("kvm-guest");
+    let pidfile = d.path().join("measured.pid");
+    let wait_for = |ok: &dyn Fn() -> bool| {
+        let until = Instant::now() + Duration::from_secs(30);
+        while !ok() && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        ok()
+    };
+    let mut trial = common::cpulab_process()
+        .arg("--root")
+        .arg(d.path())
+        .args(["try", "haltpoll.guest_halt_poll_ns=200000", "--quiet"])
+        .arg("--measure")
+        .arg(format!(
+            "cmd:sh -c 'echo $$ > {}.tmp && mv {0}.tmp {0} && exec sleep 600'",
+            pidfile.display()
+        ))
+        .args(["--metric", r"v (?P<value>[0-9]+)"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(
+        wait_for(&|| pidfile.exists()),
+        "the measured command never started"
+    );
+    let pid: i32 = read(&pidfile).parse().unwrap();
+    let ended = || {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |s| {
+            s.rsplit(')')
+                .next()
+                .unwrap_or("")
+                .trim_start()
+                .starts_with('Z')
+        })
+    };
+    assert!(!ended(), "the measured command runs");
+    trial.kill().unwrap();
+    trial.wait().unwrap();
+    if !wait_for(&ended) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+        panic!("the measured command (pid {pid}) outlived cpulab by 30 s");
+    }
+}

@@ -124,8 +124,17 @@ impl Runnable for UserCommand {
     }
     fn run(&self, _machine: &Machine, progress: &Progress) -> Result<Outcome> {
         progress.step(&format!("running {}", self.argv.join(" ")));
+        use std::os::unix::process::CommandExt;
         let mut cmd = std::process::Command::new(&self.argv[0]);
         cmd.args(&self.argv[1..]);
+        // SAFETY: prctl is async-signal-safe; the closure allocates nothing. The command ends
+        // with cpulab, even if cpulab is killed with SIGKILL.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                Ok(())
+            });
+        }
         let t0 = Instant::now();
         // Both streams are captured (the metric is read from them): none of it reaches
         // cpulab's stdout, which holds only the trial's result.
