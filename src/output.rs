@@ -35,6 +35,15 @@ pub fn print_text(text: &str) -> Result<()> {
     Ok(())
 }
 
+/// Where a command cpulab starts and does not read writes its standard output: cpulab's
+/// stderr, so that stdout carries only cpulab's own result (with `--json`, exactly one
+/// document) whatever the command prints. A command whose output cpulab reads for a figure
+/// (pair's clients, `try --measure cmd:`) is captured instead and never reaches stdout either.
+pub fn started_command_stdout() -> std::io::Result<std::process::Stdio> {
+    use std::os::fd::AsFd;
+    Ok(std::io::stderr().as_fd().try_clone_to_owned()?.into())
+}
+
 /// A status line on stderr (progress, warnings) unless quiet.
 pub fn status(quiet: bool, msg: &str) {
     if !quiet {

@@ -358,6 +358,44 @@ fn generic_pair_with_custom_metric() {
     );
 }
 
+/// A server and a client that print on stdout leave cpulab's stdout one document: their output
+/// goes to log files, the client's read for its figure, and a client whose output has no
+/// figure shows it on stderr (so it is kept, not dropped) with nothing on stdout.
+#[test]
+fn a_pairs_own_output_stays_off_stdout() {
+    let _g = serial();
+    let pair = |client: &str| {
+        cpulab()
+            .args(BRIEF)
+            .args([
+                "--server",
+                "echo pair-server-marker; echo pair-server-err-marker >&2; exec sleep 600",
+                "--ready-cmd",
+                "true",
+                "--client",
+                client,
+                "--shell",
+                "--metric",
+                r"rate: (?P<value>[0-9]+)",
+                "--pairs",
+                "0:0",
+                "--no-warmup",
+            ])
+            .timeout(Duration::from_secs(180))
+            .output()
+            .unwrap()
+    };
+    let out = pair("echo pair-client-marker; echo 'rate: 42 ops'; echo pair-client-err-marker >&2");
+    let r = common::json_of(&out);
+    assert_eq!(r["kind"], "pair");
+    assert_eq!(f(&r["placements"][0]["metric"]["mean"]), 42.0);
+    let out = pair("echo pair-client-marker; echo pair-client-err-marker >&2");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(out.stdout.is_empty(), "stdout {:?}", out.stdout);
+    assert!(err.contains("pair-client-marker"), "{err}");
+}
+
 fn exit_2(args: &[&str], env_path: Option<&str>) -> String {
     let mut cmd = cpulab();
     cmd.args(args);

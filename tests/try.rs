@@ -328,3 +328,120 @@ fn not_root_is_one_line_naming_the_setting() {
         String::from_utf8_lossy(&out.stderr).contains("haltpoll.guest_halt_poll_ns needs root")
     );
 }
+
+/// `cmd:`'s output is read for its figure and never reaches stdout, which holds exactly one
+/// document with `--json` whatever the command prints on either stream.
+#[test]
+fn a_measured_commands_output_is_read_and_stdout_is_one_document() {
+    let d = copy("kvm-guest");
+    let out = common::cpulab_on(d.path())
+        .args(["try", "haltpoll.guest_halt_poll_ns=200000", "--measure"])
+        .arg("cmd:sh -c 'echo try-stdout-marker; echo v 7; echo try-stderr-marker >&2'")
+        .args(["--metric", r"v (?P<value>[0-9]+)", "--json", "--quiet"])
+        .timeout(std::time::Duration::from_secs(60))
+        .output()
+        .unwrap();
+    let v = common::json_of(&out);
+    assert_eq!(v["kind"], "try");
+    let rounds = v["trial"]["rounds"].as_array().unwrap();
+    assert_eq!(rounds.len(), 6);
+    for r in rounds {
+        let metric = r["figures"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["name"] == "metric[value]")
+            .unwrap_or_else(|| panic!("the command's figure in {r}"));
+        assert_eq!(metric["value"], 7.0, "read from the command's output: {r}");
+    }
+    assert_eq!(read(&poll_ns(d.path())), "0");
+}
+
+/// A measured command that fails, or prints no figure, shows what it printed on stderr (the
+/// last lines of both its streams), and stdout carries no text.
+#[test]
+fn a_measured_command_that_fails_or_has_no_figure_shows_its_output_on_stderr() {
+    for (cmd, want) in [
+        (
+            "cmd:sh -c 'echo try-stdout-marker; echo try-stderr-marker >&2; exit 3'",
+            "status: 3",
+        ),
+        (
+            "cmd:sh -c 'echo try-stdout-marker; echo try-stderr-marker >&2'",
+            "no match for the metric",
+        ),
+    ] {
+        let d = copy("kvm-guest");
+        let out = common::cpulab_on(d.path())
+            .args([
+                "try",
+                "haltpoll.guest_halt_poll_ns=200000",
+                "--measure",
+                cmd,
+            ])
+            .args(["--metric", r"v (?P<value>[0-9]+)", "--json", "--quiet"])
+            .timeout(std::time::Duration::from_secs(60))
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{cmd}: {err}");
+        assert!(out.stdout.is_empty(), "{cmd}: stdout {:?}", out.stdout);
+        assert!(err.contains(want), "{cmd}: {err}");
+        assert!(err.contains("try-stdout-marker"), "{cmd}: {err}");
+        assert!(err.contains("try-stderr-marker"), "{cmd}: {err}");
+        assert_eq!(read(&poll_ns(d.path())), "0", "{cmd}: restored");
+    }
+}
+
+/// The measured command ends with cpulab, even when cpulab is killed with SIGKILL mid-round.
+#[test]
+fn a_measured_command_ends_when_cpulab_is_killed() {
+    use std::time::{Duration, Instant};
+    let d = copy("kvm-guest");
+    let pidfile = d.path().join("measured.pid");
+    let wait_for = |ok: &dyn Fn() -> bool| {
+        let until = Instant::now() + Duration::from_secs(30);
+        while !ok() && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        ok()
+    };
+    let mut trial = common::cpulab_process()
+        .arg("--root")
+        .arg(d.path())
+        .args(["try", "haltpoll.guest_halt_poll_ns=200000", "--quiet"])
+        .arg("--measure")
+        .arg(format!(
+            "cmd:sh -c 'echo $$ > {}.tmp && mv {0}.tmp {0} && exec sleep 600'",
+            pidfile.display()
+        ))
+        .args(["--metric", r"v (?P<value>[0-9]+)"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(
+        wait_for(&|| pidfile.exists()),
+        "the measured command never started"
+    );
+    let pid: i32 = read(&pidfile).parse().unwrap();
+    let ended = || {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |s| {
+            s.rsplit(')')
+                .next()
+                .unwrap_or("")
+                .trim_start()
+                .starts_with('Z')
+        })
+    };
+    assert!(!ended(), "the measured command runs");
+    trial.kill().unwrap();
+    trial.wait().unwrap();
+    if !wait_for(&ended) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+        panic!("the measured command (pid {pid}) outlived cpulab by 30 s");
+    }
+}

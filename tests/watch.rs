@@ -21,7 +21,8 @@ fn can_trace(test: &str) -> bool {
 }
 
 /// Runs `cpulab watch --json -- cpulab pingpong --processes --pairs PAIR --json`; returns the
-/// pingpong document and the watch document (the child's output comes first on stdout).
+/// pingpong document (the watched command's output, which goes to cpulab's stderr) and the
+/// watch document, the one document on stdout.
 fn watch_pingpong(pair: &str) -> (Value, Value) {
     watch_pingpong_with(pair, &[])
 }
@@ -61,12 +62,30 @@ fn watch_pingpong_with(pair: &str, flags: &[&str]) -> (Value, Value) {
         .timeout(std::time::Duration::from_secs(120))
         .output()
         .unwrap();
-    let docs = common::json_docs(&out);
-    assert_eq!(docs.len(), 2, "pingpong's document, then watch's");
-    assert_eq!(docs[0]["kind"], "pingpong");
-    assert_eq!(docs[1]["kind"], "watch");
-    serde_json::from_value::<cpulab::watch::WatchReport>(docs[1].clone()).unwrap();
-    (docs[0].clone(), docs[1].clone())
+    let watch = common::json_of(&out);
+    assert_eq!(watch["kind"], "watch");
+    serde_json::from_value::<cpulab::watch::WatchReport>(watch.clone()).unwrap();
+    let pingpong = document_on_stderr(&out);
+    assert_eq!(pingpong["kind"], "pingpong");
+    (pingpong, watch)
+}
+
+/// The JSON document the watched command printed, found on cpulab's stderr (a pretty-printed
+/// document starts with a line holding only `{`).
+fn document_on_stderr(out: &std::process::Output) -> Value {
+    let text = String::from_utf8_lossy(&out.stderr);
+    let at = if text.starts_with("{\n") {
+        0
+    } else {
+        text.find("\n{\n")
+            .map(|i| i + 1)
+            .unwrap_or_else(|| panic!("no JSON document on stderr: {text}"))
+    };
+    serde_json::Deserializer::from_str(&text[at..])
+        .into_iter::<Value>()
+        .next()
+        .and_then(Result::ok)
+        .unwrap_or_else(|| panic!("no whole JSON document on stderr: {text}"))
 }
 
 fn class_wakeups(watch: &Value, same: bool) -> u64 {
@@ -330,9 +349,9 @@ fn pgbench_against_postgres_one_cpu_apart_wakes_across_both_ways() {
         .timeout(std::time::Duration::from_secs(300))
         .output()
         .unwrap();
-    let docs = common::json_docs(&out);
-    let w = docs.last().unwrap();
+    let w = &common::json_of(&out);
     assert_eq!(w["kind"], "watch");
+    assert_eq!(document_on_stderr(&out)["kind"], "pair");
     let (mut to_pg, mut to_bench, mut cross, mut all) = (0u64, 0u64, 0u64, 0u64);
     for p in w["pairs"].as_array().unwrap() {
         let n = p["wakeups"].as_u64().unwrap();
@@ -370,6 +389,33 @@ fn pgbench_against_postgres_one_cpu_apart_wakes_across_both_ways() {
         );
     }
     assert!(cross as f64 >= 0.9 * all as f64, "{cross} of {all} across");
+}
+
+/// `watch --json -- COMMAND > out.json` must leave a JSON file, whatever COMMAND prints: the
+/// command's own output goes to cpulab's stderr, not dropped and not on stdout.
+#[test]
+fn a_watched_commands_output_goes_to_stderr_and_stdout_is_one_document() {
+    if !can_trace(test_name!()) {
+        return;
+    }
+    let _one = ONE_WATCH_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    let out = cpulab()
+        .args(["watch", "--json", "--quiet", "--duration", "60s", "--"])
+        .args([
+            "sh",
+            "-c",
+            "echo watched-stdout-marker; echo watched-stderr-marker >&2",
+        ])
+        .timeout(std::time::Duration::from_secs(120))
+        .output()
+        .unwrap();
+    let w = common::json_of(&out);
+    assert_eq!(w["kind"], "watch");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("watched-stdout-marker"), "{err}");
+    assert!(err.contains("watched-stderr-marker"), "{err}");
 }
 
 /// The BPF mechanism sees the records perf's rings miss on a VM (those emitted while an idle

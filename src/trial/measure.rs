@@ -101,6 +101,17 @@ pub fn describe_default(subject: Subject) -> String {
     }
 }
 
+/// What a measured command printed, for an error: the last lines of each stream, so that its
+/// output is shown when it fails rather than lost with the capture.
+fn last_lines(stdout: &str, stderr: &str) -> String {
+    use crate::pair::procs::tail;
+    format!(
+        "last lines of its output:\n{}\nand of its standard error:\n{}",
+        tail(stdout, 15),
+        tail(stderr, 15)
+    )
+}
+
 /// A user's command run once per round, its metric read from its output.
 struct UserCommand {
     argv: Vec<String>,
@@ -113,25 +124,43 @@ impl Runnable for UserCommand {
     }
     fn run(&self, _machine: &Machine, progress: &Progress) -> Result<Outcome> {
         progress.step(&format!("running {}", self.argv.join(" ")));
+        use std::os::unix::process::CommandExt;
+        let mut cmd = std::process::Command::new(&self.argv[0]);
+        cmd.args(&self.argv[1..]);
+        // SAFETY: prctl is async-signal-safe; the closure allocates nothing. The command ends
+        // with cpulab, even if cpulab is killed with SIGKILL.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                Ok(())
+            });
+        }
         let t0 = Instant::now();
-        let out = std::process::Command::new(&self.argv[0])
-            .args(&self.argv[1..])
+        // Both streams are captured (the metric is read from them): none of it reaches
+        // cpulab's stdout, which holds only the trial's result.
+        let out = cmd
             .output()
             .map_err(|e| bad_input(format!("cannot run {}: {e}", self.argv[0])))?;
         let wall = t0.elapsed().as_secs_f64();
-        let text = format!(
-            "{}\n{}",
+        let (stdout, stderr) = (
             String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
+            String::from_utf8_lossy(&out.stderr),
         );
+        let text = format!("{stdout}\n{stderr}");
         if !out.status.success() {
-            anyhow::bail!("{} failed ({})", self.argv[0], out.status);
+            anyhow::bail!(
+                "{} failed ({}); {}",
+                self.argv[0],
+                out.status,
+                last_lines(&stdout, &stderr)
+            );
         }
         let reading = self.metric.read(&text).ok_or_else(|| {
             anyhow::anyhow!(
-                "the output of {} has no match for the metric {}",
+                "the output of {} has no match for the metric {}; {}",
                 self.argv[0],
-                self.metric.describe()
+                self.metric.describe(),
+                last_lines(&stdout, &stderr)
             )
         })?;
         let dir = if self.metric.higher_is_better {

@@ -53,6 +53,7 @@ pub struct Args {
           value_parser = crate::watch::Mechanism::value_parser(crate::wakeups::Shape::Events))]
     pub mechanism: crate::watch::Mechanism,
     /// A command to start and watch (without a shell), with its children; it ends with cpulab.
+    /// What it prints goes to stderr: stdout holds only the watch's result.
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<String>,
 }

@@ -220,15 +220,19 @@ impl Drop for Tracefs {
     }
 }
 
-/// The child of `watch -- COMMAND`: run without a shell, killed when cpulab ends.
+/// The child of `watch -- COMMAND`: run without a shell, killed when cpulab ends. Its standard
+/// output goes to cpulab's stderr (`output::started_command_stdout`), so stdout holds only the
+/// watch's own result.
 pub struct Child(pub std::process::Child);
 
 impl Child {
     pub fn spawn(argv: &[String]) -> Result<Self, String> {
         use std::os::unix::process::CommandExt;
         let (prog, args) = argv.split_first().ok_or("no command after `--`")?;
+        let stdout = crate::output::started_command_stdout()
+            .map_err(|e| format!("cannot give `{prog}` cpulab's stderr as its output: {e}"))?;
         let mut cmd = std::process::Command::new(prog);
-        cmd.args(args);
+        cmd.args(args).stdout(stdout);
         // SAFETY: prctl is async-signal-safe; the closure allocates nothing.
         unsafe {
             cmd.pre_exec(|| {

@@ -204,16 +204,6 @@ pub fn json_of(out: &std::process::Output) -> Value {
     serde_json::from_slice(&out.stdout).expect("exactly one JSON document on stdout")
 }
 
-/// Every JSON document a successful run wrote on stdout, in order (a command and the child it
-/// ran, each with `--json`).
-pub fn json_docs(out: &std::process::Output) -> Vec<Value> {
-    assert_success(out);
-    serde_json::Deserializer::from_slice(&out.stdout)
-        .into_iter::<Value>()
-        .collect::<Result<_, _>>()
-        .expect("JSON documents on stdout")
-}
-
 /// True under `CI=true`, where every program is installed and every test must run.
 pub fn in_ci() -> bool {
     std::env::var("CI").is_ok_and(|v| v == "true")
