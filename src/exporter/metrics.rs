@@ -157,244 +157,285 @@ fn labels(pairs: &[(&str, &str)]) -> Labels {
 impl Collector for FrameCollector {
     fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let f = &self.0;
-        let empty = ClassCounts::default();
         if let Some(snap) = &f.wakeups {
-            let mut m = enc.encode_descriptor(
-                "wakeups",
-                "Wakeups of a watched target by placement class from its waker (same CPU, or \
-                 how far away) and whether the destination CPU was idle",
-                None,
-                MetricType::Counter,
-            )?;
-            for t in &snap.targets {
-                for class in &f.classes {
-                    let c = t.classes.get(class).unwrap_or(&empty);
-                    for (dest, n) in [("idle", c.to_idle), ("busy", c.to_busy)] {
-                        let l = labels(&[("target", &t.target), ("class", class), ("dest", dest)]);
-                        m.encode_family(&l)?
-                            .encode_counter::<NoLabelSet, _, u64>(&n, None)?;
-                    }
-                }
-            }
-            let mut m = enc.encode_descriptor(
-                "wakeup_latency",
-                "Wakeup-to-run latency of a watched target by placement class (exp2 buckets; \
-                 estimated from a weighted sample when cpulab_exporter_latency_sample is above 1, \
-                 and from the time attached when cpulab_exporter_attached_ratio is below 1)",
-                Some(&Unit::Seconds),
-                MetricType::Histogram,
-            )?;
-            for t in &snap.targets {
-                for class in &f.classes {
-                    let c = t.classes.get(class).unwrap_or(&empty);
-                    let (buckets, count) = histogram_buckets(c);
-                    let l = labels(&[("target", &t.target), ("class", class)]);
-                    m.encode_family(&l)?.encode_histogram::<NoLabelSet>(
-                        c.sum_ns as f64 / 1e9,
-                        count,
-                        &buckets,
-                        None,
-                    )?;
-                }
-            }
-            let help = format!(
-                "Latencies timed: every wakeup while the waking CPU has made at most {} watched \
-                 wakeups this tick, one in this many beyond them, each counted this many times in the \
-                 histogram (1: every wakeup; --latency-sample)",
-                crate::wakeups::EXACT_PER_TICK
-            );
-            enc.encode_descriptor("exporter_latency_sample", &help, None, MetricType::Gauge)?
-                .encode_gauge(&i64::from(snap.latency_sample.max(1)))?;
-            enc.encode_descriptor(
-                "exporter_attached_ratio",
-                "Share of the time the wakeup programs are attached (1 / --attach-every): below \
-                 1, the wakeup counts and latencies are what they saw divided by it, estimates",
-                None,
-                MetricType::Gauge,
-            )?
-            .encode_gauge(&(1.0 / f64::from(snap.attach_every.max(1))))?;
-            enc.encode_descriptor(
-                "exporter_attached",
-                "Time the wakeup programs have been attached",
-                Some(&Unit::Seconds),
-                MetricType::Counter,
-            )?
-            .encode_counter::<NoLabelSet, _, u64>(&(snap.attached_ns as f64 / 1e9), None)?;
-            for (name, help, v) in [
-                (
-                    "exporter_events_seen",
-                    "Scheduler events the wakeup programs ran on",
-                    snap.events_seen,
-                ),
-                (
-                    "exporter_events_lost",
-                    "Scheduler events the wakeup programs could not count",
-                    snap.events_lost,
-                ),
-                (
-                    "exporter_targets_dropped",
-                    "Tasks counted under target=\"other\" because the target cap was reached",
-                    snap.targets_dropped,
-                ),
-            ] {
-                enc.encode_descriptor(name, help, None, MetricType::Counter)?
-                    .encode_counter::<NoLabelSet, _, u64>(&v, None)?;
-            }
+            encode_wakeups(snap, &f.classes, &mut enc)?;
+            encode_source(snap, &mut enc)?;
             if !snap.programs.is_empty() {
-                let mut m = enc.encode_descriptor(
-                    "exporter_bpf_program_runs",
-                    "Runs of each in-kernel program since the exporter started \
-                     (--bpf-program-costs)",
-                    None,
-                    MetricType::Counter,
-                )?;
-                for p in &snap.programs {
-                    m.encode_family(&labels(&[("program", &p.program)]))?
-                        .encode_counter::<NoLabelSet, _, u64>(&p.runs, None)?;
-                }
-                let mut m = enc.encode_descriptor(
-                    "exporter_bpf_program_run",
-                    "Time the kernel measured in each in-kernel program, the timing included \
-                     (--bpf-program-costs)",
-                    Some(&Unit::Seconds),
-                    MetricType::Counter,
-                )?;
-                for p in &snap.programs {
-                    m.encode_family(&labels(&[("program", &p.program)]))?
-                        .encode_counter::<NoLabelSet, _, f64>(&(p.run_ns as f64 / 1e9), None)?;
-                }
+                encode_program_costs(&snap.programs, &mut enc)?;
             }
         }
-        let mut m = enc.encode_descriptor(
-            "idle_state_entries",
-            "Entries into each cpuidle state, summed over CPUs (in a guest, the halting states \
-             count halts)",
-            None,
-            MetricType::Counter,
-        )?;
-        for (state, n) in &f.idle_entries {
-            m.encode_family(&labels(&[("state", state)]))?
-                .encode_counter::<NoLabelSet, _, u64>(n, None)?;
-        }
-        let mut m = enc.encode_descriptor(
-            "interrupts",
-            "Interrupts from /proc/interrupts summed over CPUs, by kind (RES rescheduling IPIs, \
-             CAL function-call IPIs, LOC timer; device IRQs summed as device)",
-            None,
-            MetricType::Counter,
-        )?;
-        for (kind, n) in &f.interrupts {
-            m.encode_family(&labels(&[("kind", kind)]))?
-                .encode_counter::<NoLabelSet, _, u64>(n, None)?;
-        }
-        enc.encode_descriptor(
-            "machine",
-            "Machine facts that decide what a wakeup costs",
-            None,
-            MetricType::Info,
-        )?
-        .encode_info(&f.machine)?;
+        encode_system(f, &mut enc)?;
         encode_doctor(&f.doctor, &mut enc)?;
         if let Some(p) = &f.probe {
-            for (name, help, pick) in [
-                (
-                    "probe_round_trip_p50",
-                    "Median round trip of cpulab's pipe pingpong between two pinned threads, by \
-                     placement class, from the last active probe",
-                    0usize,
-                ),
-                (
-                    "probe_round_trip_p99",
-                    "99th percentile round trip of cpulab's pipe pingpong between two pinned \
-                     threads, by placement class, from the last active probe",
-                    1,
-                ),
-            ] {
-                let mut m =
-                    enc.encode_descriptor(name, help, Some(&Unit::Seconds), MetricType::Gauge)?;
-                for (class, p50, p99) in &p.round_trips {
-                    let v = if pick == 0 { p50 } else { p99 };
-                    m.encode_family(&labels(&[("class", class)]))?
-                        .encode_gauge(v)?;
-                }
-            }
-            enc.encode_descriptor(
-                "probe_last_run_timestamp",
-                "When the last active probe finished",
-                Some(&Unit::Seconds),
-                MetricType::Gauge,
-            )?
-            .encode_gauge(&p.finished_unix_s)?;
-            for (name, help, v) in [
-                ("probe_runs", "Active probes run", p.runs),
-                ("probe_failures", "Active probes that failed", p.failures),
-            ] {
-                enc.encode_descriptor(name, help, None, MetricType::Counter)?
-                    .encode_counter::<NoLabelSet, _, u64>(&v, None)?;
-            }
+            encode_probe(p, &mut enc)?;
         }
-        let h = &f.health;
-        enc.encode_descriptor(
-            "exporter",
-            "The exporter itself: how wakeups are counted",
-            None,
-            MetricType::Info,
-        )?
-        .encode_info(&labels(&[
-            ("mechanism", &f.mechanism),
-            ("version", env!("CPULAB_VERSION")),
-        ]))?;
-        for (name, help, v) in [
-            ("exporter_scrapes", "Scrapes served", h.scrapes),
-            (
-                "exporter_source_errors",
-                "Scrapes whose wakeup snapshot failed",
-                h.source_errors,
-            ),
-            (
-                "exporter_connections_evicted",
-                "Connections closed before their request because the connection cap was reached",
-                h.connections_evicted,
-            ),
-            (
-                "exporter_targets_folded",
-                "Targets the exporter folded into target=\"other\" to stay within the series budget",
-                h.targets_folded,
-            ),
-        ] {
-            enc.encode_descriptor(name, help, None, MetricType::Counter)?
-                .encode_counter::<NoLabelSet, _, u64>(&v, None)?;
-        }
-        enc.encode_descriptor(
-            "exporter_last_scrape_duration",
-            "Time the previous scrape took to collect and encode",
-            Some(&Unit::Seconds),
-            MetricType::Gauge,
-        )?
-        .encode_gauge(&h.last_scrape_duration_s)?;
-        for (name, help, v) in [
-            (
-                "exporter_doctor_findings_dropped",
-                "Findings of the newest doctor run left unpublished by the findings cap (or \
-                 repeating an id)",
-                f.doctor.run.as_ref().map_or(0, |r| r.dropped as i64),
-            ),
-            (
-                "exporter_series",
-                "Series in this exposition",
-                h.series as i64,
-            ),
-            (
-                "exporter_series_budget",
-                "Most series this exporter publishes (--series-budget)",
-                h.series_budget as i64,
-            ),
-        ] {
-            enc.encode_descriptor(name, help, None, MetricType::Gauge)?
-                .encode_gauge(&v)?;
-        }
-        Ok(())
+        encode_health(f, &mut enc)
     }
+}
+
+/// The wakeups of each target by class and destination, and their latency histograms.
+fn encode_wakeups(
+    snap: &Snapshot,
+    classes: &[String],
+    enc: &mut DescriptorEncoder,
+) -> Result<(), std::fmt::Error> {
+    let empty = ClassCounts::default();
+    let mut m = enc.encode_descriptor(
+        "wakeups",
+        "Wakeups of a watched target by placement class from its waker (same CPU, or \
+         how far away) and whether the destination CPU was idle",
+        None,
+        MetricType::Counter,
+    )?;
+    for t in &snap.targets {
+        for class in classes {
+            let c = t.classes.get(class).unwrap_or(&empty);
+            for (dest, n) in [("idle", c.to_idle), ("busy", c.to_busy)] {
+                let l = labels(&[("target", &t.target), ("class", class), ("dest", dest)]);
+                m.encode_family(&l)?
+                    .encode_counter::<NoLabelSet, _, u64>(&n, None)?;
+            }
+        }
+    }
+    let mut m = enc.encode_descriptor(
+        "wakeup_latency",
+        "Wakeup-to-run latency of a watched target by placement class (exp2 buckets; \
+         estimated from a weighted sample when cpulab_exporter_latency_sample is above 1, \
+         and from the time attached when cpulab_exporter_attached_ratio is below 1)",
+        Some(&Unit::Seconds),
+        MetricType::Histogram,
+    )?;
+    for t in &snap.targets {
+        for class in classes {
+            let c = t.classes.get(class).unwrap_or(&empty);
+            let (buckets, count) = histogram_buckets(c);
+            let l = labels(&[("target", &t.target), ("class", class)]);
+            m.encode_family(&l)?.encode_histogram::<NoLabelSet>(
+                c.sum_ns as f64 / 1e9,
+                count,
+                &buckets,
+                None,
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// How the wakeup source counts: its sampling, its attached time, what it saw and lost.
+fn encode_source(snap: &Snapshot, enc: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
+    let help = format!(
+        "Latencies timed: every wakeup while the waking CPU has made at most {} watched \
+         wakeups this tick, one in this many beyond them, each counted this many times in the \
+         histogram (1: every wakeup; --latency-sample)",
+        crate::wakeups::EXACT_PER_TICK
+    );
+    enc.encode_descriptor("exporter_latency_sample", &help, None, MetricType::Gauge)?
+        .encode_gauge(&i64::from(snap.latency_sample.max(1)))?;
+    enc.encode_descriptor(
+        "exporter_attached_ratio",
+        "Share of the time the wakeup programs are attached (1 / --attach-every): below \
+         1, the wakeup counts and latencies are what they saw divided by it, estimates",
+        None,
+        MetricType::Gauge,
+    )?
+    .encode_gauge(&(1.0 / f64::from(snap.attach_every.max(1))))?;
+    enc.encode_descriptor(
+        "exporter_attached",
+        "Time the wakeup programs have been attached",
+        Some(&Unit::Seconds),
+        MetricType::Counter,
+    )?
+    .encode_counter::<NoLabelSet, _, u64>(&(snap.attached_ns as f64 / 1e9), None)?;
+    for (name, help, v) in [
+        (
+            "exporter_events_seen",
+            "Scheduler events the wakeup programs ran on",
+            snap.events_seen,
+        ),
+        (
+            "exporter_events_lost",
+            "Scheduler events the wakeup programs could not count",
+            snap.events_lost,
+        ),
+        (
+            "exporter_targets_dropped",
+            "Tasks counted under target=\"other\" because the target cap was reached",
+            snap.targets_dropped,
+        ),
+    ] {
+        enc.encode_descriptor(name, help, None, MetricType::Counter)?
+            .encode_counter::<NoLabelSet, _, u64>(&v, None)?;
+    }
+    Ok(())
+}
+
+/// What each in-kernel program has cost (`--bpf-program-costs`).
+fn encode_program_costs(
+    programs: &[crate::wakeups::ProgramCost],
+    enc: &mut DescriptorEncoder,
+) -> Result<(), std::fmt::Error> {
+    let mut m = enc.encode_descriptor(
+        "exporter_bpf_program_runs",
+        "Runs of each in-kernel program since the exporter started \
+         (--bpf-program-costs)",
+        None,
+        MetricType::Counter,
+    )?;
+    for p in programs {
+        m.encode_family(&labels(&[("program", &p.program)]))?
+            .encode_counter::<NoLabelSet, _, u64>(&p.runs, None)?;
+    }
+    let mut m = enc.encode_descriptor(
+        "exporter_bpf_program_run",
+        "Time the kernel measured in each in-kernel program, the timing included \
+         (--bpf-program-costs)",
+        Some(&Unit::Seconds),
+        MetricType::Counter,
+    )?;
+    for p in programs {
+        m.encode_family(&labels(&[("program", &p.program)]))?
+            .encode_counter::<NoLabelSet, _, f64>(&(p.run_ns as f64 / 1e9), None)?;
+    }
+    Ok(())
+}
+
+/// The system's counters (idle states, interrupts) and the machine facts.
+fn encode_system(f: &Frame, enc: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
+    let mut m = enc.encode_descriptor(
+        "idle_state_entries",
+        "Entries into each cpuidle state, summed over CPUs (in a guest, the halting states \
+         count halts)",
+        None,
+        MetricType::Counter,
+    )?;
+    for (state, n) in &f.idle_entries {
+        m.encode_family(&labels(&[("state", state)]))?
+            .encode_counter::<NoLabelSet, _, u64>(n, None)?;
+    }
+    let mut m = enc.encode_descriptor(
+        "interrupts",
+        "Interrupts from /proc/interrupts summed over CPUs, by kind (RES rescheduling IPIs, \
+         CAL function-call IPIs, LOC timer; device IRQs summed as device)",
+        None,
+        MetricType::Counter,
+    )?;
+    for (kind, n) in &f.interrupts {
+        m.encode_family(&labels(&[("kind", kind)]))?
+            .encode_counter::<NoLabelSet, _, u64>(n, None)?;
+    }
+    enc.encode_descriptor(
+        "machine",
+        "Machine facts that decide what a wakeup costs",
+        None,
+        MetricType::Info,
+    )?
+    .encode_info(&f.machine)?;
+    Ok(())
+}
+
+/// The active probe's last round trips and its run counts.
+fn encode_probe(p: &ProbeFigures, enc: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
+    for (name, help, pick) in [
+        (
+            "probe_round_trip_p50",
+            "Median round trip of cpulab's pipe pingpong between two pinned threads, by \
+             placement class, from the last active probe",
+            0usize,
+        ),
+        (
+            "probe_round_trip_p99",
+            "99th percentile round trip of cpulab's pipe pingpong between two pinned \
+             threads, by placement class, from the last active probe",
+            1,
+        ),
+    ] {
+        let mut m = enc.encode_descriptor(name, help, Some(&Unit::Seconds), MetricType::Gauge)?;
+        for (class, p50, p99) in &p.round_trips {
+            let v = if pick == 0 { p50 } else { p99 };
+            m.encode_family(&labels(&[("class", class)]))?
+                .encode_gauge(v)?;
+        }
+    }
+    enc.encode_descriptor(
+        "probe_last_run_timestamp",
+        "When the last active probe finished",
+        Some(&Unit::Seconds),
+        MetricType::Gauge,
+    )?
+    .encode_gauge(&p.finished_unix_s)?;
+    for (name, help, v) in [
+        ("probe_runs", "Active probes run", p.runs),
+        ("probe_failures", "Active probes that failed", p.failures),
+    ] {
+        enc.encode_descriptor(name, help, None, MetricType::Counter)?
+            .encode_counter::<NoLabelSet, _, u64>(&v, None)?;
+    }
+    Ok(())
+}
+
+/// The exporter's own health.
+fn encode_health(f: &Frame, enc: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
+    let h = &f.health;
+    enc.encode_descriptor(
+        "exporter",
+        "The exporter itself: how wakeups are counted",
+        None,
+        MetricType::Info,
+    )?
+    .encode_info(&labels(&[
+        ("mechanism", &f.mechanism),
+        ("version", env!("CPULAB_VERSION")),
+    ]))?;
+    for (name, help, v) in [
+        ("exporter_scrapes", "Scrapes served", h.scrapes),
+        (
+            "exporter_source_errors",
+            "Scrapes whose wakeup snapshot failed",
+            h.source_errors,
+        ),
+        (
+            "exporter_connections_evicted",
+            "Connections closed before their request because the connection cap was reached",
+            h.connections_evicted,
+        ),
+        (
+            "exporter_targets_folded",
+            "Targets the exporter folded into target=\"other\" to stay within the series budget",
+            h.targets_folded,
+        ),
+    ] {
+        enc.encode_descriptor(name, help, None, MetricType::Counter)?
+            .encode_counter::<NoLabelSet, _, u64>(&v, None)?;
+    }
+    enc.encode_descriptor(
+        "exporter_last_scrape_duration",
+        "Time the previous scrape took to collect and encode",
+        Some(&Unit::Seconds),
+        MetricType::Gauge,
+    )?
+    .encode_gauge(&h.last_scrape_duration_s)?;
+    for (name, help, v) in [
+        (
+            "exporter_doctor_findings_dropped",
+            "Findings of the newest doctor run left unpublished by the findings cap (or \
+             repeating an id)",
+            f.doctor.run.as_ref().map_or(0, |r| r.dropped as i64),
+        ),
+        (
+            "exporter_series",
+            "Series in this exposition",
+            h.series as i64,
+        ),
+        (
+            "exporter_series_budget",
+            "Most series this exporter publishes (--series-budget)",
+            h.series_budget as i64,
+        ),
+    ] {
+        enc.encode_descriptor(name, help, None, MetricType::Gauge)?
+            .encode_gauge(&v)?;
+    }
+    Ok(())
 }
 
 /// The doctor's findings: why there are or are none, and the newest run's findings.

@@ -114,56 +114,48 @@ pub fn windows_text(n: u32, from: std::time::SystemTime) -> String {
     )
 }
 
-/// Serves the metrics of `machine` with validated settings until SIGTERM or Ctrl-C (the flags
-/// and their validation are the command layer's, `commands::exporter`).
-pub fn serve(machine: &Machine, s: Settings, quiet: bool) -> Result<()> {
-    let say = |msg: &str| {
-        if !quiet {
-            eprintln!("cpulab exporter: {msg}");
+/// Refuses to start without the capabilities that counting wakeups needs (the test double
+/// needs none).
+fn check_capabilities(s: &Settings) -> Result<()> {
+    if s.mechanism == Mechanism::Fake {
+        return Ok(());
+    }
+    let status = std::fs::read_to_string(settings::own_status()).unwrap_or_default();
+    if settings::cap_eff(&status).is_some_and(settings::caps_allow_bpf) {
+        return Ok(());
+    }
+    Err(bad_input(
+        "cpulab exporter needs CAP_BPF and CAP_PERFMON to count wakeups: run it as root or from \
+         its systemd unit (packaging/cpulab-exporter.service), or grant them: setcap \
+         cap_bpf,cap_perfmon+ep $(which cpulab)",
+    ))
+}
+
+/// The warning for a listener beyond loopback without TLS or basic auth, if it is one (pure).
+fn exposure_warning(listen: std::net::SocketAddr, tls: bool, users: bool) -> Option<String> {
+    if listen.ip().is_loopback() || (tls && users) {
+        return None;
+    }
+    Some(format!(
+        "warning: listening on {} without {}: anyone who reaches this port can read the \
+         metrics; give --web.config.file with tls_server_config and basic_auth_users",
+        listen,
+        match (tls, users) {
+            (false, false) => "TLS or basic auth",
+            (false, true) => "TLS",
+            _ => "basic auth",
         }
-    };
-    if s.mechanism != Mechanism::Fake {
-        let status = std::fs::read_to_string(settings::own_status()).unwrap_or_default();
-        if !settings::cap_eff(&status).is_some_and(settings::caps_allow_bpf) {
-            return Err(bad_input(
-                "cpulab exporter needs CAP_BPF and CAP_PERFMON to count wakeups: run it as root \
-                 or from its systemd unit (packaging/cpulab-exporter.service), or grant them: \
-                 setcap cap_bpf,cap_perfmon+ep $(which cpulab)",
-            ));
-        }
-    }
-    let listener = bind(&s)?;
-    let beyond_loopback = !s.listen.ip().is_loopback();
-    let tls = s.web.as_ref().and_then(|w| w.tls.clone());
-    let users = s.web.as_ref().is_some_and(|w| w.has_users());
-    if beyond_loopback && (tls.is_none() || !users) {
-        say(&format!(
-            "warning: listening on {} without {}: anyone who reaches this port can read the \
-             metrics; give --web.config.file with tls_server_config and basic_auth_users",
-            s.listen,
-            match (tls.is_some(), users) {
-                (false, false) => "TLS or basic auth",
-                (false, true) => "TLS",
-                _ => "basic auth",
-            }
-        ));
-    }
-    let classes = host_classes(machine);
-    let probed = crate::probe::probe(machine);
-    let machine_info = machine_labels(&probed);
-    let host_key = crate::history::fingerprint::of_probe(&probed).host_key;
-    let probe_slot: Arc<Mutex<Option<ProbeFigures>>> = Arc::new(Mutex::new(None));
-    let base = base_series(machine, &classes, &machine_info, &s);
-    let named = named_targets(base, classes.len(), &s)?;
-    if named < s.max_targets {
-        say(&format!(
-            "{named} targets get their own label (not {}): the series budget {} holds {base} \
-             series for the host and {} per target here",
-            s.max_targets,
-            s.series_budget,
-            metrics::series_per_target(classes.len())
-        ));
-    }
+    ))
+}
+
+/// Opens the wakeup source through the one front door (`crate::watch::open_source`), saying
+/// at start-up why a fallback was taken and when the attached windows fall.
+fn open_wakeups(
+    machine: &Machine,
+    s: &Settings,
+    named: usize,
+    say: &dyn Fn(&str),
+) -> Result<Box<dyn crate::wakeups::Source>> {
     let opts = SourceOptions {
         comms: s.comms.clone(),
         pids: s.pids.clone(),
@@ -174,42 +166,27 @@ pub fn serve(machine: &Machine, s: Settings, quiet: bool) -> Result<()> {
         latency_sample: s.latency_sample,
         attach_every: s.attach_every,
     };
-    let source = Some(crate::watch::open_source(machine, &opts)?);
-    if let Some(why) = source.as_ref().and_then(|s| s.fallback_reason()) {
+    let source = crate::watch::open_source(machine, &opts)?;
+    if let Some(why) = source.fallback_reason() {
         say(&format!(
             "warning: counting wakeups with perf in user space, at a higher cost per event: \
              the in-kernel aggregation did not load ({why})"
         ));
     }
-    if let Some((n, from)) = source.as_ref().and_then(|s| s.attach_windows()) {
+    if let Some((n, from)) = source.attach_windows() {
         say(&windows_text(n, from));
     }
-    let stats = Arc::new(server::Stats::default());
-    let collector = Arc::new(collect::Collector::new(
-        machine.root.clone(),
-        classes.clone(),
-        machine_info,
-        source,
-        named,
-        s.series_budget,
-        probe_slot.clone(),
-        stats.clone(),
-        doctor::Reader::new(s.history.clone(), host_key, doctor::REREAD),
-    ));
-    let stop_probe = Arc::new(AtomicBool::new(false));
-    let probe_thread = match s.probe_interval {
-        Some(every) => Some(probe::start(
-            machine.clone(),
-            every,
-            probe_slot,
-            stop_probe.clone(),
-        )?),
-        None => None,
-    };
-    let landing = landing_page(&s, &collector.mechanism, &classes);
-    let web = s.web.map(Arc::new);
-    let c2 = collector.clone();
-    let handler: server::Handler = Arc::new(move |req: &Request| {
+    Ok(source)
+}
+
+/// What the server answers: the landing page, the metrics (Prometheus text or OpenMetrics as
+/// the scraper accepts), behind basic auth where the web config has users.
+fn routes(
+    web: Option<Arc<webconfig::WebConfig>>,
+    landing: String,
+    c2: Arc<collect::Collector>,
+) -> server::Handler {
+    Arc::new(move |req: &Request| {
         if let Some(w) = &web
             && !w.authorized(req.authorization.as_deref())
         {
@@ -237,7 +214,65 @@ pub fn serve(machine: &Machine, s: Settings, quiet: bool) -> Result<()> {
             }
             _ => Response::not_found(),
         }
-    });
+    })
+}
+
+/// Serves the metrics of `machine` with validated settings until SIGTERM or Ctrl-C (the flags
+/// and their validation are the command layer's, `commands::exporter`).
+pub fn serve(machine: &Machine, s: Settings, quiet: bool) -> Result<()> {
+    let say = |msg: &str| {
+        if !quiet {
+            eprintln!("cpulab exporter: {msg}");
+        }
+    };
+    check_capabilities(&s)?;
+    let listener = bind(&s)?;
+    let tls = s.web.as_ref().and_then(|w| w.tls.clone());
+    let users = s.web.as_ref().is_some_and(|w| w.has_users());
+    if let Some(w) = exposure_warning(s.listen, tls.is_some(), users) {
+        say(&w);
+    }
+    let classes = host_classes(machine);
+    let probed = crate::probe::probe(machine);
+    let machine_info = machine_labels(&probed);
+    let host_key = crate::history::fingerprint::of_probe(&probed).host_key;
+    let probe_slot: Arc<Mutex<Option<ProbeFigures>>> = Arc::new(Mutex::new(None));
+    let base = base_series(machine, &classes, &machine_info, &s);
+    let named = named_targets(base, classes.len(), &s)?;
+    if named < s.max_targets {
+        say(&format!(
+            "{named} targets get their own label (not {}): the series budget {} holds {base} \
+             series for the host and {} per target here",
+            s.max_targets,
+            s.series_budget,
+            metrics::series_per_target(classes.len())
+        ));
+    }
+    let source = open_wakeups(machine, &s, named, &say)?;
+    let stats = Arc::new(server::Stats::default());
+    let collector = Arc::new(collect::Collector::new(
+        machine.root.clone(),
+        classes.clone(),
+        machine_info,
+        Some(source),
+        named,
+        s.series_budget,
+        probe_slot.clone(),
+        stats.clone(),
+        doctor::Reader::new(s.history.clone(), host_key, doctor::REREAD),
+    ));
+    let stop_probe = Arc::new(AtomicBool::new(false));
+    let probe_thread = match s.probe_interval {
+        Some(every) => Some(probe::start(
+            machine.clone(),
+            every,
+            probe_slot,
+            stop_probe.clone(),
+        )?),
+        None => None,
+    };
+    let landing = landing_page(&s, &collector.mechanism, &classes);
+    let handler = routes(s.web.map(Arc::new), landing, collector.clone());
     crate::signals::install();
     say(&format!(
         "serving http{}://{}/metrics (mechanism {})",
@@ -388,6 +423,31 @@ mod tests {
             t.starts_with("one second in every 4 ") && t.contains("4 times"),
             "{t}"
         );
+    }
+
+    #[test]
+    fn a_listener_beyond_loopback_is_warned_of_what_it_lacks() {
+        let at = |a: &str| a.parse::<std::net::SocketAddr>().unwrap();
+        for (tls, users) in [(false, false), (true, false), (false, true), (true, true)] {
+            assert_eq!(exposure_warning(at("127.0.0.1:10039"), tls, users), None);
+            assert_eq!(exposure_warning(at("[::1]:10039"), tls, users), None);
+        }
+        assert_eq!(exposure_warning(at("0.0.0.0:10039"), true, true), None);
+        let lacks = |tls, users| {
+            let w = exposure_warning(at("0.0.0.0:10039"), tls, users).unwrap();
+            assert!(
+                w.starts_with("warning: listening on 0.0.0.0:10039 without "),
+                "{w}"
+            );
+            w["warning: listening on 0.0.0.0:10039 without ".len()..]
+                .split(':')
+                .next()
+                .unwrap()
+                .to_string()
+        };
+        assert_eq!(lacks(false, false), "TLS or basic auth");
+        assert_eq!(lacks(false, true), "TLS");
+        assert_eq!(lacks(true, false), "basic auth");
     }
 
     #[test]
