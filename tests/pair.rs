@@ -1,7 +1,7 @@
 //! `cpulab pair` end to end: the real binary against real PostgreSQL, Apache, nginx and the
 //! built-in HTTP pair, briefly (one second per run, one run per placement through a hidden flag).
 //! Assertions are on structure and physics, never on how fast anything is. Presets whose programs
-//! are missing print a SKIPPED line (a failure under CI=true). What is left behind when a run
+//! are missing print a SKIPPED line (a failure under CI). What is left behind when a run
 //! fails or is interrupted is tested in `pair_cleanup.rs`.
 
 #[macro_use]

@@ -3,7 +3,7 @@
 //! state's `disable`, a scheduler sysctl and the affinity of a live process.
 //!
 //! These change the live machine for a few seconds each. They need root and the haltpoll
-//! module; without them they say so and pass, except under `CI=true`, where they fail.
+//! module; without them they say so and pass, except under CI (`CI` set), where they fail.
 
 mod common;
 
