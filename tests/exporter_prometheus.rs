@@ -385,6 +385,7 @@ fn placement_classes_follow_a_pinned_pair() {
     let run = |pairs: &str| {
         let start = now() - 0.5;
         let out = Command::new(&pair)
+            .env("CPULAB_HISTORY", "off")
             .args([
                 "pingpong", "--quiet", "--json", "--method", "pipe", "--pairs", pairs,
             ])

@@ -69,9 +69,11 @@ pub fn program(test: &str, program: &str, package: &str) -> Option<PathBuf> {
     found
 }
 
-/// Runs cpulab with `args` under `taskset -c CPUS`, as a user restricting its CPUs would.
+/// Runs cpulab with `args` under `taskset -c CPUS`, as a user restricting its CPUs would (no
+/// history, as [`cpulab`]).
 pub fn cpulab_under_taskset(cpus: &str, args: &[&str]) -> std::process::Output {
     std::process::Command::new("taskset")
+        .env("CPULAB_HISTORY", "off")
         .args(["-c", cpus])
         .arg(cpulab_path())
         .args(args)
