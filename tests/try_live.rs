@@ -279,7 +279,7 @@ fn a_thread_started_mid_trial_gets_the_original_mask(kill: bool) {
     assert_eq!(line.trim(), "ready");
     let original = cpulab::affinity::get(pid as i32).unwrap().to_string();
     let tried = if original == "0" { "1" } else { "0" };
-    let trial = Command::new(env!("CARGO_BIN_EXE_cpulab"))
+    let trial = common::cpulab_process()
         .args([
             "try",
             &format!("pid:{pid}.affinity={tried}"),
@@ -348,7 +348,7 @@ fn a_thread_started_mid_trial_is_restored_by_the_watchdog() {
 /// pingpong rounds with their load check; the JSON rounds.
 fn rounds_of_a_short_trial() -> Vec<serde_json::Value> {
     let mut victim = Command::new("sleep").arg("60").spawn().unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_cpulab"))
+    let out = common::cpulab_process()
         .args([
             "try",
             &format!("pid:{}.affinity=0", victim.id()),

@@ -565,6 +565,7 @@ fn a_pid_watch_counts_threads_started_after_it_began() {
     );
     let mut child = std::process::Command::new("sh")
         .args(["-c", &script])
+        .env("CPULAB_HISTORY", "off")
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .spawn()
