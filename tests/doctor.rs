@@ -89,7 +89,24 @@ fn quick_json_has_the_documented_structure() {
             "everything not measured says why"
         );
     }
-    for f in d["findings"].as_array().unwrap() {
+    let findings = d["findings"].as_array().unwrap();
+    // On a KVM guest with two CPUs a blocking wakeup on another vCPU goes through the
+    // hypervisor (an IPI exit and the woken vCPU's entry: many times a round trip on one vCPU,
+    // 16x here), so the cross-CPU finding is there and the checks below have one to check.
+    let two_cpus = std::thread::available_parallelism().is_ok_and(|n| n.get() >= 2);
+    if d["facts"]["hypervisor"] == "KVM" && two_cpus {
+        assert!(
+            findings.iter().any(|f| f["id"] == "cross-cpu-wakeup"),
+            "a KVM guest's cross-vCPU wakeups cost nothing: {:?}",
+            findings.iter().map(|f| &f["id"]).collect::<Vec<_>>()
+        );
+    } else {
+        common::skipped(
+            "quick_json_has_the_documented_structure",
+            "no finding is certain outside a two-vCPU KVM guest; only those found are checked",
+        );
+    }
+    for f in findings {
         assert!(!f["evidence"].as_array().unwrap().is_empty(), "{f}");
         assert!(!f["remedies"].as_array().unwrap().is_empty(), "{f}");
         assert!(

@@ -13,11 +13,7 @@ fn root(test: &str) -> bool {
     if nix::unistd::geteuid().is_root() {
         return true;
     }
-    let line = format!("SKIPPED: {test}: the doctor's watch needs root");
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
-        panic!("{line}; CI runs as root");
-    }
-    eprintln!("{line}");
+    common::skipped(test, "the doctor's watch needs root; CI runs as root");
     false
 }
 
@@ -103,9 +99,24 @@ fn a_live_pair_gets_its_own_pids_in_the_remedies() {
         setup + window <= stage["actual_s"].as_f64().unwrap(),
         "the stage's time includes setup and window: {stage} {w}"
     );
-    for f in d["findings"].as_array().unwrap() {
+    let findings = d["findings"].as_array().unwrap();
+    let text_of = |r: &Value| format!("{} {} {}", r["command"], r["effect"], r["try_command"]);
+    // The pair takes turns across the CPUs, and a blocking round trip between CPUs costs more
+    // than on one (16x on this KVM guest): the cross-CPU wakeup finding is there, and its
+    // remedy puts both ends on one CPU by pid. Without a remedy that names a pid the checks
+    // below would check nothing, which is what this test is for.
+    let ids: Vec<&Value> = findings.iter().map(|f| &f["id"]).collect();
+    assert!(
+        findings.iter().any(|f| f["remedies"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| text_of(r).contains("pid:"))),
+        "no remedy names a pid beside the live pair: findings {ids:?}"
+    );
+    for f in findings {
         for r in f["remedies"].as_array().unwrap() {
-            let text = format!("{} {} {}", r["command"], r["effect"], r["try_command"]);
+            let text = text_of(r);
             assert!(
                 !text.contains("<server pid>") && !text.contains("<client pid>"),
                 "{}: {text}",

@@ -154,6 +154,14 @@ impl Prometheus {
         v["data"]["result"].as_array().cloned().unwrap_or_default()
     }
 
+    /// Waits until Prometheus has stored a scrape of the exporter taken after `t` (seconds since
+    /// the epoch) and returns that scrape's time: each scrape reads the source afresh, so
+    /// everything counted before `t` is in what Prometheus holds up to then.
+    fn scraped_after(&self, t: f64) -> f64 {
+        let r = self.wait_for(&format!("timestamp(up{{job=\"cpulab\"}}) > {t:.3}"));
+        value(&r[0])
+    }
+
     /// Waits until `q` returns at least one sample.
     fn wait_for(&self, q: &str) -> Vec<Value> {
         let until = Instant::now() + Duration::from_secs(90);
@@ -166,6 +174,14 @@ impl Prometheus {
             std::thread::sleep(Duration::from_millis(500));
         }
     }
+}
+
+/// Wall-clock seconds since the epoch, as Prometheus stamps its samples.
+fn now_s() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
 }
 
 fn value(sample: &Value) -> f64 {
@@ -300,8 +316,20 @@ fn a_real_prometheus_scrapes_well_formed_metrics() {
         assert!(value(s) > 0.0);
     }
     // The recording rules evaluate on live data.
+    // The fake source grows every class of every target by the same 10 wakeups a snapshot
+    // (7 to an idle CPU, 3 to a busy one), so of K classes all but same-cpu cross CPUs: the
+    // share is exactly (K - 1) / K, and 0.7 of the wakeups go to an idle CPU.
     let share = prom.wait_for("instance:cpulab_cross_cpu_wakeups:ratio_rate5m");
-    assert!((0.0..=1.0).contains(&value(&share[0])));
+    let k = classes.len() as f64;
+    assert!(
+        (value(&share[0]) - (k - 1.0) / k).abs() < 1e-9,
+        "cross share {} of {k} classes {classes:?}",
+        share[0]
+    );
+    let idle = prom.wait_for(
+        "sum(rate(cpulab_wakeups_total{dest=\"idle\"}[10s])) / sum(rate(cpulab_wakeups_total[10s]))",
+    );
+    assert!((value(&idle[0]) - 0.7).abs() < 1e-9, "{}", idle[0]);
     // The machine facts carry this kernel.
     let info = prom.wait_for("cpulab_machine_info");
     let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
@@ -349,18 +377,15 @@ fn placement_classes_follow_a_pinned_pair() {
     let _e = exporter(port, &["--comm", "cpulab-pair", "--attach-every", "1"]);
     let prom = Prometheus::start(port);
     prom.wait_for("up{job=\"cpulab\"} == 1");
-    let now = || {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_secs_f64()
-    };
-    // Each run's window is its own span, from just before it starts to 3 s after it ends (a
-    // few scrapes): pingpong stops at a number of round trips, often within a second, so a
-    // fixed window looking back from the second run's end reached into the first run.
+    let now = now_s;
+    // Each run's window is its own span, from just before it starts to the first scrape after
+    // it ends (which holds all its wakeups): pingpong stops at a number of round trips, often
+    // within a second, so a fixed window looking back from the second run's end reached into
+    // the first run.
     let run = |pairs: &str| {
         let start = now() - 0.5;
         let out = Command::new(&pair)
+            .env("CPULAB_HISTORY", "off")
             .args([
                 "pingpong", "--quiet", "--json", "--method", "pipe", "--pairs", pairs,
             ])
@@ -368,8 +393,7 @@ fn placement_classes_follow_a_pinned_pair() {
             .output()
             .unwrap();
         common::assert_success(&out);
-        std::thread::sleep(Duration::from_secs(3));
-        let end = now();
+        let end = prom.scraped_after(now());
         (format!("{}s", (end - start).ceil() as u64), end)
     };
     let t1 = run("0:0");
@@ -430,7 +454,7 @@ fn the_default_estimate_reaches_prometheus() {
         .output()
         .unwrap();
     assert!(out.status.success());
-    std::thread::sleep(Duration::from_secs(2));
+    prom.scraped_after(now_s());
     let ratio = prom.wait_for("cpulab_exporter_attached_ratio");
     assert_eq!(value(&ratio[0]), 0.25);
     let counts = prom.wait_for("cpulab_wakeups_total{target=\"cpulab-est\"} > 0");

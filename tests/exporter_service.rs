@@ -370,7 +370,8 @@ fn a_restarted_service_with_a_thousand_short_lived_processes_keeps_its_series() 
     );
     assert!(!first.is_empty(), "no wakeup series for the named target");
     let mem0 = memory_kib(child.0.id());
-    let mut runs = Vec::new();
+    let total = |m: &std::collections::BTreeMap<String, f64>| m.values().sum::<f64>();
+    let mut runs: Vec<std::collections::BTreeMap<String, f64>> = Vec::new();
     for _ in 0..2 {
         let out = Command::new(&svc)
             .args([
@@ -380,9 +381,18 @@ fn a_restarted_service_with_a_thousand_short_lived_processes_keeps_its_series() 
             .output()
             .unwrap();
         assert!(out.status.success());
-        // The re-read removes what ended within a second; two make it certain.
-        std::thread::sleep(Duration::from_millis(2200));
-        runs.push(wakeup_series(&scrape(port)));
+        // Each /bin/true ending wakes the shell that waits for it: wait (bounded) until the
+        // scrape holds the burst's 500 wakeups; the checks below say what is missing if not.
+        let before = total(runs.last().unwrap_or(&first));
+        let until = std::time::Instant::now() + Duration::from_secs(60);
+        let now = loop {
+            let now = wakeup_series(&scrape(port));
+            if total(&now) - before >= 500.0 || std::time::Instant::now() > until {
+                break now;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        runs.push(now);
     }
     let mem1 = memory_kib(child.0.id());
     eprintln!(
@@ -390,7 +400,6 @@ fn a_restarted_service_with_a_thousand_short_lived_processes_keeps_its_series() 
          VmHWM {} -> {} KiB",
         mem0.0, mem1.0, mem0.1, mem1.1
     );
-    let total = |m: &std::collections::BTreeMap<String, f64>| m.values().sum::<f64>();
     for (before, after) in [(&first, &runs[0]), (&runs[0], &runs[1])] {
         assert_eq!(
             before.keys().collect::<Vec<_>>(),

@@ -45,6 +45,10 @@ fn every_primitive_in_a_fixed_shape() {
         assert_eq!(o["unit"], "ns/op");
         if !o["unavailable"].is_null() {
             assert!(o["per_op_ns"].is_null());
+            common::skipped(
+                "every_primitive_in_a_fixed_shape",
+                &format!("{} not measured here: {}", o["name"], o["unavailable"]),
+            );
             continue;
         }
         let samples: Vec<f64> = o["batch_samples_ns"]

@@ -1,7 +1,7 @@
 //! `cpulab pair` end to end: the real binary against real PostgreSQL, Apache, nginx and the
 //! built-in HTTP pair, briefly (one second per run, one run per placement through a hidden flag).
 //! Assertions are on structure and physics, never on how fast anything is. Presets whose programs
-//! are missing print a SKIPPED line (a failure under CI=true). What is left behind when a run
+//! are missing print a SKIPPED line (a failure under CI). What is left behind when a run
 //! fails or is interrupted is tested in `pair_cleanup.rs`.
 
 #[macro_use]
@@ -109,11 +109,21 @@ fn check_report(r: &Value) {
             (f(&p["ratio_to_best"]) - want).abs() <= 1e-9 * want,
             "ratio to best: {p}"
         );
-        for (k, v) in p["per_transaction"].as_object().unwrap() {
-            assert!(f(v) >= 0.0, "{k} per transaction is not negative");
-        }
         let runs = p["runs"].as_array().unwrap();
         assert!(!runs.is_empty(), "raw runs are kept");
+        // Each per-transaction cost is the mean over the runs of the run's own (a run without
+        // the counter counts none), and a run's is its tree's count over its transactions.
+        for (k, v) in p["per_transaction"].as_object().unwrap() {
+            let want = runs
+                .iter()
+                .map(|r| r["per_transaction"][k].as_f64().unwrap_or(0.0))
+                .sum::<f64>()
+                / runs.len() as f64;
+            assert!(
+                (f(v) - want).abs() <= 1e-9 * want.abs().max(1e-12),
+                "{k} per transaction {v}, the runs give {want}"
+            );
+        }
         for run in runs {
             let elapsed = f(&run["client_elapsed_s"]);
             assert!(elapsed > 0.0);
@@ -138,8 +148,34 @@ fn check_report(r: &Value) {
             }
             for side in ["server", "client"] {
                 let c = &run[side];
-                if c.is_null() {
-                    continue;
+                // Every server these tests start is a process or the built-in server's
+                // thread, so there is always a tree to observe.
+                assert!(c.is_object(), "{side}: no counters: {run}");
+                let per = &run["per_transaction"];
+                let tx = transactions as f64;
+                let (switches, cpu) = match c["perf"].as_object() {
+                    Some(perf) => (
+                        perf["context_switches"].as_u64().unwrap() as f64,
+                        f(&perf["task_clock_s"]),
+                    ),
+                    None => (
+                        (c["voluntary_switches"].as_u64().unwrap()
+                            + c["involuntary_switches"].as_u64().unwrap())
+                            as f64,
+                        f(&c["user_s"]) + f(&c["system_s"]),
+                    ),
+                };
+                for (k, want) in [
+                    (format!("{side}_context_switches"), switches / tx),
+                    (format!("{side}_cpu_us"), cpu * 1e6 / tx),
+                ] {
+                    let got = per[&k]
+                        .as_f64()
+                        .unwrap_or_else(|| panic!("{k} missing: {per}"));
+                    assert!(
+                        (got - want).abs() <= 1e-9 * want.abs().max(1e-12),
+                        "{k}: {got}, the counters give {want}"
+                    );
                 }
                 // No tree of processes gets more CPU time than its run time on every CPU
                 // (seconds, not ticks or microseconds; a tick of slack per CPU).

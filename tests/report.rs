@@ -19,9 +19,10 @@ use cpulab::report::envelope::{Envelope, Kind};
 use cpulab::stats::MeanCi;
 use cpulab::topology::PlacementClass::{self, *};
 use std::collections::BTreeMap;
+use std::io::Read;
 use std::path::Path;
 use std::process::Stdio;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 fn around(mean: f64, n: usize) -> Vec<f64> {
     (0..n)
@@ -336,18 +337,36 @@ fn headless(bin: &str, html: &Path, extra: &[String]) -> std::process::Output {
     .arg(format!("file://{}", html.display()))
     .stdout(Stdio::piped())
     .stderr(Stdio::piped());
-    let child = cmd.spawn().unwrap();
-    let id = child.id();
-    // Never hang the test suite on a wedged browser.
-    let guard = std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_secs(90));
-        let _ = std::process::Command::new("kill")
-            .arg(id.to_string())
-            .status();
-    });
-    let out = child.wait_with_output().unwrap();
-    drop(guard);
-    out
+    let mut child = cmd.spawn().unwrap();
+    let reader = |mut pipe: Box<dyn std::io::Read + Send>| {
+        std::thread::spawn(move || {
+            let mut b = Vec::new();
+            let _ = pipe.read_to_end(&mut b);
+            b
+        })
+    };
+    let stdout = reader(Box::new(child.stdout.take().unwrap()));
+    let stderr = reader(Box::new(child.stderr.take().unwrap()));
+    // Never hang the test suite on a wedged browser: wait with a deadline, and on it kill the
+    // child through its handle. Until this handle reaps it, its pid stays its own (a zombie
+    // keeps it), so the kill cannot reach a process that reused the pid.
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{bin} did not finish in 90 s: killed");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    std::process::Output {
+        status,
+        stdout: stdout.join().unwrap(),
+        stderr: stderr.join().unwrap(),
+    }
 }
 
 #[test]

@@ -726,7 +726,10 @@ mod tests {
             ..Default::default()
         };
         let s = CpuTimeShares::between(&b, &a);
-        assert!(s.user_pct >= 0.0 && s.idle_pct >= 0.0);
+        // The counter that went back counts as no time at all: not a negative share, and not
+        // a wrapped 2^64 - 10 ticks that would make the CPU all user time.
+        assert_eq!(s.user_pct, 0.0, "{s:?}");
+        assert!(s.idle_pct > 0.0, "{s:?}");
         let t = TaskSnapshot {
             voluntary: 10,
             ..Default::default()

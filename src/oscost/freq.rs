@@ -431,6 +431,7 @@ mod tests {
         }
         let cold = r.cold_per_ns.unwrap();
         assert_eq!(cold.n, 2, "one cold rate per trial");
-        assert!(cold.ci95_low <= cold.mean && cold.mean <= cold.ci95_high);
+        let each: Vec<f64> = r.trials.iter().map(|t| t.cold_per_ns).collect();
+        crate::testing::assert_mean_ci_of("cold rate", &cold, &each);
     }
 }

@@ -2,7 +2,7 @@
 //!
 //! Every test file runs cpulab through [`cpulab`] (or [`cpulab_process`] when it must signal
 //! or wrap the process), and a test that needs a program this machine lacks goes through
-//! [`installed`]: it prints a visible `SKIPPED:` line and, under `CI=true` (CI installs every
+//! [`installed`]: it prints a visible `SKIPPED:` line and, under CI (`CI` set; CI installs every
 //! program), fails instead of passing silently.
 
 #![allow(dead_code)]
@@ -10,7 +10,6 @@
 use assert_cmd::Command;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
-use std::io::Write;
 use std::path::PathBuf;
 
 /// The cpulab binary under test, for assert_cmd. It records nothing in a history
@@ -61,7 +60,7 @@ pub fn fixture(name: &str) -> PathBuf {
 }
 
 /// Where `program` is installed, as cpulab itself looks for programs; `None` after a visible
-/// [`not_installed`] line (a failure under `CI=true`).
+/// [`not_installed`] line (a failure under CI).
 pub fn program(test: &str, program: &str, package: &str) -> Option<PathBuf> {
     let found = cpulab::pair::presets::find_program(program);
     if found.is_none() {
@@ -70,9 +69,11 @@ pub fn program(test: &str, program: &str, package: &str) -> Option<PathBuf> {
     found
 }
 
-/// Runs cpulab with `args` under `taskset -c CPUS`, as a user restricting its CPUs would.
+/// Runs cpulab with `args` under `taskset -c CPUS`, as a user restricting its CPUs would (no
+/// history, as [`cpulab`]).
 pub fn cpulab_under_taskset(cpus: &str, args: &[&str]) -> std::process::Output {
     std::process::Command::new("taskset")
+        .env("CPULAB_HISTORY", "off")
         .args(["-c", cpus])
         .arg(cpulab_path())
         .args(args)
@@ -149,7 +150,7 @@ macro_rules! test_name {
 
 /// Says that `test` cannot run because `program` (from Debian `package`) is missing. The line
 /// goes straight to the process's stderr, past the test harness's capture, so a run that
-/// skipped something shows it. Under `CI=true` it is a failure: CI installs every program.
+/// skipped something shows it. Under CI (see [`in_ci`]) it is a failure: CI installs every program.
 pub fn not_installed(test: &str, program: &str, package: &str) {
     skipped(
         test,
@@ -204,41 +205,14 @@ pub fn json_of(out: &std::process::Output) -> Value {
     serde_json::from_slice(&out.stdout).expect("exactly one JSON document on stdout")
 }
 
-/// True under `CI=true`, where every program is installed and every test must run.
-pub fn in_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true")
-}
+#[path = "../../src/testing/shared.rs"]
+mod shared;
 
-/// Says that `test` (or a part of it) cannot run here, and why. The line goes straight to the
-/// process's stderr, past the harness's capture; under `CI=true` it is a failure instead.
-pub fn skipped(test: &str, why: &str) {
-    let line = format!("SKIPPED: {test}: {why}");
-    if in_ci() {
-        panic!("{line}; under CI=true a test that cannot run fails");
-    }
-    let _ = writeln!(std::io::stderr(), "{line}");
-}
-
-/// The 0.975 quantile of Student's t, from the printed table (NIST/SEMATECH e-Handbook, 1.3.6.7.2),
-/// so a confidence interval is checked against a source other than the code that computed it.
-const T_975: &[(usize, f64)] = &[
-    (1, 12.706),
-    (2, 4.303),
-    (3, 3.182),
-    (4, 2.776),
-    (5, 2.571),
-    (6, 2.447),
-    (7, 2.365),
-    (8, 2.306),
-    (9, 2.262),
-    (10, 2.228),
-    (15, 2.131),
-    (20, 2.086),
-    (30, 2.042),
-    (60, 2.000),
-    (100, 1.984),
-    (usize::MAX, 1.960),
-];
+/// The one skip rule, shared with the unit tests (`src/testing/shared.rs`): [`in_ci`] is true
+/// for `CI` set to any non-empty value other than `0` or `false`, and [`skipped`] prints a
+/// visible `SKIPPED:` line past the harness's capture, or fails under CI.
+#[allow(unused_imports)] // not every test file asks whether it runs under CI
+pub use shared::{in_ci, skipped};
 
 /// Checks that `ci`, a `{mean, ci95_low, ci95_high, ci95_half_width, stddev, n}` document, is the
 /// mean of `samples` with its 95% Student's t interval: the mean and sample standard deviation
@@ -250,47 +224,18 @@ pub fn assert_mean_ci_of(what: &str, ci: &Value, samples: &[f64]) {
             .as_f64()
             .unwrap_or_else(|| panic!("{what}: {k} missing: {ci}"))
     };
-    let n = samples.len();
-    assert!(n >= 1, "{what}: no samples");
-    assert_eq!(ci["n"].as_u64(), Some(n as u64), "{what}: n: {ci}");
-    let close = |a: f64, b: f64, rel: f64| (a - b).abs() <= rel * a.abs().max(b.abs()).max(1e-12);
-    let mean = samples.iter().sum::<f64>() / n as f64;
-    assert!(
-        close(g("mean"), mean, 1e-9),
-        "{what}: mean {ci} of {samples:?}"
-    );
-    if n == 1 {
-        assert_eq!(
-            g("ci95_half_width"),
-            0.0,
-            "{what}: one sample has no interval"
-        );
-        return;
-    }
-    let sd = (samples.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1) as f64).sqrt();
-    assert!(
-        close(g("stddev"), sd, 1e-6),
-        "{what}: stddev {ci} of {samples:?}"
-    );
-    let half = g("ci95_half_width");
-    assert!(close(g("ci95_low"), mean - half, 1e-9), "{what}: {ci}");
-    assert!(close(g("ci95_high"), mean + half, 1e-9), "{what}: {ci}");
-    if sd == 0.0 {
-        assert_eq!(half, 0.0, "{what}: {ci}");
-        return;
-    }
-    let t = half / (sd / (n as f64).sqrt());
-    let df = n - 1;
-    let hi = T_975
-        .iter()
-        .rev()
-        .find(|(d, _)| *d <= df)
-        .map_or(12.706, |r| r.1);
-    let lo = T_975.iter().find(|(d, _)| *d >= df).map_or(1.960, |r| r.1);
-    assert!(
-        t <= hi + 5e-3 && t >= lo - 5e-3,
-        "{what}: half-width is {t:.4} standard errors, the table gives {lo}..{hi} for {df} degrees of freedom"
-    );
+    let n = ci["n"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("{what}: n missing: {ci}"));
+    let i = shared::Interval {
+        mean: g("mean"),
+        ci95_low: if n > 1 { g("ci95_low") } else { g("mean") },
+        ci95_high: if n > 1 { g("ci95_high") } else { g("mean") },
+        ci95_half_width: g("ci95_half_width"),
+        stddev: if n > 1 { g("stddev") } else { 0.0 },
+        n: n as usize,
+    };
+    shared::assert_interval_of(&format!("{what} ({ci})"), &i, samples);
 }
 
 /// Checks one CPU's time shares (`user_pct`, `system_pct`, ...) over an interval: each in
