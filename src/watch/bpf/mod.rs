@@ -25,6 +25,8 @@
 
 pub mod aggregate;
 pub mod insn;
+#[cfg(test)]
+mod interp;
 pub mod programs;
 pub mod ring;
 pub mod sys;
