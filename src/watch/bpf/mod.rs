@@ -24,6 +24,8 @@
 //! it ends, the kernel detaches and frees everything (nothing is pinned).
 
 pub mod aggregate;
+#[cfg(test)]
+mod crosscheck;
 pub mod insn;
 #[cfg(test)]
 mod interp;
