@@ -358,9 +358,7 @@ impl Vm {
                     let args = [get(1), get(2), get(3), get(4), get(5)];
                     r[0] = self.helper(i.imm, &args).map_err(fault)?;
                     set[0] = true;
-                    for x in 1..=5 {
-                        set[x] = false;
-                    }
+                    set[1..=5].fill(false);
                 }
                 0x95 => return get(0),
                 c => return Err(fault(format!("opcode {c:#04x} not interpreted"))),
