@@ -9,7 +9,10 @@
 //!   the kernel by the CPU it switches in on; the analysis files a wakeup as to an idle CPU only
 //!   when it switched in where it was placed;
 //! - the analysis knows a task preempted and still queued, and counts its wakeup at once with
-//!   no latency; the kernel does not look, and times it to its next switch-in;
+//!   no latency; the kernel does not look, and times it to its next switch-in (a real
+//!   divergence of the rules, not of their inputs: the kernel's latency there is the rest of a
+//!   preempted task's run-queue wait);
+//! - two tids pending at once in the same `pending` entry: the kernel counts one lost;
 //! - the analysis counts a pending wakeup of a task seen waking another (its switch-in not
 //!   delivered), the kernel at the task's switch-out;
 //! - at the window's end the analysis counts wakeups still pending, untimed; the kernel leaves
