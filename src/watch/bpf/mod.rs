@@ -24,7 +24,11 @@
 //! it ends, the kernel detaches and frees everything (nothing is pinned).
 
 pub mod aggregate;
+#[cfg(test)]
+mod crosscheck;
 pub mod insn;
+#[cfg(test)]
+mod interp;
 pub mod programs;
 pub mod ring;
 pub mod sys;
