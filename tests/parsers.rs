@@ -1261,3 +1261,60 @@ proptest! {
         let _ = when::utc(t);
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    /// Whatever group path `/proc/self/cgroup` gives (inside a cgroup namespace the kernel
+    /// writes `/..` for a group outside it), and whatever subtree the mount is, the group
+    /// directory read is inside the mount: never above it, never a `..` in it.
+    #[test]
+    fn a_group_directory_stays_inside_its_mount(
+        path in proptest::collection::vec(prop_oneof![Just("..".to_string()), Just(".".to_string()), "[a-z]{1,6}"], 0..5),
+        mount_root in proptest::collection::vec("[a-z]{1,6}", 0..2),
+        v2 in any::<bool>(),
+    ) {
+        use cpulab::probe::cgroup::{Layout, Mount};
+        use cpulab::probe::reading::Reading;
+        let d = tempfile::tempdir().unwrap();
+        let point = "/sys/fs/cgroup";
+        for dir in ["a/b", "b"] {
+            std::fs::create_dir_all(d.path().join("sys/fs/cgroup").join(dir)).unwrap();
+        }
+        let layout = Layout {
+            root: d.path().to_path_buf(),
+            membership: Reading::Value(vec![Membership {
+                hierarchy: if v2 { 0 } else { 3 },
+                controllers: if v2 { vec![] } else { vec!["cpu".into()] },
+                path: format!("/{}", path.join("/")),
+            }]),
+            mounts: vec![Mount {
+                v2,
+                root: format!("/{}", mount_root.join("/")),
+                point: point.into(),
+                options: vec!["rw".into(), "cpu".into()],
+            }],
+        };
+        let Reading::Value(g) = layout.dir_for("cpu") else {
+            return Err(TestCaseError::fail("no group directory"));
+        };
+        prop_assert!(g.dir.starts_with(&g.mount), "{:?} outside {:?}", g.dir, g.mount);
+        prop_assert!(
+            g.dir.components().all(|c| c != std::path::Component::ParentDir),
+            "{:?} from {:?}", g.dir, path
+        );
+        // By hand: the path below the mount's subtree, whole components (the whole path when
+        // it is not below it), if that directory exists; else the mount.
+        let comps: Vec<&String> = path.iter().filter(|c| *c != ".").collect();
+        let want = if comps.iter().any(|c| *c == "..") {
+            g.mount.clone()
+        } else {
+            let below = comps.len() >= mount_root.len()
+                && comps.iter().zip(&mount_root).all(|(a, b)| *a == b);
+            let rel = if below { &comps[mount_root.len()..] } else { &comps[..] };
+            let d = rel.iter().fold(g.mount.clone(), |d, c| d.join(c));
+            if d.is_dir() { d } else { g.mount.clone() }
+        };
+        prop_assert_eq!(g.dir, want);
+    }
+}
