@@ -845,7 +845,7 @@ fn modules_import_only_layers_below_and_functions_stay_short() {
 
     let funcs: Vec<(String, String, usize)> = srcs.iter().flat_map(functions).collect();
     let mut noted: Vec<&(String, String, usize)> = funcs.iter().filter(|f| f.2 > NOTED).collect();
-    noted.sort_by(|a, b| b.2.cmp(&a.2));
+    noted.sort_by_key(|f| std::cmp::Reverse(f.2));
 
     eprintln!(
         "architecture: {} files, {} imports between files",
