@@ -1318,3 +1318,25 @@ proptest! {
         prop_assert_eq!(g.dir, want);
     }
 }
+
+proptest! {
+    #![proptest_config(config())]
+
+    /// A `cgroup.procs` file printed from pids, one a line, reads back to them.
+    #[test]
+    fn a_printed_cgroup_procs_reads_back(pids in proptest::collection::btree_set(1i32..i32::MAX, 0..20)) {
+        let text: String = pids.iter().map(|p| format!("{p}\n")).collect();
+        prop_assert_eq!(cpulab::watch::targets::parse_procs(&text), pids);
+    }
+
+    /// The BPF targets table's entry word for a process and slot reads back to them, at the
+    /// process's index inside the table; a free word (tgid 0) holds nothing.
+    #[test]
+    fn a_targets_entry_reads_back(tgid in any::<u32>(), slot in any::<u32>()) {
+        use cpulab::watch::bpf::table::{TARGET_ENTRIES, decode, entry, index};
+        let want = (tgid != 0).then_some((tgid, slot));
+        prop_assert_eq!(decode(entry(tgid, slot)), want);
+        prop_assert!(index(tgid) < TARGET_ENTRIES as usize);
+        prop_assert_eq!(index(tgid), (tgid % TARGET_ENTRIES) as usize);
+    }
+}
