@@ -77,28 +77,16 @@ pub fn parse_interval(text: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs(secs))
 }
 
-/// Matches one path component against a glob component (`*` any run, `?` one character).
-fn component_matches(pat: &[u8], s: &[u8]) -> bool {
-    match (pat.first(), s.first()) {
-        (None, None) => true,
-        (Some(b'*'), _) => {
-            component_matches(&pat[1..], s) || (!s.is_empty() && component_matches(pat, &s[1..]))
-        }
-        (Some(b'?'), Some(_)) => component_matches(&pat[1..], &s[1..]),
-        (Some(p), Some(c)) if p == c => component_matches(&pat[1..], &s[1..]),
-        _ => false,
-    }
-}
-
 /// True when the cgroup path (relative to the cgroup root) matches the glob; `*` never
-/// crosses a `/`.
+/// crosses a `/`. Each component matches as `watch --cgroup` matches it (`*` any run, `?` one
+/// character, not one byte: `user-?` matches `user-é`), in time linear in its length.
 pub fn glob_matches(glob: &str, path: &str) -> bool {
     let g: Vec<&str> = glob.split('/').filter(|c| !c.is_empty()).collect();
     let p: Vec<&str> = path.split('/').filter(|c| !c.is_empty()).collect();
     g.len() == p.len()
         && g.iter()
             .zip(&p)
-            .all(|(g, p)| component_matches(g.as_bytes(), p.as_bytes()))
+            .all(|(g, p)| crate::watch::slots::wildcard(g, p))
 }
 
 /// cgroup directories under `cgroup_root` (at the glob's depth) that match the glob.
@@ -227,6 +215,9 @@ mod tests {
             "user.slice/user-0.slice"
         ));
         assert!(glob_matches("*", "init.scope"));
+        // Found by tests/parsers.rs: `?` matched one byte, so never a character written in two.
+        assert!(glob_matches("user.slice/user-?", "user.slice/user-é"));
+        assert!(!glob_matches("user.slice/user-??", "user.slice/user-é"));
         assert!(check_cgroup_glob("../etc").is_err());
         assert!(check_cgroup_glob("").is_err());
         assert!(check_cgroup_glob("/system.slice/").is_ok());

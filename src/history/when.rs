@@ -43,8 +43,20 @@ pub fn utc(t: i64) -> String {
     )
 }
 
+/// Days in month `m` (1-12) of year `y`, by the Gregorian leap-year rule.
+fn days_in_month(y: i64, m: i64) -> i64 {
+    match m {
+        2 if (y % 4 == 0 && y % 100 != 0) || y % 400 == 0 => 29,
+        2 => 28,
+        4 | 6 | 9 | 11 => 30,
+        _ => 31,
+    }
+}
+
 /// Reads a time given on the command line: Unix seconds, `YYYY-MM-DD`, `YYYY-MM-DDTHH:MM[:SS]`
-/// (UTC), or an age (`90m`, `36h`, `7d` before `now`).
+/// (UTC, with or without the ` UTC` that [`utc`] prints), or an age (`90m`, `36h`, `7d` before
+/// `now`). A date that does not exist (February 30th), a time of day out of range, a year
+/// outside 0-9999 or an age too large to count back from `now` is no time.
 pub fn parse(text: &str, now: i64) -> Option<i64> {
     let t = text.trim();
     if let Ok(n) = t.parse::<i64>() {
@@ -52,9 +64,10 @@ pub fn parse(text: &str, now: i64) -> Option<i64> {
     }
     for (suffix, unit) in [("m", 60), ("h", 3600), ("d", 86_400)] {
         if let Some(n) = t.strip_suffix(suffix).and_then(|n| n.parse::<i64>().ok()) {
-            return Some(now - n * unit);
+            return now.checked_sub(n.checked_mul(unit)?);
         }
     }
+    let t = t.strip_suffix("UTC").map_or(t, str::trim_end);
     let (date, time) = t.split_once(['T', ' ']).unwrap_or((t, "00:00"));
     let ymd: Vec<i64> = date
         .split('-')
@@ -68,7 +81,13 @@ pub fn parse(text: &str, now: i64) -> Option<i64> {
         return None;
     };
     let sec = rest.first().copied().unwrap_or(0);
-    let ok = (1..=12).contains(m) && (1..=31).contains(d) && *h < 24 && *mi < 60 && sec < 61;
+    let ok = (0..=9999).contains(y)
+        && (1..=12).contains(m)
+        && (1..=days_in_month(*y, *m)).contains(d)
+        && (0..24).contains(h)
+        && (0..60).contains(mi)
+        && (0..61).contains(&sec)
+        && rest.len() <= 1;
     ok.then(|| days_from_civil(*y, *m, *d) * 86_400 + h * 3600 + mi * 60 + sec)
 }
 
@@ -86,5 +105,22 @@ mod tests {
         assert_eq!(parse("12", 0), Some(12));
         assert_eq!(parse("yesterday", 0), None);
         assert_eq!(parse("2025-13-01", 0), None);
+    }
+
+    #[test]
+    fn what_the_history_prints_reads_back_and_impossible_times_do_not() {
+        // Found by tests/parsers.rs: the printed form with its ` UTC` did not read back; a day
+        // past the month's end read as a day of the next month; a negative hour or minute read
+        // as a time before midnight; and an age or year too large overflowed (a panic in debug
+        // builds, a wrapped time in release).
+        assert_eq!(parse(&utc(1_764_091_800), 0), Some(1_764_091_800));
+        assert_eq!(parse("2025-02-29", 0), None);
+        assert_eq!(parse("2024-02-29", 0), Some(1_709_164_800));
+        assert_eq!(parse("2025-04-31", 0), None);
+        assert_eq!(parse("2025-01-01T-2:00", 0), None);
+        assert_eq!(parse("2025-01-01T00:-1", 0), None);
+        assert_eq!(parse("2025-01-01T00:00:00:00", 0), None);
+        assert_eq!(parse("2000000000000000h", -2_023_372_036_854_775_809), None);
+        assert_eq!(parse("99999999999999999-01-01", 0), None);
     }
 }

@@ -199,13 +199,17 @@ impl Layout {
         };
         let base = self.root.join(mount.point.trim_start_matches('/'));
         // A mount of a subtree (bind mount, or a namespace seen from outside): the group path
-        // is relative to the hierarchy's root, so strip the part the mount already is.
-        let rel = match mount.root.as_str() {
-            "/" => line.path.as_str(),
-            r => line.path.strip_prefix(r).unwrap_or(&line.path),
-        };
-        let rel = rel.trim_start_matches('/');
-        let joined = if rel.is_empty() {
+        // is relative to the hierarchy's root, so strip the part the mount already is, whole
+        // components only (a mount of `/a` does not hold `/ab`).
+        let path = Path::new(&line.path);
+        let rel = path.strip_prefix(&mount.root).unwrap_or(path);
+        let rel = rel.strip_prefix("/").unwrap_or(rel);
+        // A group outside this namespace's root (`/..`, as the kernel writes it there) is not
+        // below the mount: the mount is the nearest group this process can see.
+        let outside = rel
+            .components()
+            .any(|c| c == std::path::Component::ParentDir);
+        let joined = if rel.as_os_str().is_empty() || outside {
             base.clone()
         } else {
             base.join(rel)
@@ -550,5 +554,24 @@ mod tests {
             .unwrap();
         assert!(l.dir.ends_with("sys/fs/cgroup/app"), "{}", l.dir);
         assert_eq!(l.quota_cpus, Some(0.5));
+    }
+
+    #[test]
+    fn a_group_outside_the_mount_is_never_read_above_it() {
+        // Found by tests/parsers.rs: inside a cgroup namespace the kernel writes `/..` for a
+        // group outside it, and the directory read was the mount's parent; a mount of
+        // `/docker` took `/dockerx/app` for its own `x/app`, stripping the root as text.
+        let mount =
+            |root: &str| format!("41 31 0:38 {root} /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n");
+        for (group, root) in [("0::/..\n", "/"), ("0::/dockerx/app\n", "/docker")] {
+            let t = tree(&[
+                ("proc/self/cgroup", group),
+                ("proc/self/mountinfo", &mount(root)),
+                ("sys/fs/cgroup/cpu.max", "max 100000\n"),
+                ("sys/fs/cgroup/x/app/cpu.max", "50000 100000\n"),
+            ]);
+            let g = Layout::read(t.path()).dir_for("cpu").into_value().unwrap();
+            assert_eq!(g.dir, g.mount, "{group}");
+        }
     }
 }

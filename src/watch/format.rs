@@ -96,10 +96,16 @@ fn parse_field(rest: &str) -> Option<(String, Field)> {
 }
 
 impl Field {
+    /// The field's bytes in `raw`; `None` when it does not lie wholly inside (an offset and
+    /// size read from a format file can be anything, their sum past `usize::MAX` included).
+    fn bytes<'a>(&self, raw: &'a [u8]) -> Option<&'a [u8]> {
+        raw.get(self.offset..self.offset.checked_add(self.size)?)
+    }
+
     /// The field's value as an integer (1, 2, 4 or 8 bytes, native endian, sign-extended when
     /// signed); `None` when the record is too short or the width is not an integer's.
     pub fn int(&self, raw: &[u8]) -> Option<i64> {
-        let b = raw.get(self.offset..self.offset + self.size)?;
+        let b = self.bytes(raw)?;
         Some(match (self.size, self.signed) {
             (1, true) => i64::from(b[0] as i8),
             (1, false) => i64::from(b[0]),
@@ -114,7 +120,7 @@ impl Field {
 
     /// A fixed-size `char[N]` field as text, up to its first NUL.
     pub fn text(&self, raw: &[u8]) -> Option<String> {
-        let b = raw.get(self.offset..self.offset + self.size)?;
+        let b = self.bytes(raw)?;
         let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
         Some(String::from_utf8_lossy(&b[..end]).into_owned())
     }
@@ -192,5 +198,18 @@ mod tests {
             signed: false,
         };
         assert_eq!(f.text(&raw).as_deref(), Some("psql"));
+    }
+
+    #[test]
+    fn a_field_at_the_largest_offset_reads_nothing() {
+        // Found by tests/parsers.rs: offset + size overflowed (a panic in debug builds, a wrapped
+        // range in release) for a format file giving an offset near `usize::MAX`.
+        let f = Field {
+            offset: usize::MAX,
+            size: 8,
+            signed: false,
+        };
+        assert_eq!(f.int(&[0u8; 16]), None);
+        assert_eq!(f.text(&[0u8; 16]), None);
     }
 }

@@ -87,13 +87,15 @@ pub fn wildcard(pattern: &str, name: &str) -> bool {
     let (p, n): (Vec<char>, Vec<char>) = (pattern.chars().collect(), name.chars().collect());
     let (mut pi, mut ni, mut star, mut mark) = (0, 0, None, 0);
     while ni < n.len() {
-        if pi < p.len() && (p[pi] == '?' || p[pi] == n[ni]) {
-            pi += 1;
-            ni += 1;
-        } else if pi < p.len() && p[pi] == '*' {
+        // A `*` is tried first: taken as a literal where the name has a `*` too, it would never
+        // be backtracked to (`b?*?` would not match `b**a?`).
+        if pi < p.len() && p[pi] == '*' {
             star = Some(pi);
             mark = ni;
             pi += 1;
+        } else if pi < p.len() && (p[pi] == '?' || p[pi] == n[ni]) {
+            pi += 1;
+            ni += 1;
         } else if let Some(s) = star {
             pi = s + 1;
             mark += 1;
@@ -351,6 +353,10 @@ mod tests {
         assert!(wildcard("*", ""));
         assert!(wildcard("exact", "exact"));
         assert!(!wildcard("exact", "exact2"));
+        // Found by tests/parsers.rs: a `*` facing a `*` in the name was taken literally and
+        // never backtracked to.
+        assert!(wildcard("b?*?", "b**a?"));
+        assert!(wildcard("*x", "*ax"));
     }
 
     fn cgroup_tree() -> tempfile::TempDir {

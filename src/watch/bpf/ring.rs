@@ -1,6 +1,7 @@
 //! The BPF ring buffer mapped for reading, and the record header cpulab's programs write.
 
 use super::HEADER;
+use std::ops::Range;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -84,16 +85,13 @@ impl Ring {
             let len_word =
                 unsafe { &*(data.as_ptr().add(at).cast::<std::sync::atomic::AtomicU32>()) }
                     .load(Ordering::Acquire);
-            if len_word & (1 << 31) != 0 {
+            let Some((body, step)) = entry(len_word, at, data.len()) else {
                 break; // reserved, not yet committed
-            }
-            let len = (len_word & !(3 << 30)) as usize;
-            if len_word & (1 << 30) == 0
-                && let Some(rec) = data.get(at + 8..at + 8 + len)
-            {
+            };
+            if let Some(rec) = body.and_then(|b| data.get(b)) {
                 f(rec);
             }
-            cons += ((len + 8 + 7) & !7) as u64;
+            cons += step;
         }
         cons_pos.store(cons, Ordering::Release);
         (cons - start) as usize
@@ -108,6 +106,25 @@ impl Drop for Ring {
             libc::munmap(self.producer.cast(), self.page + 2 * self.size);
         }
     }
+}
+
+/// What the ring holds at offset `at` of its data (`data_len` bytes, the data pages mapped
+/// twice), from the entry's length word as the kernel writes it (pure): `None` while the entry
+/// is reserved but not yet committed (bit 31), else where its record lies, if it is to be read
+/// (not discarded, bit 30, and wholly inside the data), and how far the next entry is (the
+/// 8-byte header and the record, rounded up to 8).
+pub fn entry(len_word: u32, at: usize, data_len: usize) -> Option<(Option<Range<usize>>, u64)> {
+    const BUSY: u32 = 1 << 31;
+    const DISCARD: u32 = 1 << 30;
+    if len_word & BUSY != 0 {
+        return None;
+    }
+    let len = (len_word & !(BUSY | DISCARD)) as usize;
+    let body = at
+        .checked_add(8)
+        .and_then(|start| Some(start..start.checked_add(len)?))
+        .filter(|b| len_word & DISCARD == 0 && b.end <= data_len);
+    Some((body, ((len + 8 + 7) & !7) as u64))
 }
 
 /// One record read from the ring.
@@ -159,5 +176,14 @@ mod tests {
             None,
             "a short record is no record"
         );
+    }
+
+    #[test]
+    fn ring_entries_by_their_length_word() {
+        assert_eq!(entry(1 << 31 | 16, 0, 4096), None, "reserved: stop");
+        assert_eq!(entry(16, 8, 4096), Some((Some(16..32), 24)));
+        assert_eq!(entry(13, 0, 4096), Some((Some(8..21), 24)), "padded to 8");
+        assert_eq!(entry(1 << 30 | 16, 0, 4096), Some((None, 24)), "discarded");
+        assert_eq!(entry(4096, 8, 4096), Some((None, 4104)), "past the data");
     }
 }
