@@ -241,7 +241,7 @@ pub trait Experiment {
 /// An experiment that is its own subcommand, `cpulab NAME`, and a `cpulab try --measure
 /// NAME:FLAGS`: its flags and their validation live beside it, and the registry builds the
 /// subcommand, its help and man page from them. Listing it with
-/// [`erased::command`] in `crate::registry::ENTRIES` is all the wiring it needs.
+/// [`erased::entry`] in `crate::registry::ENTRIES` is all the wiring it needs.
 pub trait Command: Experiment + Sized + 'static
 where
     Self::Settings: 'static,
