@@ -157,6 +157,17 @@ mod tests {
         assert!(seen >= 5);
     }
 
+    /// Only pair, of the registry's subcommands, takes an interrupt in order (the dispatcher
+    /// installs the handlers for it); the others end at once on Ctrl-C, as before.
+    #[test]
+    fn the_dispatcher_installs_signal_handlers_for_pair_only() {
+        for e in ENTRIES {
+            if let Some(c) = &e.command {
+                assert_eq!(c.orderly_interrupt, e.kind.as_str() == "pair", "{}", e.kind);
+            }
+        }
+    }
+
     #[test]
     fn measure_specs_are_parsed_and_validated_by_the_experiment() {
         let machine = Machine::detect(Path::new("/")).unwrap();

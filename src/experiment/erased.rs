@@ -38,6 +38,8 @@ pub struct Subcommand {
     /// `try --measure NAME:FLAGS`: the flags (without the name) parsed and validated into
     /// something to run each round.
     pub measure: MeasureFn,
+    /// [`Command::ORDERLY_INTERRUPT`]: the dispatcher installs the signal handlers first.
+    pub orderly_interrupt: bool,
 }
 
 /// Flags (without the name) -> an experiment ready to run each round.
@@ -78,6 +80,7 @@ where
         clap: clap_of::<E>,
         run: run_command::<E>,
         measure: measure_of::<E>,
+        orderly_interrupt: E::ORDERLY_INTERRUPT,
     });
 }
 

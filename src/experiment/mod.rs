@@ -270,4 +270,10 @@ where
     /// A run that takes minutes shows its steps even when stderr is a log file, each line
     /// prefixed with `cpulab NAME: `; others show steps only on a terminal.
     const STEPS_ALWAYS: bool = false;
+
+    /// Whether `cpulab NAME` takes an interrupt (Ctrl-C, SIGTERM, SIGHUP) in order
+    /// ([`crate::signals`]): recorded, every process it started stopped, exit 128 + signal.
+    /// True for an experiment that starts servers and clients and checks for the signal while
+    /// they run; the dispatcher installs the handlers before the command starts.
+    const ORDERLY_INTERRUPT: bool = false;
 }

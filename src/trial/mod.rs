@@ -256,7 +256,6 @@ impl Experiment for Trial {
     const KIND: Kind = Kind::Try;
 
     fn run(machine: &Machine, s: &TrialSettings, progress: &Progress) -> Result<TrialReport> {
-        crate::signals::install();
         let mut conditions = Conditions::now(machine);
         let changes: Vec<ChangeRecord> = s
             .changes
