@@ -107,6 +107,9 @@ pub fn run_invocation(inv: Invocation) -> Result<()> {
             ..
         } => {
             start(&global);
+            if command.orderly_interrupt {
+                interrupts_in_order();
+            }
             let history = crate::history::Recorder {
                 root: global.root.clone(),
             };
@@ -122,9 +125,26 @@ fn start(g: &Global) {
     crate::trial::journal::recover_at_start(&g.root, g.quiet);
 }
 
+/// Installs the signal handlers (`crate::signals`) for a command that takes an interrupt in
+/// order: from here Ctrl-C, SIGTERM and SIGHUP are recorded, the whole command (every stage,
+/// every process it started) is torn down at its next check, and it exits 128 + signal. Once,
+/// here, before the command starts; commands that never check for a signal keep the default
+/// (an interrupt ends them at once), so no first Ctrl-C is ever swallowed. `watch` keeps its
+/// own handler (`watch::session`), which ends the watch early and reports what it saw.
+fn interrupts_in_order() {
+    crate::signals::install();
+}
+
 pub fn run(cli: Cli) -> Result<()> {
     let g = cli.global;
     start(&g);
+    // The built-in commands that stop servers, clients and settings in order on an interrupt.
+    if matches!(
+        cli.command,
+        Command::Doctor(_) | Command::Try(_) | Command::Exporter(_)
+    ) {
+        interrupts_in_order();
+    }
     // The sinks every result goes to after its own stdout and files (`crate::emit`).
     let history = crate::history::Recorder {
         root: g.root.clone(),

@@ -12,50 +12,38 @@
 //!
 //! Adding an experiment is one new module (its `Experiment` and `Command`, with
 //! `const KIND: Kind = Kind::Experiment("name")`) plus one line in [`ENTRIES`]:
-//! `command::<crate::name::Name>()`. Its kind is then known to `report` and `compare` (which
+//! `entry::<crate::name::Name>()`. Its kind is then known to `report` and `compare` (which
 //! read a document into its typed result, so a wrong shape is bad input), its subcommand, help,
 //! completions and man page exist, and `try --measure name:FLAGS` runs it.
 
 use crate::experiment::erased::{Catalogue, Runnable};
-pub use crate::experiment::erased::{Entry, Subcommand, command, entry};
+pub use crate::experiment::erased::{Entry, Listed, Subcommand, entry};
 use crate::machine::Machine;
 use crate::report::envelope::{self, Kind, Loaded};
 use anyhow::Result;
 use std::path::Path;
 
-/// Every experiment whose results cpulab can load, render and compare.
+/// Every kind of result cpulab can load, render and compare, each built the one way,
+/// [`entry`]: an experiment that is a [`Command`](crate::experiment::Command) brings its own
+/// subcommand; the doctor's, the probe's, sim's and try's results are listed beside their
+/// built-in commands.
 pub const ENTRIES: &[Entry] = &[
-    command::<crate::pingpong::Pingpong>(),
-    command::<crate::pair::Pair>(),
-    command::<crate::share::Share>(),
-    command::<crate::scale::Scale>(),
-    command::<crate::oscost::Oscost>(),
-    command::<crate::watch::Watch>(),
+    entry::<crate::pingpong::Pingpong>(),
+    entry::<crate::pair::Pair>(),
+    entry::<crate::share::Share>(),
+    entry::<crate::scale::Scale>(),
+    entry::<crate::oscost::Oscost>(),
+    entry::<crate::watch::Watch>(),
     // A model, not an experiment: its documents are loaded and rendered like the others, and
     // every figure it gives is labelled SIMULATED.
-    Entry {
-        kind: Kind::Sim,
-        render: crate::sim::render::render_document,
-        figures: crate::sim::render::figures,
-        command: None,
-    },
+    entry::<crate::sim::render::SimDocument>(),
     entry::<crate::trial::Trial>(),
     // Not experiments but results all the same: their typed figures (unit, direction,
     // samples) are what `compare` and the history read, never a walk of the JSON.
-    Entry {
-        kind: Kind::Doctor,
-        render: crate::doctor::measured::render_document,
-        figures: crate::doctor::measured::figures_of_document,
-        command: None,
-    },
-    Entry {
-        kind: Kind::Probe,
-        render: crate::probe::render_document,
-        figures: crate::probe::figures_of_document,
-        command: None,
-    },
-    command::<crate::messaging::Messaging>(),
-    command::<crate::bursty::Bursty>(),
+    entry::<crate::doctor::DoctorReport>(),
+    entry::<crate::probe::Probe>(),
+    entry::<crate::messaging::Messaging>(),
+    entry::<crate::bursty::Bursty>(),
 ];
 
 /// The entry for a kind, if it is an experiment's.
@@ -122,6 +110,62 @@ mod tests {
         names.sort();
         names.dedup();
         assert_eq!(names.len(), ENTRIES.len());
+    }
+
+    /// Every entry, however it is listed, is reachable three ways: `cpulab NAME` (its own
+    /// subcommand or a built-in one), and by the kind a saved document names, which `report`
+    /// and `compare` read with [`kinds`] and [`lookup`]; the saved fixtures of each kind that
+    /// has one render and give typed figures through their entry.
+    #[test]
+    fn every_entry_is_a_subcommand_and_is_read_back_by_its_kind() {
+        let cli = crate::cli::command();
+        for e in ENTRIES {
+            let name = e.kind.as_str();
+            let sub = cli.find_subcommand(name);
+            assert!(sub.is_some(), "`cpulab {name}` is not a subcommand");
+            if let Some(c) = &e.command {
+                assert_eq!((c.clap)().get_name(), name);
+            }
+            let doc = serde_json::json!({ "cpulab_schema": 1, "kind": name });
+            let loaded = envelope::parse(&doc.to_string(), "r.json", &kinds()).unwrap();
+            assert_eq!(loaded.kind, e.kind, "{name}");
+            assert_eq!(lookup(loaded.kind).map(|l| l.kind), Some(e.kind), "{name}");
+        }
+        let dir = Path::new(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/results"
+        ));
+        let mut seen = 0;
+        for f in std::fs::read_dir(dir).unwrap() {
+            let path = f.unwrap().path();
+            let l = load(&path).unwrap();
+            let e = lookup(l.kind).unwrap();
+            let style = crate::output::Style { on: false };
+            let (text, page) = (e.render)(&l.value, &style).unwrap();
+            assert!(
+                !text.is_empty() && page.contains("<html"),
+                "{}",
+                path.display()
+            );
+            assert!(
+                !(e.figures)(&l.value).unwrap().is_empty(),
+                "{}",
+                path.display()
+            );
+            seen += 1;
+        }
+        assert!(seen >= 5);
+    }
+
+    /// Only pair, of the registry's subcommands, takes an interrupt in order (the dispatcher
+    /// installs the handlers for it); the others end at once on Ctrl-C, as before.
+    #[test]
+    fn the_dispatcher_installs_signal_handlers_for_pair_only() {
+        for e in ENTRIES {
+            if let Some(c) = &e.command {
+                assert_eq!(c.orderly_interrupt, e.kind.as_str() == "pair", "{}", e.kind);
+            }
+        }
     }
 
     #[test]

@@ -1,5 +1,7 @@
 //! Ctrl-C, SIGTERM and SIGHUP become an orderly teardown instead of an abrupt exit, for every
-//! command that runs something (pair, pingpong, the doctor, try).
+//! command that starts processes or changes settings (the doctor, try, pair, the exporter).
+//! The dispatcher (`cli.rs`) installs the handlers once, before such a command starts, so an
+//! interrupt stops the whole command, whichever stage it is in; code below only [`check`]s.
 //!
 //! The handlers only record which signal arrived (an atomic store, safe in a handler); the run
 //! loop checks [`check`] between steps and while it waits, returns [`Interrupted`], and the drop

@@ -444,3 +444,97 @@ fn a_full_disk_still_prints_the_result() {
     drop(filler);
     assert_printed_with_one_history_line(&measure(&h), "not recorded");
 }
+
+/// Every history output leaves through the one output path: `--json` holds for the
+/// subcommands that have it wherever it is written, export's lines import back as the same runs,
+/// the report's page is written like every other page, and a flag a subcommand has no output
+/// for is one line, exit 2.
+#[test]
+fn history_outputs_go_through_the_one_output_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let h = dir.path().join("h.sqlite");
+    let hs = h.to_str().unwrap();
+    let docs: Vec<Value> = (0..4)
+        .map(|i| doctor_run(i, 1.0, "6.1", "performance", None))
+        .collect();
+    import(&h, &docs);
+    let run = |args: &[&str]| {
+        cpulab()
+            .arg("--history")
+            .arg(&h)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    // --json before or after the subcommand: the same document, no envelope.
+    let after = json_of(&run(&["history", "list", "--json"]));
+    let before = json_of(&run(&["history", "--json", "list"]));
+    assert_eq!(after, before);
+    assert_eq!(after["runs"].as_array().unwrap().len(), 4);
+    assert!(after.get("cpulab_schema").is_none(), "{after}");
+    // export -> import: the same runs again, with their times and facts.
+    let export = run(&["history", "export", "--kind", "doctor"]);
+    assert!(export.status.success());
+    let lines = String::from_utf8_lossy(&export.stdout).to_string();
+    assert_eq!(lines.lines().count(), 4, "{lines}");
+    let file = dir.path().join("runs.jsonl");
+    std::fs::write(&file, &lines).unwrap();
+    let h2 = dir.path().join("h2.sqlite");
+    cpulab()
+        .arg("--history")
+        .arg(&h2)
+        .args(["history", "import", "-q"])
+        .arg(&file)
+        .assert()
+        .success();
+    let again = json_of(
+        &cpulab()
+            .arg("--history")
+            .arg(&h2)
+            .args(["history", "list", "--json"])
+            .output()
+            .unwrap(),
+    );
+    let times = |l: &Value| -> Vec<Value> {
+        l["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["time_unix_s"].clone())
+            .collect()
+    };
+    assert_eq!(times(&again), times(&after));
+    // The page, with the status line every page has.
+    let page = dir.path().join("h.html");
+    let out = run(&["history", "report", "--html", page.to_str().unwrap()]);
+    assert!(out.status.success());
+    assert!(std::fs::read_to_string(&page).unwrap().contains("<html"));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("HTML report written to"), "{err}");
+    assert!(out.stdout.is_empty());
+    // prune --dry-run lists what would go and deletes nothing.
+    let dry = run(&["history", "prune", "--keep", "1", "--dry-run"]);
+    assert_eq!(
+        String::from_utf8_lossy(&dry.stdout),
+        "would delete 3 run(s): @1 @2 @3\n"
+    );
+    assert_eq!(
+        json_of(&run(&["history", "list", "--json"]))["runs"]
+            .as_array()
+            .unwrap()
+            .len(),
+        4
+    );
+    // Flags a subcommand has no output for, and a report with no page to write.
+    for bad in [
+        &["history", "list", "--html", "x.html"][..],
+        &["history", "export", "--json"],
+        &["history", "prune", "--keep", "1", "--json"],
+        &["history", "report"],
+    ] {
+        let mut args = vec!["--history", hs];
+        args.extend_from_slice(bad);
+        common::bad_input(&args);
+    }
+    assert!(!Path::new("x.html").exists());
+}

@@ -63,7 +63,7 @@ pub fn run(args: Args, g: &Global) -> Result<()> {
 /// file written by `--json`.
 pub fn load(arg: &std::path::Path) -> Result<Loaded> {
     match arg.to_str().filter(|s| s.starts_with('@')) {
-        Some(id) => super::history::load_ref(id),
+        Some(id) => crate::history::actions::load_ref(id),
         None => crate::registry::load(arg),
     }
 }

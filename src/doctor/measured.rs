@@ -41,6 +41,23 @@ fn wakeup_identity(w: &WakeupRun) -> String {
     id
 }
 
+/// A saved doctor result, as the registry lists it (its command is the built-in `cpulab doctor`):
+/// its typed figures (unit, direction, samples) are what `compare` and the history read.
+impl crate::experiment::erased::Listed for DoctorReport {
+    const KIND: crate::report::envelope::Kind = crate::report::envelope::Kind::Doctor;
+
+    fn render_document(
+        doc: &serde_json::Value,
+        style: &crate::output::Style,
+    ) -> anyhow::Result<(String, String)> {
+        render_document(doc, style)
+    }
+
+    fn figures_of_document(doc: &serde_json::Value) -> anyhow::Result<Vec<Figure>> {
+        figures_of_document(doc)
+    }
+}
+
 /// Text and page of a loaded doctor document, rendered exactly as it was judged (the
 /// registry's renderer).
 pub fn render_document(

@@ -60,9 +60,9 @@ pub fn run(
     quiet: bool,
 ) -> DoctorReport {
     let t0 = Instant::now();
-    // From here an interrupt is recorded rather than fatal: every stage checks for it, tears
-    // its processes down, and the doctor reports what it measured before it.
-    crate::signals::install();
+    // An interrupt is recorded rather than fatal (the dispatcher installed the handlers): every
+    // stage checks for it, tears its processes down, and the doctor reports what it measured
+    // before it.
     let (stages, mut skipped) = battery::plan(machine, settings);
     let total: f64 = 1.0 + stages.iter().map(|(_, s)| s).sum::<f64>();
     let progress = progress::Progress::new(total, progress_visible, quiet);

@@ -57,6 +57,23 @@ impl<'a> Emitted<'a> {
         })
     }
 
+    /// A typed output that is not a result document, so it carries no envelope (the history's
+    /// listings: `cpulab history list --json` is `{"history", "runs"}`), with its text renderer
+    /// and, when it has one, its HTML page.
+    pub fn bare<T: Serialize>(
+        kind: Kind,
+        result: &'a T,
+        text: fn(&T) -> String,
+        page: Option<fn(&T) -> String>,
+    ) -> Result<Self> {
+        Ok(Self {
+            kind,
+            document: serde_json::to_value(result)?,
+            text: Box::new(move || text(result)),
+            page: page.map(|p| Box::new(move || p(result)) as Box<dyn Fn() -> String + 'a>),
+        })
+    }
+
     /// A result already rendered: a loaded document (`cpulab report`), or one whose text
     /// depends on flags (`compare --all`).
     pub fn rendered(

@@ -2,8 +2,8 @@
 //! run time.
 //!
 //! [`Entry`] holds, as plain functions, what `report`, `compare`, the command line and
-//! `try --measure` need of one kind of result; [`entry`] and [`command`] build it from an
-//! [`Experiment`] (or a [`Command`]). [`Runnable`] is an experiment with its settings fixed,
+//! `try --measure` need of one kind of result; [`entry`] builds it from any [`Listed`] result
+//! (every [`Command`] is one). [`Runnable`] is an experiment with its settings fixed,
 //! which `try` runs each round without knowing which one it is. The list of entries itself is
 //! `crate::registry`, above everything it lists; this module imports none of them.
 
@@ -38,35 +38,59 @@ pub struct Subcommand {
     /// `try --measure NAME:FLAGS`: the flags (without the name) parsed and validated into
     /// something to run each round.
     pub measure: MeasureFn,
+    /// [`Command::ORDERLY_INTERRUPT`]: the dispatcher installs the signal handlers first.
+    pub orderly_interrupt: bool,
 }
 
 /// Flags (without the name) -> an experiment ready to run each round.
 pub type MeasureFn = fn(&[String], &Machine) -> Result<Box<dyn Runnable>>;
 
-/// Builds the entry of one experiment.
-pub const fn entry<E: Experiment>() -> Entry {
-    Entry {
-        kind: E::KIND,
-        render: render_as::<E>,
-        figures: figures_as::<E>,
-        command: None,
-    }
+/// A kind of result as the registry lists it: its kind, how a saved document of it is rendered
+/// and read into typed figures, and its subcommand when the registry builds one.
+///
+/// Every experiment that is a [`Command`] is listed as it is (the impl below); the other
+/// results (the doctor's, the probe's, sim's, try's) implement it beside their types. The
+/// registry builds every entry the one way, [`entry`].
+pub trait Listed {
+    const KIND: Kind;
+    /// Text and HTML of a loaded document (envelope included).
+    fn render_document(doc: &serde_json::Value, style: &Style) -> Result<(String, String)>;
+    /// The typed figures of a loaded document.
+    fn figures_of_document(doc: &serde_json::Value) -> Result<Vec<Figure>>;
+    /// `cpulab NAME` built from the registry: an experiment's own subcommand. `None` for a
+    /// result whose command is built in (`cpulab doctor`, `probe`, `sim`, `try`).
+    const COMMAND: Option<Subcommand> = None;
 }
 
-/// Builds the entry of an experiment that is also a subcommand.
-pub const fn command<E: Command>() -> Entry
+impl<E: Command> Listed for E
 where
     E::Settings: 'static,
 {
+    const KIND: Kind = <E as Experiment>::KIND;
+
+    fn render_document(doc: &serde_json::Value, style: &Style) -> Result<(String, String)> {
+        render_as::<E>(doc, style)
+    }
+
+    fn figures_of_document(doc: &serde_json::Value) -> Result<Vec<Figure>> {
+        figures_as::<E>(doc)
+    }
+
+    const COMMAND: Option<Subcommand> = Some(Subcommand {
+        clap: clap_of::<E>,
+        run: run_command::<E>,
+        measure: measure_of::<E>,
+        orderly_interrupt: E::ORDERLY_INTERRUPT,
+    });
+}
+
+/// The registry's entry of one listed result.
+pub const fn entry<L: Listed>() -> Entry {
     Entry {
-        kind: E::KIND,
-        render: render_as::<E>,
-        figures: figures_as::<E>,
-        command: Some(Subcommand {
-            clap: clap_of::<E>,
-            run: run_command::<E>,
-            measure: measure_of::<E>,
-        }),
+        kind: L::KIND,
+        render: L::render_document,
+        figures: L::figures_of_document,
+        command: L::COMMAND,
     }
 }
 
@@ -158,12 +182,17 @@ pub fn typed<E: Experiment>(doc: &serde_json::Value) -> Result<E::Report> {
     })
 }
 
-fn render_as<E: Experiment>(doc: &serde_json::Value, style: &Style) -> Result<(String, String)> {
+/// A saved document of experiment `E` rendered by its own renderers (for [`Listed`]).
+pub fn render_as<E: Experiment>(
+    doc: &serde_json::Value,
+    style: &Style,
+) -> Result<(String, String)> {
     let r = typed::<E>(doc)?;
     Ok((E::render_text(&r, style), E::render_html(&r)))
 }
 
-fn figures_as<E: Experiment>(doc: &serde_json::Value) -> Result<Vec<Figure>> {
+/// The typed figures of a saved document of experiment `E` (for [`Listed`]).
+pub fn figures_as<E: Experiment>(doc: &serde_json::Value) -> Result<Vec<Figure>> {
     Ok(E::figures(&typed::<E>(doc)?))
 }
 

@@ -241,7 +241,7 @@ pub trait Experiment {
 /// An experiment that is its own subcommand, `cpulab NAME`, and a `cpulab try --measure
 /// NAME:FLAGS`: its flags and their validation live beside it, and the registry builds the
 /// subcommand, its help and man page from them. Listing it with
-/// [`erased::command`] in `crate::registry::ENTRIES` is all the wiring it needs.
+/// [`erased::entry`] in `crate::registry::ENTRIES` is all the wiring it needs.
 pub trait Command: Experiment + Sized + 'static
 where
     Self::Settings: 'static,
@@ -270,4 +270,10 @@ where
     /// A run that takes minutes shows its steps even when stderr is a log file, each line
     /// prefixed with `cpulab NAME: `; others show steps only on a terminal.
     const STEPS_ALWAYS: bool = false;
+
+    /// Whether `cpulab NAME` takes an interrupt (Ctrl-C, SIGTERM, SIGHUP) in order
+    /// ([`crate::signals`]): recorded, every process it started stopped, exit 128 + signal.
+    /// True for an experiment that starts servers and clients and checks for the signal while
+    /// they run; the dispatcher installs the handlers before the command starts.
+    const ORDERLY_INTERRUPT: bool = false;
 }

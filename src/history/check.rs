@@ -222,7 +222,8 @@ pub fn rules_linking(fact: &str, figure: &str) -> Vec<&'static str> {
 }
 
 /// The `cpulab try` line that puts `fact` back to `before` for a measured A/B, where try knows
-/// the setting; `kind` picks the measurement when it is one of try's.
+/// the setting; `kind` picks the measurement when `try --measure` runs it (one of the
+/// registry's experiments that are subcommands).
 pub fn try_command(fact: &str, before: &str, kind: &str) -> Option<String> {
     let one_file = fact.starts_with("haltpoll.")
         || fact.starts_with("kernel.sched_")
@@ -239,16 +240,9 @@ pub fn try_command(fact: &str, before: &str, kind: &str) -> Option<String> {
     } else {
         return None;
     };
-    let measured_by_try = [
-        "pingpong",
-        "pair",
-        "oscost",
-        "share",
-        "scale",
-        "messaging",
-        "bursty",
-    ];
-    let measure = if measured_by_try.contains(&kind) {
+    // The kinds `try --measure NAME` runs are the registry's experiments that are subcommands
+    // (what `try` is handed as its catalogue), so a new experiment is measured here too.
+    let measure = if crate::registry::command_named(kind).is_some() {
         format!(" --measure {kind}")
     } else {
         String::new()
@@ -841,6 +835,27 @@ mod tests {
         );
         assert_eq!(try_command("kernel", "2.6.32", "doctor"), None);
         assert_eq!(try_command("mitigations", "off", "doctor"), None);
+    }
+
+    /// `--measure NAME` exactly for the kinds `try --measure` accepts: every experiment of the
+    /// registry that is a subcommand, and no other kind (doctor, probe, sim, try).
+    #[test]
+    fn the_measured_kinds_are_the_registrys() {
+        use crate::experiment::erased::Catalogue;
+        let names = crate::registry::Registry.names();
+        assert!(
+            names.contains(&"bursty") && names.contains(&"pingpong"),
+            "{names:?}"
+        );
+        for e in crate::registry::ENTRIES {
+            let kind = e.kind.as_str();
+            let line = try_command("smt.control", "on", kind).unwrap_or_default();
+            assert_eq!(
+                line.ends_with(&format!(" --measure {kind}")),
+                names.contains(&kind),
+                "{kind}: {line}"
+            );
+        }
     }
 
     /// The ranking table names only rules the doctor has (its `Rule::id`s), and `environment`,

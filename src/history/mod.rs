@@ -16,11 +16,13 @@
 //! - [`check`]: the regression test and the attribution to changed facts.
 //! - [`changes`]: change points over a long series (deterministic).
 //! - [`html`]: `history report --html`.
+//! - [`actions`]: what each `cpulab history` subcommand does, its output emitted as every result is.
 //!
 //! Recording never fails a command: the result is printed first, and a history that cannot be
 //! written (a full disk, a read-only directory, a corrupt or foreign file, a newer schema) costs
 //! one line on stderr, nothing more.
 
+pub mod actions;
 pub mod changes;
 pub mod check;
 pub mod fingerprint;
@@ -120,10 +122,13 @@ impl crate::emit::Sink for Recorder {
 }
 
 /// Records a result just printed, wherever the history is configured. Never fails: a history
-/// that cannot be written is one line on stderr. Models (`sim`) and comparisons are not runs,
-/// and a probe is the fingerprint every run already carries.
+/// that cannot be written is one line on stderr. Models (`sim`), comparisons and the history's
+/// own listings are not runs, and a probe is the fingerprint every run already carries.
 fn record(kind: Kind, document: &serde_json::Value, root: &Path) {
-    if matches!(kind, Kind::Sim | Kind::Compare | Kind::Probe) {
+    if matches!(
+        kind,
+        Kind::Sim | Kind::Compare | Kind::Probe | Kind::History
+    ) {
         return;
     }
     let Location::At(path) = location() else {

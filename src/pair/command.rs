@@ -303,6 +303,7 @@ impl Command for Pair {
     type Args = Args;
     const ABOUT: &'static str = "Run a real server and client (PostgreSQL + pgbench, a web server + load generator, any pair) under each placement";
     const STEPS_ALWAYS: bool = true;
+    const ORDERLY_INTERRUPT: bool = true;
 
     fn settings(args: &Args, machine: &Machine) -> Result<PairSettings> {
         settings(&args.flags, machine)

@@ -84,7 +84,6 @@ fn workload(settings: &PairSettings) -> Option<String> {
 /// Spawns every server and client from the calling thread, which must live until this returns
 /// (the kernel's parent-death signal fires when the spawning *thread* exits).
 pub fn run(machine: &Machine, settings: &PairSettings, progress: &Progress) -> Result<PairReport> {
-    crate::signals::install();
     let placements = placement::plan(machine, &settings.placements);
     let window = Duration::from_millis(500);
     let mut conditions = prologue(

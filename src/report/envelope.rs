@@ -28,6 +28,9 @@ pub enum Kind {
     Compare,
     Try,
     Sim,
+    /// A listing of the history (`cpulab history list`, `show`, `diff`, `check`, ...): output
+    /// only, never a result document read back (not one of the named kinds `parse` reads).
+    History,
     /// An experiment known by its registered name (see `crate::registry`).
     Experiment(&'static str),
 }
@@ -49,6 +52,7 @@ impl Kind {
             Self::Compare => "compare",
             Self::Try => "try",
             Self::Sim => "sim",
+            Self::History => "history",
             Self::Experiment(name) => name,
         }
     }

@@ -271,6 +271,28 @@ pub fn report_html(r: &SimReport) -> String {
     )
 }
 
+/// A saved `sim` document (a scenario's or a validation's), as the registry lists it: a model,
+/// not an experiment, loaded and rendered like the others, every figure labelled SIMULATED. Its
+/// command is the built-in `cpulab sim`.
+pub struct SimDocument;
+
+impl crate::experiment::erased::Listed for SimDocument {
+    const KIND: crate::report::envelope::Kind = crate::report::envelope::Kind::Sim;
+
+    fn render_document(
+        doc: &serde_json::Value,
+        style: &crate::output::Style,
+    ) -> anyhow::Result<(String, String)> {
+        render_document(doc, style)
+    }
+
+    fn figures_of_document(
+        doc: &serde_json::Value,
+    ) -> anyhow::Result<Vec<crate::experiment::Figure>> {
+        figures(doc)
+    }
+}
+
 /// Renders a saved `sim` document (a scenario or a validation) with its own renderers, so
 /// `cpulab report` never shows a simulated figure without its label.
 pub fn render_document(

@@ -233,13 +233,29 @@ fn run_trial(
     })
 }
 
+/// A saved trial, as the registry lists it: rendered and compared as the experiment it is;
+/// its command is the built-in `cpulab try`.
+impl crate::experiment::erased::Listed for Trial {
+    const KIND: Kind = Kind::Try;
+
+    fn render_document(
+        doc: &serde_json::Value,
+        style: &crate::output::Style,
+    ) -> Result<(String, String)> {
+        crate::experiment::erased::render_as::<Trial>(doc, style)
+    }
+
+    fn figures_of_document(doc: &serde_json::Value) -> Result<Vec<crate::experiment::Figure>> {
+        crate::experiment::erased::figures_as::<Trial>(doc)
+    }
+}
+
 impl Experiment for Trial {
     type Settings = TrialSettings;
     type Report = TrialReport;
     const KIND: Kind = Kind::Try;
 
     fn run(machine: &Machine, s: &TrialSettings, progress: &Progress) -> Result<TrialReport> {
-        crate::signals::install();
         let mut conditions = Conditions::now(machine);
         let changes: Vec<ChangeRecord> = s
             .changes

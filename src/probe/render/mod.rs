@@ -29,6 +29,21 @@ pub fn page(p: &Probe) -> String {
     html::page("cpulab probe", html::facts_line(&p.conditions), body)
 }
 
+/// A saved probe, as the registry lists it (its command is the built-in `cpulab probe`).
+impl crate::experiment::erased::Listed for Probe {
+    const KIND: crate::report::envelope::Kind = crate::report::envelope::Kind::Probe;
+
+    fn render_document(doc: &serde_json::Value, style: &Style) -> anyhow::Result<(String, String)> {
+        render_document(doc, style)
+    }
+
+    fn figures_of_document(
+        doc: &serde_json::Value,
+    ) -> anyhow::Result<Vec<crate::experiment::Figure>> {
+        figures_of_document(doc)
+    }
+}
+
 /// Text and page of a loaded probe document (the registry's renderer).
 pub fn render_document(doc: &serde_json::Value, style: &Style) -> anyhow::Result<(String, String)> {
     let p = typed(doc)?;
