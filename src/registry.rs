@@ -163,7 +163,12 @@ mod tests {
     fn the_dispatcher_installs_signal_handlers_for_pair_only() {
         for e in ENTRIES {
             if let Some(c) = &e.command {
-                assert_eq!(c.orderly_interrupt, e.kind.as_str() == "pair", "{}", e.kind);
+                assert_eq!(
+                    c.orderly_interrupt,
+                    matches!(e.kind.as_str(), "pair" | "watch"),
+                    "{}",
+                    e.kind
+                );
             }
         }
     }

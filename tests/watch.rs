@@ -703,3 +703,61 @@ fn a_pid_watch_counts_threads_started_after_it_began() {
     );
     assert!(wakeups as f64 <= 2.05 * round_trips as f64 + 50.0);
 }
+
+/// An interrupt ends the window and the watch reports what it saw (exit 0, one document), through
+/// the one set of signal handlers the dispatcher installs: the same path that stops a doctor or
+/// a trial whose stage is a watch.
+#[test]
+fn an_interrupt_ends_the_window_and_what_was_seen_is_reported() {
+    if !can_trace(test_name!()) {
+        return;
+    }
+    let _one = ONE_WATCH_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    use cpulab::watch::bpf::sys;
+    let _stats = sys::enable_stats().unwrap();
+    let loaded_before = sys::prog_ids().unwrap();
+    let watch = common::cpulab_process()
+        .args([
+            "watch",
+            "--json",
+            "--quiet",
+            "--duration",
+            "120s",
+            "--mechanism",
+            "bpf",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    let ran = || {
+        sys::prog_ids().unwrap().iter().any(|id| {
+            !loaded_before.contains(id)
+                && sys::prog_by_id(*id)
+                    .and_then(|p| sys::prog_run_stats(&p))
+                    .is_ok_and(|(runs, _)| runs > 0)
+        })
+    };
+    while !ran() {
+        assert!(
+            std::time::Instant::now() < until,
+            "the watch's programs never ran"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(watch.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let out = watch.wait_with_output().unwrap();
+    let w = common::json_of(&out);
+    assert_eq!(w["ended"], "interrupted: reporting what was seen");
+    // The window was the time up to the interrupt, not the 120 s asked for.
+    let interval = w["interval_s"].as_f64().unwrap();
+    assert!(interval > 0.0 && interval < 120.0, "{interval}");
+    assert!(w["events"].as_u64().unwrap() > 0, "the whole machine ran");
+}

@@ -273,7 +273,6 @@ pub fn serve(machine: &Machine, s: Settings, quiet: bool) -> Result<()> {
     };
     let landing = landing_page(&s, &collector.mechanism, &classes);
     let handler = routes(s.web.map(Arc::new), landing, collector.clone());
-    crate::signals::install();
     say(&format!(
         "serving http{}://{}/metrics (mechanism {})",
         if tls.is_some() { "s" } else { "" },

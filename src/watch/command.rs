@@ -70,6 +70,9 @@ impl Command for Watch {
     fn output(args: &Args) -> &crate::emit::OutputArgs {
         &args.output
     }
+
+    // An interrupt ends the window, and what was seen is reported (`watch::session`).
+    const ORDERLY_INTERRUPT: bool = true;
 }
 
 /// Turns flags into settings, rejecting bad input with one line (exit 2).

@@ -8,8 +8,9 @@
 //! `cpulab watch` and `doctor --comm/--pid` both drive one (through [`super::run`]); a
 //! long-running consumer keeps one open. Nothing outlives it: every program, link, ring and perf
 //! event is an owned descriptor, so dropping the session (a `?` on an error, a panic) detaches
-//! them all, and SIGINT or SIGTERM make the next `read` report the window ended, so the caller
-//! closes it and reports what was seen. The handlers are removed when it is dropped.
+//! them all, and an interrupt (SIGINT, SIGTERM, SIGHUP: `crate::signals`, installed once by the
+//! dispatcher) makes the next `read` report the window ended, so the caller closes it and
+//! reports what was seen.
 
 use super::analyze::Analysis;
 use super::events::Timed;
@@ -22,7 +23,6 @@ use crate::error::bad_input;
 use crate::experiment::Progress;
 use crate::machine::{Conditions, Machine};
 use anyhow::Result;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -36,8 +36,9 @@ pub struct Session<'m> {
     refusals: super::open::Refusals,
     filters: Option<([String; 4], String)>,
     specs: Vec<ring::EventSpec>,
-    stop: Arc<AtomicBool>,
-    signals: Vec<signal_hook::SigId>,
+    /// Set by [`Session::close`] to end a window early; an interrupt is read from
+    /// `crate::signals`, whose handlers the dispatcher installed once for the whole command.
+    stop: AtomicBool,
     window: Option<Window<'m>>,
 }
 
@@ -71,11 +72,6 @@ impl<'m> Session<'m> {
             progress.note(note);
         }
         let cpus = machine.topology.online.to_vec();
-        let stop = Arc::new(AtomicBool::new(false));
-        let signals = [libc::SIGINT, libc::SIGTERM]
-            .into_iter()
-            .filter_map(|sig| signal_hook::flag::register(sig, stop.clone()).ok())
-            .collect();
         Ok(Self {
             machine,
             settings: s.clone(),
@@ -84,8 +80,7 @@ impl<'m> Session<'m> {
             refusals: opened.refusals,
             filters: opened.filters,
             specs: opened.specs,
-            stop,
-            signals,
+            stop: AtomicBool::new(false),
             window: None,
         })
     }
@@ -152,7 +147,7 @@ impl<'m> Session<'m> {
         if let Some(ended) = &w.ended {
             return Ok(Some(ended.clone()));
         }
-        let ended = if self.stop.load(Ordering::Relaxed) {
+        let ended = if self.stop.load(Ordering::Relaxed) || crate::signals::pending().is_some() {
             Some("interrupted: reporting what was seen")
         } else if w.child.as_mut().is_some_and(|c| c.exited()) {
             Some("command exited")
@@ -349,15 +344,6 @@ impl<'m> Session<'m> {
                 }
                 m
             }
-        }
-    }
-}
-
-impl Drop for Session<'_> {
-    fn drop(&mut self) {
-        // The descriptors close with their owners; only the signal handlers need removing.
-        for id in self.signals.drain(..) {
-            signal_hook::low_level::unregister(id);
         }
     }
 }
