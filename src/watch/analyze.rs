@@ -270,140 +270,171 @@ impl<'t> Analysis<'t> {
                 waker_cpu,
                 in_irq,
                 wakee_tid,
-            } => {
-                if !in_irq && self.pending.contains_key(&waker_tid) {
-                    self.seen_running(waker_tid, waker_cpu, tasks);
-                }
-                let Some(info) = tasks.lookup(wakee_tid).filter(|i| i.watched) else {
-                    return;
-                };
-                let w = if in_irq {
-                    None
-                } else {
-                    tasks.lookup(waker_tid)
-                };
-                let (tgid, comm) = match w {
-                    Some(w) if waker_tid != 0 => (w.tgid, w.comm),
-                    _ => (0, "(interrupt)".to_string()),
-                };
-                let pair = self.pairs.entry((tgid, info.tgid)).or_default();
-                pair.waker_comm = comm;
-                pair.wakee_comm.clone_from(&info.comm);
-                *pair.waker_cpus.entry(waker_cpu).or_default() += 1;
-                let pair = Some((tgid, info.tgid));
-                // A task already on a CPU or a run queue has nothing to wait for: counted where
-                // it is, without a latency.
-                let now = self.running.get(&wakee_tid).map(|r| r.1).or_else(|| {
-                    self.queued_since
-                        .contains_key(&wakee_tid)
-                        .then(|| self.last_cpu.get(&wakee_tid).copied())
-                        .flatten()
-                });
-                if let Some(cpu) = now {
-                    self.checks.already_runnable += 1;
-                    self.count(&info, wakee_tid, waker_cpu, cpu, pair, None);
-                    return;
-                }
-                self.pending.insert(
-                    wakee_tid,
-                    Pending {
-                        at_ns: ev.time_ns,
-                        waker_cpu,
-                        pair,
-                        migrated_to: None,
-                        wakeup_target: None,
-                    },
-                );
-            }
+            } => self.on_waking(ev.time_ns, waker_tid, waker_cpu, in_irq, wakee_tid, tasks),
             Event::Wakeup {
                 wakee_tid,
                 target_cpu,
-            } => {
-                if let Some(p) = self.pending.get_mut(&wakee_tid) {
-                    p.wakeup_target.get_or_insert(target_cpu);
-                }
-            }
+            } => self.on_wakeup(wakee_tid, target_cpu),
             Event::Switch {
                 cpu,
                 prev_tid,
                 prev_runnable,
                 next_tid,
-            } => {
-                if prev_tid != 0 {
-                    if self.pending.contains_key(&prev_tid) {
-                        self.seen_running(prev_tid, cpu, tasks);
-                    }
-                    self.last_cpu.insert(prev_tid, cpu);
-                    let started = self.running.remove(&prev_tid);
-                    if prev_runnable {
-                        self.queued_since.insert(prev_tid, ev.time_ns);
-                    }
-                    if let Some((s, _)) = started
-                        && let Some(info) = tasks.lookup(prev_tid).filter(|i| i.watched)
-                    {
-                        self.process(&info, prev_tid).on_cpu_ns += ev.time_ns.saturating_sub(s);
-                    }
-                }
-                if next_tid == 0 {
-                    return;
-                }
-                self.running.insert(next_tid, (ev.time_ns, cpu));
-                let last = self.last_cpu.insert(next_tid, cpu);
-                let pending = self.pending.remove(&next_tid);
-                let queued = self.queued_since.remove(&next_tid);
-                let Some(info) = tasks.lookup(next_tid).filter(|i| i.watched) else {
-                    return;
-                };
-                self.cpus_involved.insert(cpu);
-                let time_ns = ev.time_ns;
-                self.process(&info, next_tid).cpus.insert(cpu);
-                if let Some(w) = pending {
-                    let placed = match (w.migrated_to, last) {
-                        (Some(m), _) => {
-                            self.checks.from_migration += 1;
-                            m
-                        }
-                        (None, Some(l)) => {
-                            self.checks.from_last_cpu += 1;
-                            l
-                        }
-                        (None, None) => {
-                            self.checks.from_switch_in += 1;
-                            cpu
-                        }
-                    };
-                    if placed == cpu {
-                        self.checks.switch_in_agrees += 1;
-                    } else {
-                        self.checks.switch_in_differs += 1;
-                    }
-                    match w.wakeup_target {
-                        Some(t) if t == placed => self.checks.wakeup_agrees += 1,
-                        Some(_) => self.checks.wakeup_differs += 1,
-                        None => {}
-                    }
-                    let wait = time_ns.saturating_sub(w.at_ns);
-                    self.count(
-                        &info,
-                        next_tid,
-                        w.waker_cpu,
-                        placed,
-                        w.pair,
-                        Some((wait, prev_tid == 0 && placed == cpu)),
-                    );
-                } else if let Some(q) = queued {
-                    self.process(&info, next_tid).runq_wait_ns += time_ns.saturating_sub(q);
-                }
+            } => self.on_switch(ev.time_ns, cpu, prev_tid, prev_runnable, next_tid, tasks),
+            Event::Migrate { tid, dest_cpu } => self.on_migrate(tid, dest_cpu, tasks),
+        }
+    }
+
+    /// A `sched_waking`: the wakeup's clock starts, or a task already on a CPU or a run queue
+    /// is counted where it is.
+    fn on_waking(
+        &mut self,
+        time_ns: u64,
+        waker_tid: i32,
+        waker_cpu: u32,
+        in_irq: bool,
+        wakee_tid: i32,
+        tasks: &mut dyn Tasks,
+    ) {
+        if !in_irq && self.pending.contains_key(&waker_tid) {
+            self.seen_running(waker_tid, waker_cpu, tasks);
+        }
+        let Some(info) = tasks.lookup(wakee_tid).filter(|i| i.watched) else {
+            return;
+        };
+        let w = if in_irq {
+            None
+        } else {
+            tasks.lookup(waker_tid)
+        };
+        let (tgid, comm) = match w {
+            Some(w) if waker_tid != 0 => (w.tgid, w.comm),
+            _ => (0, "(interrupt)".to_string()),
+        };
+        let pair = self.pairs.entry((tgid, info.tgid)).or_default();
+        pair.waker_comm = comm;
+        pair.wakee_comm.clone_from(&info.comm);
+        *pair.waker_cpus.entry(waker_cpu).or_default() += 1;
+        let pair = Some((tgid, info.tgid));
+        // A task already on a CPU or a run queue has nothing to wait for: counted where
+        // it is, without a latency.
+        let now = self.running.get(&wakee_tid).map(|r| r.1).or_else(|| {
+            self.queued_since
+                .contains_key(&wakee_tid)
+                .then(|| self.last_cpu.get(&wakee_tid).copied())
+                .flatten()
+        });
+        if let Some(cpu) = now {
+            self.checks.already_runnable += 1;
+            self.count(&info, wakee_tid, waker_cpu, cpu, pair, None);
+            return;
+        }
+        self.pending.insert(
+            wakee_tid,
+            Pending {
+                at_ns: time_ns,
+                waker_cpu,
+                pair,
+                migrated_to: None,
+                wakeup_target: None,
+            },
+        );
+    }
+
+    /// A delivered `sched_wakeup`: its target CPU is kept only to check the placement.
+    fn on_wakeup(&mut self, wakee_tid: i32, target_cpu: u32) {
+        if let Some(p) = self.pending.get_mut(&wakee_tid) {
+            p.wakeup_target.get_or_insert(target_cpu);
+        }
+    }
+
+    /// A `sched_switch`: the previous task's time on the CPU ends, and the next one's pending
+    /// wakeup (or its wait on the run queue) ends here.
+    fn on_switch(
+        &mut self,
+        time_ns: u64,
+        cpu: u32,
+        prev_tid: i32,
+        prev_runnable: bool,
+        next_tid: i32,
+        tasks: &mut dyn Tasks,
+    ) {
+        if prev_tid != 0 {
+            if self.pending.contains_key(&prev_tid) {
+                self.seen_running(prev_tid, cpu, tasks);
             }
-            Event::Migrate { tid, dest_cpu } => {
-                self.last_cpu.insert(tid, dest_cpu);
-                if let Some(p) = self.pending.get_mut(&tid) {
-                    p.migrated_to.get_or_insert(dest_cpu);
-                }
-                if let Some(info) = tasks.lookup(tid).filter(|i| i.watched) {
-                    self.process(&info, tid).migrations += 1;
-                }
+            self.last_cpu.insert(prev_tid, cpu);
+            let started = self.running.remove(&prev_tid);
+            if prev_runnable {
+                self.queued_since.insert(prev_tid, time_ns);
             }
+            if let Some((s, _)) = started
+                && let Some(info) = tasks.lookup(prev_tid).filter(|i| i.watched)
+            {
+                self.process(&info, prev_tid).on_cpu_ns += time_ns.saturating_sub(s);
+            }
+        }
+        if next_tid == 0 {
+            return;
+        }
+        self.running.insert(next_tid, (time_ns, cpu));
+        let last = self.last_cpu.insert(next_tid, cpu);
+        let pending = self.pending.remove(&next_tid);
+        let queued = self.queued_since.remove(&next_tid);
+        let Some(info) = tasks.lookup(next_tid).filter(|i| i.watched) else {
+            return;
+        };
+        self.cpus_involved.insert(cpu);
+        let time_ns = time_ns;
+        self.process(&info, next_tid).cpus.insert(cpu);
+        if let Some(w) = pending {
+            let placed = match (w.migrated_to, last) {
+                (Some(m), _) => {
+                    self.checks.from_migration += 1;
+                    m
+                }
+                (None, Some(l)) => {
+                    self.checks.from_last_cpu += 1;
+                    l
+                }
+                (None, None) => {
+                    self.checks.from_switch_in += 1;
+                    cpu
+                }
+            };
+            if placed == cpu {
+                self.checks.switch_in_agrees += 1;
+            } else {
+                self.checks.switch_in_differs += 1;
+            }
+            match w.wakeup_target {
+                Some(t) if t == placed => self.checks.wakeup_agrees += 1,
+                Some(_) => self.checks.wakeup_differs += 1,
+                None => {}
+            }
+            let wait = time_ns.saturating_sub(w.at_ns);
+            self.count(
+                &info,
+                next_tid,
+                w.waker_cpu,
+                placed,
+                w.pair,
+                Some((wait, prev_tid == 0 && placed == cpu)),
+            );
+        } else if let Some(q) = queued {
+            self.process(&info, next_tid).runq_wait_ns += time_ns.saturating_sub(q);
+        }
+    }
+
+    /// A `sched_migrate_task`: where a pending wakeup was moved, and a migration of a watched
+    /// task.
+    fn on_migrate(&mut self, tid: i32, dest_cpu: u32, tasks: &mut dyn Tasks) {
+        self.last_cpu.insert(tid, dest_cpu);
+        if let Some(p) = self.pending.get_mut(&tid) {
+            p.migrated_to.get_or_insert(dest_cpu);
+        }
+        if let Some(info) = tasks.lookup(tid).filter(|i| i.watched) {
+            self.process(&info, tid).migrations += 1;
         }
     }
 
