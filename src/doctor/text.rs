@@ -4,8 +4,9 @@
 use super::DoctorReport;
 use super::findings::{Finding, Severity};
 use super::measurements::Measurements;
-use super::rules::{plain_ci, thousands};
+use super::rules::rule::plain_ci;
 use crate::output::{Style, fmt_ns};
+use crate::units::thousands;
 use comfy_table::{Table, presets};
 
 const WIDTH: usize = 100;

@@ -5,7 +5,7 @@
 //! doctor measured capacity going to waste: during its parallel tests, which kept every usable
 //! CPU busy, the CPUs it was not allowed to use stayed mostly idle.
 
-use super::{Inputs, Rule};
+use super::rule::{Inputs, Rule};
 use crate::doctor::findings::{Confidence, Datum, Evidence, Finding, Magnitude, Remedy, Severity};
 
 /// Idle share of the forbidden CPUs above which their capacity counts as wasted.

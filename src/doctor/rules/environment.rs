@@ -256,7 +256,8 @@ pub fn idle_exit_bare_metal(f: &Facts, halts: f64, ipi_text: &str) -> (String, V
 #[cfg(test)]
 mod tests {
     use super::super::fixtures::everything_wrong;
-    use super::super::{Inputs, Rule, wakeup::CrossCpuWakeup};
+    use super::super::rule::{Inputs, Rule};
+    use super::super::wakeup::CrossCpuWakeup;
     use super::*;
     use crate::doctor::findings::{Finding, Site};
     use crate::machine::Machine;

@@ -24,7 +24,7 @@
 //! stated and low confidence, so the same machine gives the same finding id every time. The
 //! mitigation list is evidence for the mechanism, never the finding.
 
-use super::{Inputs, Rule, ns_ci};
+use super::rule::{Inputs, Rule, ns_ci};
 use crate::doctor::findings::{Confidence, Datum, Evidence, Finding, Magnitude, Remedy, Severity};
 use crate::doctor::measurements::PrimitiveCost;
 

@@ -14,8 +14,11 @@
 //! beyond noise; the mechanism evidence is the share of time both ends shared a CPU and the
 //! halts and IPIs per round trip, each in both runs.
 
+use super::remedies;
+use super::rule::{Inputs, Rule, cost_effect, ns_ci, uncertainty};
+use super::unpinned::split_modes;
 use super::wakeup::{MIN_RATIO, ipis, primary_method};
-use super::{Datum, Inputs, Rule, cost_effect, ns_ci, remedies};
+use crate::doctor::findings::Datum;
 use crate::doctor::findings::{Confidence, Evidence, Finding, Remedy, Severity};
 use crate::doctor::measurements::{Measurements, WakeupRun};
 use crate::output::fmt_ns;
@@ -37,6 +40,29 @@ fn pct(x: Option<f64>) -> String {
 
 const IDLE: &str = "idle";
 const BUSY: &str = "with busy neighbours";
+
+/// Whether the unpinned pair's placement changed during this run, in words (pure): its batches
+/// fell into two groups, or both ends shared a CPU for only part of the time.
+fn placement_changed(run: &WakeupRun, label: &str) -> Option<String> {
+    if let Some((lo, hi)) = split_modes(&run.batch_means_ns) {
+        return Some(format!(
+            "the unpinned pair moved during the {label} run: {} batches at ~{} and {} at ~{}",
+            lo.len(),
+            fmt_ns(lo.iter().sum::<f64>() / lo.len() as f64),
+            hi.len(),
+            fmt_ns(hi.iter().sum::<f64>() / hi.len() as f64)
+        ));
+    }
+    run.same_cpu_share
+        .filter(|s| (0.2..=0.8).contains(s))
+        .map(|s| {
+            format!(
+                "the unpinned pair shared a CPU {:.0}% of the {label} run: its placement changed \
+                 while it was measured",
+                s * 100.0
+            )
+        })
+}
 
 fn both(label: &str, idle: Option<f64>, busy: Option<f64>, src: &str) -> Option<Evidence> {
     let (i, b) = (idle?, busy?);
@@ -203,10 +229,10 @@ impl Rule for LoadMakesItFaster {
             mechanism,
             remedies: rems,
             confidence: Confidence::from_agreeing(agree),
-            uncertain: super::uncertainty(
+            uncertain: uncertainty(
                 &eff,
                 MIN_RATIO,
-                super::placement_changed(idle, IDLE).or(super::placement_changed(busy, BUSY)),
+                placement_changed(idle, IDLE).or(placement_changed(busy, BUSY)),
             ),
         }]
     }

@@ -5,7 +5,7 @@
 //! quota is only configuration; the effect is the throttled periods counted while the doctor
 //! ran, and the time the group spent stopped.
 
-use super::{Inputs, Rule};
+use super::rule::{Inputs, Rule};
 use crate::doctor::findings::{Confidence, Datum, Evidence, Finding, Magnitude, Remedy, Severity};
 
 pub struct QuotaThrottling;

@@ -8,12 +8,13 @@
 //! workloads; the finding says which workload wants which.
 
 use super::paradox::OTHER_LOAD_PCT;
+use super::rule::{Inputs, Rule, cost_effect, ns_ci, rate_ci, rate_effect_banded, uncertainty};
 use super::wakeup::primary_method;
-use super::{Inputs, Rule, cost_effect, ns_ci, rate_ci, rate_effect_banded};
 use crate::doctor::findings::{Confidence, Evidence, Finding, Magnitude, Remedy, Severity};
 use crate::doctor::measurements::ThroughputRun;
 use crate::output::fmt_ns;
 use crate::topology::PlacementClass;
+use crate::units::thousands;
 use std::collections::BTreeMap;
 
 /// Smallest difference, either way, for the two to count as disagreeing.
@@ -60,10 +61,10 @@ pub fn spread_changed(packed: &ThroughputRun, spread: &ThroughputRun) -> Option<
         low.len(),
         spread.samples_per_s.len(),
         spread.placement,
-        super::thousands(mean(&low)),
-        super::thousands(packed.messages_per_s.mean),
+        thousands(mean(&low)),
+        thousands(packed.messages_per_s.mean),
         high.len(),
-        super::thousands(mean(&high)),
+        thousands(mean(&high)),
     ))
 }
 
@@ -113,9 +114,9 @@ impl Rule for LatencyThroughput {
         // intervals within noise of the threshold, repetitions at packed's level beside others
         // well above it, and other load on its CPUs. The round trips get the interval check.
         let reasons: Vec<String> = [
-            super::uncertainty(&thr, MIN_RATIO, spread_changed(packed, spread))
+            uncertainty(&thr, MIN_RATIO, spread_changed(packed, spread))
                 .map(|w| format!("messaging throughput: {w}")),
-            super::uncertainty(&lat, MIN_RATIO, None).map(|w| format!("round trips: {w}")),
+            uncertainty(&lat, MIN_RATIO, None).map(|w| format!("round trips: {w}")),
             other_load(&i.m.counters.other_busy_pct, spread),
         ]
         .into_iter()

@@ -10,8 +10,9 @@
 //! smallest (one-dimensional 2-means, exact for sorted data) and asking whether the two groups
 //! are beyond noise apart by 1.5x or more, each holding at least 10% of the batches.
 
+use super::remedies;
+use super::rule::{Inputs, Rule, cost_effect, ns_ci, uncertainty};
 use super::wakeup::{MIN_RATIO, primary_method};
-use super::{Inputs, Rule, cost_effect, ns_ci, remedies};
 use crate::doctor::findings::{Confidence, Datum, Evidence, Finding, Magnitude, Severity};
 use crate::output::fmt_ns;
 use crate::topology::PlacementClass;
@@ -100,12 +101,8 @@ impl Rule for UnpinnedPlacement {
         // Within noise of its threshold, the next run may not see it: the two modes' split, or
         // the slow side against one CPU.
         let uncertain = match &modes {
-            Some((lo, hi)) => {
-                cost_effect(hi, lo, 1.5).and_then(|e| super::uncertainty(&e, 1.5, None))
-            }
-            None => slow
-                .as_ref()
-                .and_then(|e| super::uncertainty(e, MIN_RATIO, None)),
+            Some((lo, hi)) => cost_effect(hi, lo, 1.5).and_then(|e| uncertainty(&e, 1.5, None)),
+            None => slow.as_ref().and_then(|e| uncertainty(e, MIN_RATIO, None)),
         };
         let (title, text) = match &modes {
             Some((lo, hi)) => {

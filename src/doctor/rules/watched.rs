@@ -8,8 +8,9 @@
 //! ESTIMATE, labelled as one (a model: the pingpong penalty per wakeup times the application's
 //! cross-CPU wakeups per second), never a measurement of the application itself.
 
+use super::remedies;
+use super::rule::{Inputs, Rule, ns_ci};
 use super::wakeup::worst_penalty;
-use super::{Inputs, Rule, ns_ci, remedies};
 use crate::doctor::findings::{Confidence, Datum, Evidence, Finding, Severity};
 use crate::output::fmt_ns;
 
