@@ -15,6 +15,7 @@ impl Rule for QuotaThrottling {
         "cpu-quota-throttling"
     }
 
+    // About 100 lines: one finding whose figures (periods, stopped time, quota) feed every part.
     fn check(&self, i: Inputs<'_>) -> Vec<Finding> {
         let c = &i.m.counters;
         let (Some(periods), Some(throttled)) = (c.cfs_periods, c.cfs_throttled_periods) else {

@@ -75,6 +75,7 @@ impl Rule for LatencyThroughput {
         "latency-throughput-tradeoff"
     }
 
+    // Over 100 lines only for the finding's literal; the doubts and remedies are functions.
     fn check(&self, i: Inputs<'_>) -> Vec<Finding> {
         let Some(method) = primary_method(&i) else {
             return vec![];

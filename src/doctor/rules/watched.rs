@@ -26,6 +26,7 @@ impl Rule for WatchedCrossWakeups {
         "watched-cross-cpu-wakeups"
     }
 
+    // About 100 lines: one finding stated in order (process, penalty, estimate, remedies).
     fn check(&self, i: Inputs<'_>) -> Vec<Finding> {
         let Some(w) = &i.m.app_watch else {
             return vec![];
