@@ -168,8 +168,7 @@ fn widen_cpuset_remedy(group: &str, online: &CpuSet) -> Remedy {
         "Check why it was narrowed first; a parent group's cpuset bounds it too.",
     );
     // A v1 cpuset lives under its own controller directory, which the path keeps.
-    if let Some(t) = super::remedies::cgroup_try(&group, false, "cpuset.cpus", &online.to_string())
-    {
+    if let Some(t) = super::remedies::cgroup_try(group, false, "cpuset.cpus", &online.to_string()) {
         widen_cpuset = widen_cpuset.with_try(t);
     }
     widen_cpuset

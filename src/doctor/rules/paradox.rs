@@ -215,7 +215,7 @@ fn evidence(i: &Inputs<'_>, method: &str, n: usize, eff: &Effect, s: &Signs) -> 
         s.ipi_busy,
         &src,
     ));
-    if let Some(same) = i.m.wakeup(&method, PlacementClass::SameCpu) {
+    if let Some(same) = i.m.wakeup(method, PlacementClass::SameCpu) {
         ev.push(Evidence::new(
             format!("pinned to one {cpu_word}, for reference"),
             ns_ci(&same.rtt_ns),
