@@ -137,28 +137,7 @@ const LOOPS_ALLOWED: &[(&str, &str, &str)] = &[];
 
 /// Known functions longer than [`LONG`] lines: (file, function, why). Remove an entry when the
 /// function is split.
-const LONG_ALLOWED: &[(&str, &str, &str)] = &[
-    (
-        "src/doctor/text.rs",
-        "measurements",
-        "one table per kind of measurement, in one function; not yet split",
-    ),
-    (
-        "src/doctor/measured.rs",
-        "of_measurements",
-        "the figures of every kind of measurement, in one function; not yet split",
-    ),
-    (
-        "src/doctor/rules/cpuset.rs",
-        "RestrictedCpuSet::check",
-        "the finding, its evidence and its remedies built inline; not yet split",
-    ),
-    (
-        "src/doctor/rules/paradox.rs",
-        "LoadMakesItFaster::check",
-        "the finding, its evidence and its remedies built inline; not yet split",
-    ),
-];
+const LONG_ALLOWED: &[(&str, &str, &str)] = &[];
 
 /// Lines above which a function is reported, and above which it fails the test.
 const NOTED: usize = 100;

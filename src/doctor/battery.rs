@@ -188,6 +188,7 @@ pub fn allot(left_s: f64, planned: &[f64], i: usize) -> f64 {
 /// Runs the planned battery, each stage to its deadline, all within `end`. An interrupt
 /// (SIGINT, SIGTERM, SIGHUP) stops it at once: the running stage tears its processes down and
 /// no later stage starts; what was measured before is kept, and the interruption returned.
+// Long: one loop whose state (measurements, deadlines, interruption) every stage's arm fills.
 pub fn run(
     machine: &Machine,
     s: &DoctorSettings,

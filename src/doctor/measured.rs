@@ -12,7 +12,11 @@
 //! single value: it is shown and stored, but a test of noise needs samples.
 
 use super::DoctorReport;
-use super::measurements::{Measurements, WakeupRun};
+use super::measurements::{
+    AppWatch, Measurements, OsCosts, PresetRun, RunCounters, ScalePoint, ShareCheck, ThroughputRun,
+    WakeupRun,
+};
+use crate::experiment::Direction::{HigherIsBetter, LowerIsBetter, Neither};
 use crate::experiment::{Direction, Figure, Unit};
 
 /// Every typed figure of a doctor report.
@@ -83,63 +87,86 @@ fn typed(doc: &serde_json::Value) -> anyhow::Result<DoctorReport> {
 
 /// The figures of the measurements alone (what a hand-built report's rules also read).
 pub fn of_measurements(m: &Measurements) -> Vec<Figure> {
-    use Direction::{HigherIsBetter, LowerIsBetter, Neither};
+    let mut out: Vec<Figure> = m.wakeup.iter().flat_map(wakeup_figures).collect();
+    out.extend(throughput_figures(&m.throughput));
+    if let Some(o) = &m.oscost {
+        out.extend(oscost_figures(o));
+    }
+    if let Some(s) = &m.share {
+        out.extend(share_figure(s));
+    }
+    out.extend(scaling_figures(&m.scaling));
+    out.extend(m.presets.iter().flat_map(preset_figures));
+    out.extend(counter_figures(&m.counters));
+    if let Some(a) = &m.app_watch {
+        out.extend(watch_figures(a));
+    }
+    out
+}
+
+/// A wakeup run's figures: its round trips, percentiles, counters per round trip,
+/// migrations and share on one CPU.
+fn wakeup_figures(w: &WakeupRun) -> Vec<Figure> {
     let mut out = Vec::new();
-    for w in &m.wakeup {
-        let id = wakeup_identity(w);
-        let what = format!(
-            "{} round trip, {} ({})",
-            w.method,
-            w.class.as_str(),
-            w.cpus.as_deref().unwrap_or("unpinned")
-        );
-        out.extend(Figure::from_samples(
-            format!("rtt_ns[{id}]"),
-            what.clone(),
+    let id = wakeup_identity(w);
+    let what = format!(
+        "{} round trip, {} ({})",
+        w.method,
+        w.class.as_str(),
+        w.cpus.as_deref().unwrap_or("unpinned")
+    );
+    out.extend(Figure::from_samples(
+        format!("rtt_ns[{id}]"),
+        what.clone(),
+        Unit::Nanoseconds,
+        LowerIsBetter,
+        w.batch_means_ns.clone(),
+    ));
+    for (name, v) in [("p50_ns", w.p50_ns), ("p99_ns", w.p99_ns)] {
+        out.push(Figure::single(
+            format!("{name}[{id}]"),
+            format!("{what}, {}", &name[..3]),
             Unit::Nanoseconds,
             LowerIsBetter,
-            w.batch_means_ns.clone(),
+            v,
         ));
-        for (name, v) in [("p50_ns", w.p50_ns), ("p99_ns", w.p99_ns)] {
-            out.push(Figure::single(
-                format!("{name}[{id}]"),
-                format!("{what}, {}", &name[..3]),
-                Unit::Nanoseconds,
-                LowerIsBetter,
-                v,
-            ));
-        }
-        for (counter, v) in &w.per_round_trip {
-            out.push(Figure::single(
-                format!("{counter}_per_round_trip[{id}]"),
-                format!("{counter} per round trip, {what}"),
-                Unit::PerOperation,
-                LowerIsBetter,
-                *v,
-            ));
-        }
-        // More migrations per second is worse although the name ends in a rate: the reason
-        // directions are typed rather than read from names.
-        if let Some(v) = w.migrations_per_s {
-            out.push(Figure::single(
-                format!("migrations_per_s[{id}]"),
-                format!("CPU migrations of both ends per second, {what}"),
-                Unit::PerSecond,
-                LowerIsBetter,
-                v,
-            ));
-        }
-        if let Some(v) = w.same_cpu_share {
-            out.push(Figure::single(
-                format!("same_cpu_share[{id}]"),
-                format!("share of the run on one CPU, {what}"),
-                Unit::Share,
-                Neither,
-                v,
-            ));
-        }
     }
-    for t in &m.throughput {
+    for (counter, v) in &w.per_round_trip {
+        out.push(Figure::single(
+            format!("{counter}_per_round_trip[{id}]"),
+            format!("{counter} per round trip, {what}"),
+            Unit::PerOperation,
+            LowerIsBetter,
+            *v,
+        ));
+    }
+    // More migrations per second is worse although the name ends in a rate: the reason
+    // directions are typed rather than read from names.
+    if let Some(v) = w.migrations_per_s {
+        out.push(Figure::single(
+            format!("migrations_per_s[{id}]"),
+            format!("CPU migrations of both ends per second, {what}"),
+            Unit::PerSecond,
+            LowerIsBetter,
+            v,
+        ));
+    }
+    if let Some(v) = w.same_cpu_share {
+        out.push(Figure::single(
+            format!("same_cpu_share[{id}]"),
+            format!("share of the run on one CPU, {what}"),
+            Unit::Share,
+            Neither,
+            v,
+        ));
+    }
+    out
+}
+
+/// The messaging rate of each placement.
+fn throughput_figures(runs: &[ThroughputRun]) -> Vec<Figure> {
+    let mut out = Vec::new();
+    for t in runs {
         let id = format!("test={},placement={}", t.test, t.placement);
         out.extend(Figure::from_samples(
             format!("messages_per_s[{id}]"),
@@ -149,68 +176,66 @@ pub fn of_measurements(m: &Measurements) -> Vec<Figure> {
             t.samples_per_s.clone(),
         ));
     }
-    if let Some(o) = &m.oscost {
-        for p in &o.primitives {
-            out.extend(Figure::from_samples(
-                format!("cost_ns[name={}]", p.name),
-                p.name.replace('_', " "),
-                Unit::Nanoseconds,
-                LowerIsBetter,
-                p.samples_ns.clone(),
-            ));
-        }
-        if let Some(f) = &o.frequency {
-            // A loop's speed is a clock frequency only when the loop retires one iteration per
-            // cycle; otherwise it is a rate of the loop, compared as such.
-            let unit = if f.clock_mhz {
-                Unit::Megahertz
-            } else {
-                Unit::Other
-            };
-            for (name, label, s) in [
-                (
-                    "cold_mhz",
-                    "loop speed after idle (cold)",
-                    &f.cold_samples_mhz,
-                ),
-                (
-                    "warm_mhz",
-                    "loop speed under load (warm)",
-                    &f.warm_samples_mhz,
-                ),
-            ] {
-                out.extend(Figure::from_samples(
-                    name,
-                    label,
-                    unit,
-                    HigherIsBetter,
-                    s.clone(),
-                ));
-            }
-            if let Some(ms) = f.ramp_up_ms {
-                out.push(Figure::single(
-                    "ramp_up_s",
-                    "time to 95% of the warm loop speed",
-                    Unit::Seconds,
-                    LowerIsBetter,
-                    ms / 1e3,
-                ));
-            }
-        }
-    }
-    if let Some(s) = &m.share {
+    out
+}
+
+/// The OS primitives' costs and the loop's speed cold, warm and its ramp.
+fn oscost_figures(o: &OsCosts) -> Vec<Figure> {
+    let mut out = Vec::new();
+    for p in &o.primitives {
         out.extend(Figure::from_samples(
-            format!("share[workers={}]", s.workers),
-            format!(
-                "each of {} CPU-bound workers' share of one alone",
-                s.workers
-            ),
-            Unit::Share,
-            HigherIsBetter,
-            s.share_samples.clone(),
+            format!("cost_ns[name={}]", p.name),
+            p.name.replace('_', " "),
+            Unit::Nanoseconds,
+            LowerIsBetter,
+            p.samples_ns.clone(),
         ));
     }
-    for p in &m.scaling {
+    if let Some(f) = &o.frequency {
+        // A loop's speed is a clock frequency only when the loop retires one iteration per
+        // cycle; otherwise it is a rate of the loop, compared as such.
+        let unit = if f.clock_mhz {
+            Unit::Megahertz
+        } else {
+            Unit::Other
+        };
+        for (name, label, s) in [
+            (
+                "cold_mhz",
+                "loop speed after idle (cold)",
+                &f.cold_samples_mhz,
+            ),
+            (
+                "warm_mhz",
+                "loop speed under load (warm)",
+                &f.warm_samples_mhz,
+            ),
+        ] {
+            out.extend(Figure::from_samples(
+                name,
+                label,
+                unit,
+                HigherIsBetter,
+                s.clone(),
+            ));
+        }
+        if let Some(ms) = f.ramp_up_ms {
+            out.push(Figure::single(
+                "ramp_up_s",
+                "time to 95% of the warm loop speed",
+                Unit::Seconds,
+                LowerIsBetter,
+                ms / 1e3,
+            ));
+        }
+    }
+    out
+}
+
+/// The parallel speedups.
+fn scaling_figures(points: &[ScalePoint]) -> Vec<Figure> {
+    let mut out = Vec::new();
+    for p in points {
         out.extend(Figure::from_samples(
             format!(
                 "speedup[workload={},policy={},threads={}]",
@@ -225,26 +250,35 @@ pub fn of_measurements(m: &Measurements) -> Vec<Figure> {
             p.speedup_samples.clone(),
         ));
     }
-    for p in &m.presets {
-        let id = format!("preset={},placement={}", p.preset, p.placement);
-        out.extend(Figure::from_samples(
-            format!("per_s[{id}]"),
-            format!("{} per second, {}", p.workload, p.placement),
-            Unit::PerSecond,
-            HigherIsBetter,
-            p.samples_per_s.clone(),
+    out
+}
+
+/// An application's rate at one placement and its counters per transaction.
+fn preset_figures(p: &PresetRun) -> Vec<Figure> {
+    let mut out = Vec::new();
+    let id = format!("preset={},placement={}", p.preset, p.placement);
+    out.extend(Figure::from_samples(
+        format!("per_s[{id}]"),
+        format!("{} per second, {}", p.workload, p.placement),
+        Unit::PerSecond,
+        HigherIsBetter,
+        p.samples_per_s.clone(),
+    ));
+    for (counter, v) in &p.per_transaction {
+        out.push(Figure::single(
+            format!("{counter}_per_transaction[{id}]"),
+            format!("{counter} per transaction, {}", p.workload),
+            Unit::PerOperation,
+            LowerIsBetter,
+            *v,
         ));
-        for (counter, v) in &p.per_transaction {
-            out.push(Figure::single(
-                format!("{counter}_per_transaction[{id}]"),
-                format!("{counter} per transaction, {}", p.workload),
-                Unit::PerOperation,
-                LowerIsBetter,
-                *v,
-            ));
-        }
     }
-    let c = &m.counters;
+    out
+}
+
+/// Steal and cgroup throttling over the battery.
+fn counter_figures(c: &RunCounters) -> Vec<Figure> {
+    let mut out = Vec::new();
     out.extend(Figure::from_samples(
         "steal_pct",
         "steal on the allowed CPUs, percent, one sample per experiment",
@@ -261,18 +295,36 @@ pub fn of_measurements(m: &Measurements) -> Vec<Figure> {
             s,
         ));
     }
-    if let Some(a) = &m.app_watch {
-        for p in &a.processes {
-            out.push(Figure::single(
-                format!("cross_share[process={}]", p.name),
-                format!("{}: share of wakeups placed on another CPU", p.name),
-                Unit::Share,
-                Neither,
-                p.cross_share,
-            ));
-        }
+    out
+}
+
+/// The watched processes' shares of wakeups placed on another CPU.
+fn watch_figures(a: &AppWatch) -> Vec<Figure> {
+    let mut out = Vec::new();
+    for p in &a.processes {
+        out.push(Figure::single(
+            format!("cross_share[process={}]", p.name),
+            format!("{}: share of wakeups placed on another CPU", p.name),
+            Unit::Share,
+            Neither,
+            p.cross_share,
+        ));
     }
     out
+}
+
+/// Each worker's share of one worker alone, when its samples give a figure.
+fn share_figure(s: &ShareCheck) -> Option<Figure> {
+    Figure::from_samples(
+        format!("share[workers={}]", s.workers),
+        format!(
+            "each of {} CPU-bound workers' share of one alone",
+            s.workers
+        ),
+        Unit::Share,
+        HigherIsBetter,
+        s.share_samples.clone(),
+    )
 }
 
 #[cfg(test)]

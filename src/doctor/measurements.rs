@@ -5,7 +5,7 @@
 //! samples so `cpulab compare` can test two doctor runs against each other. Keeping the rules on
 //! these small types (rather than on the modules' full reports) is what lets them be unit-tested
 //! on hand-built inputs, and lets an experiment's report grow without touching a rule.
-//! `battery::adapt` is the only code that knows both sides.
+//! `doctor::adapt` is the only code that knows both sides (pingpong condenses its own).
 
 use crate::cpulist::CpuSet;
 use crate::stats::MeanCi;

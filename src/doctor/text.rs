@@ -3,9 +3,12 @@
 
 use super::DoctorReport;
 use super::findings::{Finding, Severity};
-use super::measurements::Measurements;
-use super::rules::{plain_ci, thousands};
+use super::measurements::{
+    Measurements, OsCosts, PresetRun, ScalePoint, ShareCheck, Skipped, ThroughputRun,
+};
+use super::rules::rule::plain_ci;
 use crate::output::{Style, fmt_ns};
+use crate::units::thousands;
 use comfy_table::{Table, presets};
 
 const WIDTH: usize = 100;
@@ -116,177 +119,224 @@ fn per(map: &std::collections::BTreeMap<String, f64>, key: &str) -> String {
 
 /// The measurements behind the findings, as tables.
 pub fn measurements(s: &Style, m: &Measurements) -> String {
-    let mut out = String::new();
-    if !m.wakeup.is_empty() {
-        out += &format!("{}\n", s.bold("Wakeup round trips"));
-        let mut t = table(vec![
-            "method",
-            "class",
-            "cpus",
-            "mean (95% CI)",
-            "p50",
-            "p99",
-            "vs same-cpu",
-            "halts/rt",
-            "IPIs/rt",
-            "same CPU",
-        ]);
-        for w in &m.wakeup {
-            let base = m.wakeup(&w.method, crate::topology::PlacementClass::SameCpu);
-            let shared = w
-                .same_cpu_share
-                .map_or("-".into(), |x| format!("{:.0}%", x * 100.0));
-            let ipis = super::rules::wakeup_ipis(w).map_or("-".into(), |v| format!("{v:.2}"));
-            t.add_row(vec![
-                w.method.clone(),
-                w.class.to_string(),
-                match (&w.cpus, w.neighbour_load) {
-                    (Some(c), _) => c.clone(),
-                    (None, Some(n)) => format!("any, {n} busy"),
-                    (None, None) => "any".into(),
-                },
-                format!(
-                    "{} ±{}",
-                    fmt_ns(w.rtt_ns.mean),
-                    fmt_ns(w.rtt_ns.ci95_half_width)
-                ),
-                fmt_ns(w.p50_ns),
-                fmt_ns(w.p99_ns),
-                base.map_or("-".into(), |b| {
-                    format!("{:.2}x", w.rtt_ns.mean / b.rtt_ns.mean)
-                }),
-                per(&w.per_round_trip, "idle_entries"),
-                ipis,
-                shared,
-            ]);
-        }
-        out += &format!("{t}\n\n");
-    }
-    if !m.throughput.is_empty() {
-        out += &format!(
-            "{}\n",
-            s.bold("Messaging throughput (many tasks communicating)")
-        );
-        let mut t = table(vec![
-            "placement",
-            "cpus",
-            "messages/s (95% CI)",
-            "halts/msg",
-            "IPIs/msg",
-        ]);
-        for r in &m.throughput {
-            let ipis = ["irq_RES", "irq_CAL"]
-                .iter()
-                .filter_map(|k| r.per_message.get(*k))
-                .sum::<f64>();
-            t.add_row(vec![
-                r.placement.clone(),
-                r.cpus.to_string(),
-                format!(
-                    "{} ±{}",
-                    thousands(r.messages_per_s.mean),
-                    thousands(r.messages_per_s.ci95_half_width)
-                ),
-                per(&r.per_message, "idle_entries"),
-                format!("{ipis:.3}"),
-            ]);
-        }
-        out += &format!("{t}\n\n");
-    }
+    let mut out = wakeup_table(s, m);
+    out += &throughput_table(s, &m.throughput);
     if let Some(o) = &m.oscost {
-        out += &format!("{}\n", s.bold("OS primitive costs"));
-        let mut t = table(vec!["primitive", "cost (95% CI)"]);
-        for p in &o.primitives {
-            t.add_row(vec![
-                p.name.clone(),
-                format!(
-                    "{} ±{}",
-                    fmt_ns(p.cost_ns.mean),
-                    fmt_ns(p.cost_ns.ci95_half_width)
-                ),
-            ]);
-        }
-        if let Some(f) = &o.frequency {
-            // A loop rate is not a frequency: MHz only when the clock check accepted it.
-            let unit = if f.clock_mhz {
-                "MHz"
-            } else {
-                "loop iterations per us (no clock)"
-            };
-            t.add_row(vec![
-                "speed after idle".into(),
-                format!("{:.0} {unit}", f.cold_mhz.mean),
-            ]);
-            t.add_row(vec![
-                "speed under load".into(),
-                format!("{:.0} {unit}", f.warm_mhz.mean),
-            ]);
-            if let Some(c) = &f.clock {
-                t.add_row(vec!["clock check".into(), c.verdict.clone()]);
-            }
-        }
-        out += &format!("{t}\n\n");
+        out += &oscost_table(s, o);
     }
     if let Some(sh) = &m.share {
-        out += &format!("{}\n", s.bold("Share check"));
-        out += &wrap(
-            &format!(
-                "{} CPU-bound workers side by side each ran at {} the speed of one worker alone; fair-share model {:.2}; steal {:.1}%",
-                sh.workers,
-                plain_ci(&sh.share),
-                sh.model_share,
-                sh.steal_pct
+        out += &share_check(s, sh);
+    }
+    out += &scaling_table(s, &m.scaling);
+    out += &presets_table(s, &m.presets);
+    out += &battery_lines(m);
+    out += &not_measured(s, &m.skipped);
+    out
+}
+
+/// The wakeup round trips, one row per run, against the same-CPU run of its method.
+fn wakeup_table(s: &Style, m: &Measurements) -> String {
+    if m.wakeup.is_empty() {
+        return String::new();
+    }
+    let mut out = format!("{}\n", s.bold("Wakeup round trips"));
+    let mut t = table(vec![
+        "method",
+        "class",
+        "cpus",
+        "mean (95% CI)",
+        "p50",
+        "p99",
+        "vs same-cpu",
+        "halts/rt",
+        "IPIs/rt",
+        "same CPU",
+    ]);
+    for w in &m.wakeup {
+        let base = m.wakeup(&w.method, crate::topology::PlacementClass::SameCpu);
+        let shared = w
+            .same_cpu_share
+            .map_or("-".into(), |x| format!("{:.0}%", x * 100.0));
+        let ipis = super::rules::wakeup_ipis(w).map_or("-".into(), |v| format!("{v:.2}"));
+        t.add_row(vec![
+            w.method.clone(),
+            w.class.to_string(),
+            match (&w.cpus, w.neighbour_load) {
+                (Some(c), _) => c.clone(),
+                (None, Some(n)) => format!("any, {n} busy"),
+                (None, None) => "any".into(),
+            },
+            format!(
+                "{} ±{}",
+                fmt_ns(w.rtt_ns.mean),
+                fmt_ns(w.rtt_ns.ci95_half_width)
             ),
+            fmt_ns(w.p50_ns),
+            fmt_ns(w.p99_ns),
+            base.map_or("-".into(), |b| {
+                format!("{:.2}x", w.rtt_ns.mean / b.rtt_ns.mean)
+            }),
+            per(&w.per_round_trip, "idle_entries"),
+            ipis,
+            shared,
+        ]);
+    }
+    out += &format!("{t}\n\n");
+    out
+}
+
+/// The messaging throughput, one row per placement.
+fn throughput_table(s: &Style, throughput: &[ThroughputRun]) -> String {
+    if throughput.is_empty() {
+        return String::new();
+    }
+    let mut out = format!(
+        "{}\n",
+        s.bold("Messaging throughput (many tasks communicating)")
+    );
+    let mut t = table(vec![
+        "placement",
+        "cpus",
+        "messages/s (95% CI)",
+        "halts/msg",
+        "IPIs/msg",
+    ]);
+    for r in throughput {
+        let ipis = ["irq_RES", "irq_CAL"]
+            .iter()
+            .filter_map(|k| r.per_message.get(*k))
+            .sum::<f64>();
+        t.add_row(vec![
+            r.placement.clone(),
+            r.cpus.to_string(),
+            format!(
+                "{} ±{}",
+                thousands(r.messages_per_s.mean),
+                thousands(r.messages_per_s.ci95_half_width)
+            ),
+            per(&r.per_message, "idle_entries"),
+            format!("{ipis:.3}"),
+        ]);
+    }
+    out += &format!("{t}\n\n");
+    out
+}
+
+/// The OS primitives' costs and the speed after idle and under load.
+fn oscost_table(s: &Style, o: &OsCosts) -> String {
+    let mut out = format!("{}\n", s.bold("OS primitive costs"));
+    let mut t = table(vec!["primitive", "cost (95% CI)"]);
+    for p in &o.primitives {
+        t.add_row(vec![
+            p.name.clone(),
+            format!(
+                "{} ±{}",
+                fmt_ns(p.cost_ns.mean),
+                fmt_ns(p.cost_ns.ci95_half_width)
+            ),
+        ]);
+    }
+    if let Some(f) = &o.frequency {
+        // A loop rate is not a frequency: MHz only when the clock check accepted it.
+        let unit = if f.clock_mhz {
+            "MHz"
+        } else {
+            "loop iterations per us (no clock)"
+        };
+        t.add_row(vec![
+            "speed after idle".into(),
+            format!("{:.0} {unit}", f.cold_mhz.mean),
+        ]);
+        t.add_row(vec![
+            "speed under load".into(),
+            format!("{:.0} {unit}", f.warm_mhz.mean),
+        ]);
+        if let Some(c) = &f.clock {
+            t.add_row(vec!["clock check".into(), c.verdict.clone()]);
+        }
+    }
+    out += &format!("{t}\n\n");
+    out
+}
+
+/// The share check in words, and what a share above 1 beyond noise means.
+fn share_check(s: &Style, sh: &ShareCheck) -> String {
+    let mut out = format!("{}\n", s.bold("Share check"));
+    out += &wrap(
+        &format!(
+            "{} CPU-bound workers side by side each ran at {} the speed of one worker alone; fair-share model {:.2}; steal {:.1}%",
+            sh.workers,
+            plain_ci(&sh.share),
+            sh.model_share,
+            sh.steal_pct
+        ),
+        2,
+    );
+    if sh.share.ci95_low > 1.0 {
+        // No worker can get more than its CPU: a ratio above 1 beyond noise means the
+        // single-worker baseline itself ran slow, which this guest cannot see the cause of.
+        out += &wrap(
+            "above 1 beyond noise: the one-worker baseline ran slower than each worker of the \
+             group, so the speed of a vCPU varied during the check (the host's frequency or \
+             its other load); compare `cpulab share` runs before drawing conclusions",
             2,
         );
-        if sh.share.ci95_low > 1.0 {
-            // No worker can get more than its CPU: a ratio above 1 beyond noise means the
-            // single-worker baseline itself ran slow, which this guest cannot see the cause of.
-            out += &wrap(
-                "above 1 beyond noise: the one-worker baseline ran slower than each worker of the \
-                 group, so the speed of a vCPU varied during the check (the host's frequency or \
-                 its other load); compare `cpulab share` runs before drawing conclusions",
-                2,
-            );
-        }
-        out += "\n";
     }
-    if !m.scaling.is_empty() {
-        out += &format!("{}\n", s.bold("Parallel scaling"));
-        let mut t = table(vec![
-            "workload",
-            "policy",
-            "threads",
-            "speedup (95% CI)",
-            "contended groups",
+    out += "\n";
+    out
+}
+
+/// The parallel speedups, one row per workload, policy and thread count.
+fn scaling_table(s: &Style, scaling: &[ScalePoint]) -> String {
+    if scaling.is_empty() {
+        return String::new();
+    }
+    let mut out = format!("{}\n", s.bold("Parallel scaling"));
+    let mut t = table(vec![
+        "workload",
+        "policy",
+        "threads",
+        "speedup (95% CI)",
+        "contended groups",
+    ]);
+    for p in scaling {
+        t.add_row(vec![
+            p.workload.clone(),
+            p.policy.clone(),
+            p.threads.to_string(),
+            format!("{:.2} ±{:.2}", p.speedup.mean, p.speedup.ci95_half_width),
+            p.contended_groups.map_or("-".into(), |c| c.to_string()),
         ]);
-        for p in &m.scaling {
-            t.add_row(vec![
-                p.workload.clone(),
-                p.policy.clone(),
-                p.threads.to_string(),
-                format!("{:.2} ±{:.2}", p.speedup.mean, p.speedup.ci95_half_width),
-                p.contended_groups.map_or("-".into(), |c| c.to_string()),
-            ]);
-        }
-        out += &format!("{t}\n\n");
     }
-    if !m.presets.is_empty() {
-        out += &format!("{}\n", s.bold("Applications"));
-        let mut t = table(vec!["workload", "placement", "per second (95% CI)"]);
-        for p in &m.presets {
-            t.add_row(vec![
-                p.workload.clone(),
-                p.placement.clone(),
-                format!(
-                    "{} ±{}",
-                    thousands(p.per_s.mean),
-                    thousands(p.per_s.ci95_half_width)
-                ),
-            ]);
-        }
-        out += &format!("{t}\n\n");
+    out += &format!("{t}\n\n");
+    out
+}
+
+/// The applications' rates, one row per workload and placement.
+fn presets_table(s: &Style, presets: &[PresetRun]) -> String {
+    if presets.is_empty() {
+        return String::new();
     }
+    let mut out = format!("{}\n", s.bold("Applications"));
+    let mut t = table(vec!["workload", "placement", "per second (95% CI)"]);
+    for p in presets {
+        t.add_row(vec![
+            p.workload.clone(),
+            p.placement.clone(),
+            format!(
+                "{} ±{}",
+                thousands(p.per_s.mean),
+                thousands(p.per_s.ci95_half_width)
+            ),
+        ]);
+    }
+    out += &format!("{t}\n\n");
+    out
+}
+
+/// Steal and cgroup throttling during the battery, and each stage's time against its deadline.
+fn battery_lines(m: &Measurements) -> String {
+    let mut out = String::new();
     let c = &m.counters;
     if let Some(st) = crate::stats::MeanCi::of(&c.steal_samples_pct) {
         out += &format!(
@@ -316,11 +366,17 @@ pub fn measurements(s: &Style, m: &Measurements) -> String {
             );
         }
     }
-    if !m.skipped.is_empty() {
-        out += &format!("\n{}\n", s.bold("Not measured"));
-        for k in &m.skipped {
-            out += &wrap(&format!("- {}: {}", k.what, k.reason), 2);
-        }
+    out
+}
+
+/// What was not measured, and why.
+fn not_measured(s: &Style, skipped: &[Skipped]) -> String {
+    if skipped.is_empty() {
+        return String::new();
+    }
+    let mut out = format!("\n{}\n", s.bold("Not measured"));
+    for k in skipped {
+        out += &wrap(&format!("- {}: {}", k.what, k.reason), 2);
     }
     out
 }

@@ -385,7 +385,6 @@ impl<'t> Analysis<'t> {
             return;
         };
         self.cpus_involved.insert(cpu);
-        let time_ns = time_ns;
         self.process(&info, next_tid).cpus.insert(cpu);
         if let Some(w) = pending {
             let placed = match (w.migrated_to, last) {

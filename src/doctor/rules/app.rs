@@ -5,10 +5,12 @@
 //! second against the best one becomes a finding of its own, measured on the real programs
 //! (field notes A and B: pgbench 3.6x, Apache up to 1.6x).
 
-use super::{Datum, Inputs, Rule, rate_ci, rate_effect, remedies};
-use crate::doctor::findings::{Confidence, Evidence, Finding, Severity};
+use super::remedies;
+use super::rule::{Inputs, Rule, rate_ci, rate_effect};
+use crate::doctor::findings::{Confidence, Datum, Evidence, Finding, Severity};
 use crate::doctor::measurements::PresetRun;
 use crate::topology::PlacementClass;
+use crate::units::thousands;
 use std::collections::BTreeMap;
 
 pub const MIN_RATIO: f64 = 1.2;
@@ -85,9 +87,9 @@ fn finding(id: &str, runs: &[&PresetRun], i: &Inputs<'_>) -> Option<Finding> {
             format!(
                 "{}: {} transactions/s at {} against {} at {}",
                 worst.workload,
-                super::thousands(eff.better.mean),
+                thousands(eff.better.mean),
                 best.placement,
-                super::thousands(eff.worse.mean),
+                thousands(eff.worse.mean),
                 worst.placement
             ),
             "per_s",

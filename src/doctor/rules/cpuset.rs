@@ -5,7 +5,8 @@
 //! doctor measured capacity going to waste: during its parallel tests, which kept every usable
 //! CPU busy, the CPUs it was not allowed to use stayed mostly idle.
 
-use super::{Inputs, Rule};
+use super::rule::{Inputs, Rule};
+use crate::cpulist::CpuSet;
 use crate::doctor::findings::{Confidence, Datum, Evidence, Finding, Magnitude, Remedy, Severity};
 
 /// Idle share of the forbidden CPUs above which their capacity counts as wasted.
@@ -28,138 +29,31 @@ impl Rule for RestrictedCpuSet {
         }
         let forbidden = online.difference(allowed);
         let ratio = online.len() as f64 / allowed.len() as f64;
-        let narrower = |c: &Option<crate::cpulist::CpuSet>| {
+        let narrower = |c: &Option<CpuSet>| {
             c.as_ref()
                 .filter(|c| !online.difference(c).is_empty())
                 .cloned()
         };
         let by_affinity = narrower(&i.facts.affinity_cpus);
         let by_cpuset = narrower(&i.facts.cpuset_cpus);
-        let cgroup = i
+        let group = i
             .facts
             .cpuset_file
             .as_deref()
-            .and_then(|f| f.rsplit_once('/').map(|(d, _)| d.to_string()));
-        let group = cgroup.clone().unwrap_or_else(|| "<group>".into());
-        let mut evidence = vec![Evidence::new(
-            "online CPUs",
-            online.to_string(),
-            "probe: /sys/devices/system/cpu/online",
-        )];
-        if let Some(a) = &i.facts.affinity_cpus {
-            evidence.push(Evidence::new(
-                "affinity mask of this process",
-                format!(
-                    "{a}{}",
-                    if by_affinity.is_some() {
-                        " (restricts)"
-                    } else {
-                        " (every online CPU)"
-                    }
-                ),
-                "probe: sched_getaffinity",
-            ));
-        }
-        if let Some(c) = &i.facts.cpuset_cpus {
-            evidence.push(Evidence::new(
-                format!("cgroup cpuset of {group}"),
-                format!(
-                    "{c}{}",
-                    if by_cpuset.is_some() {
-                        " (restricts)"
-                    } else {
-                        " (every online CPU)"
-                    }
-                ),
-                format!(
-                    "probe: {}",
-                    i.facts.cpuset_file.as_deref().unwrap_or("cgroup cpuset")
-                ),
-            ));
-        }
+            .and_then(|f| f.rsplit_once('/').map(|(d, _)| d.to_string()))
+            .unwrap_or_else(|| "<group>".into());
+        let mut evidence =
+            restriction_evidence(&i, &group, by_affinity.is_some(), by_cpuset.is_some());
         evidence.push(Evidence::new(
             format!("idle share of CPUs {forbidden} during the parallel tests"),
             Datum::number(idle, "pct"),
             "measured: /proc/stat",
         ));
-        // The watched application's own pids when the doctor watched one.
-        let (taskset_cmd, try_cmd) = match super::remedies::patient(i.m.app_watch.as_ref()) {
-            Some((pids, _)) => {
-                let (args, more) = super::remedies::pid_args(&pids, &online.to_string());
-                (
-                    format!(
-                        "{}{more}",
-                        pids.iter()
-                            .take(12)
-                            .map(|p| format!("taskset -a -pc {online} {p}"))
-                            .collect::<Vec<_>>()
-                            .join("; ")
-                    ),
-                    format!("cpulab try {args}"),
-                )
-            }
-            None => (
-                format!("taskset -a -pc {online} <pid>   (or start it with taskset -c {online})"),
-                format!("cpulab try pid:<pid>.affinity={online}"),
-            ),
+        let remedies = Remedies {
+            taskset: taskset_remedy(&i, online),
+            widen_cpuset: widen_cpuset_remedy(&group, online),
         };
-        let taskset = Remedy::new(
-            taskset_cmd,
-            "Widens the affinity mask so the process may use every online CPU.",
-            "If the restriction was set for isolation (other tenants, real-time CPUs), keep it.",
-        )
-        .with_try(try_cmd);
-        let mut widen_cpuset = Remedy::new(
-            format!(
-                "systemctl set-property <unit> AllowedCPUs={online}; docker update --cpuset-cpus {online} <container>; or echo {online} > {group}/cpuset.cpus"
-            ),
-            format!("Widens the cgroup cpuset ({group}) for services and containers."),
-            "Check why it was narrowed first; a parent group's cpuset bounds it too.",
-        );
-        // A v1 cpuset lives under its own controller directory, which the path keeps.
-        if let Some(t) =
-            super::remedies::cgroup_try(&group, false, "cpuset.cpus", &online.to_string())
-        {
-            widen_cpuset = widen_cpuset.with_try(t);
-        }
-        // The remedy that works first: a wider affinity mask cannot pass the cpuset, so when
-        // the cpuset restricts it comes first.
-        let (who, mechanism, remedies) = match (&by_affinity, &by_cpuset) {
-            (_, Some(c)) => (
-                if by_affinity.is_some() {
-                    format!("the cgroup cpuset of {group} ({c}) and the affinity mask")
-                } else {
-                    format!("the cgroup cpuset of {group} ({c})")
-                },
-                format!(
-                    "The cgroup cpuset of {group} confines every task of the group to CPUs {c}; \
-                     parallel work queues on them while the other CPUs have nothing to do. Widening \
-                     the affinity mask alone does nothing: the kernel intersects it with the cpuset."
-                ),
-                if by_affinity.is_some() {
-                    vec![widen_cpuset, taskset]
-                } else {
-                    vec![widen_cpuset]
-                },
-            ),
-            (Some(a), None) => (
-                format!("the affinity mask ({a})"),
-                format!(
-                    "The affinity mask (set by taskset, numactl, a service manager's CPUAffinity \
-                     or the parent process, and inherited) confines every thread to CPUs {a}; the \
-                     cgroup cpuset allows them all. Parallel work queues on the allowed CPUs while \
-                     the others have nothing to do."
-                ),
-                vec![taskset],
-            ),
-            (None, None) => (
-                "the affinity mask or the cgroup cpuset".to_string(),
-                "The affinity mask or the cgroup cpuset confines every thread to the listed \
-                 CPUs; parallel work queues on them while the other CPUs have nothing to do."
-                    .to_string(),
-                vec![widen_cpuset, taskset],
-            ),
-        };
+        let (who, mechanism, remedies) = cause(&group, &by_affinity, &by_cpuset, remedies);
         vec![Finding {
             id: self.id().into(),
             title: format!(
@@ -183,6 +77,158 @@ impl Rule for RestrictedCpuSet {
             confidence: Confidence::Medium,
             uncertain: None,
         }]
+    }
+}
+
+/// The online CPUs, and the affinity mask and the cgroup cpuset with whether each restricts.
+fn restriction_evidence(
+    i: &Inputs<'_>,
+    group: &str,
+    affinity_restricts: bool,
+    cpuset_restricts: bool,
+) -> Vec<Evidence> {
+    let online = &i.facts.online_cpus;
+    let mut evidence = vec![Evidence::new(
+        "online CPUs",
+        online.to_string(),
+        "probe: /sys/devices/system/cpu/online",
+    )];
+    if let Some(a) = &i.facts.affinity_cpus {
+        evidence.push(Evidence::new(
+            "affinity mask of this process",
+            format!(
+                "{a}{}",
+                if affinity_restricts {
+                    " (restricts)"
+                } else {
+                    " (every online CPU)"
+                }
+            ),
+            "probe: sched_getaffinity",
+        ));
+    }
+    if let Some(c) = &i.facts.cpuset_cpus {
+        evidence.push(Evidence::new(
+            format!("cgroup cpuset of {group}"),
+            format!(
+                "{c}{}",
+                if cpuset_restricts {
+                    " (restricts)"
+                } else {
+                    " (every online CPU)"
+                }
+            ),
+            format!(
+                "probe: {}",
+                i.facts.cpuset_file.as_deref().unwrap_or("cgroup cpuset")
+            ),
+        ));
+    }
+    evidence
+}
+
+/// Widening the affinity mask of the watched application's pids, or of a `<pid>`.
+fn taskset_remedy(i: &Inputs<'_>, online: &CpuSet) -> Remedy {
+    // The watched application's own pids when the doctor watched one.
+    let (taskset_cmd, try_cmd) = match super::remedies::patient(i.m.app_watch.as_ref()) {
+        Some((pids, _)) => {
+            let (args, more) = super::remedies::pid_args(&pids, &online.to_string());
+            (
+                format!(
+                    "{}{more}",
+                    pids.iter()
+                        .take(12)
+                        .map(|p| format!("taskset -a -pc {online} {p}"))
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                ),
+                format!("cpulab try {args}"),
+            )
+        }
+        None => (
+            format!("taskset -a -pc {online} <pid>   (or start it with taskset -c {online})"),
+            format!("cpulab try pid:<pid>.affinity={online}"),
+        ),
+    };
+    Remedy::new(
+        taskset_cmd,
+        "Widens the affinity mask so the process may use every online CPU.",
+        "If the restriction was set for isolation (other tenants, real-time CPUs), keep it.",
+    )
+    .with_try(try_cmd)
+}
+
+/// Widening the cgroup cpuset, with its `cpulab try` line when the group is known.
+fn widen_cpuset_remedy(group: &str, online: &CpuSet) -> Remedy {
+    let mut widen_cpuset = Remedy::new(
+        format!(
+            "systemctl set-property <unit> AllowedCPUs={online}; docker update --cpuset-cpus {online} <container>; or echo {online} > {group}/cpuset.cpus"
+        ),
+        format!("Widens the cgroup cpuset ({group}) for services and containers."),
+        "Check why it was narrowed first; a parent group's cpuset bounds it too.",
+    );
+    // A v1 cpuset lives under its own controller directory, which the path keeps.
+    if let Some(t) = super::remedies::cgroup_try(group, false, "cpuset.cpus", &online.to_string()) {
+        widen_cpuset = widen_cpuset.with_try(t);
+    }
+    widen_cpuset
+}
+
+/// The two remedies a restriction may call for.
+struct Remedies {
+    taskset: Remedy,
+    widen_cpuset: Remedy,
+}
+
+/// What restricts the CPUs, in words; why that wastes them; and the remedies in the order that
+/// works.
+fn cause(
+    group: &str,
+    by_affinity: &Option<CpuSet>,
+    by_cpuset: &Option<CpuSet>,
+    remedies: Remedies,
+) -> (String, String, Vec<Remedy>) {
+    // The remedy that works first: a wider affinity mask cannot pass the cpuset, so when
+    // the cpuset restricts it comes first.
+    let Remedies {
+        taskset,
+        widen_cpuset,
+    } = remedies;
+    match (by_affinity, by_cpuset) {
+        (_, Some(c)) => (
+            if by_affinity.is_some() {
+                format!("the cgroup cpuset of {group} ({c}) and the affinity mask")
+            } else {
+                format!("the cgroup cpuset of {group} ({c})")
+            },
+            format!(
+                "The cgroup cpuset of {group} confines every task of the group to CPUs {c}; \
+                 parallel work queues on them while the other CPUs have nothing to do. Widening \
+                 the affinity mask alone does nothing: the kernel intersects it with the cpuset."
+            ),
+            if by_affinity.is_some() {
+                vec![widen_cpuset, taskset]
+            } else {
+                vec![widen_cpuset]
+            },
+        ),
+        (Some(a), None) => (
+            format!("the affinity mask ({a})"),
+            format!(
+                "The affinity mask (set by taskset, numactl, a service manager's CPUAffinity \
+                 or the parent process, and inherited) confines every thread to CPUs {a}; the \
+                 cgroup cpuset allows them all. Parallel work queues on the allowed CPUs while \
+                 the others have nothing to do."
+            ),
+            vec![taskset],
+        ),
+        (None, None) => (
+            "the affinity mask or the cgroup cpuset".to_string(),
+            "The affinity mask or the cgroup cpuset confines every thread to the listed \
+             CPUs; parallel work queues on them while the other CPUs have nothing to do."
+                .to_string(),
+            vec![widen_cpuset, taskset],
+        ),
     }
 }
 

@@ -39,6 +39,7 @@ fn fewer_vcpus(who: &str) -> Remedy {
 }
 
 /// Mechanism words and environment remedies for a cross-vCPU wakeup that halts (VMs).
+// Long as a table is: one arm per environment, each its own words and remedies (docs/doctor.md).
 pub fn halt_in_vm(f: &Facts, halts: f64, ipi_text: &str) -> (String, Vec<Remedy>) {
     let paid = format!(
         "Each round trip here pays {halts:.1} halts{ipi_text}, exits that a same-vCPU wakeup never makes"
@@ -256,7 +257,8 @@ pub fn idle_exit_bare_metal(f: &Facts, halts: f64, ipi_text: &str) -> (String, V
 #[cfg(test)]
 mod tests {
     use super::super::fixtures::everything_wrong;
-    use super::super::{Inputs, Rule, wakeup::CrossCpuWakeup};
+    use super::super::rule::{Inputs, Rule};
+    use super::super::wakeup::CrossCpuWakeup;
     use super::*;
     use crate::doctor::findings::{Finding, Site};
     use crate::machine::Machine;

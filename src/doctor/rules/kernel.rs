@@ -24,7 +24,7 @@
 //! stated and low confidence, so the same machine gives the same finding id every time. The
 //! mitigation list is evidence for the mechanism, never the finding.
 
-use super::{Inputs, Rule, ns_ci};
+use super::rule::{Inputs, Rule, ns_ci};
 use crate::doctor::findings::{Confidence, Datum, Evidence, Finding, Magnitude, Remedy, Severity};
 use crate::doctor::measurements::PrimitiveCost;
 
@@ -112,6 +112,7 @@ impl Rule for KernelEntryCost {
         "kernel-entry-cost"
     }
 
+    // Over 100 lines only for the finding's literal; the words and remedies are functions.
     fn check(&self, i: Inputs<'_>) -> Vec<Finding> {
         let (Some(os), Some((mhz, mhz_src))) = (i.m.oscost.as_ref(), mhz(&i)) else {
             return vec![];
@@ -210,34 +211,8 @@ impl Rule for KernelEntryCost {
                 unit: "cycles".into(),
             },
             evidence: ev,
-            mechanism: format!(
-                "Every system call and context switch crosses the user/kernel boundary, and the \
-                 active mitigations add work to each crossing (flushing buffers, switching page \
-                 tables, avoiding indirect branch prediction){}. Workloads that make many small \
-                 syscalls or switch often pay it on every one.",
-                if active.is_empty() {
-                    "; no mitigation is listed active, so look at the kernel version and the hypervisor".to_string()
-                } else {
-                    format!(": {} active here", active.len())
-                }
-            ),
-            remedies: vec![
-                Remedy::new(
-                    "cpulab oscost --json > before.json; (upgrade the kernel); cpulab oscost --json > after.json; cpulab compare before.json after.json",
-                    "Newer kernels cut the cost of several mitigations; the comparison shows what changed, figure by figure.",
-                    "Compare under identical conditions (field notes D).",
-                ),
-                Remedy::new(
-                    "kernel command line: mitigations=off   (or single ones: spectre_v2=off, retbleed=off, nopti)",
-                    "Removes the mitigation work from every kernel entry.",
-                    "Removes protection against Spectre-class attacks: only on machines that run nothing but trusted code.",
-                ),
-                Remedy::new(
-                    "make fewer, larger system calls (bigger buffers, batching, io_uring)",
-                    "Pays the entry cost less often.",
-                    "Application changes.",
-                ),
-            ],
+            mechanism: mechanism(active.len()),
+            remedies: remedies(),
             confidence: if active.is_empty() || !certain {
                 Confidence::Low
             } else {
@@ -246,6 +221,43 @@ impl Rule for KernelEntryCost {
             uncertain: None,
         }]
     }
+}
+
+/// Why entering the kernel costs more with mitigations, and how many are active here.
+fn mechanism(active: usize) -> String {
+    format!(
+        "Every system call and context switch crosses the user/kernel boundary, and the \
+         active mitigations add work to each crossing (flushing buffers, switching page \
+         tables, avoiding indirect branch prediction){}. Workloads that make many small \
+         syscalls or switch often pay it on every one.",
+        if active == 0 {
+            "; no mitigation is listed active, so look at the kernel version and the hypervisor"
+                .to_string()
+        } else {
+            format!(": {active} active here")
+        }
+    )
+}
+
+/// Measuring the kernel upgrade, turning mitigations off, and making fewer system calls.
+fn remedies() -> Vec<Remedy> {
+    vec![
+        Remedy::new(
+            "cpulab oscost --json > before.json; (upgrade the kernel); cpulab oscost --json > after.json; cpulab compare before.json after.json",
+            "Newer kernels cut the cost of several mitigations; the comparison shows what changed, figure by figure.",
+            "Compare under identical conditions (field notes D).",
+        ),
+        Remedy::new(
+            "kernel command line: mitigations=off   (or single ones: spectre_v2=off, retbleed=off, nopti)",
+            "Removes the mitigation work from every kernel entry.",
+            "Removes protection against Spectre-class attacks: only on machines that run nothing but trusted code.",
+        ),
+        Remedy::new(
+            "make fewer, larger system calls (bigger buffers, batching, io_uring)",
+            "Pays the entry cost less often.",
+            "Application changes.",
+        ),
+    ]
 }
 
 #[cfg(test)]

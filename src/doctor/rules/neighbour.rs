@@ -14,7 +14,7 @@
 //! patient's own load explains is no finding here (issue 22: "other local programs" were
 //! postgres and pgbench, the application being examined).
 
-use super::{Inputs, Rule, plain_ci};
+use super::rule::{Inputs, Rule, plain_ci};
 use crate::doctor::findings::{Confidence, Datum, Evidence, Finding, Magnitude, Remedy, Severity};
 use crate::doctor::measurements::ShareCheck;
 use crate::stats::MeanCi;

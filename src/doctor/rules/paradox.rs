@@ -14,8 +14,11 @@
 //! beyond noise; the mechanism evidence is the share of time both ends shared a CPU and the
 //! halts and IPIs per round trip, each in both runs.
 
+use super::remedies;
+use super::rule::{Effect, Inputs, Rule, cost_effect, ns_ci, uncertainty};
+use super::unpinned::split_modes;
 use super::wakeup::{MIN_RATIO, ipis, primary_method};
-use super::{Datum, Inputs, Rule, cost_effect, ns_ci, remedies};
+use crate::doctor::findings::Datum;
 use crate::doctor::findings::{Confidence, Evidence, Finding, Remedy, Severity};
 use crate::doctor::measurements::{Measurements, WakeupRun};
 use crate::output::fmt_ns;
@@ -37,6 +40,29 @@ fn pct(x: Option<f64>) -> String {
 
 const IDLE: &str = "idle";
 const BUSY: &str = "with busy neighbours";
+
+/// Whether the unpinned pair's placement changed during this run, in words (pure): its batches
+/// fell into two groups, or both ends shared a CPU for only part of the time.
+fn placement_changed(run: &WakeupRun, label: &str) -> Option<String> {
+    if let Some((lo, hi)) = split_modes(&run.batch_means_ns) {
+        return Some(format!(
+            "the unpinned pair moved during the {label} run: {} batches at ~{} and {} at ~{}",
+            lo.len(),
+            fmt_ns(lo.iter().sum::<f64>() / lo.len() as f64),
+            hi.len(),
+            fmt_ns(hi.iter().sum::<f64>() / hi.len() as f64)
+        ));
+    }
+    run.same_cpu_share
+        .filter(|s| (0.2..=0.8).contains(s))
+        .map(|s| {
+            format!(
+                "the unpinned pair shared a CPU {:.0}% of the {label} run: its placement changed \
+                 while it was measured",
+                s * 100.0
+            )
+        })
+}
 
 fn both(label: &str, idle: Option<f64>, busy: Option<f64>, src: &str) -> Option<Evidence> {
     let (i, b) = (idle?, busy?);
@@ -76,113 +102,10 @@ impl Rule for LoadMakesItFaster {
         let n = busy.neighbour_load.unwrap_or(1);
         let vm = i.facts.hypervisor.is_some();
         let cpu_word = if vm { "vCPU" } else { "CPU" };
-        let src =
-            format!("measured: pingpong {method} unpinned, idle and with {n} busy neighbour(s)");
-        let mut ev = vec![
-            Evidence::new(
-                "unpinned round trip, machine otherwise idle",
-                ns_ci(&eff.worse),
-                format!("measured: pingpong {method} unpinned"),
-            ),
-            Evidence::new(
-                format!("unpinned round trip, a spinning thread on {n} other {cpu_word}(s)"),
-                ns_ci(&eff.better),
-                src.clone(),
-            ),
-        ];
-        let (share_idle, share_busy) = (idle.same_cpu_share, busy.same_cpu_share);
-        if share_idle.is_some() || share_busy.is_some() {
-            let value = match (share_idle, share_busy) {
-                (Some(i), Some(b)) => Datum::versus("pct", (IDLE, i * 100.0), (BUSY, b * 100.0)),
-                (Some(i), None) => Datum::share(i).note(format!("{IDLE}; not recorded {BUSY}")),
-                (None, Some(b)) => Datum::share(b).note(format!("{BUSY}; not recorded {IDLE}")),
-                (None, None) => Datum::from("not recorded"),
-            };
-            ev.push(Evidence::new(
-                format!("time both ends shared a {cpu_word}"),
-                value,
-                src.clone(),
-            ));
-        }
-        let (halts_idle, halts_busy) = (per_rt(idle, "idle_entries"), per_rt(busy, "idle_entries"));
-        let (ipi_idle, ipi_busy) = (ipis(idle), ipis(busy));
-        ev.extend(both(
-            "halts (idle entries) per round trip",
-            halts_idle,
-            halts_busy,
-            &src,
-        ));
-        ev.extend(both(
-            "IPIs (RES+CAL) per round trip",
-            ipi_idle,
-            ipi_busy,
-            &src,
-        ));
-        if let Some(same) = i.m.wakeup(&method, PlacementClass::SameCpu) {
-            ev.push(Evidence::new(
-                format!("pinned to one {cpu_word}, for reference"),
-                ns_ci(&same.rtt_ns),
-                format!("measured: pingpong {method} same-cpu"),
-            ));
-        }
-        ev.push(Evidence::new(
-            "the same effect elsewhere (pgbench -S on a 4-vCPU Hyper-V guest)",
-            Datum::versus(
-                "tps",
-                (IDLE, 7486.0),
-                ("with stress-ng -c 3 -l 100 beside it", 15681.0),
-            ),
-            "published: docs/field-notes.md, section A",
-        ));
-        // Independent mechanism evidence: the pair co-located more, and stopped halting.
-        let colocated = matches!((share_idle, share_busy), (Some(a), Some(b)) if b > a + 0.2);
-        let fewer_halts =
-            matches!((halts_idle, halts_busy), (Some(a), Some(b)) if b < 0.5 * a && a >= 0.3);
-        let fewer_ipis =
-            matches!((ipi_idle, ipi_busy), (Some(a), Some(b)) if b < 0.5 * a && a >= 0.3);
-        let agree = usize::from(colocated) + usize::from(fewer_halts || fewer_ipis);
-        let crossing = if vm {
-            "a halt of the idle vCPU and an inter-processor interrupt through the hypervisor"
-        } else {
-            "an inter-processor interrupt and an exit from the idle CPU's sleep state"
-        };
-        let mechanism = format!(
-            "With the other {cpu_word}s idle, the scheduler wakes the sleeping end on an idle \
-             {cpu_word} (it looks free, and the pair takes turns, so one always is): every round \
-             trip crosses {cpu_word}s and pays {crossing}{}. With a busy thread on every other \
-             {cpu_word} there is no idle one to pick, so the woken task runs where its waker runs: \
-             both ends shared a {cpu_word} {} of the time instead of {}{}. Nothing about the \
-             work changed; only where the scheduler put it.",
-            match (halts_idle, ipi_idle) {
-                (Some(h), Some(x)) => format!(" ({h:.1} halts and {x:.1} IPIs per round trip)"),
-                _ => String::new(),
-            },
-            pct(share_busy),
-            pct(share_idle),
-            match (halts_busy, ipi_busy) {
-                (Some(h), Some(x)) =>
-                    format!(", and halts fell to {h:.2} and IPIs to {x:.2} per round trip"),
-                _ => String::new(),
-            }
-        );
-        let mut rems = vec![Remedy::new(
-            "pin both ends instead of relying on load (below), then measure again",
-            "Request/response figures on this machine depend on what else runs: a benchmark on \
-             an idle machine understates what the same code does beside other work, and the \
-             reverse. Pinning makes the placement, and so the figure, the same whatever runs.",
-            "None for the measurement; see each pinning remedy for its own cost.",
-        )];
-        rems.extend(remedies::colocate(
-            i.facts.allowed_cpus.first().unwrap_or(0),
-            i.facts,
-            i.m.app_watch.as_ref(),
-        ));
-        rems.push(Remedy::new(
-            format!("cpulab pair --preset pgbench --neighbour-load {n}"),
-            "Shows the same effect on a real server and client: every placement measured again \
-             with busy neighbours beside it.",
-            "Measures only; changes nothing.",
-        ));
+        let signs = Signs::of(idle, busy);
+        let ev = evidence(&i, &method, n, &eff, &signs);
+        let mechanism = mechanism(vm, &signs);
+        let rems = pinning_remedies(&i, n);
         vec![Finding {
             id: self.id().into(),
             title: format!(
@@ -202,14 +125,166 @@ impl Rule for LoadMakesItFaster {
             evidence: ev,
             mechanism,
             remedies: rems,
-            confidence: Confidence::from_agreeing(agree),
-            uncertain: super::uncertainty(
+            confidence: Confidence::from_agreeing(signs.agreeing()),
+            uncertain: uncertainty(
                 &eff,
                 MIN_RATIO,
-                super::placement_changed(idle, IDLE).or(super::placement_changed(busy, BUSY)),
+                placement_changed(idle, IDLE).or(placement_changed(busy, BUSY)),
             ),
         }]
     }
+}
+
+/// The mechanism's signs in the idle and the loaded run: the share of time both ends shared a
+/// CPU, halts and IPIs per round trip.
+struct Signs {
+    share_idle: Option<f64>,
+    share_busy: Option<f64>,
+    halts_idle: Option<f64>,
+    halts_busy: Option<f64>,
+    ipi_idle: Option<f64>,
+    ipi_busy: Option<f64>,
+}
+
+impl Signs {
+    fn of(idle: &WakeupRun, busy: &WakeupRun) -> Self {
+        Signs {
+            share_idle: idle.same_cpu_share,
+            share_busy: busy.same_cpu_share,
+            halts_idle: per_rt(idle, "idle_entries"),
+            halts_busy: per_rt(busy, "idle_entries"),
+            ipi_idle: ipis(idle),
+            ipi_busy: ipis(busy),
+        }
+    }
+
+    /// How many independent signs agree: the pair co-located more, and it stopped halting.
+    fn agreeing(&self) -> usize {
+        let colocated =
+            matches!((self.share_idle, self.share_busy), (Some(a), Some(b)) if b > a + 0.2);
+        let fewer_halts = matches!((self.halts_idle, self.halts_busy), (Some(a), Some(b)) if b < 0.5 * a && a >= 0.3);
+        let fewer_ipis =
+            matches!((self.ipi_idle, self.ipi_busy), (Some(a), Some(b)) if b < 0.5 * a && a >= 0.3);
+        usize::from(colocated) + usize::from(fewer_halts || fewer_ipis)
+    }
+}
+
+/// The round trips idle and loaded, the shares on one CPU, the halts and IPIs per round trip
+/// in both runs, the pinned reference and the published case.
+fn evidence(i: &Inputs<'_>, method: &str, n: usize, eff: &Effect, s: &Signs) -> Vec<Evidence> {
+    let cpu_word = if i.facts.hypervisor.is_some() {
+        "vCPU"
+    } else {
+        "CPU"
+    };
+    let src = format!("measured: pingpong {method} unpinned, idle and with {n} busy neighbour(s)");
+    let mut ev = vec![
+        Evidence::new(
+            "unpinned round trip, machine otherwise idle",
+            ns_ci(&eff.worse),
+            format!("measured: pingpong {method} unpinned"),
+        ),
+        Evidence::new(
+            format!("unpinned round trip, a spinning thread on {n} other {cpu_word}(s)"),
+            ns_ci(&eff.better),
+            src.clone(),
+        ),
+    ];
+    if s.share_idle.is_some() || s.share_busy.is_some() {
+        let value = match (s.share_idle, s.share_busy) {
+            (Some(i), Some(b)) => Datum::versus("pct", (IDLE, i * 100.0), (BUSY, b * 100.0)),
+            (Some(i), None) => Datum::share(i).note(format!("{IDLE}; not recorded {BUSY}")),
+            (None, Some(b)) => Datum::share(b).note(format!("{BUSY}; not recorded {IDLE}")),
+            (None, None) => Datum::from("not recorded"),
+        };
+        ev.push(Evidence::new(
+            format!("time both ends shared a {cpu_word}"),
+            value,
+            src.clone(),
+        ));
+    }
+    ev.extend(both(
+        "halts (idle entries) per round trip",
+        s.halts_idle,
+        s.halts_busy,
+        &src,
+    ));
+    ev.extend(both(
+        "IPIs (RES+CAL) per round trip",
+        s.ipi_idle,
+        s.ipi_busy,
+        &src,
+    ));
+    if let Some(same) = i.m.wakeup(method, PlacementClass::SameCpu) {
+        ev.push(Evidence::new(
+            format!("pinned to one {cpu_word}, for reference"),
+            ns_ci(&same.rtt_ns),
+            format!("measured: pingpong {method} same-cpu"),
+        ));
+    }
+    ev.push(Evidence::new(
+        "the same effect elsewhere (pgbench -S on a 4-vCPU Hyper-V guest)",
+        Datum::versus(
+            "tps",
+            (IDLE, 7486.0),
+            ("with stress-ng -c 3 -l 100 beside it", 15681.0),
+        ),
+        "published: docs/field-notes.md, section A",
+    ));
+    ev
+}
+
+/// Why load made it faster, in words, with the figures of both runs.
+fn mechanism(vm: bool, s: &Signs) -> String {
+    let cpu_word = if vm { "vCPU" } else { "CPU" };
+    let crossing = if vm {
+        "a halt of the idle vCPU and an inter-processor interrupt through the hypervisor"
+    } else {
+        "an inter-processor interrupt and an exit from the idle CPU's sleep state"
+    };
+    format!(
+        "With the other {cpu_word}s idle, the scheduler wakes the sleeping end on an idle \
+         {cpu_word} (it looks free, and the pair takes turns, so one always is): every round \
+         trip crosses {cpu_word}s and pays {crossing}{}. With a busy thread on every other \
+         {cpu_word} there is no idle one to pick, so the woken task runs where its waker runs: \
+         both ends shared a {cpu_word} {} of the time instead of {}{}. Nothing about the \
+         work changed; only where the scheduler put it.",
+        match (s.halts_idle, s.ipi_idle) {
+            (Some(h), Some(x)) => format!(" ({h:.1} halts and {x:.1} IPIs per round trip)"),
+            _ => String::new(),
+        },
+        pct(s.share_busy),
+        pct(s.share_idle),
+        match (s.halts_busy, s.ipi_busy) {
+            (Some(h), Some(x)) =>
+                format!(", and halts fell to {h:.2} and IPIs to {x:.2} per round trip"),
+            _ => String::new(),
+        }
+    )
+}
+
+/// Pinning instead of relying on load, putting the pair on one CPU, and the real server and
+/// client measured beside busy neighbours.
+fn pinning_remedies(i: &Inputs<'_>, n: usize) -> Vec<Remedy> {
+    let mut rems = vec![Remedy::new(
+        "pin both ends instead of relying on load (below), then measure again",
+        "Request/response figures on this machine depend on what else runs: a benchmark on \
+         an idle machine understates what the same code does beside other work, and the \
+         reverse. Pinning makes the placement, and so the figure, the same whatever runs.",
+        "None for the measurement; see each pinning remedy for its own cost.",
+    )];
+    rems.extend(remedies::colocate(
+        i.facts.allowed_cpus.first().unwrap_or(0),
+        i.facts,
+        i.m.app_watch.as_ref(),
+    ));
+    rems.push(Remedy::new(
+        format!("cpulab pair --preset pgbench --neighbour-load {n}"),
+        "Shows the same effect on a real server and client: every placement measured again \
+         with busy neighbours beside it.",
+        "Measures only; changes nothing.",
+    ));
+    rems
 }
 
 /// The findings whose figures other load can change: the unpinned ones (load pulls a spread

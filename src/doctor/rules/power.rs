@@ -6,7 +6,7 @@
 //! it works inside VMs: a calibrated dependent loop timed cold (after idle) and warm (after
 //! sustained load). The governor is context for the mechanism, never the finding.
 
-use super::{Inputs, Rule, rate_effect};
+use super::rule::{Inputs, Rule, rate_effect};
 use crate::doctor::findings::{Confidence, Datum, Evidence, Finding, Remedy, Severity};
 
 pub const MIN_RATIO: f64 = 1.1;

@@ -5,7 +5,7 @@
 //! quota is only configuration; the effect is the throttled periods counted while the doctor
 //! ran, and the time the group spent stopped.
 
-use super::{Inputs, Rule};
+use super::rule::{Inputs, Rule};
 use crate::doctor::findings::{Confidence, Datum, Evidence, Finding, Magnitude, Remedy, Severity};
 
 pub struct QuotaThrottling;
@@ -15,6 +15,7 @@ impl Rule for QuotaThrottling {
         "cpu-quota-throttling"
     }
 
+    // About 100 lines: one finding whose figures (periods, stopped time, quota) feed every part.
     fn check(&self, i: Inputs<'_>) -> Vec<Finding> {
         let c = &i.m.counters;
         let (Some(periods), Some(throttled)) = (c.cfs_periods, c.cfs_throttled_periods) else {

@@ -6,8 +6,8 @@
 //! 38%, and slowdown tracked the number of modules with both cores busy). The effect is the
 //! `compact` policy against `scatter` at the same thread count, with compact contending.
 
-use super::{Datum, Inputs, Rule, plain_ci, rate_effect};
-use crate::doctor::findings::{Confidence, Evidence, Finding, Remedy, Severity};
+use super::rule::{Inputs, Rule, plain_ci, rate_effect};
+use crate::doctor::findings::{Confidence, Datum, Evidence, Finding, Remedy, Severity};
 use crate::doctor::measurements::ScalePoint;
 
 pub const MIN_RATIO: f64 = 1.1;

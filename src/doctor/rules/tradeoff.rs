@@ -8,12 +8,15 @@
 //! workloads; the finding says which workload wants which.
 
 use super::paradox::OTHER_LOAD_PCT;
+use super::rule::{
+    Effect, Inputs, Rule, cost_effect, ns_ci, rate_ci, rate_effect_banded, uncertainty,
+};
 use super::wakeup::primary_method;
-use super::{Inputs, Rule, cost_effect, ns_ci, rate_ci, rate_effect_banded};
 use crate::doctor::findings::{Confidence, Evidence, Finding, Magnitude, Remedy, Severity};
 use crate::doctor::measurements::ThroughputRun;
 use crate::output::fmt_ns;
 use crate::topology::PlacementClass;
+use crate::units::thousands;
 use std::collections::BTreeMap;
 
 /// Smallest difference, either way, for the two to count as disagreeing.
@@ -60,10 +63,10 @@ pub fn spread_changed(packed: &ThroughputRun, spread: &ThroughputRun) -> Option<
         low.len(),
         spread.samples_per_s.len(),
         spread.placement,
-        super::thousands(mean(&low)),
-        super::thousands(packed.messages_per_s.mean),
+        thousands(mean(&low)),
+        thousands(packed.messages_per_s.mean),
         high.len(),
-        super::thousands(mean(&high)),
+        thousands(mean(&high)),
     ))
 }
 
@@ -72,6 +75,7 @@ impl Rule for LatencyThroughput {
         "latency-throughput-tradeoff"
     }
 
+    // Over 100 lines only for the finding's literal; the doubts and remedies are functions.
     fn check(&self, i: Inputs<'_>) -> Vec<Finding> {
         let Some(method) = primary_method(&i) else {
             return vec![];
@@ -108,50 +112,13 @@ impl Rule for LatencyThroughput {
         let (Some(lat), Some((thr, thr_clear))) = (latency, throughput) else {
             return vec![];
         };
-        // Issue 22: the spread rate is the moody figure (whether the other CPU is free, where the
-        // host and the scheduler put the tasks), so both kinds of doubt are checked on it: the
-        // intervals within noise of the threshold, repetitions at packed's level beside others
-        // well above it, and other load on its CPUs. The round trips get the interval check.
-        let reasons: Vec<String> = [
-            super::uncertainty(&thr, MIN_RATIO, spread_changed(packed, spread))
-                .map(|w| format!("messaging throughput: {w}")),
-            super::uncertainty(&lat, MIN_RATIO, None).map(|w| format!("round trips: {w}")),
-            other_load(&i.m.counters.other_busy_pct, spread),
-        ]
-        .into_iter()
-        .flatten()
-        .collect();
-        let uncertain = (!reasons.is_empty()).then(|| reasons.join("; "));
+        let uncertain = doubts(&i, &lat, &thr, packed, spread);
         let cpu = same
             .cpus
             .as_deref()
             .and_then(|c| c.split(':').next()?.parse().ok())
             .unwrap_or(0);
-        let remedies = vec![
-            Remedy::new(
-                format!("taskset -c {cpu} <server>; taskset -c {cpu} <client>"),
-                format!(
-                    "For latency-bound pairs (one connection: pgbench -c 1, ab -c 1): co-located, \
-                     one round trip takes {} instead of {}.",
-                    fmt_ns(lat.better.mean),
-                    fmt_ns(lat.worse.mean)
-                ),
-                "Only while the pair takes turns; with more clients than that, measure again \
-                 with `cpulab pair`.",
-            ),
-            Remedy::new(
-                format!(
-                    "taskset -c {} <command>   (or no pinning at all)",
-                    spread.cpus
-                ),
-                format!(
-                    "For throughput-bound groups (many connections, parallel batch): spread over \
-                     CPUs {}, the messaging test moved {:.2}x the messages of one CPU.",
-                    spread.cpus, thr.ratio
-                ),
-                "Each message pays the cross-CPU wakeup; latency per request is higher.",
-            ),
-        ];
+        let remedies = remedies(cpu, &lat, &thr, spread);
         vec![Finding {
             id: self.id().into(),
             title:
@@ -218,6 +185,59 @@ impl Rule for LatencyThroughput {
             uncertain,
         }]
     }
+}
+
+/// Why the finding may not come out the same next time, or `None`.
+fn doubts(
+    i: &Inputs<'_>,
+    lat: &Effect,
+    thr: &Effect,
+    packed: &ThroughputRun,
+    spread: &ThroughputRun,
+) -> Option<String> {
+    // Issue 22: the spread rate is the moody figure (whether the other CPU is free, where the
+    // host and the scheduler put the tasks), so both kinds of doubt are checked on it: the
+    // intervals within noise of the threshold, repetitions at packed's level beside others
+    // well above it, and other load on its CPUs. The round trips get the interval check.
+    let reasons: Vec<String> = [
+        uncertainty(thr, MIN_RATIO, spread_changed(packed, spread))
+            .map(|w| format!("messaging throughput: {w}")),
+        uncertainty(lat, MIN_RATIO, None).map(|w| format!("round trips: {w}")),
+        other_load(&i.m.counters.other_busy_pct, spread),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    (!reasons.is_empty()).then(|| reasons.join("; "))
+}
+
+/// Co-locating a latency-bound pair, spreading a throughput-bound group.
+fn remedies(cpu: u32, lat: &Effect, thr: &Effect, spread: &ThroughputRun) -> Vec<Remedy> {
+    vec![
+        Remedy::new(
+            format!("taskset -c {cpu} <server>; taskset -c {cpu} <client>"),
+            format!(
+                "For latency-bound pairs (one connection: pgbench -c 1, ab -c 1): co-located, \
+                 one round trip takes {} instead of {}.",
+                fmt_ns(lat.better.mean),
+                fmt_ns(lat.worse.mean)
+            ),
+            "Only while the pair takes turns; with more clients than that, measure again \
+             with `cpulab pair`.",
+        ),
+        Remedy::new(
+            format!(
+                "taskset -c {} <command>   (or no pinning at all)",
+                spread.cpus
+            ),
+            format!(
+                "For throughput-bound groups (many connections, parallel batch): spread over \
+                 CPUs {}, the messaging test moved {:.2}x the messages of one CPU.",
+                spread.cpus, thr.ratio
+            ),
+            "Each message pays the cross-CPU wakeup; latency per request is higher.",
+        ),
+    ]
 }
 
 #[cfg(test)]

@@ -10,9 +10,11 @@
 //! smallest (one-dimensional 2-means, exact for sorted data) and asking whether the two groups
 //! are beyond noise apart by 1.5x or more, each holding at least 10% of the batches.
 
+use super::remedies;
+use super::rule::{Inputs, Rule, cost_effect, ns_ci, uncertainty};
 use super::wakeup::{MIN_RATIO, primary_method};
-use super::{Inputs, Rule, cost_effect, ns_ci, remedies};
 use crate::doctor::findings::{Confidence, Datum, Evidence, Finding, Magnitude, Severity};
+use crate::doctor::measurements::WakeupRun;
 use crate::output::fmt_ns;
 use crate::topology::PlacementClass;
 
@@ -67,45 +69,13 @@ impl Rule for UnpinnedPlacement {
             return vec![];
         }
         let src = format!("measured: pingpong {method} unpinned");
-        let mut ev = vec![
-            Evidence::new("unpinned round trip", ns_ci(&free.rtt_ns), src.clone()),
-            Evidence::new(
-                "same-CPU round trip",
-                ns_ci(&same.rtt_ns),
-                format!("measured: pingpong {method} same-cpu"),
-            ),
-        ];
-        if let Some(c) = cross {
-            ev.push(Evidence::new(
-                format!("pinned {} round trip", c.class),
-                ns_ci(&c.rtt_ns),
-                format!("measured: pingpong {method} {}", c.class),
-            ));
-        }
-        if let Some(s) = free.same_cpu_share {
-            ev.push(Evidence::new(
-                "time both ends shared a CPU",
-                Datum::share(s),
-                src.clone(),
-            ));
-        }
-        if let Some(r) = free.migrations_per_s {
-            ev.push(Evidence::new(
-                "migrations per second (both ends)",
-                Datum::number(r, "per_s"),
-                src.clone(),
-            ));
-        }
+        let mut ev = evidence(&method, same, free, cross, &src);
         let ratio = free.rtt_ns.mean / same.rtt_ns.mean;
         // Within noise of its threshold, the next run may not see it: the two modes' split, or
         // the slow side against one CPU.
         let uncertain = match &modes {
-            Some((lo, hi)) => {
-                cost_effect(hi, lo, 1.5).and_then(|e| super::uncertainty(&e, 1.5, None))
-            }
-            None => slow
-                .as_ref()
-                .and_then(|e| super::uncertainty(e, MIN_RATIO, None)),
+            Some((lo, hi)) => cost_effect(hi, lo, 1.5).and_then(|e| uncertainty(&e, 1.5, None)),
+            None => slow.as_ref().and_then(|e| uncertainty(e, MIN_RATIO, None)),
         };
         let (title, text) = match &modes {
             Some((lo, hi)) => {
@@ -173,6 +143,47 @@ impl Rule for UnpinnedPlacement {
 
 fn mean(v: &[f64]) -> f64 {
     v.iter().sum::<f64>() / v.len() as f64
+}
+
+/// The unpinned, same-CPU and slowest pinned round trips, the share of time on one CPU and the
+/// migrations.
+fn evidence(
+    method: &str,
+    same: &WakeupRun,
+    free: &WakeupRun,
+    cross: Option<&WakeupRun>,
+    src: &str,
+) -> Vec<Evidence> {
+    let mut ev = vec![
+        Evidence::new("unpinned round trip", ns_ci(&free.rtt_ns), src),
+        Evidence::new(
+            "same-CPU round trip",
+            ns_ci(&same.rtt_ns),
+            format!("measured: pingpong {method} same-cpu"),
+        ),
+    ];
+    if let Some(c) = cross {
+        ev.push(Evidence::new(
+            format!("pinned {} round trip", c.class),
+            ns_ci(&c.rtt_ns),
+            format!("measured: pingpong {method} {}", c.class),
+        ));
+    }
+    if let Some(s) = free.same_cpu_share {
+        ev.push(Evidence::new(
+            "time both ends shared a CPU",
+            Datum::share(s),
+            src,
+        ));
+    }
+    if let Some(r) = free.migrations_per_s {
+        ev.push(Evidence::new(
+            "migrations per second (both ends)",
+            Datum::number(r, "per_s"),
+            src,
+        ));
+    }
+    ev
 }
 
 #[cfg(test)]

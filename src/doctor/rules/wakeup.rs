@@ -13,7 +13,8 @@
 //!
 //! The effect is the worst pinned class against same-CPU, on the blocking method (pipe first).
 
-use super::{Effect, Inputs, Rule, cost_effect, environment, ns_ci, remedies};
+use super::rule::{Effect, Inputs, Rule, cost_effect, ns_ci};
+use super::{environment, remedies};
 use crate::doctor::findings::{Confidence, Datum, Evidence, Finding, Remedy, Severity};
 use crate::doctor::measurements::WakeupRun;
 use crate::output::fmt_ns;

@@ -8,8 +8,9 @@
 //! ESTIMATE, labelled as one (a model: the pingpong penalty per wakeup times the application's
 //! cross-CPU wakeups per second), never a measurement of the application itself.
 
+use super::remedies;
+use super::rule::{Inputs, Rule, ns_ci};
 use super::wakeup::worst_penalty;
-use super::{Inputs, Rule, ns_ci, remedies};
 use crate::doctor::findings::{Confidence, Datum, Evidence, Finding, Severity};
 use crate::output::fmt_ns;
 
@@ -25,6 +26,7 @@ impl Rule for WatchedCrossWakeups {
         "watched-cross-cpu-wakeups"
     }
 
+    // About 100 lines: one finding stated in order (process, penalty, estimate, remedies).
     fn check(&self, i: Inputs<'_>) -> Vec<Finding> {
         let Some(w) = &i.m.app_watch else {
             return vec![];
