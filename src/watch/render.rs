@@ -61,6 +61,18 @@ pub fn text(r: &WatchReport, style: &Style) -> String {
     if r.processes.is_empty() {
         let _ = writeln!(s, "no wakeups of the watched tasks were seen");
     }
+    processes_text(&mut s, r, style);
+    pairs_text(&mut s, r, style);
+    vm_text(&mut s, r, style);
+    estimate_text(&mut s, r, style);
+    for n in &r.conditions.notes {
+        let _ = writeln!(s, "note: {n}");
+    }
+    s
+}
+
+/// Each watched process and its wakeups by class.
+fn processes_text(s: &mut String, r: &WatchReport, style: &Style) {
     for p in &r.processes {
         let _ = writeln!(
             s,
@@ -78,6 +90,10 @@ pub fn text(r: &WatchReport, style: &Style) -> String {
             let _ = writeln!(s, "  {}", class_line(c));
         }
     }
+}
+
+/// The top waker -> wakee pairs and their classes.
+fn pairs_text(s: &mut String, r: &WatchReport, style: &Style) {
     if !r.pairs.is_empty() {
         let _ = writeln!(s, "\n{}", style.bold("top waker -> wakee pairs"));
         for p in &r.pairs {
@@ -91,6 +107,10 @@ pub fn text(r: &WatchReport, style: &Style) -> String {
             }
         }
     }
+}
+
+/// The VM mechanism around the window: halts and IPIs per wakeup, steal, guest halt polling.
+fn vm_text(s: &mut String, r: &WatchReport, style: &Style) {
     let vm = &r.vm;
     let _ = writeln!(s, "\n{} (CPUs {})", style.bold("VM mechanism"), vm.cpus);
     let per: Vec<String> = vm
@@ -119,6 +139,10 @@ pub fn text(r: &WatchReport, style: &Style) -> String {
     for u in &vm.unavailable {
         let _ = writeln!(s, "  unavailable: {u}");
     }
+}
+
+/// The co-location estimate (labelled as an estimate), or why there is none.
+fn estimate_text(s: &mut String, r: &WatchReport, style: &Style) {
     match &r.estimate {
         Some(e) => {
             let _ = writeln!(
@@ -146,10 +170,6 @@ pub fn text(r: &WatchReport, style: &Style) -> String {
             );
         }
     }
-    for n in &r.conditions.notes {
-        let _ = writeln!(s, "note: {n}");
-    }
-    s
 }
 
 /// "counted N, delivered M" for each sampled event where they differ, and the one plain

@@ -270,13 +270,13 @@ fn classes(m: &ByClass, interval_s: f64) -> (u64, Vec<ClassReport>) {
 const TOP_PAIRS: usize = 10;
 const TOP_PROCESSES: usize = 25;
 
-pub fn build(i: Inputs<'_>) -> WatchReport {
-    let a = i.analysis;
-    let dt = i.interval_s.max(1e-9);
+/// One row per watched process (per process name when the whole machine is watched), the
+/// busiest [`TOP_PROCESSES`] first.
+fn process_rows(a: &super::analyze::Analysis<'_>, target: &Target, dt: f64) -> Vec<ProcessReport> {
     // Whole machine: one row per process name; otherwise one row per process.
     let mut rows: BTreeMap<String, (Vec<i32>, super::analyze::ProcessAcc)> = BTreeMap::new();
     for (tgid, p) in &a.processes {
-        let key = match i.target {
+        let key = match target {
             Target::All => p.comm.clone(),
             _ => format!("{}\u{0}{tgid}", p.comm),
         };
@@ -318,6 +318,13 @@ pub fn build(i: Inputs<'_>) -> WatchReport {
         .collect();
     processes.sort_by(|x, y| y.wakeups.cmp(&x.wakeups).then(x.name.cmp(&y.name)));
     processes.truncate(TOP_PROCESSES);
+    processes
+}
+
+pub fn build(i: Inputs<'_>) -> WatchReport {
+    let a = i.analysis;
+    let dt = i.interval_s.max(1e-9);
+    let processes = process_rows(a, i.target, dt);
 
     let mut pairs: Vec<PairReport> = a
         .pairs

@@ -428,7 +428,8 @@ impl BpfSource {
     /// the programs (before they load, so each one's runs count from the first), the maps, the
     /// class table, the targets, the scheduler programs, the programs that follow targets'
     /// children, and the refresh thread. Anything that fails closes what was opened before it
-    /// (every part is an owned descriptor).
+    /// (every part is an owned descriptor). One sequence on purpose: each step takes the
+    /// descriptors of those before it; the steps themselves are the functions above.
     pub fn open(machine: &Machine, opts: &SourceOptions) -> std::io::Result<Self> {
         let ncpu = super::bpf::possible_cpus(&machine.root)
             .ok_or_else(|| std::io::Error::other("cannot read /sys/devices/system/cpu/possible"))?;
