@@ -79,6 +79,46 @@ fn workload(settings: &PairSettings) -> Option<String> {
     }
 }
 
+/// The notes a pair's report carries beside the environment's own: too few runs for an
+/// interval, busy neighbours, perf's observer effect and whether its events could be read.
+fn run_notes(
+    settings: &PairSettings,
+    results: &[PlacementResult],
+    notes: Vec<String>,
+) -> Vec<String> {
+    let mut notes = notes;
+    if settings.repeat < settings::MIN_REPEAT {
+        notes.push(format!(
+            "only {} run(s) per placement: the intervals are not meaningful",
+            settings.repeat
+        ));
+    }
+    if settings.neighbour_load > 0 {
+        notes.push(format!(
+            "{} busy neighbour(s) (normal-priority spinning threads, unpinned) ran beside every \
+             measured run: these figures are for a machine with that load, not an idle one",
+            settings.neighbour_load
+        ));
+    }
+    if settings.use_perf {
+        notes.push(
+            "counted with perf events (--perf): exact, but they slow every context switch, so \
+             these figures are lower than an unobserved run's"
+                .to_string(),
+        );
+        let missing = results
+            .iter()
+            .flat_map(|r| &r.runs)
+            .find_map(|x| x.server.as_ref().and_then(|s| s.perf_unavailable.clone()));
+        if let Some(why) = missing {
+            notes.push(format!(
+                "perf events unavailable ({why}): counts come from /proc samples"
+            ));
+        }
+    }
+    notes
+}
+
 /// Runs the experiment. `progress` receives one line per step (for a status line on stderr).
 ///
 /// Spawns every server and client from the calling thread, which must live until this returns
@@ -152,36 +192,7 @@ pub fn run(machine: &Machine, settings: &PairSettings, progress: &Progress) -> R
         .filter_map(|(p, r)| report::summarise(p, r))
         .collect();
     let best = report::rank(&mut results, setup.metric.higher_is_better);
-    let mut notes = std::mem::take(&mut env.notes);
-    if settings.repeat < settings::MIN_REPEAT {
-        notes.push(format!(
-            "only {} run(s) per placement: the intervals are not meaningful",
-            settings.repeat
-        ));
-    }
-    if settings.neighbour_load > 0 {
-        notes.push(format!(
-            "{} busy neighbour(s) (normal-priority spinning threads, unpinned) ran beside every \
-             measured run: these figures are for a machine with that load, not an idle one",
-            settings.neighbour_load
-        ));
-    }
-    if settings.use_perf {
-        notes.push(
-            "counted with perf events (--perf): exact, but they slow every context switch, so \
-             these figures are lower than an unobserved run's"
-                .to_string(),
-        );
-        let missing = results
-            .iter()
-            .flat_map(|r| &r.runs)
-            .find_map(|x| x.server.as_ref().and_then(|s| s.perf_unavailable.clone()));
-        if let Some(why) = missing {
-            notes.push(format!(
-                "perf events unavailable ({why}): counts come from /proc samples"
-            ));
-        }
-    }
+    let notes = run_notes(settings, &results, std::mem::take(&mut env.notes));
     let experiment = report::ExperimentInfo {
         preset: settings.preset_name().map(str::to_string),
         workload: workload(settings),
