@@ -642,24 +642,7 @@ fn a_pid_watch_counts_threads_started_after_it_began() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    // A tracepoint's program runs from the moment it is attached: the watch has begun once a
-    // program loaded since it started has run.
-    let until = std::time::Instant::now() + std::time::Duration::from_secs(120);
-    let attached = || {
-        sys::prog_ids().unwrap().iter().any(|id| {
-            !loaded_before.contains(id)
-                && sys::prog_by_id(*id)
-                    .and_then(|p| sys::prog_run_stats(&p))
-                    .is_ok_and(|(runs, _)| runs > 0)
-        })
-    };
-    while !attached() {
-        assert!(
-            std::time::Instant::now() < until,
-            "the watch's programs never ran"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    wait_for_the_watchs_programs(&loaded_before);
     use std::io::Write;
     go.write_all(b"go\n").unwrap();
     drop(go);
@@ -732,6 +715,26 @@ fn an_interrupt_ends_the_window_and_what_was_seen_is_reported() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
+    wait_for_the_watchs_programs(&loaded_before);
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(watch.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let out = watch.wait_with_output().unwrap();
+    let w = common::json_of(&out);
+    assert_eq!(w["ended"], "interrupted: reporting what was seen");
+    // The window was the time up to the interrupt, not the 120 s asked for.
+    let interval = w["interval_s"].as_f64().unwrap();
+    assert!(interval > 0.0 && interval < 120.0, "{interval}");
+    assert!(w["events"].as_u64().unwrap() > 0, "the whole machine ran");
+}
+
+/// Waits (at most 120 s) until the watch has begun: a tracepoint's program runs from the moment
+/// it is attached, so the watch has begun once a program loaded since `loaded_before` was
+/// listed has run. Needs the kernel's run counts on (`sys::enable_stats`, held by the caller).
+fn wait_for_the_watchs_programs(loaded_before: &[u32]) {
+    use cpulab::watch::bpf::sys;
     let until = std::time::Instant::now() + std::time::Duration::from_secs(120);
     let ran = || {
         sys::prog_ids().unwrap().iter().any(|id| {
@@ -748,16 +751,4 @@ fn an_interrupt_ends_the_window_and_what_was_seen_is_reported() {
         );
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(watch.id() as i32),
-        nix::sys::signal::Signal::SIGINT,
-    )
-    .unwrap();
-    let out = watch.wait_with_output().unwrap();
-    let w = common::json_of(&out);
-    assert_eq!(w["ended"], "interrupted: reporting what was seen");
-    // The window was the time up to the interrupt, not the 120 s asked for.
-    let interval = w["interval_s"].as_f64().unwrap();
-    assert!(interval > 0.0 && interval < 120.0, "{interval}");
-    assert!(w["events"].as_u64().unwrap() > 0, "the whole machine ran");
 }
