@@ -308,3 +308,165 @@ mod tests {
         assert!(f.figures.contains_key("r[name=x#2].v"));
     }
 }
+
+#[cfg(test)]
+mod walk_tests {
+    use super::*;
+    use serde_json::json;
+
+    fn keys(f: &Flat) -> Vec<&str> {
+        f.figures.keys().map(String::as_str).collect()
+    }
+
+    #[test]
+    fn sample_keys_by_their_name() {
+        for k in [
+            "values",
+            "Values",
+            "raw",
+            "samples",
+            "tps_samples",
+            "batch_means_ns",
+            "Batch_Means_us",
+        ] {
+            assert!(is_sample_key(k), "{k}");
+        }
+        for k in ["value", "rawness", "rtt_ns", "means_batch", "sample"] {
+            assert!(!is_sample_key(k), "{k}");
+        }
+    }
+
+    #[test]
+    fn only_whole_non_empty_lists_of_numbers_are_samples() {
+        let f = flatten(&json!({
+            "x": {"samples": [1.0, "a"]},
+            "y": {"samples": []},
+            "z": 4
+        }));
+        assert_eq!(keys(&f), ["x.samples[0]", "z"]);
+        assert_eq!(f.figures["x.samples[0]"].value, 1.0);
+        assert_eq!(f.figures["x.samples[0]"].samples, None);
+    }
+
+    #[test]
+    fn a_stated_interval_needs_two_runs_and_both_ends() {
+        let f = flatten(&json!({
+            "one": {"mean": 5.0, "ci95_low": 4.0, "ci95_high": 6.0, "n": 1},
+            "two": {"mean": 5.0, "ci95_low": 4.0, "ci95_high": 6.0, "n": 2},
+            "unsaid": {"mean": 5.0, "ci95_low": 4.0, "ci95_high": 6.0},
+            "low_only": {"mean": 5.0, "ci95_low": 4.0, "n": 9}
+        }));
+        assert_eq!(f.figures["one"].ci95, None);
+        assert_eq!(f.figures["two"].ci95, Some((4.0, 6.0)));
+        assert_eq!(f.figures["unsaid"].ci95, Some((4.0, 6.0)));
+        assert_eq!(f.figures["low_only"].ci95, None);
+        assert_eq!(f.figures["low_only"].value, 5.0);
+        assert_eq!(keys(&f), ["low_only", "one", "two", "unsaid"]);
+    }
+
+    #[test]
+    fn element_names_use_every_scalar_identity_in_order() {
+        let o = json!({"label": "l", "threads": 4, "a": true, "method": "pipe", "cpus": [0, 1], "v": 2});
+        assert_eq!(
+            element_name(o.as_object().unwrap(), 7),
+            "method=pipe,a=true,threads=4,label=l"
+        );
+        let none = json!({"v": 1, "cpus": null});
+        assert_eq!(element_name(none.as_object().unwrap(), 7), "7");
+        let f = flatten(
+            &json!({"r": [{"v": 1}, {"v": 2}, 3, {"name": "x", "v": 4}, {"name": "x", "v": 5}, {"name": "x", "v": 6}]}),
+        );
+        assert_eq!(
+            keys(&f),
+            [
+                "r[0].v",
+                "r[1].v",
+                "r[2]",
+                "r[name=x#2].v",
+                "r[name=x#3].v",
+                "r[name=x].v"
+            ]
+        );
+        assert_eq!(f.figures["r[name=x#3].v"].value, 6.0);
+    }
+
+    #[test]
+    fn context_keeps_its_lists_and_drops_its_noise() {
+        let f = flatten(&json!({
+            "conditions": {
+                "started_unix_s": 1700000000,
+                "window_s": 5,
+                "cpus": [0, 1],
+                "smt": true,
+                "none": null,
+                "nested": {"kernel": "6.1"}
+            },
+            "probe": {"runs": [{"name": "a", "x": 1.5}]},
+            "n": 5,
+            "count": 3,
+            "run": {"count": 2, "n": 4, "rtt_ns": 10},
+            "histogram": [1, 2, 3]
+        }));
+        let ctx: Vec<(&str, &str)> = f
+            .context
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        assert_eq!(
+            ctx,
+            [
+                ("conditions.cpus[0]", "0"),
+                ("conditions.cpus[1]", "1"),
+                ("conditions.nested.kernel", "6.1"),
+                ("conditions.smt", "true"),
+                ("probe.runs[name=a].name", "a"),
+                ("probe.runs[name=a].x", "1.5"),
+            ]
+        );
+        assert_eq!(keys(&f), ["run.rtt_ns"]);
+    }
+
+    #[test]
+    fn samples_name_their_parent_only_when_alone_under_a_name() {
+        let f = flatten(&json!({"samples": [1.0, 3.0]}));
+        assert_eq!(keys(&f), ["samples"]);
+        assert_eq!(f.figures["samples"].value, 2.0);
+        let f = flatten(&json!({"tps": {"samples": [10.0, 12.0, 17.0], "unit": "tx/s"}}));
+        assert_eq!(keys(&f), ["tps.samples"]);
+        assert_eq!(f.figures["tps.samples"].value, 13.0);
+        assert_eq!(
+            f.figures["tps.samples"].samples.as_deref(),
+            Some(&[10.0, 12.0, 17.0][..])
+        );
+        assert_eq!(f.figures["tps.samples"].ci95, None);
+    }
+
+    #[test]
+    fn samples_merge_only_with_a_single_interval() {
+        // Two intervals beside one sample array: nothing is merged.
+        let f = flatten(&json!({"run": {
+            "rtt_ns": {"mean": 2.0, "ci95_low": 1.0, "ci95_high": 3.0},
+            "p99_ns": {"mean": 9.0, "ci95_low": 8.0, "ci95_high": 10.0},
+            "samples": [1.0, 2.0, 6.0]
+        }}));
+        assert_eq!(keys(&f), ["run.p99_ns", "run.rtt_ns", "run.samples"]);
+        assert_eq!(f.figures["run.rtt_ns"].samples, None);
+        assert_eq!(f.figures["run.samples"].value, 3.0);
+        // A bare list of numbers whose key is not a sample key does not count as samples.
+        let f = flatten(&json!({"run": {
+            "rtt_ns": {"mean": 2.0, "ci95_low": 1.0, "ci95_high": 3.0},
+            "samples": [1.0, 2.0, 3.0],
+            "histogram": [5, 6]
+        }}));
+        assert_eq!(keys(&f), ["run.rtt_ns"]);
+        assert_eq!(
+            f.figures["run.rtt_ns"].samples.as_deref(),
+            Some(&[1.0, 2.0, 3.0][..])
+        );
+        assert_eq!(f.figures["run.rtt_ns"].value, 2.0);
+        // One sample array and no interval: the samples are the figure.
+        let f = flatten(&json!({"run": {"samples": [4.0, 6.0], "rtt_ns": 3}}));
+        assert_eq!(keys(&f), ["run.rtt_ns", "run.samples"]);
+        assert_eq!(f.figures["run.samples"].value, 5.0);
+    }
+}

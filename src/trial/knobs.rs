@@ -683,3 +683,461 @@ mod cgroup_tests {
         assert!(CgroupFile::lookup(&r, "user.slice:memory.max").is_err());
     }
 }
+
+#[cfg(test)]
+mod knob_tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+    use std::path::Path;
+
+    /// A root holding `files` (path under the root, text), nothing else.
+    fn tree(files: &[(&str, &str)]) -> tempfile::TempDir {
+        let d = tempfile::tempdir().unwrap();
+        for (rel, text) in files {
+            let p = d.path().join(rel);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(&p, text).unwrap();
+        }
+        d
+    }
+
+    /// A fixture tree read in place (these tests write nothing to it).
+    fn fixture(name: &str) -> Roots {
+        Roots::new(
+            &Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/fixtures")
+                .join(name),
+            None,
+        )
+    }
+
+    fn mode(p: &Path, m: u32) {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).unwrap();
+    }
+
+    fn get(r: &Roots, name: &str) -> Box<dyn Setting> {
+        lookup(r, name).unwrap().unwrap()
+    }
+
+    fn missing(r: &Roots, name: &str) -> bool {
+        lookup(r, name).unwrap().is_none()
+    }
+
+    #[test]
+    fn rules_take_every_spelling_they_name() {
+        for v in ["y", "1", "on", "yes", "true", "TRUE"] {
+            assert_eq!(Rule::Bool.check("x", v).unwrap(), "Y", "{v}");
+        }
+        for v in ["n", "0", "off", "no", "false", "Off"] {
+            assert_eq!(Rule::Bool.check("x", v).unwrap(), "N", "{v}");
+        }
+        assert!(Rule::Bool.check("x", "2").is_err());
+        for v in ["1", "on", "y", "yes", "ON"] {
+            assert_eq!(Rule::OneZero.check("x", v).unwrap(), "1", "{v}");
+        }
+        for v in ["0", "off", "n", "no"] {
+            assert_eq!(Rule::OneZero.check("x", v).unwrap(), "0", "{v}");
+        }
+        assert!(Rule::OneZero.check("x", "true").is_err());
+        assert_eq!(Rule::UInt { max: 100 }.check("x", "007").unwrap(), "7");
+        assert_eq!(Rule::UInt { max: 100 }.check("x", "0").unwrap(), "0");
+        assert_eq!(Rule::Int.check("x", "-1").unwrap(), "-1");
+        assert_eq!(Rule::Int.check("x", "+5").unwrap(), "5");
+        assert!(Rule::Int.check("x", "1.5").is_err());
+        let ab = Rule::Choice(vec!["a".into(), "b".into()]);
+        assert_eq!(ab.check("x", "b").unwrap(), "b");
+        let e = ab.check("x", "c").unwrap_err();
+        assert_eq!(
+            format!("{e:#}"),
+            "x=c: not offered here; choose one of a, b"
+        );
+    }
+
+    #[test]
+    fn a_sysctl_reads_checks_plans_and_goes_in_sysctl_d() {
+        let d = tree(&[("proc/sys/kernel/sched_rt_runtime_us", "950000\n")]);
+        let r = Roots::new(d.path(), None);
+        let path = d.path().join("proc/sys/kernel/sched_rt_runtime_us");
+        let k = get(&r, "kernel.sched_rt_runtime_us");
+        assert_eq!(k.name(), "kernel.sched_rt_runtime_us");
+        assert_eq!(k.about(), "sysctl kernel.sched_rt_runtime_us");
+        assert_eq!(k.current().unwrap(), "950000");
+        assert_eq!(k.validate("-1").unwrap(), "-1");
+        assert!(k.validate("x").is_err());
+        assert_eq!(k.plan("-1").unwrap(), vec![Op::file(path.clone(), "-1")]);
+        assert_eq!(k.cost(), Cost::Unmeasured);
+        assert_eq!(k.subject(), Subject::Scheduler);
+        assert_eq!(
+            k.permanent("-1"),
+            Permanent {
+                form: "sysctl.d file".into(),
+                file: Some("/etc/sysctl.d/90-cpulab.conf".into()),
+                text: "kernel.sched_rt_runtime_us = -1\n".into(),
+            }
+        );
+        mode(&path, 0o644);
+        assert_eq!(k.availability(), Availability::Changeable);
+        mode(&path, 0o444);
+        assert_eq!(
+            k.availability(),
+            Availability::BootOnly(format!(
+                "{} is read-only (mode 444): fixed at boot or module load",
+                path.display()
+            ))
+        );
+        std::fs::remove_file(&path).unwrap();
+        let Availability::NotHere(why) = k.availability() else {
+            panic!("{:?}", k.availability())
+        };
+        assert!(why.starts_with(&format!("{} is not there (", path.display())));
+        let Err(e) = lookup(&r, "kernel.sched_rt_runtime_us") else {
+            panic!("a sysctl the kernel does not have was found")
+        };
+        assert!(
+            format!("{e:#}").starts_with("no sysctl kernel.sched_rt_runtime_us on this kernel")
+        );
+    }
+
+    #[test]
+    fn a_debugfs_knob_mounts_debugfs_only_when_its_file_is_not_there() {
+        let d = tree(&[("sys/kernel/debug/sched/migration_cost_ns", "500000\n")]);
+        let r = Roots::new(d.path(), None);
+        let debug = d.path().join("sys/kernel/debug");
+        let path = debug.join("sched/migration_cost_ns");
+        let k = get(&r, "sched.migration_cost_ns");
+        assert_eq!(k.name(), "sched.migration_cost_ns");
+        assert_eq!(
+            k.about(),
+            "scheduler knob sys/kernel/debug/sched/migration_cost_ns (debugfs)"
+        );
+        assert!(missing(&r, "sched.no_such_knob"));
+        // The file is there: debugfs counts as mounted.
+        assert_eq!(k.current().unwrap(), "500000");
+        mode(&path, 0o644);
+        assert_eq!(k.availability(), Availability::Changeable);
+        mode(&path, 0o444);
+        assert!(matches!(k.availability(), Availability::BootOnly(_)));
+        assert_eq!(
+            k.plan("250000").unwrap(),
+            vec![Op::file(path.clone(), "250000")]
+        );
+        assert_eq!(
+            k.validate("18446744073709551615").unwrap(),
+            "18446744073709551615"
+        );
+        assert_eq!(
+            k.permanent("250000"),
+            Permanent {
+                form: "systemd unit".into(),
+                file: Some("/etc/systemd/system/cpulab-setting.service".into()),
+                text: format!(
+                    "[Unit]\nDescription=Set sched.migration_cost_ns=250000 (tried with cpulab try)\n\n\
+                     [Service]\nType=oneshot\nExecStart=/bin/sh -c 'echo 250000 > {}'\n\n\
+                     [Install]\nWantedBy=multi-user.target\n",
+                    path.display()
+                ),
+            }
+        );
+        // The file is not there but its mount point is: a trial mounts debugfs first.
+        std::fs::remove_file(&path).unwrap();
+        let e = k.current().unwrap_err();
+        assert_eq!(format!("{e:#}"), "debugfs not mounted; a trial mounts it");
+        assert_eq!(k.availability(), Availability::Changeable);
+        let mount = Op {
+            target: Target::Mount {
+                path: debug.clone(),
+            },
+            value: "mounted".into(),
+        };
+        assert_eq!(
+            k.plan("250000").unwrap(),
+            vec![mount, Op::file(path.clone(), "250000")]
+        );
+        assert!(k.permanent("250000").text.contains(&format!(
+            "ExecStart=/bin/sh -c 'mount -t debugfs none {}'\nExecStart=/bin/sh -c 'echo 250000 > {}'\n",
+            debug.display(),
+            path.display()
+        )));
+        // No mount point either.
+        std::fs::remove_dir_all(&debug).unwrap();
+        assert_eq!(
+            k.availability(),
+            Availability::NotHere(format!("no {} to mount debugfs on", debug.display()))
+        );
+    }
+
+    #[test]
+    fn haltpoll_parameters_each_with_its_rule_and_line() {
+        let r = fixture("kvm-guest");
+        let abouts = [
+            (
+                "guest_halt_poll_ns",
+                "longest a guest vCPU polls before it halts (ns; 0 = halt at once)",
+            ),
+            (
+                "guest_halt_poll_grow",
+                "factor the poll time grows by after a wakeup within it",
+            ),
+            ("guest_halt_poll_grow_start", "poll time to grow from (ns)"),
+            (
+                "guest_halt_poll_shrink",
+                "divisor the poll time shrinks by after a long idle",
+            ),
+            (
+                "guest_halt_poll_allow_shrink",
+                "whether the poll time may shrink",
+            ),
+        ];
+        for (p, about) in abouts {
+            let k = get(&r, &format!("haltpoll.{p}"));
+            assert_eq!(k.name(), format!("haltpoll.{p}"));
+            assert_eq!(k.about(), about);
+            assert_eq!(k.cost(), Cost::PollTime);
+            assert_eq!(k.subject(), Subject::Wakeup);
+        }
+        assert!(missing(&r, "haltpoll.guest_halt_poll_nope"));
+        let ns = get(&r, "haltpoll.guest_halt_poll_ns");
+        assert_eq!(ns.current().unwrap(), "0");
+        assert_eq!(ns.validate("4294967295").unwrap(), "4294967295");
+        assert!(ns.validate("4294967296").is_err());
+        assert!(ns.validate("on").is_err());
+        assert_eq!(
+            ns.permanent("50000"),
+            Permanent {
+                form: "kernel command line".into(),
+                file: None,
+                text: "haltpoll.guest_halt_poll_ns=50000".into(),
+            }
+        );
+        let shrink = get(&r, "haltpoll.guest_halt_poll_allow_shrink");
+        assert_eq!(shrink.validate("on").unwrap(), "Y");
+        assert!(shrink.validate("5").is_err());
+        let force = get(&r, "cpuidle_haltpoll.force");
+        assert_eq!(force.name(), "cpuidle_haltpoll.force");
+        assert_eq!(
+            force.availability(),
+            Availability::BootOnly("cpuidle_haltpoll.force=1".into())
+        );
+        assert_eq!(force.validate("1").unwrap(), "Y");
+        assert_eq!(force.permanent("Y").text, "cpuidle_haltpoll.force=Y");
+    }
+
+    #[test]
+    fn smt_control_by_what_the_file_says() {
+        let r = fixture("intel-2s");
+        let k = get(&r, "smt.control");
+        assert_eq!(k.name(), "smt.control");
+        assert_eq!(k.current().unwrap(), "on");
+        assert_eq!(k.availability(), Availability::Changeable);
+        assert_eq!(k.validate("off").unwrap(), "off");
+        assert!(k.validate("forceoff").is_err());
+        assert_eq!(
+            k.permanent("off"),
+            Permanent {
+                form: "kernel command line".into(),
+                file: None,
+                text: "nosmt".into(),
+            }
+        );
+        assert_eq!(
+            k.permanent("on").text,
+            "(no parameter: remove nosmt from the kernel command line)"
+        );
+        assert_eq!(
+            get(&fixture("kvm-guest"), "smt.control").availability(),
+            Availability::NotHere("SMT control is `notsupported` here".into())
+        );
+        let d = tree(&[("sys/devices/system/cpu/smt/control", "forceoff\n")]);
+        let forced = Roots::new(d.path(), None);
+        assert_eq!(
+            get(&forced, "smt.control").availability(),
+            Availability::BootOnly("nosmt=force".into())
+        );
+        let e = tree(&[]);
+        let none = Roots::new(e.path(), None);
+        assert_eq!(
+            get(&none, "smt.control").availability(),
+            Availability::NotHere(format!(
+                "no {}",
+                e.path()
+                    .join("sys/devices/system/cpu/smt/control")
+                    .display()
+            ))
+        );
+    }
+
+    #[test]
+    fn global_frequency_switches_where_their_files_are() {
+        let epyc = fixture("epyc-4ccx");
+        let boost = get(&epyc, "cpufreq.boost");
+        assert_eq!(boost.name(), "cpufreq.boost");
+        assert_eq!(boost.about(), "frequency boost (turbo) on or off");
+        assert_eq!(boost.current().unwrap(), "1");
+        assert_eq!(boost.validate("off").unwrap(), "0");
+        assert_eq!(boost.availability(), Availability::Changeable);
+        assert_eq!(boost.subject(), Subject::Frequency);
+        assert_eq!(
+            boost.permanent("0"),
+            Permanent {
+                form: "tuned profile".into(),
+                file: Some("/etc/tuned/cpulab/tuned.conf".into()),
+                text: "[main]\ninclude=throughput-performance\n\n[cpu]\nboost=0\n".into(),
+            }
+        );
+        let intel = fixture("intel-2s");
+        let no_turbo = get(&intel, "intel_pstate.no_turbo");
+        assert_eq!(no_turbo.about(), "intel_pstate turbo off (1) or on (0)");
+        assert_eq!(no_turbo.current().unwrap(), "0");
+        assert_eq!(no_turbo.validate("on").unwrap(), "1");
+        assert!(
+            no_turbo
+                .permanent("1")
+                .text
+                .ends_with("\n[cpu]\nno_turbo=1\n")
+        );
+        assert_eq!(
+            get(&intel, "cpufreq.boost").availability(),
+            Availability::NotHere(format!(
+                "no {} (cpufreq is not exposed here; inside a VM the host controls frequency)",
+                intel.path("sys/devices/system/cpu/cpufreq/boost").display()
+            ))
+        );
+        let pct = get(&intel, "intel_pstate.min_perf_pct");
+        assert_eq!(pct.about(), "intel_pstate lowest performance, % of maximum");
+        assert_eq!(pct.validate("100").unwrap(), "100");
+        assert!(pct.validate("101").is_err());
+        assert!(matches!(pct.availability(), Availability::NotHere(_)));
+        assert!(missing(&intel, "no.such.setting"));
+    }
+
+    #[test]
+    fn the_catalogue_lists_this_machines_sysctls_in_order() {
+        let names: Vec<String> = catalogue(&fixture("intel-2s"))
+            .iter()
+            .map(|s| s.name())
+            .collect();
+        let kernel: Vec<&str> = names
+            .iter()
+            .filter(|n| n.starts_with("kernel."))
+            .map(String::as_str)
+            .collect();
+        assert_eq!(
+            kernel,
+            [
+                "kernel.sched_autogroup_enabled",
+                "kernel.sched_cfs_bandwidth_slice_us",
+                "kernel.sched_child_runs_first",
+                "kernel.sched_rr_timeslice_ms",
+                "kernel.sched_rt_period_us",
+                "kernel.sched_rt_runtime_us",
+                "kernel.sched_schedstats",
+            ]
+        );
+        for n in [
+            "haltpoll.guest_halt_poll_ns",
+            "cpuidle_haltpoll.force",
+            "cpufreq.boost",
+            "intel_pstate.no_turbo",
+            "smt.control",
+            "sched.migration_cost_ns",
+            "sched.tunable_scaling",
+        ] {
+            assert!(names.iter().any(|m| m == n), "{n} not in {names:?}");
+        }
+    }
+
+    #[test]
+    fn cpus_after_at_must_be_online() {
+        let online = CpuSet::parse_list("0-3", false).unwrap();
+        let (v, cpus) = split_cpus("0@1-2", &online).unwrap();
+        assert_eq!((v.as_str(), cpus.to_string()), ("0", "1-2".to_string()));
+        let (v, cpus) = split_cpus("50", &online).unwrap();
+        assert_eq!((v.as_str(), cpus), ("50", online.clone()));
+        let e = split_cpus("0@2-5", &online).unwrap_err();
+        assert!(format!("{e:#}").contains("not online here (online: 0-3)"));
+        assert!(split_cpus("0@x", &online).is_err());
+        assert_eq!(online_cpus_of("intel-2s"), "0-31");
+        assert_eq!(online_cpus_of("kvm-guest"), "0-1");
+    }
+
+    fn online_cpus_of(name: &str) -> String {
+        online(&fixture(name)).to_string()
+    }
+
+    #[test]
+    fn cgroup_files_check_and_persist_their_values() {
+        let d = tree(&[
+            ("sys/devices/system/cpu/online", "0-3\n"),
+            ("sys/fs/cgroup/app.slice/cpu.max", "max 100000\n"),
+            ("sys/fs/cgroup/app.slice/cpu.weight", "100\n"),
+            ("sys/fs/cgroup/system.slice/db.service/cpuset.cpus", "\n"),
+            ("sys/fs/cgroup/cpu/batch/cpu.cfs_quota_us", "-1\n"),
+        ]);
+        let r = Roots::new(d.path(), None);
+        let max = CgroupFile::lookup(&r, "/app.slice/:cpu.max").unwrap();
+        assert_eq!(max.name(), "cgroup:app.slice:cpu.max");
+        assert_eq!(max.about(), "cpu.max of cgroup app.slice");
+        assert_eq!(max.current().unwrap(), "max 100000");
+        assert_eq!(max.availability(), Availability::Changeable);
+        assert_eq!(max.cost(), Cost::Unmeasured);
+        assert_eq!(max.subject(), Subject::Scheduler);
+        let path = d.path().join("sys/fs/cgroup/app.slice/cpu.max");
+        assert_eq!(max.plan("max").unwrap(), vec![Op::file(path, "max")]);
+        for ok in ["max", "max 100000", "50000", "1 1", "50000 100000"] {
+            assert_eq!(max.validate(ok).unwrap(), ok, "{ok}");
+        }
+        for bad in [
+            "",
+            "0",
+            "0 100000",
+            "50000 0",
+            "-1",
+            "50000 100000 7",
+            "max x",
+        ] {
+            assert!(max.validate(bad).is_err(), "{bad:?} accepted");
+        }
+        assert_eq!(
+            max.permanent("50000 100000"),
+            Permanent {
+                form: "systemd drop-in".into(),
+                file: Some("/etc/systemd/system/app.slice.d/cpulab.conf".into()),
+                text: "[Slice]\nCPUQuota=50%\n".into(),
+            }
+        );
+        assert_eq!(max.permanent("25000").text, "[Slice]\nCPUQuota=25%\n");
+        assert_eq!(max.permanent("max").text, "[Slice]\nCPUQuota=\n");
+
+        let weight = CgroupFile::lookup(&r, "app.slice:cpu.weight").unwrap();
+        for ok in ["1", "100", "10000"] {
+            assert_eq!(weight.validate(ok).unwrap(), ok);
+        }
+        for bad in ["0", "10001", "x"] {
+            assert!(weight.validate(bad).is_err(), "{bad:?} accepted");
+        }
+        assert_eq!(weight.permanent("200").text, "[Slice]\nCPUWeight=200\n");
+
+        let cpus = CgroupFile::lookup(&r, "system.slice/db.service:cpuset.cpus").unwrap();
+        assert_eq!(cpus.validate("3,0-1").unwrap(), "0-1,3");
+        let e = cpus.validate("2-5").unwrap_err();
+        assert!(format!("{e:#}").contains("names CPUs that are not online (0-3)"));
+        assert_eq!(
+            cpus.permanent("0-1"),
+            Permanent {
+                form: "systemd drop-in".into(),
+                file: Some("/etc/systemd/system/db.service.d/cpulab.conf".into()),
+                text: "[Service]\nAllowedCPUs=0-1\n".into(),
+            }
+        );
+
+        let quota = CgroupFile::lookup(&r, "batch:cpu.cfs_quota_us").unwrap();
+        assert_eq!(quota.validate("-1").unwrap(), "-1");
+        assert!(quota.validate("max").is_err());
+        assert_eq!(quota.permanent("50000").form, "systemd unit");
+        let e = CgroupFile::lookup(&r, "other:cpu.cfs_period_us")
+            .err()
+            .unwrap();
+        assert!(format!("{e:#}").contains("is it cgroup v1?"));
+        assert!(CgroupFile::lookup(&r, "app.slice").is_err());
+    }
+}
