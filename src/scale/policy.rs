@@ -251,4 +251,32 @@ mod tests {
         assert_eq!(pick(&t, 2, Policy::Compact), vec![0, 1]);
         assert_eq!(pick(&t, 2, Policy::Scatter), vec![0, 1]);
     }
+
+    #[test]
+    fn each_policy_has_its_name_parses_back_and_prints_it() {
+        for (name, p) in [
+            ("os", Policy::Os),
+            ("compact", Policy::Compact),
+            ("scatter", Policy::Scatter),
+        ] {
+            assert_eq!(p.name(), name);
+            assert_eq!(p.to_string(), name);
+            assert_eq!(Policy::parse(&format!(" {name}\n")), Some(p));
+        }
+        assert_eq!(Policy::parse("explicit"), None);
+        assert_eq!(Policy::parse("Compact"), None);
+        let e = Policy::Explicit(vec![3, 0, 1]);
+        assert_eq!(e.name(), "explicit");
+        assert_eq!(e.to_string(), "explicit 0-1,3");
+    }
+
+    #[test]
+    fn no_allowed_cpu_or_no_thread_places_nothing() {
+        let t = two_vcpu_guest();
+        let none = CpuSet::new();
+        assert_eq!(select(&t, &none, 3, &Policy::Compact), Some(vec![]));
+        assert_eq!(select(&t, &none, 3, &Policy::Scatter), Some(vec![]));
+        assert_eq!(select(&t, &t.online, 0, &Policy::Compact), Some(vec![]));
+        assert_eq!(placement_order(&t, &none, true), Vec::<u32>::new());
+    }
 }

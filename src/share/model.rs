@@ -116,4 +116,23 @@ mod tests {
         // A quota of half a CPU: one worker alone gets 0.5; one burner halves it.
         assert!(close(relative_share(0.5, 1, 1, 1.0), 0.5));
     }
+
+    /// No workers, no capacity, demands outside 0..=1: the edges, worked by hand.
+    #[test]
+    fn edges_no_workers_no_capacity_and_out_of_range_demands() {
+        // With no worker the first allocation would be a burner's (0.5 here): none is given.
+        assert_eq!(worker_share(2.0, 0, 1, 0.5), 0.0);
+        assert_eq!(relative_share(2.0, 0, 1, 0.5), 0.0);
+        // No capacity: alone gets 0, and the ratio is 0, not 0 / 0.
+        assert_eq!(relative_share(0.0, 1, 1, 1.0), 0.0);
+        // A negative capacity is none.
+        assert_eq!(water_fill(-1.0, &[1.0]), vec![0.0]);
+        // Demands clamped to 0..=1, filled lowest first: -0.5 gets 0 (level 3/3), 0.5 gets 0.5
+        // (level 3/2), 1.5 gets 1 (level 2.5/1); the result is in the demands' order.
+        assert_eq!(water_fill(3.0, &[1.5, -0.5, 0.5]), vec![1.0, 0.0, 0.5]);
+        // Three equal demands of 1 on 1.5 CPUs: 0.5 each, exactly.
+        assert_eq!(water_fill(1.5, &[1.0, 1.0, 1.0]), vec![0.5, 0.5, 0.5]);
+        // Relative: 2 workers alone on 3 CPUs get 1 each; beside 2 burners, 3 / 4 each.
+        assert_eq!(relative_share(3.0, 2, 2, 1.0), 0.75);
+    }
 }

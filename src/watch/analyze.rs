@@ -692,4 +692,239 @@ mod tests {
         assert_eq!(p.runq_wait_ns, 60);
         assert_eq!(p.on_cpu_ns, 20);
     }
+
+    #[test]
+    fn merging_classes_adds_counts_sums_and_latencies() {
+        let mut a = ClassAcc::new();
+        a.wakeups = 3;
+        a.to_idle = 1;
+        a.sum_ns = 500;
+        a.latency.record(100).unwrap();
+        let mut b = ClassAcc::new();
+        b.wakeups = 2;
+        b.to_idle = 2;
+        b.sum_ns = 70;
+        b.latency.record(200).unwrap();
+        a.merge(&b);
+        assert_eq!((a.wakeups, a.to_idle, a.sum_ns), (5, 3, 570));
+        assert_eq!(
+            (a.latency.len(), a.latency.min(), a.latency.max()),
+            (2, 100, 200)
+        );
+    }
+
+    /// A process keeps the name it was first seen with, even when a later thread's lookup
+    /// names it otherwise (a thread that renamed itself).
+    #[test]
+    fn a_process_keeps_its_first_name() {
+        struct Renamed;
+        impl Tasks for Renamed {
+            fn lookup(&mut self, tid: i32) -> Option<TaskInfo> {
+                let comm = if tid == 100 { "server" } else { "worker" };
+                Some(TaskInfo {
+                    tgid: 100,
+                    comm: comm.into(),
+                    watched: true,
+                })
+            }
+        }
+        let topo = topo();
+        let mut a = Analysis::new(&topo);
+        a.feed(&switch(0, 0, 0, false, 100), &mut Renamed);
+        a.feed(&switch(10, 0, 100, false, 101), &mut Renamed);
+        a.feed(&switch(30, 0, 101, false, 0), &mut Renamed);
+        let p = &a.processes[&100];
+        assert_eq!(p.comm, "server");
+        assert_eq!(p.threads, BTreeSet::from([100, 101]));
+        assert_eq!(p.on_cpu_ns, 30);
+    }
+
+    fn migrate(at: u64, tid: i32, dest_cpu: u32) -> Timed {
+        t(at, Event::Migrate { tid, dest_cpu })
+    }
+
+    fn wakeup(at: u64, wakee_tid: i32, target_cpu: u32) -> Timed {
+        t(
+            at,
+            Event::Wakeup {
+                wakee_tid,
+                target_cpu,
+            },
+        )
+    }
+
+    fn irq_waking(at: u64, interrupted: i32, cpu: u32, wakee: i32) -> Timed {
+        t(
+            at,
+            Event::Waking {
+                waker_tid: interrupted,
+                waker_cpu: cpu,
+                in_irq: true,
+                wakee_tid: wakee,
+            },
+        )
+    }
+
+    /// Every path through the state machine in one stream, and every figure it leaves,
+    /// worked out by hand: server (100) is woken five times, client (200) once (not switched
+    /// in), client's 201 once (never seen on a CPU).
+    #[test]
+    fn every_figure_of_a_mixed_stream_worked_by_hand() {
+        let topo = topo();
+        let x = topo.class(0, 1);
+        assert_ne!(x, PlacementClass::SameCpu);
+        let mut a = Analysis::new(&topo);
+        let evs = [
+            // 1-4: 100 sleeps on CPU 1; 200 on CPU 0 wakes it; sched_wakeup names CPU 1; it
+            // runs on CPU 1 out of idle: from its last CPU, 80 ns, to an idle CPU.
+            switch(0, 1, 100, false, 0),
+            waking(100, 200, 0, 100),
+            wakeup(101, 100, 1),
+            switch(180, 1, 0, false, 100),
+            // 5-9: it sleeps at 300 (120 ns on CPU), unwatched 300 runs; 200 wakes it from
+            // CPU 1; sched_wakeup names CPU 0 (differs); it preempts 300 at 450: same CPU,
+            // 50 ns, not to idle; sleeps at 500 (50 ns on CPU).
+            switch(300, 1, 100, false, 300),
+            waking(400, 200, 1, 100),
+            wakeup(401, 100, 0),
+            switch(450, 1, 300, false, 100),
+            switch(500, 1, 100, false, 0),
+            // 10-12: an interrupt on CPU 0 wakes it; migrated to CPU 0, it switches in on
+            // CPU 1 at 700 out of idle: placed on 0 (same CPU as the waker), 100 ns, switch-in
+            // differs, so not to an idle CPU.
+            irq_waking(600, 0, 0, 100),
+            migrate(610, 100, 0),
+            switch(700, 1, 0, false, 100),
+            // 13-14: woken while running: counted on CPU 1, untimed; sleeps at 900 (200 ns).
+            waking(800, 200, 0, 100),
+            switch(900, 1, 100, false, 0),
+            // 15-17: woken from CPU 0; an interrupt taken while it is still pending wakes 200
+            // (100 is not its waker: it has not run); it runs at 1090: last CPU, 90 ns, idle.
+            waking(1000, 200, 0, 100),
+            irq_waking(1050, 100, 1, 200),
+            switch(1090, 1, 0, false, 100),
+            // 18-19: 200 is migrated to CPU 0 and, with no switch-in delivered, wakes 100
+            // (running: counted on CPU 1) from CPU 0: 200 placed by its migration, untimed.
+            migrate(1095, 200, 0),
+            waking(1100, 200, 0, 100),
+            // 20-21: 100 wakes unwatched 300 (nothing), then 201, never seen on a CPU.
+            waking(1200, 100, 1, 300),
+            waking(1300, 100, 1, 201),
+        ];
+        for e in &evs {
+            a.feed(e, &mut Table);
+        }
+        a.finish(&mut Table);
+        assert_eq!(a.events, 21);
+        assert_eq!(
+            a.checks,
+            PlacementChecks {
+                from_migration: 2,
+                from_last_cpu: 3,
+                from_switch_in: 0,
+                already_runnable: 2,
+                unplaced: 1,
+                switch_in_agrees: 3,
+                switch_in_differs: 1,
+                switch_in_missing: 1,
+                wakeup_agrees: 1,
+                wakeup_differs: 1,
+            }
+        );
+        assert_eq!(a.cpus_involved, BTreeSet::from([0, 1]));
+
+        let server = &a.processes[&100];
+        assert_eq!(server.comm, "server");
+        assert_eq!(server.threads, BTreeSet::from([100]));
+        assert_eq!(server.cpus, BTreeSet::from([1]));
+        assert_eq!(server.migrations, 1);
+        assert_eq!(server.on_cpu_ns, 120 + 50 + 200);
+        assert_eq!(server.runq_wait_ns, 80 + 50 + 100 + 90);
+        assert_eq!(server.classes.len(), 2);
+        let far = &server.classes[&x];
+        assert_eq!((far.wakeups, far.to_idle, far.sum_ns), (4, 2, 170));
+        assert_eq!(
+            (far.latency.len(), far.latency.min(), far.latency.max()),
+            (2, 80, 90)
+        );
+        let same = &server.classes[&PlacementClass::SameCpu];
+        assert_eq!((same.wakeups, same.to_idle, same.sum_ns), (2, 0, 150));
+        assert_eq!(
+            (same.latency.len(), same.latency.min(), same.latency.max()),
+            (2, 50, 100)
+        );
+
+        let client = &a.processes[&200];
+        assert_eq!(client.comm, "client");
+        assert_eq!(client.threads, BTreeSet::from([200]));
+        assert_eq!(
+            (client.migrations, client.on_cpu_ns, client.runq_wait_ns),
+            (1, 0, 0)
+        );
+        assert!(client.cpus.is_empty());
+        let c = &client.classes[&x];
+        assert_eq!(
+            (c.wakeups, c.to_idle, c.sum_ns, c.latency.len()),
+            (1, 0, 0, 0)
+        );
+        assert_eq!(client.classes.len(), 1);
+        assert_eq!(a.processes.len(), 2);
+
+        assert_eq!(a.pairs.len(), 4);
+        let p = &a.pairs[&(200, 100)];
+        assert_eq!(
+            (p.waker_comm.as_str(), p.wakee_comm.as_str()),
+            ("client", "server")
+        );
+        assert_eq!(p.waker_cpus, BTreeMap::from([(0, 4), (1, 1)]));
+        assert_eq!((p.classes[&x].wakeups, p.classes[&x].latency.len()), (4, 2));
+        let s = &p.classes[&PlacementClass::SameCpu];
+        assert_eq!((s.wakeups, s.latency.len(), s.latency.max()), (1, 1, 50));
+        let p = &a.pairs[&(0, 100)];
+        assert_eq!(
+            (p.waker_comm.as_str(), p.wakee_comm.as_str()),
+            ("(interrupt)", "server")
+        );
+        assert_eq!(p.waker_cpus, BTreeMap::from([(0, 1)]));
+        let s = &p.classes[&PlacementClass::SameCpu];
+        assert_eq!((s.wakeups, s.latency.len(), s.latency.max()), (1, 1, 100));
+        assert_eq!(p.classes.len(), 1);
+        let p = &a.pairs[&(0, 200)];
+        assert_eq!(
+            (p.waker_comm.as_str(), p.wakee_comm.as_str()),
+            ("(interrupt)", "client")
+        );
+        assert_eq!(p.waker_cpus, BTreeMap::from([(1, 1)]));
+        assert_eq!((p.classes[&x].wakeups, p.classes[&x].latency.len()), (1, 0));
+        let p = &a.pairs[&(100, 200)];
+        assert_eq!(
+            (p.waker_comm.as_str(), p.wakee_comm.as_str()),
+            ("server", "client")
+        );
+        assert_eq!(p.waker_cpus, BTreeMap::from([(1, 1)]));
+        assert!(p.classes.is_empty());
+    }
+
+    /// A wakee seen running without its switch-in, placed where it last ran (no migration),
+    /// with a delivered sched_wakeup naming that CPU.
+    #[test]
+    fn a_wakee_seen_running_unswitched_is_placed_on_its_last_cpu() {
+        let topo = topo();
+        let mut a = Analysis::new(&topo);
+        a.feed(&switch(0, 1, 100, false, 0), &mut Table);
+        a.feed(&waking(10, 200, 0, 100), &mut Table);
+        a.feed(&wakeup(11, 100, 1), &mut Table);
+        a.feed(&switch(40, 1, 100, true, 0), &mut Table);
+        assert_eq!(
+            a.checks,
+            PlacementChecks {
+                from_last_cpu: 1,
+                switch_in_missing: 1,
+                wakeup_agrees: 1,
+                ..PlacementChecks::default()
+            }
+        );
+        let c = &a.processes[&100].classes[&topo.class(0, 1)];
+        assert_eq!((c.wakeups, c.latency.len()), (1, 0));
+    }
 }
