@@ -621,28 +621,9 @@ fn a_pid_watch_counts_threads_started_after_it_began() {
     // Reaped as soon as it exits (a zombie still has its /proc entry, so the watch would
     // run on).
     let reaper = std::thread::spawn(move || child.wait_with_output().unwrap());
-    use cpulab::watch::bpf::sys;
-    // Run counts are kept while this descriptor is open.
-    let _stats = sys::enable_stats().unwrap();
-    let loaded_before = sys::prog_ids().unwrap();
-    let watch = common::cpulab_process()
-        .args([
-            "watch",
-            "--json",
-            "--quiet",
-            // Ended by the pid's exit, not by the clock: on a busy machine the exec'd pair
-            // may start later than any fixed window would allow.
-            "--duration",
-            "120s",
-            "--mechanism",
-            "bpf",
-        ])
-        .args(["--pid", &pid.to_string()])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    wait_for_the_watchs_programs(&loaded_before);
+    // Ended by the pid's exit, not by the clock: on a busy machine the exec'd pair may start
+    // later than any fixed window would allow.
+    let watch = a_begun_watch(&["--pid", &pid.to_string()]);
     use std::io::Write;
     go.write_all(b"go\n").unwrap();
     drop(go);
@@ -698,24 +679,7 @@ fn an_interrupt_ends_the_window_and_what_was_seen_is_reported() {
     let _one = ONE_WATCH_AT_A_TIME
         .lock()
         .unwrap_or_else(|e| e.into_inner());
-    use cpulab::watch::bpf::sys;
-    let _stats = sys::enable_stats().unwrap();
-    let loaded_before = sys::prog_ids().unwrap();
-    let watch = common::cpulab_process()
-        .args([
-            "watch",
-            "--json",
-            "--quiet",
-            "--duration",
-            "120s",
-            "--mechanism",
-            "bpf",
-        ])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    wait_for_the_watchs_programs(&loaded_before);
+    let watch = a_begun_watch(&[]);
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(watch.id() as i32),
         nix::sys::signal::Signal::SIGINT,
@@ -730,11 +694,29 @@ fn an_interrupt_ends_the_window_and_what_was_seen_is_reported() {
     assert!(w["events"].as_u64().unwrap() > 0, "the whole machine ran");
 }
 
-/// Waits (at most 120 s) until the watch has begun: a tracepoint's program runs from the moment
-/// it is attached, so the watch has begun once a program loaded since `loaded_before` was
-/// listed has run. Needs the kernel's run counts on (`sys::enable_stats`, held by the caller).
-fn wait_for_the_watchs_programs(loaded_before: &[u32]) {
+/// `cpulab watch --json --quiet --duration 120s --mechanism bpf` with `target` flags, returned
+/// once it has begun: a tracepoint's program runs from the moment it is attached, so the watch
+/// has begun once a program loaded since it was started has run (at most 120 s).
+fn a_begun_watch(target: &[&str]) -> std::process::Child {
     use cpulab::watch::bpf::sys;
+    // Run counts are kept while this descriptor is open.
+    let _stats = sys::enable_stats().unwrap();
+    let loaded_before = sys::prog_ids().unwrap();
+    let watch = common::cpulab_process()
+        .args([
+            "watch",
+            "--json",
+            "--quiet",
+            "--duration",
+            "120s",
+            "--mechanism",
+            "bpf",
+        ])
+        .args(target)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
     let until = std::time::Instant::now() + std::time::Duration::from_secs(120);
     let ran = || {
         sys::prog_ids().unwrap().iter().any(|id| {
@@ -751,4 +733,5 @@ fn wait_for_the_watchs_programs(loaded_before: &[u32]) {
         );
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
+    watch
 }

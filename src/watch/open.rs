@@ -65,7 +65,6 @@ pub struct Refusals {
 /// An opened source, with what was refused on the way and the lines to tell the user.
 pub struct Opened {
     pub feed: Feed,
-    pub way: Way,
     pub refusals: Refusals,
     /// perf's in-kernel filters and what they keep, where perf was used with them.
     pub filters: Option<([String; 4], String)>,
@@ -104,7 +103,6 @@ pub fn open(machine: &Machine, req: &Request<'_>) -> Result<Opened> {
         if let Some(feed) = o.try_way(way, i == last)? {
             return Ok(Opened {
                 feed,
-                way,
                 refusals: o.refusals,
                 filters: o.filters,
                 specs: o.specs.unwrap_or_else(record_specs),

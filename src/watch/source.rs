@@ -596,8 +596,7 @@ impl BpfSource {
         let mut sum = [0u64; ROW_WORDS];
         for cpu in buf.chunks_exact(ROW_WORDS * 8) {
             for (i, w) in cpu.chunks_exact(8).enumerate() {
-                // invariant: chunks_exact(8) yields 8-byte slices.
-                sum[i] += u64::from_ne_bytes(w.try_into().expect("8 bytes"));
+                sum[i] += word(w);
             }
         }
         Ok(sum)
@@ -606,11 +605,17 @@ impl BpfSource {
     fn stat(&self, key: u32) -> std::io::Result<u64> {
         let mut buf = vec![0u8; self.ncpu * 8];
         sys::map_lookup(&self.stats, &key.to_ne_bytes(), &mut buf)?;
-        Ok(buf
-            .chunks_exact(8)
-            .map(|w| u64::from_ne_bytes(w.try_into().expect("8 bytes")))
-            .sum())
+        Ok(buf.chunks_exact(8).map(word).sum())
     }
+}
+
+/// A native-endian u64 from a per-CPU map value's 8-byte word (`chunks_exact(8)` gives only
+/// those; a shorter slice reads its bytes and zeros, never panics).
+fn word(w: &[u8]) -> u64 {
+    let mut b = [0u8; 8];
+    let n = w.len().min(8);
+    b[..n].copy_from_slice(&w[..n]);
+    u64::from_ne_bytes(b)
 }
 
 /// One row pair (busy, idle destination) into a class's counts.

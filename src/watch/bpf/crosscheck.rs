@@ -832,18 +832,28 @@ fn simulate(seed: u64, ncpu: u32, steps: usize) -> Vec<Timed> {
             _ => {}
         }
     }
+    run_out(now, &mut current, &mut queue, &mut out);
+    out
+}
+
+/// The simulation's end: every CPU runs its queue out and goes idle, a switch a microsecond.
+fn run_out(
+    mut now: u64,
+    current: &mut [i32],
+    queue: &mut [std::collections::VecDeque<i32>],
+    out: &mut Vec<Timed>,
+) {
     while current.iter().any(|&c| c != 0) || queue.iter().any(|q| !q.is_empty()) {
-        for d in 0..ncpu {
+        for d in 0..current.len() {
             now += 1_000;
-            let prev = current[d as usize];
-            let next = queue[d as usize].pop_front().unwrap_or(0);
+            let prev = current[d];
+            let next = queue[d].pop_front().unwrap_or(0);
             if prev != 0 || next != 0 {
-                current[d as usize] = next;
-                out.push(switch(now, d, prev, false, next));
+                current[d] = next;
+                out.push(switch(now, d as u32, prev, false, next));
             }
         }
     }
-    out
 }
 
 /// Thousands of wakeups across every class of a two-socket machine, to idle and busy CPUs,
