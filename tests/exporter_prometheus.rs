@@ -377,13 +377,13 @@ fn placement_classes_follow_a_pinned_pair() {
     let _e = exporter(port, &["--comm", "cpulab-pair", "--attach-every", "1"]);
     let prom = Prometheus::start(port);
     prom.wait_for("up{job=\"cpulab\"} == 1");
-    let now = now_s;
-    // Each run's window is its own span, from just before it starts to the first scrape after
-    // it ends (which holds all its wakeups): pingpong stops at a number of round trips, often
-    // within a second, so a fixed window looking back from the second run's end reached into
-    // the first run.
+    // Each run is read as the difference between two scrapes: one taken after it starts to
+    // be possible (after the previous run ended) and the first one after it ends. A range
+    // looking back from the end (`increase(...[range])`) reached the first run's last
+    // scrape and extrapolated to the window's edges: a CI run saw 21,694 same-CPU wakeups in
+    // the second window, all of them the first run's.
     let run = |pairs: &str| {
-        let start = now() - 0.5;
+        let before = prom.scraped_after(now_s());
         let out = Command::new(&pair)
             .env("CPULAB_HISTORY", "off")
             .args([
@@ -393,20 +393,30 @@ fn placement_classes_follow_a_pinned_pair() {
             .output()
             .unwrap();
         common::assert_success(&out);
-        let end = prom.scraped_after(now());
-        (format!("{}s", (end - start).ceil() as u64), end)
+        let after = prom.scraped_after(now_s());
+        (before, after)
     };
     let t1 = run("0:0");
     let t2 = run("0:1");
-    let by_class = |(range, t): &(String, f64)| {
-        prom.query(&format!(
-            "sum by (class) (increase(cpulab_wakeups_total{{target=\"cpulab-pair\"}}[{range}] @ {t}))"
-        ))
-        .iter()
-        .map(|s| (label(s, "class").to_string(), value(s)))
-        .collect::<std::collections::BTreeMap<_, _>>()
+    // The series of a run not yet seen at `before` counts from zero.
+    let by_class = |&(before, after): &(f64, f64)| {
+        let at = |t: f64| {
+            prom.query(&format!(
+                "sum by (class) (cpulab_wakeups_total{{target=\"cpulab-pair\"}} @ {t})"
+            ))
+            .iter()
+            .map(|s| (label(s, "class").to_string(), value(s)))
+            .collect::<std::collections::BTreeMap<_, _>>()
+        };
+        let (b, a) = (at(before), at(after));
+        a.iter()
+            .map(|(c, v)| (c.clone(), v - b.get(c).copied().unwrap_or(0.0)))
+            .collect::<std::collections::BTreeMap<_, _>>()
     };
     let (w1, w2) = (by_class(&t1), by_class(&t2));
+    for w in [&w1, &w2] {
+        assert!(w.values().all(|v| *v >= 0.0), "a counter went back: {w:?}");
+    }
     let same =
         |w: &std::collections::BTreeMap<String, f64>| w.get("same-cpu").copied().unwrap_or(0.0);
     let cross = |w: &std::collections::BTreeMap<String, f64>| {
@@ -415,15 +425,27 @@ fn placement_classes_follow_a_pinned_pair() {
             .map(|(_, v)| v)
             .sum::<f64>()
     };
-    assert!(same(&w1) > cross(&w1), "first window {w1:?}");
-    assert!(cross(&w2) > same(&w2), "second window {w2:?}");
-    let median = |class_match: &str, (range, t): &(String, f64)| {
+    assert!(same(&w1) > cross(&w1), "first run {w1:?}");
+    assert!(cross(&w2) > same(&w2), "second run {w2:?}");
+    let median = |class_match: &str, &(before, after): &(f64, f64)| {
+        let buckets = |t: f64| {
+            format!(
+                "sum by (le) (cpulab_wakeup_latency_seconds_bucket{{target=\"cpulab-pair\",class{class_match}}} @ {t})"
+            )
+        };
         let r = prom.query(&format!(
-            "histogram_quantile(0.5, sum by (le) (increase(cpulab_wakeup_latency_seconds_bucket{{target=\"cpulab-pair\",class{class_match}}}[{range}] @ {t})))"
+            "histogram_quantile(0.5, {a} - ({b} or {a} * 0))",
+            a = buckets(after),
+            b = buckets(before)
         ));
+        assert!(!r.is_empty(), "no latency buckets for class{class_match}");
         value(&r[0])
     };
-    assert!(median("!=\"same-cpu\"", &t2) > median("=\"same-cpu\"", &t1));
+    let (cross2, same1) = (median("!=\"same-cpu\"", &t2), median("=\"same-cpu\"", &t1));
+    assert!(
+        cross2 > same1,
+        "cross-CPU median {cross2} s is not above the same-CPU median {same1} s"
+    );
 }
 
 /// At the default `--attach-every` (4) the counts Prometheus stores are estimates: every
