@@ -38,12 +38,38 @@ fn fewer_vcpus(who: &str) -> Remedy {
     .by(who)
 }
 
+/// Why a guest counts no halts: the words for a missing `idle_entries` counter.
+pub fn halts_unseen_reason(f: &Facts) -> &'static str {
+    match f.cpuidle_driver.as_deref() {
+        None | Some("none") => {
+            "no cpuidle driver: an idle CPU halts in the kernel's default idle loop, which \
+             counts nothing"
+        }
+        Some(_) => "the cpuidle counters could not be read during the run",
+    }
+}
+
 /// Mechanism words and environment remedies for a cross-vCPU wakeup that halts (VMs).
 // Long as a table is: one arm per environment, each its own words and remedies (docs/doctor.md).
-pub fn halt_in_vm(f: &Facts, halts: f64, ipi_text: &str) -> (String, Vec<Remedy>) {
-    let paid = format!(
-        "Each round trip here pays {halts:.1} halts{ipi_text}, exits that a same-vCPU wakeup never makes"
-    );
+///
+/// `halts` is `None` where the guest counts no halts (no cpuidle driver): the exits are then
+/// named from the IPIs and the idle facts, and the words say the halts are not visible.
+pub fn halt_in_vm(f: &Facts, halts: Option<f64>, ipi: Option<f64>) -> (String, Vec<Remedy>) {
+    let paid = match (halts, ipi) {
+        (Some(h), Some(n)) => format!(
+            "Each round trip here pays {h:.1} halts and {n:.1} IPIs, exits that a same-vCPU wakeup never makes"
+        ),
+        (Some(h), None) => format!(
+            "Each round trip here pays {h:.1} halts, exits that a same-vCPU wakeup never makes"
+        ),
+        (None, ipi) => format!(
+            "Each round trip here sends {}, exits that a same-vCPU wakeup never makes; halts are \
+             not visible here ({}), so they are inferred from the idle vCPU, not counted",
+            ipi.map(|n| format!("{n:.1} IPIs"))
+                .unwrap_or_else(|| "IPIs that were not counted".into()),
+            halts_unseen_reason(f)
+        ),
+    };
     match f.environment {
         Environment::HyperV => (
             format!(
@@ -452,7 +478,7 @@ mod tests {
     fn each_environment_gets_its_remedies_in_order_with_the_fewer_vcpus_one_where_it_helps() {
         let fewer = "give a latency-bound VM fewer vCPUs (e.g. 1)";
         let idle = "kernel command line: idle=poll   (GRUB_CMDLINE_LINUX, update-grub, reboot)";
-        let (_, hv) = halt_in_vm(&facts_in(Environment::HyperV), 2.0, "");
+        let (_, hv) = halt_in_vm(&facts_in(Environment::HyperV), Some(2.0), None);
         assert_eq!(
             commands(&hv),
             [
@@ -471,13 +497,13 @@ mod tests {
             "{}",
             hv[2].effect
         );
-        let (_, xen) = halt_in_vm(&facts_in(Environment::Xen), 2.0, "");
+        let (_, xen) = halt_in_vm(&facts_in(Environment::Xen), Some(2.0), None);
         assert_eq!(xen.len(), 3);
         assert_eq!(xen[2].command, idle);
-        let (_, vmw) = halt_in_vm(&facts_in(Environment::Vmware), 2.0, "");
+        let (_, vmw) = halt_in_vm(&facts_in(Environment::Vmware), Some(2.0), None);
         assert_eq!(commands(&vmw)[1..], [idle, fewer]);
         assert_eq!(vmw[2].who, "whoever sizes the VM");
-        let (_, kvm) = halt_in_vm(&facts_in(Environment::KvmNoHaltpoll), 2.0, "");
+        let (_, kvm) = halt_in_vm(&facts_in(Environment::KvmNoHaltpoll), Some(2.0), None);
         assert_eq!(
             commands(&kvm),
             [
@@ -495,7 +521,7 @@ mod tests {
         f.hypervisor = Some("KVM".into());
         f.cpuidle_driver = Some("haltpoll".into());
         f.guest_halt_poll_ns = Some(0);
-        let (words, r) = halt_in_vm(&f, 2.0, " and 2.0 IPIs");
+        let (words, r) = halt_in_vm(&f, Some(2.0), Some(2.0));
         assert!(
             words.ends_with(
                 "Each round trip here pays 2.0 halts and 2.0 IPIs, exits that a same-vCPU \
@@ -506,7 +532,7 @@ mod tests {
         );
         assert_eq!(r, super::super::remedies::halt_polling(&f));
         f.guest_halt_poll_ns = Some(200_000);
-        let (words, _) = halt_in_vm(&f, 2.0, " and 2.0 IPIs");
+        let (words, _) = halt_in_vm(&f, Some(2.0), Some(2.0));
         assert!(
             words.ends_with("exits that a same-vCPU wakeup never makes."),
             "{words}"

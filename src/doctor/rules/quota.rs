@@ -27,12 +27,16 @@ impl Rule for QuotaThrottling {
             return vec![];
         }
         let frac = throttled as f64 / periods as f64;
-        let stopped = c.cfs_throttled_s.unwrap_or(0.0);
-        let ratio = if c.interval_s > stopped && c.interval_s > 0.0 {
-            c.interval_s / (c.interval_s - stopped)
-        } else {
-            1.0
-        };
+        // The time stopped is a separate counter (throttled_usec); where it was not read, the
+        // slowdown is not known, and nothing stands in for it.
+        let stopped = c.cfs_throttled_s;
+        let ratio = stopped.map(|st| {
+            if c.interval_s > st && c.interval_s > 0.0 {
+                c.interval_s / (c.interval_s - st)
+            } else {
+                1.0
+            }
+        });
         let quota = i.facts.cpu_quota_cpus;
         let group = i
             .facts
@@ -47,7 +51,12 @@ impl Rule for QuotaThrottling {
             ),
             Evidence::new(
                 "time stopped by the quota",
-                Datum::number(stopped, "s").of(c.interval_s),
+                match stopped {
+                    Some(st) => Datum::number(st, "s").of(c.interval_s),
+                    None => Datum::from(
+                        "not available, because cpu.stat gave no throttled time during the run",
+                    ),
+                },
                 "measured: cgroup cpu.stat",
             ),
         ];
@@ -70,21 +79,10 @@ impl Rule for QuotaThrottling {
             severity: if frac >= 0.2 {
                 Severity::High
             } else {
-                Severity::of_ratio(ratio.max(1.0))
+                // Without the time stopped, the share of periods is the only size known.
+                Severity::of_ratio(ratio.unwrap_or(1.0 / (1.0 - frac)).max(1.0))
             },
-            magnitude: Magnitude {
-                text: format!(
-                    "{throttled} of {periods} scheduling periods hit the quota; the group was stopped for {stopped:.2} s of {:.1} s{}",
-                    c.interval_s,
-                    quota
-                        .map(|q| format!(" (quota {q:.2} CPUs)"))
-                        .unwrap_or_default()
-                ),
-                ratio: Some(ratio.max(1.0)),
-                worse: Some(stopped),
-                better: Some(0.0),
-                unit: "s".into(),
-            },
+            magnitude: magnitude(throttled, periods, stopped, c.interval_s, quota, ratio),
             evidence: ev,
             mechanism:
                 "The cgroup may use its quota of CPU time per period (100 ms by default); a \
@@ -121,6 +119,33 @@ impl Rule for QuotaThrottling {
             confidence: Confidence::High,
             uncertain: None,
         }]
+    }
+}
+
+/// Periods throttled, and the time stopped where it was read.
+fn magnitude(
+    throttled: u64,
+    periods: u64,
+    stopped: Option<f64>,
+    interval_s: f64,
+    quota: Option<f64>,
+    ratio: Option<f64>,
+) -> Magnitude {
+    let quota = quota
+        .map(|q| format!(" (quota {q:.2} CPUs)"))
+        .unwrap_or_default();
+    let stopped_words = match stopped {
+        Some(st) => format!("the group was stopped for {st:.2} s of {interval_s:.1} s"),
+        None => "the time it was stopped is not available (cpu.stat gave none)".into(),
+    };
+    Magnitude {
+        text: format!(
+            "{throttled} of {periods} scheduling periods hit the quota; {stopped_words}{quota}"
+        ),
+        ratio: ratio.map(|r| r.max(1.0)),
+        worse: stopped,
+        better: stopped.map(|_| 0.0),
+        unit: "s".into(),
     }
 }
 
@@ -164,6 +189,41 @@ mod tests {
             facts: &facts,
             m: &m,
         })
+    }
+
+    /// The time stopped not read: the finding stands on the periods, and says the time is not
+    /// available instead of "stopped for 0.00 s".
+    #[test]
+    fn a_missing_throttled_time_is_not_available_not_zero() {
+        let (facts, mut m) = quiet_machine();
+        m.counters.cfs_periods = Some(400);
+        m.counters.cfs_throttled_periods = Some(40);
+        m.counters.cfs_throttled_s = None;
+        let f = QuotaThrottling
+            .check(Inputs {
+                facts: &facts,
+                m: &m,
+            })
+            .remove(0);
+        assert!(
+            f.magnitude.text.contains("not available"),
+            "{}",
+            f.magnitude.text
+        );
+        assert!(!f.magnitude.text.contains("0.00 s"), "{}", f.magnitude.text);
+        assert_eq!((f.magnitude.ratio, f.magnitude.worse), (None, None));
+        let stopped = f
+            .evidence
+            .iter()
+            .find(|e| e.label == "time stopped by the quota")
+            .unwrap();
+        assert!(
+            stopped.value.starts_with("not available"),
+            "{}",
+            stopped.value
+        );
+        // 10% of periods: 1/0.9 = 1.11x at most, low.
+        assert_eq!(f.severity, Severity::Low);
     }
 
     #[test]

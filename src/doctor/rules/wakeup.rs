@@ -65,6 +65,11 @@ fn per_rt(w: &WakeupRun, key: &str) -> f64 {
     w.per_round_trip.get(key).copied().unwrap_or(0.0)
 }
 
+/// A counter per round trip where it was read; `None` where it was not (never 0).
+fn counted(w: &WakeupRun, key: &str) -> Option<f64> {
+    w.per_round_trip.get(key).copied()
+}
+
 /// Whether two runs used the same two CPUs, in either direction.
 fn same_pair(a: &WakeupRun, b: &WakeupRun) -> bool {
     let key = |w: &WakeupRun| {
@@ -87,8 +92,11 @@ pub fn ipis(w: &WakeupRun) -> Option<f64> {
 enum Mechanism {
     HaltIpiHypervisor,
     IdleExitBareMetal,
-    /// IPIs without halts: the woken CPU was busy (other work) or polling.
+    /// IPIs with halts counted and few: the woken CPU was busy (other work) or polling.
     IpiToBusyCpu,
+    /// IPIs in a VM whose halts are not counted (no cpuidle driver): a halt or IPI exit, the
+    /// halts not visible here.
+    HaltUnseen,
     CacheDistance,
     SmtSharing,
     Unclear,
@@ -163,7 +171,8 @@ struct Diagnosis {
     /// Independent measured pieces of evidence that agree with `mechanism`.
     agree: usize,
     mechanism: Mechanism,
-    halts: f64,
+    /// Halts per round trip where they were counted.
+    halts: Option<f64>,
     ipi: Option<f64>,
 }
 
@@ -189,21 +198,27 @@ fn diagnose(
     let mut ev = Vec::new();
     let mut agree = 0;
     // Halts and IPIs per round trip: the signature of a wakeup that crosses the hypervisor.
-    let halts = per_rt(worst, "idle_entries");
+    let halts = counted(worst, "idle_entries");
     let halts_base = per_rt(base, "idle_entries");
-    let halting = worst.per_round_trip.contains_key("idle_entries")
-        && halts >= PER_RT_THRESHOLD
-        && halts > halts_base + 0.3;
-    if worst.per_round_trip.contains_key("idle_entries") {
-        ev.push(Evidence::new(
+    let halting = halts.is_some_and(|h| h >= PER_RT_THRESHOLD && h > halts_base + 0.3);
+    match halts {
+        Some(h) => ev.push(Evidence::new(
             "idle entries (halts) per round trip",
             Datum::versus(
                 "per_round_trip",
-                (&format!("across {cpu_word}s"), halts),
+                (&format!("across {cpu_word}s"), h),
                 ("on one", halts_base),
             ),
             src(worst),
-        ));
+        )),
+        None => ev.push(Evidence::new(
+            "idle entries (halts) per round trip",
+            Datum::from(format!(
+                "not available, because {}",
+                environment::halts_unseen_reason(i.facts)
+            )),
+            src(worst),
+        )),
     }
     agree += usize::from(halting);
     let ipi = ipis(worst);
@@ -246,7 +261,11 @@ fn diagnose(
         Mechanism::HaltIpiHypervisor
     } else if halting {
         Mechanism::IdleExitBareMetal
-    } else if ipi.is_some_and(|n| n >= PER_RT_THRESHOLD) {
+    } else if halts.is_none() && vm && ipi.is_some_and(|n| n >= PER_RT_THRESHOLD) {
+        // The IPIs agree; the halts, the other half of the signature, cannot.
+        agree += 1;
+        Mechanism::HaltUnseen
+    } else if halts.is_some() && ipi.is_some_and(|n| n >= PER_RT_THRESHOLD) {
         agree += 1;
         Mechanism::IpiToBusyCpu
     } else if cache.is_some() {
@@ -277,7 +296,15 @@ fn fact_evidence(i: &Inputs<'_>) -> Vec<Evidence> {
             "guest halt polling",
             {
                 let d = Datum::number(p as f64, "ns");
-                if p == 0 { d.note("off") } else { d }
+                if !matches!(i.facts.cpuidle_driver.as_deref(), Some("haltpoll")) {
+                    // The parameter belongs to the haltpoll governor: without the driver it
+                    // acts on nothing.
+                    d.note("acts on nothing here: the haltpoll cpuidle driver is not in use")
+                } else if p == 0 {
+                    d.note("off")
+                } else {
+                    d
+                }
             },
             "probe: /sys/module/haltpoll/parameters/guest_halt_poll_ns",
         ));
@@ -310,12 +337,26 @@ fn cache_distance<'a>(i: &Inputs<'a>) -> Option<(&'a WakeupRun, &'a WakeupRun)> 
         .map(|_| (*near, *far))
 }
 
-fn explain(m: &Mechanism, i: &Inputs<'_>, halts: f64, ipi: Option<f64>) -> (String, Vec<Remedy>) {
+fn explain(
+    m: &Mechanism,
+    i: &Inputs<'_>,
+    halts: Option<f64>,
+    ipi: Option<f64>,
+) -> (String, Vec<Remedy>) {
     let ipi_text = ipi.map(|n| format!(" and {n:.1} IPIs")).unwrap_or_default();
+    // Halts in words: the count where it was read, else why it was not.
+    let halts_words = halts.map(|h| format!("{h:.1} halts")).unwrap_or_else(|| {
+        format!(
+            "halts not available ({})",
+            environment::halts_unseen_reason(i.facts)
+        )
+    });
     match m {
-        Mechanism::HaltIpiHypervisor => environment::halt_in_vm(i.facts, halts, &ipi_text),
+        Mechanism::HaltIpiHypervisor | Mechanism::HaltUnseen => {
+            environment::halt_in_vm(i.facts, halts, ipi)
+        }
         Mechanism::IdleExitBareMetal => {
-            environment::idle_exit_bare_metal(i.facts, halts, &ipi_text)
+            environment::idle_exit_bare_metal(i.facts, halts.unwrap_or(0.0), &ipi_text)
         }
         Mechanism::CacheDistance => (
             "The data each wakeup touches (the pipe buffer, the task structures) lives in the \
@@ -340,10 +381,12 @@ fn explain(m: &Mechanism, i: &Inputs<'_>, halts: f64, ipi: Option<f64>) -> (Stri
         ),
         Mechanism::IpiToBusyCpu => (
             format!(
-                "Each round trip sends{ipi_text} to the other CPU but pays only {halts:.1} halts: \
+                "Each round trip sends {} to the other CPU but pays only {halts_words}: \
                  that CPU was awake (busy with other work, or polling), so the cost is delivering \
                  the interrupt{} and waiting until the woken task gets the CPU from whatever runs \
                  there. Other load during the run makes this worse; see the conditions.",
+                ipi.map(|n| format!("{n:.1} IPIs"))
+                    .unwrap_or_else(|| "IPIs".into()),
                 if i.facts.hypervisor.is_some() {
                     ", which in a VM is an exit to the hypervisor unless interrupts are posted,"
                 } else {
@@ -358,10 +401,11 @@ fn explain(m: &Mechanism, i: &Inputs<'_>, halts: f64, ipi: Option<f64>) -> (Stri
         ),
         Mechanism::Unclear => (
             format!(
-                "The counters do not single out a mechanism: {halts:.1} halts{} per round trip and \
-                 no cache-distance gradient were measured. Co-locating the pair still removes the \
+                "The counters do not single out a mechanism: {halts_words}{} per round trip, and \
+                 no cache-distance gradient was measured. Co-locating the pair still removes the \
                  cross-CPU wakeup.",
-                ipi.map(|n| format!(" and {n:.1} IPIs")).unwrap_or_default()
+                ipi.map(|n| format!(", {n:.1} IPIs"))
+                    .unwrap_or_else(|| ", IPIs not counted".into())
             ),
             vec![],
         ),
@@ -372,6 +416,84 @@ fn explain(m: &Mechanism, i: &Inputs<'_>, halts: f64, ipi: Option<f64>) -> (Stri
 mod tests {
     use super::super::fixtures::*;
     use super::*;
+
+    /// The facts and measurements of a saved doctor result.
+    fn saved(
+        name: &str,
+    ) -> (
+        crate::doctor::measurements::Facts,
+        crate::doctor::measurements::Measurements,
+    ) {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/results")
+            .join(name);
+        let doc: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        (
+            serde_json::from_value(doc["facts"].clone()).unwrap(),
+            serde_json::from_value(doc["measurements"].clone()).unwrap(),
+        )
+    }
+
+    /// kvm-emr-16 (a 16-vCPU KVM guest with no cpuidle driver, see docs/field-notes.md's
+    /// machines): 2.0 IPIs per round trip and no halt counter. Its doctor said "pays only 0.0
+    /// halts: that CPU was awake", from a counter that does not exist there.
+    #[test]
+    fn halts_not_counted_in_a_vm_are_named_unseen_with_pinning_and_halt_polling() {
+        let (facts, m) = saved("kvm-emr-16-doctor.json");
+        let f = CrossCpuWakeup.check(Inputs {
+            facts: &facts,
+            m: &m,
+        });
+        assert_eq!(f.len(), 1);
+        let f = &f[0];
+        assert!(
+            f.mechanism
+                .contains("halts are not visible here (no cpuidle driver"),
+            "{}",
+            f.mechanism
+        );
+        assert!(f.mechanism.contains("sends 2.0 IPIs"), "{}", f.mechanism);
+        assert!(!f.mechanism.contains("awake"), "{}", f.mechanism);
+        assert!(!f.mechanism.contains("0.0 halts"), "{}", f.mechanism);
+        let halts = f
+            .evidence
+            .iter()
+            .find(|e| e.label.starts_with("idle entries"))
+            .unwrap();
+        assert!(
+            halts
+                .value
+                .starts_with("not available, because no cpuidle driver"),
+            "{}",
+            halts.value
+        );
+        let polling = f
+            .evidence
+            .iter()
+            .find(|e| e.label == "guest halt polling")
+            .unwrap();
+        assert!(
+            polling.note.as_deref().unwrap().contains("acts on nothing"),
+            "{polling:?}"
+        );
+        assert!(halts.quantity.is_none() && halts.versus.is_none());
+        let commands: Vec<&str> = f.remedies.iter().map(|r| r.command.as_str()).collect();
+        assert!(
+            commands.iter().any(|c| c.starts_with("taskset -c")),
+            "{commands:?}"
+        );
+        assert!(
+            commands
+                .iter()
+                .any(|c| c.contains("cpuidle_haltpoll.force=1")),
+            "{commands:?}"
+        );
+        assert!(
+            !commands.iter().any(|c| c.starts_with("cpulab doctor")),
+            "{commands:?}"
+        );
+    }
 
     #[test]
     fn halts_and_ipis_in_a_vm_name_the_hypervisor() {
@@ -455,6 +577,37 @@ mod tests {
         });
         assert!(f[0].mechanism.contains("awake"), "{}", f[0].mechanism);
         assert_eq!(f[0].confidence, Confidence::Medium);
+    }
+
+    /// The same IPIs with the halt counter missing: not "awake" (nothing said so), and in a
+    /// VM a halt exit not visible; on bare metal, no mechanism, the missing counter named.
+    #[test]
+    fn ipis_with_halts_not_counted_are_never_an_awake_cpu() {
+        let (mut facts, mut m) = everything_wrong();
+        facts.cpuidle_driver = None;
+        for w in m.wakeup.iter_mut() {
+            w.per_round_trip.remove("idle_entries");
+        }
+        let judge = |facts: &crate::doctor::measurements::Facts| {
+            CrossCpuWakeup.check(Inputs { facts, m: &m }).remove(0)
+        };
+        let vm = judge(&facts);
+        assert!(!vm.mechanism.contains("awake"), "{}", vm.mechanism);
+        assert!(
+            vm.mechanism.contains("halts are not visible"),
+            "{}",
+            vm.mechanism
+        );
+        facts.hypervisor = None;
+        let bare = judge(&facts);
+        assert!(!bare.mechanism.contains("awake"), "{}", bare.mechanism);
+        assert!(
+            bare.mechanism
+                .contains("halts not available (no cpuidle driver"),
+            "{}",
+            bare.mechanism
+        );
+        assert!(!bare.mechanism.contains("0.0 halts"), "{}", bare.mechanism);
     }
 
     #[test]
