@@ -196,6 +196,15 @@ fn a_whole_trial_restores_and_reads_back() {
     common::assert_success(&out);
     assert_eq!(snapshot(victim.id()), before);
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    // Without the haltpoll cpuidle driver the parameter acts on nothing: the trial says so
+    // beside its result, and only then.
+    let driver = read("/sys/devices/system/cpu/cpuidle/current_driver");
+    let notes = v["conditions"]["notes"].to_string();
+    assert_eq!(
+        notes.contains("haltpoll.guest_halt_poll_ns acts on nothing here"),
+        driver != "haltpoll",
+        "driver {driver:?}: {notes}"
+    );
     let names: Vec<&str> = v["trial"]["comparisons"]
         .as_array()
         .unwrap()

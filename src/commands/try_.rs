@@ -108,9 +108,11 @@ fn setting_rows(roots: &Roots) -> Vec<serde_json::Value> {
                 Availability::NotHere(_) => "-".to_string(),
                 _ => k.current().unwrap_or_else(|e| format!("? ({e:#})")),
             };
+            let acts_here = !matches!(availability, Availability::Inert(_));
             let changeable = match availability {
                 Availability::Changeable if k.needs_root() && !is_root() => "yes (as root)".into(),
                 Availability::Changeable => "yes".to_string(),
+                Availability::Inert(why) => format!("yes, but it acts on nothing here: {why}"),
                 Availability::NotHere(why) => format!("no: {why}"),
                 Availability::BootOnly(line) => format!("no: boot-time only ({line})"),
             };
@@ -118,6 +120,7 @@ fn setting_rows(roots: &Roots) -> Vec<serde_json::Value> {
                 "name": k.name(),
                 "current": current,
                 "changeable": changeable,
+                "acts_here": acts_here,
                 "about": k.about(),
             })
         })

@@ -111,31 +111,13 @@ pub struct FileKnob {
     pub debugfs: Option<PathBuf>,
     /// Why it cannot be tried here, when that is known before reading.
     pub unavailable: Option<Availability>,
+    /// Why writing it acts on nothing here, when it can be written all the same.
+    pub inert: Option<String>,
 }
 
 impl FileKnob {
-    fn debugfs_mounted(&self) -> bool {
-        match &self.debugfs {
-            Some(d) => super::ops::is_debugfs_mounted(d) || self.path.exists(),
-            None => true,
-        }
-    }
-}
-
-impl Setting for FileKnob {
-    fn name(&self) -> String {
-        self.name.clone()
-    }
-    fn about(&self) -> String {
-        self.about.clone()
-    }
-    fn current(&self) -> Result<String> {
-        if !self.debugfs_mounted() {
-            anyhow::bail!("debugfs not mounted; a trial mounts it");
-        }
-        read_file_value(&self.path)
-    }
-    fn availability(&self) -> Availability {
+    /// Whether the file can be written here (debugfs mountable, present, writable).
+    fn writable(&self) -> Availability {
         if let Some(a) = &self.unavailable {
             return a.clone();
         }
@@ -162,6 +144,37 @@ impl Setting for FileKnob {
                     Availability::Changeable
                 }
             }
+        }
+    }
+
+    fn debugfs_mounted(&self) -> bool {
+        match &self.debugfs {
+            Some(d) => super::ops::is_debugfs_mounted(d) || self.path.exists(),
+            None => true,
+        }
+    }
+}
+
+impl Setting for FileKnob {
+    fn name(&self) -> String {
+        self.name.clone()
+    }
+    fn about(&self) -> String {
+        self.about.clone()
+    }
+    fn current(&self) -> Result<String> {
+        if !self.debugfs_mounted() {
+            anyhow::bail!("debugfs not mounted; a trial mounts it");
+        }
+        read_file_value(&self.path)
+    }
+    fn availability(&self) -> Availability {
+        match self.writable() {
+            Availability::Changeable => match &self.inert {
+                Some(why) => Availability::Inert(why.clone()),
+                None => Availability::Changeable,
+            },
+            other => other,
         }
     }
     fn validate(&self, value: &str) -> Result<String> {
@@ -262,7 +275,32 @@ fn haltpoll(roots: &Roots, param: &str) -> FileKnob {
         subject: Subject::Wakeup,
         debugfs: None,
         unavailable: None,
+        inert: haltpoll_inert(roots),
     }
+}
+
+/// Why the haltpoll governor's parameters act on nothing: the haltpoll cpuidle driver is not
+/// the one in use (it starts only where the host asks for it, or with `force`), so idle never
+/// polls whatever they say.
+pub fn haltpoll_inert(roots: &Roots) -> Option<String> {
+    let driver = read_file_value(&roots.path("sys/devices/system/cpu/cpuidle/current_driver"))
+        .unwrap_or_else(|_| "none".into());
+    if driver == "haltpoll" {
+        return None;
+    }
+    // A loadable module has an `initstate`; one built into the kernel does not, and cannot be
+    // started after boot.
+    let module = roots.path("sys/module/cpuidle_haltpoll");
+    let how = if module.is_dir() && !module.join("initstate").exists() {
+        "it is built into this kernel, so only booting with cpuidle_haltpoll.force=1 starts it"
+    } else {
+        "boot with cpuidle_haltpoll.force=1, or where it is a module, \
+         `modprobe cpuidle-haltpoll force=1`"
+    };
+    Some(format!(
+        "the haltpoll cpuidle driver is not in use (current driver: {driver}), so idle never \
+         polls whatever this says; {how}"
+    ))
 }
 
 fn sysctl(roots: &Roots, key: &str) -> FileKnob {
@@ -277,6 +315,7 @@ fn sysctl(roots: &Roots, key: &str) -> FileKnob {
         subject: Subject::Scheduler,
         debugfs: None,
         unavailable: None,
+        inert: None,
     }
 }
 
@@ -291,6 +330,7 @@ fn sched_knob(roots: &Roots, knob: &str) -> FileKnob {
         subject: Subject::Scheduler,
         debugfs: Some(roots.path(DEBUGFS)),
         unavailable: super::lockdown::reason(roots).map(Availability::NotHere),
+        inert: None,
     }
 }
 
@@ -315,6 +355,7 @@ fn smt(roots: &Roots) -> FileKnob {
         subject: Subject::Scheduler,
         debugfs: None,
         unavailable,
+        inert: None,
     }
 }
 
@@ -356,6 +397,7 @@ fn cpufreq_global(roots: &Roots, name: &str) -> FileKnob {
         subject: Subject::Frequency,
         debugfs: None,
         unavailable,
+        inert: None,
     }
 }
 
@@ -377,6 +419,7 @@ pub fn lookup(roots: &Roots, name: &str) -> Result<Option<Box<dyn Setting>>> {
             subject: Subject::Wakeup,
             debugfs: None,
             unavailable: Some(Availability::BootOnly("cpuidle_haltpoll.force=1".into())),
+            inert: None,
         })));
     }
     if let Some(key) = name.strip_prefix("kernel.sched_").map(|_| name) {
@@ -864,6 +907,39 @@ mod knob_tests {
             k.availability(),
             Availability::NotHere(format!("no {} to mount debugfs on", debug.display()))
         );
+    }
+
+    /// kvm-emr-16 has the haltpoll parameters but no cpuidle driver (built in, not forced):
+    /// they can be written and act on nothing, and `try --list` says so; on kvm-guest the
+    /// driver is in use and they act. A copy of the driver loaded as a module gets the
+    /// modprobe line too.
+    #[test]
+    fn haltpoll_parameters_act_only_where_the_haltpoll_driver_is_in_use() {
+        let emr = fixture("kvm-emr-16");
+        let Availability::Inert(why) = get(&emr, "haltpoll.guest_halt_poll_ns").availability()
+        else {
+            panic!("not inert on kvm-emr-16")
+        };
+        assert!(why.contains("(current driver: none)"), "{why}");
+        assert!(
+            why.contains("built into this kernel, so only booting with cpuidle_haltpoll.force=1"),
+            "{why}"
+        );
+        assert_eq!(
+            get(&fixture("kvm-guest"), "haltpoll.guest_halt_poll_ns").availability(),
+            Availability::Changeable
+        );
+        let d = crate::trial::testing::copy_fixture("kvm-emr-16");
+        std::fs::write(
+            d.path().join("sys/module/cpuidle_haltpoll/initstate"),
+            "live\n",
+        )
+        .unwrap();
+        let r = Roots::new(d.path(), None);
+        let Availability::Inert(why) = get(&r, "haltpoll.guest_halt_poll_ns").availability() else {
+            panic!("not inert with the driver as a module")
+        };
+        assert!(why.contains("`modprobe cpuidle-haltpoll force=1`"), "{why}");
     }
 
     #[test]

@@ -22,6 +22,9 @@ pub enum Availability {
     NotHere(String),
     /// Fixed at boot or module load: never tried, named with the line that sets it.
     BootOnly(String),
+    /// Can be written, but acts on nothing here (a parameter of a driver not in use), and why:
+    /// a trial of it can only show that, and says so.
+    Inert(String),
 }
 
 /// What a change costs, and how `try` measures it.
@@ -171,7 +174,7 @@ pub fn parse_changes(roots: &Roots, args: &[String]) -> Result<(Vec<Change>, Vec
 pub fn change(roots: &Roots, name: &str, value: &str, from: Option<String>) -> Result<Change> {
     let setting = lookup(roots, name)?;
     match setting.availability() {
-        Availability::Changeable => {}
+        Availability::Changeable | Availability::Inert(_) => {}
         Availability::NotHere(why) => {
             return Err(bad_input(format!("{name} cannot be tried here: {why}")));
         }
