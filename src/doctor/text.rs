@@ -226,11 +226,20 @@ fn throughput_table(s: &Style, throughput: &[ThroughputRun]) -> String {
 fn oscost_table(s: &Style, o: &OsCosts) -> String {
     let mut out = format!("{}\n", s.bold("OS primitive costs"));
     let mut t = table(vec!["primitive", "cost (95% CI)"]);
+    // Long words go under the table, so its columns stay the width of its figures.
+    let mut notes = Vec::new();
     for p in &o.primitives {
+        let mark = match crate::doctor::rules::primitive_spoiled(p) {
+            Some(why) => {
+                notes.push(format!("{}: not judged, because {why}.", p.name));
+                " (not judged, below)"
+            }
+            None => "",
+        };
         t.add_row(vec![
             p.name.clone(),
             format!(
-                "{} ±{}",
+                "{} ±{}{mark}",
                 fmt_ns(p.cost_ns.mean),
                 fmt_ns(p.cost_ns.ci95_half_width)
             ),
@@ -252,10 +261,14 @@ fn oscost_table(s: &Style, o: &OsCosts) -> String {
             format!("{:.0} {unit}", f.warm_mhz.mean),
         ]);
         if let Some(c) = &f.clock {
-            t.add_row(vec!["clock check".into(), c.verdict.clone()]);
+            notes.push(format!("Clock check: {}.", c.verdict));
         }
     }
-    out += &format!("{t}\n\n");
+    out += &format!("{t}\n");
+    for n in notes {
+        out += &wrap(&n, 2);
+    }
+    out += "\n";
     out
 }
 

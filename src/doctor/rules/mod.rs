@@ -30,6 +30,7 @@ mod unpinned;
 mod wakeup;
 mod watched;
 
+pub use kernel::spoiled as primitive_spoiled;
 pub use wakeup::ipis as wakeup_ipis;
 
 pub use rule::{Inputs, Rule};
