@@ -345,7 +345,7 @@ pub struct Finding {
     pub confidence: Confidence,
     /// Set, with the reason, when the finding may not come out the same in the next run: its
     /// evidence is within noise of the rule's threshold, or the unpinned pair it rests on
-    /// changed placement while it was measured (the text says `UNCERTAIN`). Absent otherwise.
+    /// changed placement while it was measured (the text says `MAY NOT RECUR`). Absent otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub uncertain: Option<String>,
 }

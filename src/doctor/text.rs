@@ -72,11 +72,13 @@ pub fn finding_in(s: &Style, n: usize, f: &Finding, guest: bool) -> String {
         "{n}. {} {}   {}\n",
         severity(s, f.severity),
         s.bold(&f.title),
+        // Confidence is in the named cause; "uncertain" is about whether the effect recurs:
+        // two different things, said as two.
         s.dim(&format!(
             "confidence: {}{}",
             f.confidence.as_str(),
             if f.uncertain.is_some() {
-                ", uncertain"
+                "; may not recur (below)"
             } else {
                 ""
             }
@@ -84,7 +86,7 @@ pub fn finding_in(s: &Style, n: usize, f: &Finding, guest: bool) -> String {
     );
     out += &wrap(&f.magnitude.text, 3);
     if let Some(why) = &f.uncertain {
-        out += &wrap(&format!("UNCERTAIN: {why}"), 3);
+        out += &wrap(&format!("MAY NOT RECUR: {why}"), 3);
     }
     out += &format!("   {}\n", s.bold("Evidence"));
     for e in &f.evidence {
