@@ -3,9 +3,10 @@
 //! written by `tests/fixtures/generate.py` from public facts about that machine; this checks that
 //! `cpulab probe` (JSON and text) reports those facts, end to end through the root-path readers.
 //!
-//! `doctor` measures the live machine (its rules need measured wakeups), so it is not run on a
-//! fixture root; its rules are tested on these environments beside the code
-//! (`src/doctor/rules/`).
+//! `doctor` measures the live machine, so on a fixture root it runs with `--replay`: the
+//! measurements of a saved doctor result (kvm-emr-16's, a real 16-vCPU KVM guest) judged
+//! against each fixture's facts, end to end through the binary: the hypervisor named, the idle
+//! and halt-polling facts, and the remedies worded for that environment.
 
 mod common;
 
@@ -215,4 +216,159 @@ fn each_machine_is_probed_as_generate_py_wrote_it() {
             "{what}: {notable}"
         );
     }
+}
+
+/// `doctor --replay SAVED --json` on a fixture root.
+fn replayed(name: &str, saved: &std::path::Path) -> Value {
+    let out = cpulab_on(&fixture(name))
+        .args(["doctor", "--json", "--replay"])
+        .arg(saved)
+        .output()
+        .unwrap();
+    common::assert_success(&out);
+    json_of(&out)
+}
+
+/// The cross-CPU wakeup finding's mechanism and its remedies' (command, site).
+fn cross_cpu(doc: &Value) -> (String, Vec<(String, String)>) {
+    let f = doc["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["id"] == "cross-cpu-wakeup")
+        .unwrap_or_else(|| panic!("no cross-cpu-wakeup finding: {doc}"));
+    let remedies = f["remedies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["command"].as_str().unwrap().to_string(),
+                r["site"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect();
+    (f["mechanism"].as_str().unwrap().to_string(), remedies)
+}
+
+fn has(remedies: &[(String, String)], start: &str, site: &str) -> bool {
+    remedies
+        .iter()
+        .any(|(c, s)| c.starts_with(start) && s == site)
+}
+
+/// kvm-emr-16's own measurements on its own facts (issue 30's "done when"): no cpuidle driver,
+/// so halts are not visible, never "awake", with pinning and halt polling offered.
+#[test]
+fn kvm_emr_16_replayed_names_halts_not_visible_and_offers_halt_polling() {
+    let saved = fixture("results/kvm-emr-16-doctor.json");
+    let doc = replayed("kvm-emr-16", &saved);
+    assert_eq!(doc["facts"]["hypervisor"], "KVM");
+    assert_eq!(doc["facts"]["environment"], "kvm-no-haltpoll");
+    assert_eq!(doc["facts"]["cpuidle_driver"], "none");
+    assert_eq!(doc["facts"]["guest_halt_poll_ns"], 200000);
+    assert!(
+        doc["replayed_from"]
+            .as_str()
+            .unwrap()
+            .contains("kvm-emr-16-doctor.json"),
+        "{}",
+        doc["replayed_from"]
+    );
+    let (mechanism, remedies) = cross_cpu(&doc);
+    assert!(
+        mechanism.contains("halts are not visible here"),
+        "{mechanism}"
+    );
+    assert!(!mechanism.contains("awake"), "{mechanism}");
+    assert!(
+        has(&remedies, "taskset -c 0", "this-machine"),
+        "{remedies:?}"
+    );
+    assert!(
+        has(
+            &remedies,
+            "kernel command line: cpuidle_haltpoll.force=1",
+            "this-machine"
+        ),
+        "{remedies:?}"
+    );
+    assert!(has(&remedies, "on the KVM host", "host"), "{remedies:?}");
+}
+
+/// The same measurements, with 2 halts per round trip counted where the VMs count none (a test
+/// input written here, not a measurement), judged on each environment's facts: each gets its own
+/// mechanism and its own remedies, the host's marked as the host's.
+#[test]
+fn each_environment_gets_its_own_mechanism_and_remedies_from_the_same_figures() {
+    let text = std::fs::read_to_string(fixture("results/kvm-emr-16-doctor.json")).unwrap();
+    let mut doc: Value = serde_json::from_str(&text).unwrap();
+    for w in doc["measurements"]["wakeup"].as_array_mut().unwrap() {
+        let halts = if w["class"] == "same-cpu" { 0.0 } else { 2.0 };
+        w["per_round_trip"]["idle_entries"] = halts.into();
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let counted = dir.path().join("halts-counted.json");
+    std::fs::write(&counted, doc.to_string()).unwrap();
+    let cases: &[(&str, &str, &str, &str, &str)] = &[
+        // (fixture, hypervisor, words in the mechanism, a remedy, its site)
+        (
+            "azure-hyperv",
+            "Microsoft Hyper-V",
+            "scheduler type",
+            "bcdedit /set hypervisorschedulertype classic",
+            "host",
+        ),
+        (
+            "xen-hvm",
+            "Xen",
+            "Xen deschedules it",
+            "xl vcpu-pin",
+            "host",
+        ),
+        (
+            "vmware-guest",
+            "VMware",
+            "ESXi deschedules it",
+            "VM setting Latency Sensitivity = High",
+            "host",
+        ),
+        (
+            "intel-baremetal",
+            "",
+            "intel_idle puts it in a sleep state",
+            "cpupower idle-set -D 10",
+            "this-machine",
+        ),
+    ];
+    for (name, hypervisor, words, remedy, site) in cases {
+        let doc = replayed(name, &counted);
+        let hv = doc["facts"]["hypervisor"].as_str().unwrap_or("");
+        assert_eq!(hv, *hypervisor, "{name}");
+        let (mechanism, remedies) = cross_cpu(&doc);
+        assert!(mechanism.contains(words), "{name}: {mechanism}");
+        assert!(
+            mechanism.contains("2.0 halts") || mechanism.contains("2.0 idle entries"),
+            "{name}: {mechanism}"
+        );
+        assert!(has(&remedies, remedy, site), "{name}: {remedies:?}");
+        // Every remedy done on a host is for a VM's host; bare metal has none.
+        let on_host = remedies.iter().filter(|(_, s)| s == "host").count();
+        assert_eq!(on_host > 0, !hypervisor.is_empty(), "{name}: {remedies:?}");
+    }
+}
+
+/// A replay measures nothing, so it records nothing: the history is not touched.
+#[test]
+fn a_replay_records_no_history() {
+    let dir = tempfile::tempdir().unwrap();
+    let history = dir.path().join("history.sqlite");
+    let out = cpulab_on(&fixture("kvm-emr-16"))
+        .env("CPULAB_HISTORY", &history)
+        .args(["doctor", "--json", "--replay"])
+        .arg(fixture("results/kvm-emr-16-doctor.json"))
+        .output()
+        .unwrap();
+    common::assert_success(&out);
+    assert!(!history.exists(), "a replay wrote {}", history.display());
 }

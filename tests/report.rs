@@ -220,6 +220,7 @@ pub fn sample_report() -> DoctorReport {
         measurements: m,
         findings,
         interrupted: None,
+        replayed_from: None,
     }
 }
 

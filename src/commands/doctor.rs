@@ -52,6 +52,14 @@ pub struct Args {
     /// Like --pid, by process name (as in /proc/PID/comm).
     #[arg(long, value_delimiter = ',', value_name = "NAME")]
     pub comm: Vec<String>,
+    /// Measure nothing: judge the measurements of a saved doctor result (its --json) with this
+    /// cpulab's rules, against this machine's facts or those of --root. Recorded in no history.
+    #[arg(
+        long,
+        value_name = "RESULT",
+        conflicts_with_all = ["quick", "thorough", "with", "try_remedies", "no_load_check", "pid", "comm"]
+    )]
+    pub replay: Option<std::path::PathBuf>,
 }
 
 /// Turns the flags into settings; unknown presets are bad input.
@@ -112,7 +120,57 @@ pub fn settings(a: &Args) -> Result<DoctorSettings> {
     })
 }
 
+/// `--replay`: the saved result's measurements, judged against the facts of `g.root`.
+fn replay(path: &Path, args: &Args, g: &Global) -> Result<()> {
+    let name = path.display().to_string();
+    let l = crate::report::envelope::load(path, &crate::registry::kinds())?;
+    if l.kind != Kind::Doctor {
+        return Err(bad_input(format!(
+            "{name} is a {} result; --replay takes one written by `cpulab doctor --json`",
+            l.kind.as_str()
+        )));
+    }
+    let field = |key: &str| {
+        l.value.get(key).cloned().ok_or_else(|| {
+            bad_input(format!(
+                "{name} has no \"{key}\"; write it again with `cpulab doctor --json`"
+            ))
+        })
+    };
+    let m = serde_json::from_value(field("measurements")?).map_err(|e| {
+        bad_input(format!(
+            "{name}: its measurements do not read ({e}); write it again with `cpulab doctor --json`"
+        ))
+    })?;
+    let mode = serde_json::from_value(field("mode")?)
+        .map_err(|e| bad_input(format!("{name}: its mode does not read ({e})")))?;
+    let taken: crate::machine::Conditions = serde_json::from_value(field("conditions")?)
+        .map_err(|e| bad_input(format!("{name}: its conditions do not read ({e})")))?;
+    let machine = Machine::detect(&g.root)?;
+    let source = format!(
+        "{name} (measured on {} at Unix time {:.0}, cpulab {} {})",
+        taken.hostname,
+        taken.started_unix_s,
+        taken.cpulab_version,
+        taken
+            .cpulab_revision
+            .as_deref()
+            .unwrap_or("(revision not recorded)")
+    );
+    let report = doctor::replay(&machine, m, mode, &source);
+    // A replay measured nothing: no history sink.
+    Emitter::new(&args.output, g.quiet, &[])?.emit(&Emitted::new(
+        Kind::Doctor,
+        &report,
+        text::render,
+        Some(crate::doctor::html::page),
+    )?)
+}
+
 pub fn run(args: Args, g: &Global, also: &[&dyn Sink]) -> Result<()> {
+    if let Some(path) = &args.replay {
+        return replay(path, &args, g);
+    }
     let settings = settings(&args)?;
     if args.try_remedies && !nix::unistd::geteuid().is_root() {
         return Err(crate::error::bad_input(

@@ -50,6 +50,10 @@ pub struct DoctorReport {
     /// stage named and every later one are missing). Absent on a complete run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub interrupted: Option<battery::Interruption>,
+    /// Set by `doctor --replay`: whose measurements these are. Nothing was measured in this
+    /// run. Absent on a measured run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replayed_from: Option<String>,
 }
 
 /// Probes, measures and judges.
@@ -131,6 +135,43 @@ pub fn run(
         measurements: m,
         findings,
         interrupted,
+        replayed_from: None,
+    }
+}
+
+/// Judges measurements taken before (`doctor --replay`) against `machine`'s facts: the rules of
+/// this cpulab on a saved run's figures, nothing measured. The conditions are this probe's, with
+/// a note saying whose figures they are.
+pub fn replay(machine: &Machine, m: Measurements, mode: Mode, source: &str) -> DoctorReport {
+    let t0 = Instant::now();
+    let probe = crate::probe::probe(machine);
+    let facts = adapt::facts(&probe);
+    let mut conditions = probe.conditions.clone();
+    conditions.notes.insert(
+        0,
+        format!(
+            "REPLAYED: nothing was measured in this run; every figure is from {source}, judged \
+             against the facts of {}",
+            machine.root.display()
+        ),
+    );
+    let findings = rules::evaluate(rules::Inputs {
+        facts: &facts,
+        m: &m,
+    });
+    if let Some(n) = rules::paradox::other_load_note(&m, facts.hypervisor.is_some(), &findings) {
+        conditions.notes.push(n);
+    }
+    DoctorReport {
+        conditions,
+        mode,
+        duration_s: t0.elapsed().as_secs_f64(),
+        probe,
+        facts,
+        measurements: m,
+        findings,
+        interrupted: None,
+        replayed_from: Some(source.to_string()),
     }
 }
 

@@ -420,6 +420,12 @@ pub fn render(r: &DoctorReport) -> String {
     if let Some(model) = &f.cpu_model {
         out += &format!("{}\n", s.dim(model));
     }
+    if let Some(src) = &r.replayed_from {
+        out += &wrap(
+            &format!("REPLAYED: nothing was measured in this run; the figures are from {src}"),
+            0,
+        );
+    }
     if let Some(i) = &r.interrupted {
         out += &s.red(&format!(
             "INTERRUPTED by {} during {}: partial result; that stage and every later one were not measured\n",
