@@ -18,7 +18,9 @@
 //! are checked with before anything is bound or attached), [`collect`] (one scrape's readings),
 //! [`metrics`] (encoding with `prometheus-client`), [`server`] and [`http`] (a bounded std
 //! listener), [`webconfig`] (TLS and basic auth in the exporter-toolkit format), [`doctor`]
-//! (the doctor's findings, read from the history read-only and cached) and [`probe`].
+//! (the doctor's findings, read from the history read-only and cached), [`probe`], and the
+//! self-health: [`facts`] (the machine facts re-read on an interval), [`process`]
+//! (`process_*`) and [`logging`] (`--log.level`, `--log.format`).
 
 pub mod collect;
 pub mod doctor;
