@@ -258,10 +258,19 @@ impl Collector {
             .and_then(|s| s.fallback_reason())
             .map_or("none", fallback_kind)
             .to_string();
+        // Only `auto` falls back, and only from the in-kernel aggregation to perf.
+        let preferred = if source
+            .as_ref()
+            .is_some_and(|s| s.fallback_reason().is_some())
+        {
+            "bpf".to_string()
+        } else {
+            mechanism.clone()
+        };
         Self {
             root,
             classes,
-            preferred: mechanism.clone(),
+            preferred,
             mechanism,
             fallback,
             named,
@@ -687,5 +696,62 @@ mod tests {
                 "{after:?}"
             );
         }
+    }
+
+    /// A perf source that `auto` fell back to, with the loader's words.
+    struct FellBack;
+
+    impl Source for FellBack {
+        fn mechanism(&self) -> &str {
+            "perf"
+        }
+        fn fallback_reason(&self) -> Option<&str> {
+            Some("Permission denied (os error 13)")
+        }
+        fn snapshot(&mut self) -> anyhow::Result<Snapshot> {
+            anyhow::bail!("the perf reader stopped")
+        }
+    }
+
+    #[test]
+    fn a_fallback_is_published_with_its_kind_and_a_failed_snapshot_as_a_failed_collector() {
+        let d = crate::trial::testing::copy_fixture("kvm-guest");
+        let machine = crate::machine::Machine::detect(d.path()).unwrap();
+        let c = Collector::new(
+            d.path().to_path_buf(),
+            vec!["same-cpu".into()],
+            Facts::new(
+                machine,
+                Vec::new(),
+                std::time::Duration::from_secs(60),
+                Instant::now(),
+            ),
+            Some(Box::new(FellBack)),
+            4,
+            500,
+            Arc::new(Mutex::new(None)),
+            Arc::new(Stats::default()),
+            Reader::new(
+                crate::history::Location::Off,
+                String::new(),
+                super::super::doctor::REREAD,
+            ),
+        );
+        let t = c.scrape(Format::Prometheus);
+        assert!(
+            t.contains("cpulab_exporter_mechanism_info{mechanism=\"perf\",preferred=\"bpf\",fallback=\"permission\"} 1"),
+            "{t}"
+        );
+        assert!(!t.contains("Permission denied"), "{t}");
+        assert!(
+            t.contains("cpulab_exporter_collector_success{collector=\"wakeups\"} 0"),
+            "{t}"
+        );
+        assert!(
+            t.contains("cpulab_exporter_read_errors_total{collector=\"wakeups\",kind=\"io\"} 1"),
+            "{t}"
+        );
+        assert!(t.contains("cpulab_exporter_source_errors_total 1"), "{t}");
+        assert!(!t.contains("cpulab_wakeups_total{"), "{t}");
     }
 }

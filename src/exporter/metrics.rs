@@ -865,4 +865,67 @@ mod tests {
         let t = encode(&f, Format::Prometheus);
         assert!(t.contains("cpulab_exporter_attached_ratio 1.0\n"), "{t}");
     }
+
+    #[test]
+    fn process_figures_follow_the_client_libraries_and_one_not_read_is_absent() {
+        let mut f = frame();
+        f.process = ProcessFigures {
+            cpu_seconds: Some(1.5),
+            resident_bytes: Some(4096),
+            virtual_bytes: None,
+            open_fds: Some(7),
+            max_fds: None,
+            start_time_s: Some(1.0e9),
+        };
+        for format in [Format::Prometheus, Format::OpenMetrics] {
+            let t = encode(&f, format);
+            for line in [
+                "process_cpu_seconds_total 1.5\n",
+                "process_resident_memory_bytes 4096",
+                "process_open_fds 7",
+                "process_start_time_seconds 1000000000",
+            ] {
+                assert!(t.contains(line), "{line}\n{t}");
+            }
+            assert!(!t.contains("process_virtual_memory_bytes"), "{t}");
+            assert!(!t.contains("process_max_fds"), "{t}");
+            assert!(!t.contains("cpulab_process"), "{t}");
+        }
+        let p = encode(&f, Format::Prometheus);
+        assert!(
+            p.contains("# TYPE process_cpu_seconds_total counter"),
+            "{p}"
+        );
+        assert!(
+            p.contains("# TYPE process_resident_memory_bytes gauge"),
+            "{p}"
+        );
+    }
+
+    #[test]
+    fn each_collector_and_error_kind_is_one_series() {
+        let mut f = frame();
+        f.health.collectors = ["wakeups", "idle"]
+            .map(|collector| CollectorRun {
+                collector,
+                success: collector == "wakeups",
+                duration_s: 0.25,
+            })
+            .to_vec();
+        f.health.read_errors = [(("idle", "permission"), 2), (("idle", "parse"), 1)]
+            .into_iter()
+            .collect();
+        let t = encode(&f, Format::Prometheus);
+        for line in [
+            "cpulab_exporter_collector_success{collector=\"wakeups\"} 1\n",
+            "cpulab_exporter_collector_success{collector=\"idle\"} 0\n",
+            "cpulab_exporter_collector_duration_seconds{collector=\"idle\"} 0.25\n",
+            "cpulab_exporter_read_errors_total{collector=\"idle\",kind=\"permission\"} 2\n",
+            "cpulab_exporter_read_errors_total{collector=\"idle\",kind=\"parse\"} 1\n",
+        ] {
+            assert!(t.contains(line), "{line}\n{t}");
+        }
+        assert_eq!(sample(&t, "cpulab_exporter_collector_success{").len(), 2);
+        assert_eq!(sample(&t, "cpulab_exporter_read_errors_total{").len(), 2);
+    }
 }
