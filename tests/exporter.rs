@@ -141,6 +141,9 @@ fn bad_input_is_one_line_and_exit_2_before_anything_runs() {
     ]);
     bad_input(&["exporter", "--mechanism", "fake", "--probe-interval", "1s"]);
     bad_input(&["exporter", "--mechanism", "fake", "--series-budget", "20"]);
+    for t in ["500ms", "soon"] {
+        bad_input(&["exporter", "--mechanism", "fake", "--facts-interval", t]);
+    }
     for n in ["0", "3", "2048"] {
         bad_input(&["exporter", "--mechanism", "fake", "--latency-sample", n]);
     }
@@ -571,4 +574,43 @@ fn a_user_who_may_only_read_the_history_still_gets_the_findings() {
         .collect();
     assert!(left.iter().all(|n| !n.ends_with("-shm")), "{left:?}");
     assert_eq!(std::fs::read(&history).unwrap(), before);
+}
+
+/// `--quiet` keeps only errors; `--log.level` and `--log.format` write one logfmt or JSON line
+/// per event.
+#[test]
+fn logs_are_logfmt_or_json_and_quiet_keeps_only_errors() {
+    let mut quiet = Exporter::start(&[]);
+    assert_eq!(status_of(&quiet.get("/metrics")), 200);
+    assert_eq!(quiet.stderr_after_stop(), "");
+    let mut e = Exporter::start(&["--log.level", "info"]);
+    assert_eq!(status_of(&e.get("/metrics")), 200);
+    let text = e.stderr_after_stop();
+    assert!(!text.is_empty());
+    for l in text.lines() {
+        assert!(
+            l.starts_with("ts=") && l.contains(" level=info msg="),
+            "{l}"
+        );
+    }
+    assert!(text.contains("msg=\"serving http://127.0.0.1:"), "{text}");
+    let mut e = Exporter::start(&["--log.level", "debug", "--log.format", "json"]);
+    assert_eq!(status_of(&e.get("/metrics")), 200);
+    let text = e.stderr_after_stop();
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|_| panic!("not JSON: {l}")))
+        .collect();
+    assert!(
+        lines.iter().any(|v| v["level"] == "info"
+            && v["msg"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("serving http://"))),
+        "{text}"
+    );
+    assert!(
+        lines
+            .iter()
+            .all(|v| v["ts"].as_str().is_some_and(|t| t.ends_with('Z')))
+    );
 }

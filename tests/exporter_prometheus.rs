@@ -490,3 +490,160 @@ fn the_default_estimate_reaches_prometheus() {
         "attached {share:.3} of the time, not about a quarter"
     );
 }
+
+/// The exporter's own health as Prometheus stores it: `process_*` and, for every collector,
+/// its success and duration.
+fn assert_self_health_arrives(prom: &Prometheus) {
+    for m in [
+        "process_cpu_seconds_total",
+        "process_resident_memory_bytes",
+        "process_virtual_memory_bytes",
+        "process_open_fds",
+        "process_max_fds",
+        "process_start_time_seconds",
+    ] {
+        let s = prom.wait_for(&format!("{m}{{job=\"cpulab\"}}"));
+        assert_eq!(s.len(), 1, "{m}: {s:?}");
+    }
+    // Physics: resident within virtual; started before it was scraped; descriptors within
+    // their limit.
+    assert!(
+        !prom
+            .wait_for("process_resident_memory_bytes <= process_virtual_memory_bytes")
+            .is_empty()
+    );
+    assert!(
+        !prom
+            .wait_for("process_start_time_seconds < time()")
+            .is_empty()
+    );
+    assert!(
+        !prom
+            .wait_for("process_open_fds <= process_max_fds")
+            .is_empty()
+    );
+    for c in [
+        "wakeups",
+        "machine",
+        "idle",
+        "interrupts",
+        "doctor",
+        "process",
+    ] {
+        for m in [
+            "cpulab_exporter_collector_success",
+            "cpulab_exporter_collector_duration_seconds",
+        ] {
+            let s = prom.wait_for(&format!("{m}{{collector=\"{c}\"}}"));
+            assert_eq!(s.len(), 1, "{m} {c}: {s:?}");
+            assert!(value(&s[0]) >= 0.0, "{m} {c}: {s:?}");
+        }
+    }
+    let build = prom.wait_for("cpulab_exporter_build_info");
+    assert_eq!(label(&build[0], "version"), env!("CARGO_PKG_VERSION"));
+    let mech = prom.wait_for("cpulab_exporter_mechanism_info");
+    assert_eq!(
+        (label(&mech[0], "mechanism"), label(&mech[0], "fallback")),
+        ("fake", "none")
+    );
+}
+
+/// Rewrites the halt-polling window at `param` while the exporter runs (facts re-read every
+/// second) and waits until Prometheus holds the new `cpulab_machine_info`, and then only it.
+fn assert_a_changed_fact_is_seen(prom: &Prometheus, param: &Path, new: &str) {
+    let old = std::fs::read_to_string(param).unwrap().trim().to_string();
+    assert_ne!(old, new);
+    let first = prom.wait_for(&format!(
+        "cpulab_machine_info{{guest_halt_poll_ns=\"{old}\"}}"
+    ));
+    assert_eq!(first.len(), 1, "{first:?}");
+    std::fs::write(param, format!("{new}\n")).unwrap();
+    prom.wait_for(&format!(
+        "cpulab_machine_info{{guest_halt_poll_ns=\"{new}\"}}"
+    ));
+    // The scrape after that one no longer has the old series: Prometheus marks it stale, so
+    // an instant query sees exactly one info series, the new one.
+    prom.scraped_after(now_s());
+    let all = prom.query("cpulab_machine_info");
+    assert_eq!(all.len(), 1, "{all:?}");
+    assert_eq!(label(&all[0], "guest_halt_poll_ns"), new);
+    // Every other fact is as it was.
+    for l in ["kernel", "idle_driver", "boot_options"] {
+        assert_eq!(label(&all[0], l), label(&first[0], l), "{l}");
+    }
+}
+
+#[test]
+fn self_health_arrives_and_a_rewritten_halt_poll_window_changes_machine_info() {
+    if !prometheus_installed(test_name!()) {
+        return;
+    }
+    // A copy of a fixture machine whose parameter file the test rewrites: nothing on this
+    // machine changes.
+    let root = common::fixture_copy("kvm-guest");
+    let port = free_port();
+    let _e = exporter(
+        port,
+        &[
+            "--mechanism",
+            "fake",
+            "--facts-interval",
+            "1s",
+            "--root",
+            root.path().to_str().unwrap(),
+        ],
+    );
+    let prom = Prometheus::start(port);
+    assert_self_health_arrives(&prom);
+    // This fixture has no /proc/interrupts: that collector says it failed, and why.
+    let failed = prom.wait_for("cpulab_exporter_collector_success{collector=\"interrupts\"} == 0");
+    assert_eq!(failed.len(), 1);
+    prom.wait_for(
+        "cpulab_exporter_read_errors_total{collector=\"interrupts\",kind=\"not_found\"} > 0",
+    );
+    assert!(prom.query("cpulab_interrupts_total").is_empty());
+    let param = root
+        .path()
+        .join("sys/module/haltpoll/parameters/guest_halt_poll_ns");
+    assert_a_changed_fact_is_seen(&prom, &param, "424242");
+}
+
+/// Restores a parameter file's value on drop, also when the test panics.
+struct Restore(PathBuf, String);
+
+impl Drop for Restore {
+    fn drop(&mut self) {
+        let _ = std::fs::write(&self.0, &self.1);
+    }
+}
+
+#[test]
+fn a_live_halt_poll_window_change_is_seen_through_prometheus() {
+    if !prometheus_installed(test_name!()) {
+        return;
+    }
+    let param = PathBuf::from("/sys/module/haltpoll/parameters/guest_halt_poll_ns");
+    let Ok(old) = std::fs::read_to_string(&param) else {
+        common::skipped(
+            test_name!(),
+            "no /sys/module/haltpoll here (not a KVM guest with the haltpoll module)",
+        );
+        return;
+    };
+    let Ok(old_ns) = old.trim().parse::<u64>() else {
+        panic!("guest_halt_poll_ns holds `{old}`");
+    };
+    // One nanosecond more: a changed fact that changes nothing a neighbour could measure.
+    let _restore = Restore(param.clone(), old.clone());
+    if std::fs::write(&param, old.as_bytes()).is_err() {
+        common::skipped(
+            test_name!(),
+            "guest_halt_poll_ns is not writable (not root)",
+        );
+        return;
+    }
+    let port = free_port();
+    let _e = exporter(port, &["--mechanism", "fake", "--facts-interval", "1s"]);
+    let prom = Prometheus::start(port);
+    assert_a_changed_fact_is_seen(&prom, &param, &(old_ns + 1).to_string());
+}

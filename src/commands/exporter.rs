@@ -3,6 +3,8 @@
 
 use super::Global;
 use crate::error::bad_input;
+use crate::exporter::logging::{FORMATS, LEVELS};
+use crate::exporter::settings::parse_facts_interval;
 use crate::exporter::settings::{
     DEFAULT_LISTEN, Mechanism, Settings, check_cgroup_glob, matching_cgroups, parse_interval,
     parse_listen,
@@ -78,6 +80,20 @@ pub struct Args {
     /// counts exact. 1 to 60.
     #[arg(long, value_name = "N", default_value_t = DEFAULT_ATTACH_EVERY)]
     pub attach_every: u32,
+    /// Read the machine facts of cpulab_machine_info again this often (idle driver, halt
+    /// polling, governors, boot options...), so the series follows a change; each change is
+    /// logged, old -> new. At least 1s.
+    #[arg(long, value_name = "DURATION", default_value = "60s")]
+    pub facts_interval: String,
+    /// Least severe log lines written to stderr: debug, info, warn or error (default info;
+    /// --quiet means --log.level error).
+    #[arg(long = "log.level", value_name = "LEVEL",
+          value_parser = clap::builder::PossibleValuesParser::new(LEVELS))]
+    pub log_level: Option<String>,
+    /// Log line format on stderr: logfmt (key=value, as Prometheus exporters write it) or json.
+    #[arg(long = "log.format", value_name = "FORMAT", default_value = "logfmt",
+          value_parser = clap::builder::PossibleValuesParser::new(FORMATS))]
+    pub log_format: String,
     /// Seconds a client has to send its whole request (TLS handshake included).
     #[arg(long, hide = true, value_name = "S", default_value_t = 10)]
     pub request_timeout_s: u64,
@@ -189,6 +205,14 @@ pub fn settings(args: &Args, machine: &Machine) -> Result<Settings> {
         latency_sample: check_latency_sample(args.latency_sample).map_err(bad_input)?,
         attach_every: check_attach_every(args.attach_every).map_err(bad_input)?,
         history: crate::history::location(),
+        facts_interval: parse_facts_interval(&args.facts_interval).map_err(bad_input)?,
+        log_level: args
+            .log_level
+            .as_deref()
+            .map(str::parse)
+            .transpose()
+            .map_err(bad_input)?,
+        log_format: args.log_format.parse().map_err(bad_input)?,
     })
 }
 

@@ -8,6 +8,7 @@
 //! ([`histogram_buckets`] repairs a snapshot whose count lags its buckets).
 
 use super::doctor::DoctorFigures;
+use super::process::ProcessFigures;
 use crate::wakeups::{ClassCounts, LATENCY_BOUNDS_NS, Snapshot};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
@@ -40,6 +41,22 @@ pub struct Frame {
     pub doctor: DoctorFigures,
     /// The exporter's own health.
     pub health: Health,
+    /// The exporter's own process (`process_*`).
+    pub process: ProcessFigures,
+    /// The mechanism asked for (`bpf` for `auto`) and why it was not used (`none`, or a kind of
+    /// [`crate::wakeups`]'s fallback reason).
+    pub preferred: String,
+    pub fallback: String,
+}
+
+/// One collector's part of one scrape, as node_exporter's `node_scrape_collector_*`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CollectorRun {
+    /// `wakeups`, `machine`, `idle`, `interrupts`, `probe`, `doctor`, `process`.
+    pub collector: &'static str,
+    /// Read everything it publishes.
+    pub success: bool,
+    pub duration_s: f64,
 }
 
 /// The last active probe.
@@ -52,6 +69,9 @@ pub struct ProbeFigures {
     /// Probes run and failed since the exporter started.
     pub runs: u64,
     pub failures: u64,
+    /// Whether the last probe gave round trips, and how long it took.
+    pub last_ok: bool,
+    pub last_duration_s: f64,
 }
 
 /// The exporter's own counters.
@@ -70,6 +90,10 @@ pub struct Health {
     pub series: usize,
     /// Targets folded into `other` by the exporter to keep within the budget.
     pub targets_folded: u64,
+    /// Each collector's part of this scrape.
+    pub collectors: Vec<CollectorRun>,
+    /// Read errors since start, by (collector, kind).
+    pub read_errors: BTreeMap<(&'static str, &'static str), u64>,
 }
 
 /// The exposition formats a scraper may ask for.
@@ -113,8 +137,11 @@ pub fn count_samples(text: &str) -> usize {
 }
 
 fn encode_once(frame: &Frame, format: Format) -> String {
-    let mut registry = Registry::with_prefix(PREFIX);
-    registry.register_collector(Box::new(FrameCollector(frame.clone())));
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(ProcessCollector(frame.process.clone())));
+    registry
+        .sub_registry_with_prefix(PREFIX)
+        .register_collector(Box::new(FrameCollector(frame.clone())));
     let mut out = String::new();
     // invariant: writing into a String cannot fail, and every label set is well formed.
     let r = match format {
@@ -386,6 +413,7 @@ fn encode_health(f: &Frame, enc: &mut DescriptorEncoder) -> Result<(), std::fmt:
         ("mechanism", &f.mechanism),
         ("version", env!("CPULAB_VERSION")),
     ]))?;
+    encode_self(f, enc)?;
     for (name, help, v) in [
         ("exporter_scrapes", "Scrapes served", h.scrapes),
         (
@@ -436,6 +464,123 @@ fn encode_health(f: &Frame, enc: &mut DescriptorEncoder) -> Result<(), std::fmt:
             .encode_gauge(&v)?;
     }
     Ok(())
+}
+
+/// What the exporter knows of itself: its build, how wakeups are counted and why, each
+/// collector's part of this scrape, and its read errors.
+fn encode_self(f: &Frame, enc: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
+    let h = &f.health;
+    enc.encode_descriptor(
+        "exporter_build",
+        "The exporter's build: its version",
+        None,
+        MetricType::Info,
+    )?
+    .encode_info(&labels(&[("version", env!("CARGO_PKG_VERSION"))]))?;
+    enc.encode_descriptor(
+        "exporter_mechanism",
+        "How wakeups are counted, the mechanism asked for (bpf for --mechanism auto), and why \
+         it was not used (none, permission, no_btf, unsupported_kernel, verifier, other)",
+        None,
+        MetricType::Info,
+    )?
+    .encode_info(&labels(&[
+        ("mechanism", &f.mechanism),
+        ("preferred", &f.preferred),
+        ("fallback", &f.fallback),
+    ]))?;
+    let mut m = enc.encode_descriptor(
+        "exporter_collector_success",
+        "Whether a collector read everything it publishes in this scrape (1) or not (0, its \
+         series missing or partial; cpulab_exporter_read_errors_total says why)",
+        None,
+        MetricType::Gauge,
+    )?;
+    for c in &h.collectors {
+        m.encode_family(&labels(&[("collector", c.collector)]))?
+            .encode_gauge(&i64::from(c.success))?;
+    }
+    let mut m = enc.encode_descriptor(
+        "exporter_collector_duration",
+        "Time a collector took in this scrape (the probe: its last run)",
+        Some(&Unit::Seconds),
+        MetricType::Gauge,
+    )?;
+    for c in &h.collectors {
+        m.encode_family(&labels(&[("collector", c.collector)]))?
+            .encode_gauge(&c.duration_s)?;
+    }
+    let mut m = enc.encode_descriptor(
+        "exporter_read_errors",
+        "Readings a collector could not make, by kind (not_found, permission, parse, io); \
+         what they would have given is left out, never published as 0",
+        None,
+        MetricType::Counter,
+    )?;
+    for ((collector, kind), n) in &h.read_errors {
+        m.encode_family(&labels(&[("collector", collector), ("kind", kind)]))?
+            .encode_counter::<NoLabelSet, _, u64>(n, None)?;
+    }
+    Ok(())
+}
+
+/// `process_*`, as the Prometheus client libraries name and define them; a figure not read is
+/// left out.
+#[derive(Debug)]
+struct ProcessCollector(ProcessFigures);
+
+impl Collector for ProcessCollector {
+    fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let p = &self.0;
+        if let Some(v) = p.cpu_seconds {
+            enc.encode_descriptor(
+                "process_cpu",
+                "Total user and system CPU time spent in seconds.",
+                Some(&Unit::Seconds),
+                MetricType::Counter,
+            )?
+            .encode_counter::<NoLabelSet, _, f64>(&v, None)?;
+        }
+        let gauges = [
+            (
+                "process_resident_memory",
+                "Resident memory size in bytes.",
+                Some(Unit::Bytes),
+                p.resident_bytes.map(|v| v as f64),
+            ),
+            (
+                "process_virtual_memory",
+                "Virtual memory size in bytes.",
+                Some(Unit::Bytes),
+                p.virtual_bytes.map(|v| v as f64),
+            ),
+            (
+                "process_open_fds",
+                "Number of open file descriptors.",
+                None,
+                p.open_fds.map(|v| v as f64),
+            ),
+            (
+                "process_max_fds",
+                "Maximum number of open file descriptors.",
+                None,
+                p.max_fds.map(|v| v as f64),
+            ),
+            (
+                "process_start_time",
+                "Start time of the process since unix epoch in seconds.",
+                Some(Unit::Seconds),
+                p.start_time_s,
+            ),
+        ];
+        for (name, help, unit, v) in gauges {
+            if let Some(v) = v {
+                enc.encode_descriptor(name, help, unit.as_ref(), MetricType::Gauge)?
+                    .encode_gauge(&v)?;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// The doctor's findings: why there are or are none, and the newest run's findings.
@@ -540,6 +685,9 @@ mod tests {
             probe: None,
             doctor: DoctorFigures::default(),
             health: Health::default(),
+            process: ProcessFigures::default(),
+            preferred: "bpf".into(),
+            fallback: "none".into(),
         }
     }
 
@@ -716,5 +864,68 @@ mod tests {
         }
         let t = encode(&f, Format::Prometheus);
         assert!(t.contains("cpulab_exporter_attached_ratio 1.0\n"), "{t}");
+    }
+
+    #[test]
+    fn process_figures_follow_the_client_libraries_and_one_not_read_is_absent() {
+        let mut f = frame();
+        f.process = ProcessFigures {
+            cpu_seconds: Some(1.5),
+            resident_bytes: Some(4096),
+            virtual_bytes: None,
+            open_fds: Some(7),
+            max_fds: None,
+            start_time_s: Some(1.0e9),
+        };
+        for format in [Format::Prometheus, Format::OpenMetrics] {
+            let t = encode(&f, format);
+            for line in [
+                "process_cpu_seconds_total 1.5\n",
+                "process_resident_memory_bytes 4096",
+                "process_open_fds 7",
+                "process_start_time_seconds 1000000000",
+            ] {
+                assert!(t.contains(line), "{line}\n{t}");
+            }
+            assert!(!t.contains("process_virtual_memory_bytes"), "{t}");
+            assert!(!t.contains("process_max_fds"), "{t}");
+            assert!(!t.contains("cpulab_process"), "{t}");
+        }
+        let p = encode(&f, Format::Prometheus);
+        assert!(
+            p.contains("# TYPE process_cpu_seconds_total counter"),
+            "{p}"
+        );
+        assert!(
+            p.contains("# TYPE process_resident_memory_bytes gauge"),
+            "{p}"
+        );
+    }
+
+    #[test]
+    fn each_collector_and_error_kind_is_one_series() {
+        let mut f = frame();
+        f.health.collectors = ["wakeups", "idle"]
+            .map(|collector| CollectorRun {
+                collector,
+                success: collector == "wakeups",
+                duration_s: 0.25,
+            })
+            .to_vec();
+        f.health.read_errors = [(("idle", "permission"), 2), (("idle", "parse"), 1)]
+            .into_iter()
+            .collect();
+        let t = encode(&f, Format::Prometheus);
+        for line in [
+            "cpulab_exporter_collector_success{collector=\"wakeups\"} 1\n",
+            "cpulab_exporter_collector_success{collector=\"idle\"} 0\n",
+            "cpulab_exporter_collector_duration_seconds{collector=\"idle\"} 0.25\n",
+            "cpulab_exporter_read_errors_total{collector=\"idle\",kind=\"permission\"} 2\n",
+            "cpulab_exporter_read_errors_total{collector=\"idle\",kind=\"parse\"} 1\n",
+        ] {
+            assert!(t.contains(line), "{line}\n{t}");
+        }
+        assert_eq!(sample(&t, "cpulab_exporter_collector_success{").len(), 2);
+        assert_eq!(sample(&t, "cpulab_exporter_read_errors_total{").len(), 2);
     }
 }

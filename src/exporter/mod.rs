@@ -18,13 +18,18 @@
 //! are checked with before anything is bound or attached), [`collect`] (one scrape's readings),
 //! [`metrics`] (encoding with `prometheus-client`), [`server`] and [`http`] (a bounded std
 //! listener), [`webconfig`] (TLS and basic auth in the exporter-toolkit format), [`doctor`]
-//! (the doctor's findings, read from the history read-only and cached) and [`probe`].
+//! (the doctor's findings, read from the history read-only and cached), [`probe`], and the
+//! self-health: [`facts`] (the machine facts re-read on an interval), [`process`]
+//! (`process_*`) and [`logging`] (`--log.level`, `--log.format`).
 
 pub mod collect;
 pub mod doctor;
+pub mod facts;
 pub mod http;
+pub mod logging;
 pub mod metrics;
 pub mod probe;
+pub mod process;
 pub mod server;
 pub mod settings;
 pub mod webconfig;
@@ -81,7 +86,28 @@ pub fn machine_labels(p: &crate::probe::Probe) -> Vec<(String, String)> {
             "mitigations".into(),
             p.mitigations.summary().unwrap_or_else(|| "unknown".into()),
         ),
+        ("boot_options".into(), boot_options(p)),
     ]
+}
+
+/// The boot options the probe reads as deciding idle and mitigations (`idle=`, `haltpoll.*`,
+/// `mitigations=`, `nosmt`, `isolcpus`...), `name` or `name=value` in name order; `none`.
+fn boot_options(p: &crate::probe::Probe) -> String {
+    let mut all: std::collections::BTreeMap<&String, &String> = p.idle.cmdline.iter().collect();
+    all.extend(p.mitigations.cmdline.iter());
+    if all.is_empty() {
+        return "none".into();
+    }
+    all.into_iter()
+        .map(|(k, v)| {
+            if v.is_empty() {
+                k.clone()
+            } else {
+                format!("{k}={v}")
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// Targets with their own label that fit in the budget, `other` aside; bad input when not even
@@ -137,7 +163,7 @@ fn exposure_warning(listen: std::net::SocketAddr, tls: bool, users: bool) -> Opt
         return None;
     }
     Some(format!(
-        "warning: listening on {} without {}: anyone who reaches this port can read the \
+        "listening on {} without {}: anyone who reaches this port can read the \
          metrics; give --web.config.file with tls_server_config and basic_auth_users",
         listen,
         match (tls, users) {
@@ -154,7 +180,6 @@ fn open_wakeups(
     machine: &Machine,
     s: &Settings,
     named: usize,
-    say: &dyn Fn(&str),
 ) -> Result<Box<dyn crate::wakeups::Source>> {
     let opts = SourceOptions {
         comms: s.comms.clone(),
@@ -168,13 +193,15 @@ fn open_wakeups(
     };
     let source = crate::watch::open_source(machine, &opts)?;
     if let Some(why) = source.fallback_reason() {
-        say(&format!(
-            "warning: counting wakeups with perf in user space, at a higher cost per event: \
-             the in-kernel aggregation did not load ({why})"
-        ));
+        log::warn!(
+            "counting wakeups with perf in user space, at a higher cost per event: the \
+             in-kernel aggregation did not load ({why}; published as \
+             cpulab_exporter_mechanism_info{{fallback=\"{}\"}})",
+            collect::fallback_kind(why)
+        );
     }
     if let Some((n, from)) = source.attach_windows() {
-        say(&windows_text(n, from));
+        log::info!("{}", windows_text(n, from));
     }
     Ok(source)
 }
@@ -220,17 +247,18 @@ fn routes(
 /// Serves the metrics of `machine` with validated settings until SIGTERM or Ctrl-C (the flags
 /// and their validation are the command layer's, `commands::exporter`).
 pub fn serve(machine: &Machine, s: Settings, quiet: bool) -> Result<()> {
-    let say = |msg: &str| {
-        if !quiet {
-            eprintln!("cpulab exporter: {msg}");
-        }
-    };
+    let level = s.log_level.unwrap_or(if quiet {
+        logging::Level::Error
+    } else {
+        logging::Level::Info
+    });
+    logging::init(level, s.log_format);
     check_capabilities(&s)?;
     let listener = bind(&s)?;
     let tls = s.web.as_ref().and_then(|w| w.tls.clone());
     let users = s.web.as_ref().is_some_and(|w| w.has_users());
     if let Some(w) = exposure_warning(s.listen, tls.is_some(), users) {
-        say(&w);
+        log::warn!("{w}");
     }
     let classes = host_classes(machine);
     let probed = crate::probe::probe(machine);
@@ -240,20 +268,26 @@ pub fn serve(machine: &Machine, s: Settings, quiet: bool) -> Result<()> {
     let base = base_series(machine, &classes, &machine_info, &s);
     let named = named_targets(base, classes.len(), &s)?;
     if named < s.max_targets {
-        say(&format!(
+        log::info!(
             "{named} targets get their own label (not {}): the series budget {} holds {base} \
              series for the host and {} per target here",
             s.max_targets,
             s.series_budget,
             metrics::series_per_target(classes.len())
-        ));
+        );
     }
-    let source = open_wakeups(machine, &s, named, &say)?;
+    let source = open_wakeups(machine, &s, named)?;
+    let facts = facts::Facts::new(
+        machine.clone(),
+        machine_info,
+        s.facts_interval,
+        std::time::Instant::now(),
+    );
     let stats = Arc::new(server::Stats::default());
     let collector = Arc::new(collect::Collector::new(
         machine.root.clone(),
         classes.clone(),
-        machine_info,
+        facts,
         Some(source),
         named,
         s.series_budget,
@@ -273,12 +307,12 @@ pub fn serve(machine: &Machine, s: Settings, quiet: bool) -> Result<()> {
     };
     let landing = landing_page(&s, &collector.mechanism, &classes);
     let handler = routes(s.web.map(Arc::new), landing, collector.clone());
-    say(&format!(
+    log::info!(
         "serving http{}://{}/metrics (mechanism {})",
         if tls.is_some() { "s" } else { "" },
         s.listen,
         collector.mechanism
-    ));
+    );
     let served = server::serve(
         listener,
         tls,
@@ -324,8 +358,8 @@ fn base_series(
     machine_info: &[(String, String)],
     s: &Settings,
 ) -> usize {
-    let (idle_entries, interrupts) =
-        collect::system_totals(&crate::counters::SystemSnapshot::take(&machine.root));
+    let (idle_entries, _) = collect::read_idle_totals(&machine.root);
+    let (interrupts, _) = collect::read_interrupt_totals(&machine.root);
     let probe = s.probe_interval.map(|_| ProbeFigures {
         round_trips: probe::pairs(machine)
             .iter()
@@ -362,9 +396,51 @@ fn base_series(
         machine: machine_info.to_vec(),
         probe,
         doctor,
-        health: metrics::Health::default(),
+        health: self_health_at_most(s.probe_interval.is_some()),
+        process: process::ProcessFigures {
+            cpu_seconds: Some(0.0),
+            resident_bytes: Some(0),
+            virtual_bytes: Some(0),
+            open_fds: Some(0),
+            max_fds: Some(0),
+            start_time_s: Some(0.0),
+        },
+        preferred: String::new(),
+        fallback: String::new(),
     };
     metrics::count_samples(&metrics::encode(&frame, Format::Prometheus))
+}
+
+/// The exporter's own series at their most: every collector, and a read error of every kind
+/// for each, so errors never push the targets over the budget.
+fn self_health_at_most(probe: bool) -> metrics::Health {
+    use process::ErrorKind::*;
+    let mut names = vec![
+        "wakeups",
+        "machine",
+        "idle",
+        "interrupts",
+        "doctor",
+        "process",
+    ];
+    if probe {
+        names.push("probe");
+    }
+    metrics::Health {
+        collectors: names
+            .iter()
+            .map(|&collector| metrics::CollectorRun {
+                collector,
+                success: true,
+                duration_s: 0.0,
+            })
+            .collect(),
+        read_errors: names
+            .iter()
+            .flat_map(|&c| [NotFound, Permission, Parse, Io].map(|k| ((c, k.as_str()), 1)))
+            .collect(),
+        ..metrics::Health::default()
+    }
 }
 
 /// How the landing page says `--attach-every` (pure).
@@ -434,11 +510,8 @@ mod tests {
         assert_eq!(exposure_warning(at("0.0.0.0:10039"), true, true), None);
         let lacks = |tls, users| {
             let w = exposure_warning(at("0.0.0.0:10039"), tls, users).unwrap();
-            assert!(
-                w.starts_with("warning: listening on 0.0.0.0:10039 without "),
-                "{w}"
-            );
-            w["warning: listening on 0.0.0.0:10039 without ".len()..]
+            assert!(w.starts_with("listening on 0.0.0.0:10039 without "), "{w}");
+            w["listening on 0.0.0.0:10039 without ".len()..]
                 .split(':')
                 .next()
                 .unwrap()

@@ -50,10 +50,13 @@ pub fn settings(pairs: Vec<Placement>) -> PingpongSettings {
 pub fn run_once(machine: &Machine, last: &Mutex<Option<ProbeFigures>>) {
     let sink = silent;
     let s = settings(pairs(machine));
+    let t0 = Instant::now();
     let result = pingpong::run(machine, &s, &Progress::new(&sink));
     let Ok(mut slot) = last.lock() else { return };
     let mut fig = slot.take().unwrap_or_default();
     fig.runs += 1;
+    fig.last_duration_s = t0.elapsed().as_secs_f64();
+    fig.last_ok = matches!(&result, Ok(report) if !report.runs.is_empty());
     match result {
         Ok(report) if !report.runs.is_empty() => {
             fig.round_trips = report

@@ -39,6 +39,25 @@ pub struct Settings {
     /// The history the newest doctor findings are read from (`--history`, `CPULAB_HISTORY`,
     /// `--no-history`), read-only.
     pub history: crate::history::Location,
+    /// How often the machine facts are read again (`--facts-interval`).
+    pub facts_interval: Duration,
+    /// `--log.level` when given (else info, or error under `--quiet`), and `--log.format`.
+    pub log_level: Option<super::logging::Level>,
+    pub log_format: super::logging::LogFormat,
+}
+
+/// `--facts-interval`: a duration (`60s`, `5m`; a bare number is seconds) of at least 1 s.
+pub fn parse_facts_interval(text: &str) -> Result<Duration, String> {
+    match crate::units::parse_duration(text) {
+        Ok(d) if d >= Duration::from_secs(1) => Ok(d),
+        Ok(_) => Err(format!(
+            "--facts-interval `{text}` is shorter than 1s; the facts are read at most once a \
+             second, so give 1s or more (60s by default)"
+        )),
+        Err(_) => Err(format!(
+            "--facts-interval `{text}` is not a duration; write it like 60s, 5m or 1h"
+        )),
+    }
 }
 
 /// `--listen`: `ADDR:PORT` (`[::1]:PORT` for IPv6).
@@ -194,6 +213,23 @@ mod tests {
                 .contains("not a duration")
         );
         assert!(parse_interval("").is_err());
+    }
+
+    #[test]
+    fn the_facts_interval_is_a_duration_of_a_second_or_more() {
+        assert_eq!(parse_facts_interval("60s"), Ok(Duration::from_secs(60)));
+        assert_eq!(parse_facts_interval("5m"), Ok(Duration::from_secs(300)));
+        assert_eq!(parse_facts_interval("1"), Ok(Duration::from_secs(1)));
+        assert!(
+            parse_facts_interval("500ms")
+                .unwrap_err()
+                .contains("shorter than 1s")
+        );
+        assert!(
+            parse_facts_interval("often")
+                .unwrap_err()
+                .contains("not a duration")
+        );
     }
 
     #[test]
