@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the cpulab .deb with cargo-deb: the release binary, its man pages and completions,
-# the exporter's systemd unit and the Prometheus files. With --install, also installs it with
+# the exporter's and the doctor's systemd units, the maintainer scripts (packaging/README.md)
+# and the Prometheus files. With --install, also installs it with
 # dpkg -i and runs the installed exporter briefly: it must serve /metrics and stop on SIGTERM
 # with 0. Used by .ci/run; needs `cargo install cargo-deb --locked`.
 set -euo pipefail
@@ -13,13 +14,15 @@ target/release/cpulab manpages target/assets/man >/dev/null
 target/release/cpulab completions bash >target/assets/completions/cpulab
 target/release/cpulab completions zsh >target/assets/completions/_cpulab
 target/release/cpulab completions fish >target/assets/completions/cpulab.fish
-deb=$(cargo deb --no-build --locked 2>/dev/null | tail -1)
+deblog=$(mktemp)
+deb=$(cargo deb --no-build --locked 2>"$deblog" | tail -1) || { cat "$deblog" >&2; rm -f "$deblog"; exit 1; }
+rm -f "$deblog"
 echo "built $deb"
 
 [ "${1:-}" = "--install" ] || exit 0
 dpkg -i "$deb" >/dev/null
 test -x /usr/bin/cpulab
-test -f /lib/systemd/system/cpulab-exporter.service
+test -f /usr/lib/systemd/system/cpulab-exporter.service
 dpkg -L cpulab | grep '/man1/cpulab-exporter\.1' >/dev/null
 
 # The installed exporter, briefly, on a free loopback port.

@@ -9,7 +9,7 @@ use common::cpulab_process;
 use serde_json::Value;
 use std::net::{TcpListener, TcpStream};
 use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -115,10 +115,10 @@ impl Prometheus {
                 "--web.console.templates={}",
                 contrib().join("consoles").display()
             ));
-        let libs = Path::new("/usr/share/doc/prometheus/examples/console_libraries");
-        if libs.is_dir() {
-            c.arg(format!("--web.console.libraries={}", libs.display()));
-        }
+        // No console libraries: Prometheus 3 ships none, so the page must render without them.
+        let libs = dir.path().join("console_libraries");
+        std::fs::create_dir(&libs).unwrap();
+        c.arg(format!("--web.console.libraries={}", libs.display()));
         let child = spawn(c);
         wait_listening(port, "prometheus");
         // Listening is not ready: until its storage is open Prometheus answers queries with
@@ -225,6 +225,66 @@ fn promtool_checks_and_tests_the_rules() {
         String::from_utf8_lossy(&test.stdout),
         String::from_utf8_lossy(&test.stderr)
     );
+}
+
+/// Every alert can be routed and read: a `severity` of `warning` or `info`, a `runbook_url` to
+/// its own section of docs/runbooks.md (a renamed heading would break the link silently), and
+/// in cpulab.rules.test.yml a case where it fires and one where it must not. No promtool needed.
+#[test]
+fn every_alert_has_a_severity_a_runbook_and_both_cases() {
+    let read = |p: PathBuf| std::fs::read_to_string(&p).unwrap();
+    let yaml = |p: PathBuf| serde_yaml_ng::from_str::<serde_yaml_ng::Value>(&read(p)).unwrap();
+    let rules = yaml(contrib().join("cpulab.alerts.yml"));
+    let tests = yaml(contrib().join("cpulab.rules.test.yml"));
+    let runbooks = read(contrib().join("../../docs/runbooks.md"));
+    let sections: std::collections::BTreeSet<String> = runbooks
+        .lines()
+        .filter_map(|l| l.strip_prefix("## "))
+        .map(str::to_lowercase)
+        .collect();
+    // (alert, expected alerts) of every alert_rule_test case.
+    let cases: Vec<(&str, usize)> = tests["tests"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["alert_rule_test"].as_sequence())
+        .flatten()
+        .map(|c| {
+            let n = c["exp_alerts"].as_sequence().map_or(0, Vec::len);
+            (c["alertname"].as_str().unwrap(), n)
+        })
+        .collect();
+    let alerts: Vec<&serde_yaml_ng::Value> = rules["groups"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .flat_map(|g| g["rules"].as_sequence().unwrap())
+        .filter(|r| r["alert"].as_str().is_some())
+        .collect();
+    assert!(alerts.len() >= 9, "{} alerts", alerts.len());
+    for rule in alerts {
+        let name = rule["alert"].as_str().unwrap();
+        let severity = rule["labels"]["severity"].as_str().unwrap_or("");
+        assert!(
+            ["warning", "info"].contains(&severity),
+            "{name}: {severity}"
+        );
+        let url = rule["annotations"]["runbook_url"].as_str().unwrap_or("");
+        let anchor = url.rsplit_once("/docs/runbooks.md#").map(|(_, a)| a);
+        assert_eq!(anchor, Some(name.to_lowercase().as_str()), "{name}: {url}");
+        assert!(
+            sections.contains(&name.to_lowercase()),
+            "{name}: no ## {name} in runbooks.md"
+        );
+        assert!(
+            cases.iter().any(|&(a, n)| a == name && n > 0),
+            "{name}: no case where it fires"
+        );
+        assert!(
+            cases.iter().any(|&(a, n)| a == name && n == 0),
+            "{name}: no case where it does not fire"
+        );
+    }
 }
 
 #[test]
@@ -346,7 +406,11 @@ fn a_real_prometheus_scrapes_well_formed_metrics() {
         None,
     );
     assert!(page.contains("cpulab: wakeup placement"), "{page}");
-    assert!(page.contains("Kernel"), "{page}");
+    // The machine facts, from this Prometheus's own query of this exporter.
+    assert!(
+        page.contains(&format!("<td>Kernel</td><td>{}</td>", release.trim())),
+        "{page}"
+    );
 }
 
 /// The tests with a live wakeup source run one at a time: the busy loop of one would load the
