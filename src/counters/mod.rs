@@ -56,22 +56,27 @@ pub fn read_idle_counts(root: &Path) -> Result<BTreeMap<u32, Vec<IdleStateCount>
             })
             .collect();
         dirs.sort();
+        // A count that cannot be read makes the whole reading unavailable, with the file
+        // named: counted as 0 it would read as a CPU that never idled, and a partial sum would
+        // undercount.
+        let number = |p: &Path| -> Result<u64, String> {
+            let text = read(p)?;
+            text.trim()
+                .parse()
+                .map_err(|_| format!("{}: not a count ({:?})", p.display(), text.trim()))
+        };
         let v = dirs
             .iter()
-            .map(|d| IdleStateCount {
-                name: read(&d.join("name"))
-                    .map(|s| s.trim().to_string())
-                    .unwrap_or_default(),
-                usage: read(&d.join("usage"))
-                    .ok()
-                    .and_then(|s| s.trim().parse().ok())
-                    .unwrap_or(0),
-                time_us: read(&d.join("time"))
-                    .ok()
-                    .and_then(|s| s.trim().parse().ok())
-                    .unwrap_or(0),
+            .map(|d| {
+                Ok(IdleStateCount {
+                    name: read(&d.join("name"))
+                        .map(|s| s.trim().to_string())
+                        .unwrap_or_default(),
+                    usage: number(&d.join("usage"))?,
+                    time_us: number(&d.join("time"))?,
+                })
             })
-            .collect();
+            .collect::<Result<Vec<_>, String>>()?;
         out.insert(id, v);
     }
     if out.is_empty() {
@@ -750,5 +755,38 @@ mod tests {
         for s in d.cpu_time.values() {
             assert!(s.busy_pct() >= 0.0 && s.busy_pct() <= 100.0 + 1e-9);
         }
+    }
+}
+
+#[cfg(test)]
+mod idle_count_tests {
+    use super::*;
+
+    fn state(root: &Path, cpu: u32, n: u32, usage: &str) {
+        let d = root.join(format!("sys/devices/system/cpu/cpu{cpu}/cpuidle/state{n}"));
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("name"), "HALT\n").unwrap();
+        std::fs::write(d.join("usage"), usage).unwrap();
+        std::fs::write(d.join("time"), "100\n").unwrap();
+    }
+
+    /// A count that does not read is never a 0: the reading is unavailable and names the file.
+    #[test]
+    fn an_unreadable_idle_count_makes_the_reading_unavailable_not_zero() {
+        let dir = tempfile::tempdir().unwrap();
+        state(dir.path(), 0, 0, "7\n");
+        state(dir.path(), 1, 0, "9\n");
+        let ok = read_idle_counts(dir.path()).unwrap();
+        assert_eq!(ok.values().map(|v| v[0].usage).collect::<Vec<_>>(), [7, 9]);
+        state(dir.path(), 1, 1, "garbage\n");
+        let e = read_idle_counts(dir.path()).unwrap_err();
+        assert!(e.contains("cpu1/cpuidle/state1/usage: not a count"), "{e}");
+        std::fs::remove_file(
+            dir.path()
+                .join("sys/devices/system/cpu/cpu1/cpuidle/state1/usage"),
+        )
+        .unwrap();
+        let e = read_idle_counts(dir.path()).unwrap_err();
+        assert!(e.contains("state1/usage"), "{e}");
     }
 }
