@@ -7,6 +7,10 @@
 //! series. At most `max_targets` labels get a slot; the rest share the `other` slot and are
 //! counted once each in `targets_dropped`. [`Resolver::members`] is re-read as processes and
 //! cgroups come and go.
+//!
+//! With no target named, the targets follow the host instead (`crate::watch::follow`): the
+//! most active process groups hold the slots ([`Slots::ranked`]) and give them up when the
+//! ranking drops them or they end.
 
 use super::follow::Follow;
 use crate::wakeups::SourceOptions;
@@ -429,7 +433,11 @@ mod tests {
     #[test]
     fn ranked_slots_are_given_up_and_taken_again_only_once_settled() {
         let mut s = Slots::ranked(2);
-        assert_eq!((s.count(), s.other()), (5, 4), "twice the labels, and other");
+        assert_eq!(
+            (s.count(), s.other()),
+            (5, 4),
+            "twice the labels, and other"
+        );
         assert_eq!(s.slot("a"), 0);
         assert_eq!(s.slot("b"), 1);
         assert_eq!(s.slot("c"), s.other(), "two labels at most");
