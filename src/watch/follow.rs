@@ -97,8 +97,8 @@ impl Follow {
             return None;
         }
         let cgroup = read(&dir.join("cgroup")).unwrap_or_default();
-        let path = groups::cgroup_path(&cgroup).unwrap_or("/");
-        Some(group_name(path, &stat.comm, self.by))
+        let path = groups::cgroup_path(&cgroup).unwrap_or_else(|| "/".into());
+        Some(group_name(&path, &stat.comm, self.by))
     }
 
     /// Lists the processes and their threads, reading a process's group when due.

@@ -109,9 +109,13 @@ fn pod_uid(part: &str) -> Option<String> {
     ok.then(|| uid.replace('_', "-"))
 }
 
-/// The cgroup v2 path in a `/proc/PID/cgroup` file: its `0::` line.
-pub fn cgroup_path(text: &str) -> Option<&str> {
-    text.lines().find_map(|l| l.strip_prefix("0::"))
+/// The cgroup v2 path in a `/proc/PID/cgroup` file (read by the probe's one parser of it):
+/// the unified hierarchy's line, `0::PATH`.
+pub fn cgroup_path(text: &str) -> Option<String> {
+    crate::probe::cgroup::parse_proc_cgroup(text)
+        .into_iter()
+        .find(|m| m.hierarchy == 0 && m.controllers.is_empty())
+        .map(|m| m.path)
 }
 
 /// What the ranking reads of `/proc/PID/stat`.
@@ -290,8 +294,11 @@ mod tests {
     #[test]
     fn the_cgroup_file_gives_its_v2_line() {
         let hybrid = "12:cpu,cpuacct:/system.slice/a.service\n0::/system.slice/a.service\n";
-        assert_eq!(cgroup_path(hybrid), Some("/system.slice/a.service"));
-        assert_eq!(cgroup_path("0::/\n"), Some("/"));
+        assert_eq!(
+            cgroup_path(hybrid).as_deref(),
+            Some("/system.slice/a.service")
+        );
+        assert_eq!(cgroup_path("0::/\n").as_deref(), Some("/"));
         assert_eq!(cgroup_path("4:memory:/x\n"), None);
     }
 
