@@ -25,7 +25,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
 /// Thread `status` files read per refresh at most.
-pub const THREAD_READS: usize = 1024;
+pub const THREAD_READS: usize = 128;
 /// Refreshes between re-reads of a known process's command and cgroup.
 pub const REREAD_EVERY: u64 = 30;
 
