@@ -297,6 +297,26 @@ pub struct SourceOptions {
     /// what they see that many times: estimates, at a share of the cost (each program's
     /// dispatch on every scheduler event included). In-kernel aggregation only.
     pub attach_every: u32,
+    /// Without named targets: what names a process group (`crate::watch::groups`).
+    pub group_by: GroupBy,
+}
+
+/// How a watch of the whole machine names the process groups it ranks (`--group-by`): the
+/// systemd unit or container read from the process's cgroup path, the path itself, or the
+/// command name.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum GroupBy {
+    /// The innermost container or systemd unit of the cgroup path, else the command name.
+    #[default]
+    Auto,
+    /// The innermost systemd unit (`.service`, `.scope`), else the command name.
+    Unit,
+    /// The container (docker, podman, containerd, cri-o, Kubernetes), else the command name.
+    Container,
+    /// The cgroup path under the cgroup root.
+    Cgroup,
+    /// The command name.
+    Comm,
 }
 
 #[cfg(test)]

@@ -140,6 +140,16 @@ fn bad_input_is_one_line_and_exit_2_before_anything_runs() {
         "a-name-longer-than-15",
     ]);
     bad_input(&["exporter", "--mechanism", "fake", "--probe-interval", "1s"]);
+    // A grouping names the busiest groups; named targets keep their own meaning.
+    bad_input(&[
+        "exporter",
+        "--mechanism",
+        "fake",
+        "--comm",
+        "postgres",
+        "--group-by",
+        "unit",
+    ]);
     bad_input(&["exporter", "--mechanism", "fake", "--series-budget", "20"]);
     for t in ["500ms", "soon"] {
         bad_input(&["exporter", "--mechanism", "fake", "--facts-interval", t]);

@@ -711,3 +711,95 @@ fn a_live_halt_poll_window_change_is_seen_through_prometheus() {
     let prom = Prometheus::start(port);
     assert_a_changed_fact_is_seen(&prom, &param, &(old_ns + 1).to_string());
 }
+
+/// Command names of the kernel threads alive now (`PF_KTHREAD` in `/proc/PID/stat`'s flags).
+fn kernel_thread_names() -> std::collections::BTreeSet<String> {
+    let mut out = std::collections::BTreeSet::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
+            continue;
+        };
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
+            continue;
+        };
+        let flags: u64 = stat[close + 1..]
+            .split_whitespace()
+            .nth(6)
+            .and_then(|f| f.parse().ok())
+            .unwrap_or(0);
+        if flags & 0x0020_0000 != 0 {
+            out.insert(stat[open + 1..close].to_string());
+        }
+    }
+    out
+}
+
+/// Issue 28: a default exporter (no target named) started first names a busy pair started
+/// after it (a renamed copy of cpulab, so its command name is its own: this host runs no
+/// systemd, so its processes sit in no unit and are named by command) while the pair runs,
+/// counts its wakeups under that name, never names a kernel thread, and never lets a counter
+/// go back as slots change hands.
+#[test]
+fn default_targets_name_a_busy_pair_started_later_and_never_a_kernel_thread() {
+    if !prometheus_installed(test_name!()) {
+        return;
+    }
+    let online = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap();
+    if online.trim() == "0" {
+        common::skipped(test_name!(), "one CPU: no pair of CPUs to pin apart");
+        return;
+    }
+    let kernel_threads = kernel_thread_names();
+    if kernel_threads.is_empty() {
+        common::skipped(test_name!(), "no kernel thread visible in /proc");
+        return;
+    }
+    let _one = ONE_LIVE_SOURCE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let pair = dir.path().join("cpulab-busy");
+    std::fs::copy(common::cpulab_path(), &pair).unwrap();
+    let port = free_port();
+    let _e = exporter(port, &[]);
+    let prom = Prometheus::start(port);
+    prom.wait_for("up{job=\"cpulab\"} == 1");
+    let started = now_s();
+    let mut c = Command::new(&pair);
+    c.env("CPULAB_HISTORY", "off")
+        .args(["pingpong", "--quiet", "--no-load-check", "--method", "pipe"])
+        .args(["--pairs", "0:1", "--target-ci", "0", "--max-time", "60s"]);
+    let mut busy = spawn(c);
+    let named = prom.wait_for("cpulab_wakeups_total{target=\"cpulab-busy\"}");
+    assert!(
+        busy.0.try_wait().unwrap().is_none(),
+        "the pair ended before it was named"
+    );
+    let first = prom.query("min(timestamp(cpulab_wakeups_total{target=\"cpulab-busy\"}))");
+    eprintln!(
+        "cpulab-busy named in a scrape {:.1} s after it started ({} series)",
+        value(&first[0]) - started,
+        named.len()
+    );
+    prom.wait_for("sum(cpulab_wakeups_total{target=\"cpulab-busy\"}) > 0");
+    drop(busy);
+    let t = prom.scraped_after(now_s());
+    let labels: Vec<String> = prom
+        .query(&format!(
+            "count by (target) (count_over_time(cpulab_wakeups_total[10m] @ {t:.3}))"
+        ))
+        .iter()
+        .map(|s| label(s, "target").to_string())
+        .collect();
+    assert!(labels.iter().any(|l| l == "cpulab-busy"), "{labels:?}");
+    let kernel: Vec<&String> = labels
+        .iter()
+        .filter(|l| kernel_threads.contains(*l))
+        .collect();
+    assert!(
+        kernel.is_empty(),
+        "kernel threads named: {kernel:?} in {labels:?}"
+    );
+    let resets = prom.query(&format!("resets(cpulab_wakeups_total[10m] @ {t:.3}) > 0"));
+    assert!(resets.is_empty(), "counters went back: {resets:?}");
+}

@@ -1340,3 +1340,38 @@ proptest! {
         prop_assert_eq!(index(tgid), (tgid % TARGET_ENTRIES) as usize);
     }
 }
+
+use cpulab::wakeups::GroupBy;
+use cpulab::watch::groups::group_name;
+
+proptest! {
+    #![proptest_config(config())]
+
+    /// Any cgroup path names its group without panicking; a docker container's scope is its
+    /// short id under whatever slices hold it, and a path with no unit and no container is the
+    /// command name, under every way of grouping but the path itself.
+    #[test]
+    fn cgroup_paths_name_their_group(
+        above in proptest::collection::vec(component(), 0..5),
+        id in "[0-9a-f]{64}",
+        comm in "[a-z]{1,15}",
+    ) {
+        let path = format!("/{}", above.join("/"));
+        for by in [GroupBy::Auto, GroupBy::Unit, GroupBy::Container, GroupBy::Cgroup, GroupBy::Comm] {
+            prop_assert!(!group_name(&path, &comm, by).is_empty());
+        }
+        let plain = above.iter().all(|c| {
+            !c.ends_with(".service") && !c.ends_with(".scope") && !c.contains("pod")
+                && !c.contains("docker") && c.len() < 12
+        });
+        if plain {
+            prop_assert_eq!(group_name(&path, &comm, GroupBy::Auto), comm.clone());
+        }
+        let docker = format!("{path}/docker-{id}.scope");
+        let outside_pods = above.iter().all(|c| !c.contains("pod"));
+        if outside_pods {
+            prop_assert_eq!(group_name(&docker, &comm, GroupBy::Auto), format!("docker/{}", &id[..12]));
+        }
+        prop_assert_eq!(group_name(&docker, &comm, GroupBy::Comm), comm);
+    }
+}

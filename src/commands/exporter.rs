@@ -11,7 +11,7 @@ use crate::exporter::settings::{
 };
 use crate::exporter::webconfig::WebConfig;
 use crate::machine::Machine;
-use crate::wakeups::Shape;
+use crate::wakeups::{GroupBy, Shape};
 use anyhow::Result;
 use std::path::PathBuf;
 
@@ -39,6 +39,10 @@ pub struct Args {
     /// At most this many targets get their own label; the rest count as target="other".
     #[arg(long, value_name = "N", default_value_t = 16)]
     pub max_targets: usize,
+    /// Without --comm/--pid/--cgroup: how the most active process groups are named. auto: the
+    /// container or systemd unit innermost in the cgroup path, else the command name.
+    #[arg(long, value_enum, value_name = "HOW")]
+    pub group_by: Option<GroupBy>,
     /// Most series published; fewer targets get their own label when the host's classes need
     /// it.
     #[arg(long, value_name = "N", default_value_t = 500)]
@@ -168,6 +172,15 @@ pub fn settings(args: &Args, machine: &Machine) -> Result<Settings> {
         }
         cgroups.push(g);
     }
+    let named = !(args.comm.is_empty() && args.pid.is_empty() && args.cgroup.is_empty());
+    if let (true, Some(by)) = (named, args.group_by) {
+        let by = clap::ValueEnum::to_possible_value(&by)
+            .map_or_else(String::new, |v| v.get_name().to_string());
+        return Err(bad_input(format!(
+            "--group-by {by} names the busiest groups when no target is given; drop it, or drop \
+             --comm/--pid/--cgroup"
+        )));
+    }
     if args.max_targets == 0 {
         return Err(bad_input(
             "--max-targets 0 leaves no target; give 1 or more (the rest count as `other`)",
@@ -195,6 +208,7 @@ pub fn settings(args: &Args, machine: &Machine) -> Result<Settings> {
         pids,
         cgroups,
         max_targets: args.max_targets,
+        group_by: args.group_by.unwrap_or_default(),
         series_budget: args.series_budget,
         probe_interval,
         web,

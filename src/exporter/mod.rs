@@ -190,6 +190,7 @@ fn open_wakeups(
         program_costs: s.program_costs,
         latency_sample: s.latency_sample,
         attach_every: s.attach_every,
+        group_by: s.group_by,
     };
     let source = crate::watch::open_source(machine, &opts)?;
     if let Some(why) = source.fallback_reason() {

@@ -23,6 +23,8 @@ pub struct Settings {
     pub pids: Vec<i32>,
     pub cgroups: Vec<String>,
     pub max_targets: usize,
+    /// Without named targets: how the most active groups are named (`--group-by`).
+    pub group_by: crate::wakeups::GroupBy,
     pub series_budget: usize,
     pub probe_interval: Option<Duration>,
     pub web: Option<WebConfig>,

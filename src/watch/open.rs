@@ -167,6 +167,9 @@ fn counts_options(target: &Target) -> SourceOptions {
     let mut o = SourceOptions {
         max_targets: 64,
         mechanism: Mechanism::Bpf,
+        // The whole machine: the busiest process groups, named by command as watch's report
+        // names processes.
+        group_by: crate::wakeups::GroupBy::Comm,
         ..Default::default()
     };
     match target {

@@ -76,8 +76,9 @@ impl Tasks for LabelTasks {
 #[derive(Default)]
 struct Sums {
     slots: Slots,
-    /// Per slot, per class name.
-    counts: BTreeMap<u32, BTreeMap<String, ClassCounts>>,
+    /// Per label (`other` included), per class name: kept by label, so a slot that passes to
+    /// another label (targets that follow the host) carries none of its counts along.
+    counts: BTreeMap<String, BTreeMap<String, ClassCounts>>,
     events: u64,
     lost: u64,
     failed: Option<String>,
@@ -104,7 +105,12 @@ impl PerfSource {
     /// thread; a refusal is returned from here, before anything is counted.
     pub fn open(machine: &Machine, opts: &SourceOptions) -> Result<Self> {
         let resolver = Resolver::new(&machine.root, opts);
-        let mut slots = Slots::new(opts.max_targets.clamp(1, 1024));
+        let max = opts.max_targets.clamp(1, 1024);
+        let mut slots = if resolver.whole_machine() {
+            Slots::ranked(max)
+        } else {
+            Slots::new(max)
+        };
         for label in resolver.named_labels() {
             slots.slot(&label);
         }
@@ -200,21 +206,40 @@ fn read_loop(
             analysis.feed(&ev, &mut tasks);
         }
         if last_refresh.elapsed() >= super::source::REFRESH {
-            tasks.refresh();
             last_refresh = Instant::now();
             if let Ok(mut s) = sums.lock() {
                 fold(&mut analysis, &mut tally, &mut s);
+                tasks.refresh();
+                follow(&tasks.members, &mut s);
             }
         }
     }
     // The events close with `events`: detached when this thread ends.
 }
 
+/// Gives up the slots of labels no longer among the members (targets that follow the host):
+/// their counts stay under their label, so a slot is settled at once.
+fn follow(members: &BTreeMap<i32, String>, s: &mut Sums) {
+    let keep: std::collections::HashSet<&str> = members.values().map(String::as_str).collect();
+    s.slots.release_all_but(&keep);
+    for (slot, _) in s.slots.leaving() {
+        s.slots.settle(slot);
+    }
+    if s.counts.len() > super::ledger::CARRIED_REMEMBERED {
+        let held: Vec<String> = s.slots.held().into_iter().map(|(l, _)| l).collect();
+        s.counts.retain(|l, _| l == OTHER || held.contains(l));
+    }
+}
+
 /// Moves what the analysis counted into the sums, so the analysis holds one second at most.
 fn fold(analysis: &mut Analysis<'_>, tally: &mut Tally, s: &mut Sums) {
     for (_, p) in std::mem::take(&mut analysis.processes) {
-        let slot = s.slots.slot(&p.comm);
-        let classes = s.counts.entry(slot).or_default();
+        let label = if s.slots.slot(&p.comm) == s.slots.other() {
+            OTHER.to_string()
+        } else {
+            p.comm
+        };
+        let classes = s.counts.entry(label).or_default();
         for (class, acc) in p.classes {
             let c = classes
                 .entry(class.as_str().to_string())
@@ -260,20 +285,14 @@ impl Source for PerfSource {
         if let Some(why) = &s.failed {
             anyhow::bail!("the perf reader stopped: {why}");
         }
-        let mut named: Vec<(String, u32)> = s
-            .slots
-            .labels()
-            .iter()
-            .enumerate()
-            .map(|(i, l)| (l.clone(), i as u32))
-            .collect();
+        let mut named: Vec<String> = s.slots.held().into_iter().map(|(l, _)| l).collect();
         if self.whole_machine || s.slots.dropped() > 0 {
-            named.push((OTHER.to_string(), s.slots.other()));
+            named.push(OTHER.to_string());
         }
         let targets = named
             .into_iter()
-            .map(|(label, slot)| {
-                let have = s.counts.get(&slot);
+            .map(|label| {
+                let have = s.counts.get(&label);
                 let classes = self
                     .classes
                     .iter()

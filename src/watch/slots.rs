@@ -7,7 +7,12 @@
 //! series. At most `max_targets` labels get a slot; the rest share the `other` slot and are
 //! counted once each in `targets_dropped`. [`Resolver::members`] is re-read as processes and
 //! cgroups come and go.
+//!
+//! With no target named, the targets follow the host instead (`crate::watch::follow`): the
+//! most active process groups hold the slots ([`Slots::ranked`]) and give them up when the
+//! ranking drops them or they end.
 
+use super::follow::Follow;
 use crate::wakeups::SourceOptions;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -18,36 +23,64 @@ pub const OTHER: &str = "other";
 /// Distinct dropped labels remembered (so each counts once); beyond this every drop counts.
 const DROPPED_REMEMBERED: usize = 4096;
 
-/// Labels and their slots: slot `i` is `labels[i]`, slot `max` is [`OTHER`].
+/// Labels and their slots: slot `i` is held by `labels[i]`, slot `capacity` is [`OTHER`].
+///
+/// Named targets (`Slots::new`) take slots first come and keep them. Targets that follow the
+/// host (`Slots::ranked`) give theirs up when the ranking drops them; a slot given up is
+/// settled (`Slots::settle`, once its last counts are carried to the label that left it, see
+/// `crate::watch::ledger`) before another label takes it, so it has twice as many slots as
+/// labels: the spares hold the slots given up since the last settling.
 #[derive(Clone, Debug, Default)]
 pub struct Slots {
     max: usize,
-    labels: Vec<String>,
+    capacity: usize,
+    labels: Vec<Option<String>>,
     index: HashMap<String, u32>,
+    /// Given up, not yet settled: slot -> the label that left it.
+    leaving: BTreeMap<u32, String>,
+    ranked: bool,
     dropped: HashSet<String>,
     dropped_count: u64,
 }
 
 impl Slots {
+    /// At most `max_targets` labels, first come, each keeping its slot.
     pub fn new(max_targets: usize) -> Self {
         Self {
             max: max_targets,
+            capacity: max_targets,
             ..Self::default()
         }
     }
 
+    /// At most `max_targets` labels at once, chosen by a ranking that changes them.
+    pub fn ranked(max_targets: usize) -> Self {
+        Self {
+            max: max_targets,
+            capacity: 2 * max_targets,
+            ranked: true,
+            ..Self::default()
+        }
+    }
+
+    /// Whether labels give their slots up (targets that follow the host).
+    pub fn is_ranked(&self) -> bool {
+        self.ranked
+    }
+
     /// The `other` slot.
     pub fn other(&self) -> u32 {
-        self.max as u32
+        self.capacity as u32
     }
 
     /// Slots in all, `other` included.
     pub fn count(&self) -> u32 {
-        self.max as u32 + 1
+        self.capacity as u32 + 1
     }
 
     /// The slot of `label`: its own (given on first sight while there is room), else `other`
-    /// (a label first dropped here counts in [`Slots::dropped`]).
+    /// (a label first dropped here counts in [`Slots::dropped`], unless ranked: there the
+    /// ranking keeps the rest in `other` on purpose).
     pub fn slot(&mut self, label: &str) -> u32 {
         if label == OTHER {
             return self.other();
@@ -55,11 +88,27 @@ impl Slots {
         if let Some(s) = self.index.get(label) {
             return *s;
         }
-        if self.labels.len() < self.max {
-            let s = self.labels.len() as u32;
-            self.labels.push(label.to_string());
+        // A label back before its old slot was settled takes it back: its counts go on there.
+        let back = self
+            .leaving
+            .iter()
+            .find(|(_, l)| *l == label)
+            .map(|(s, _)| *s);
+        let free = (0..self.capacity as u32).find(|s| {
+            self.labels.get(*s as usize).is_none_or(Option::is_none)
+                && !self.leaving.contains_key(s)
+        });
+        if let Some(s) = back.or(free).filter(|_| self.index.len() < self.max) {
+            self.leaving.remove(&s);
+            if self.labels.len() <= s as usize {
+                self.labels.resize(s as usize + 1, None);
+            }
+            self.labels[s as usize] = Some(label.to_string());
             self.index.insert(label.to_string(), s);
             return s;
+        }
+        if self.ranked {
+            return self.other();
         }
         if self.dropped.len() < DROPPED_REMEMBERED {
             if self.dropped.insert(label.to_string()) {
@@ -71,9 +120,34 @@ impl Slots {
         self.other()
     }
 
-    /// The labels with their own slot, in slot order.
-    pub fn labels(&self) -> &[String] {
-        &self.labels
+    /// Ranked: the labels not in `keep` give their slots up (to be settled).
+    pub fn release_all_but(&mut self, keep: &HashSet<&str>) {
+        if !self.ranked {
+            return;
+        }
+        for (s, l) in self.labels.iter_mut().enumerate() {
+            if let Some(label) = l.take_if(|l| !keep.contains(l.as_str())) {
+                self.index.remove(&label);
+                self.leaving.insert(s as u32, label);
+            }
+        }
+    }
+
+    /// Slots given up and not yet settled, with the label that left each.
+    pub fn leaving(&self) -> Vec<(u32, String)> {
+        self.leaving.iter().map(|(s, l)| (*s, l.clone())).collect()
+    }
+
+    /// `slot`'s last counts are carried to the label that left it: another may take it.
+    pub fn settle(&mut self, slot: u32) {
+        self.leaving.remove(&slot);
+    }
+
+    /// The labels with their own slot, each with its slot, in slot order.
+    pub fn held(&self) -> Vec<(String, u32)> {
+        (self.labels.iter().enumerate())
+            .filter_map(|(s, l)| Some((l.clone()?, s as u32)))
+            .collect()
     }
 
     /// Labels that found no slot because the cap was reached.
@@ -218,17 +292,26 @@ fn procs_below(dir: &Path, depth: usize, out: &mut Vec<i32>) {
 pub struct Resolver {
     root: PathBuf,
     opts: SourceOptions,
+    /// With no target named: the ranking of the host's process groups.
+    follow: Option<Follow>,
 }
 
 impl Resolver {
     pub fn new(root: &Path, opts: &SourceOptions) -> Self {
-        Self {
+        let mut r = Self {
             root: root.to_path_buf(),
             opts: opts.clone(),
+            follow: None,
+        };
+        if r.whole_machine() {
+            let max = opts.max_targets.clamp(1, 1024);
+            r.follow = Some(Follow::new(root, max, opts.group_by));
         }
+        r
     }
 
-    /// True when no target is named: every process is watched, labelled by its name.
+    /// True when no target is named: every process is watched, the most active groups under
+    /// their own label (`crate::watch::follow`), the rest as `other`.
     pub fn whole_machine(&self) -> bool {
         self.opts.comms.is_empty() && self.opts.pids.is_empty() && self.opts.cgroups.is_empty()
     }
@@ -270,8 +353,12 @@ impl Resolver {
     }
 
     /// Every watched process now, with its label (a process named by two targets takes the
-    /// first: cgroups, then pids, then command names).
-    pub fn members(&self) -> BTreeMap<i32, String> {
+    /// first: cgroups, then pids, then command names). With no target named, the processes of
+    /// the groups the ranking names now (one refresh of it: call once per interval).
+    pub fn members(&mut self) -> BTreeMap<i32, String> {
+        if let Some(f) = &mut self.follow {
+            return f.refresh();
+        }
         let mut out = BTreeMap::new();
         let cgroup_root = cgroup_root(&self.root);
         for pattern in &self.opts.cgroups {
@@ -288,13 +375,13 @@ impl Resolver {
                 out.entry(pid).or_insert(c);
             }
         }
-        if !self.opts.comms.is_empty() || self.whole_machine() {
+        if !self.opts.comms.is_empty() {
             for pid in self.all_pids() {
                 if out.contains_key(&pid) {
                     continue;
                 }
                 if let Some(c) = self.comm(pid)
-                    && (self.whole_machine() || self.opts.comms.contains(&c))
+                    && self.opts.comms.contains(&c)
                 {
                     out.insert(pid, c);
                 }
@@ -338,8 +425,39 @@ mod tests {
         assert_eq!(s.slot("redis"), 2);
         assert_eq!(s.dropped(), 2, "each dropped label counts once");
         assert_eq!(s.slot(OTHER), s.other());
-        assert_eq!(s.labels(), ["postgres", "pgbench"]);
+        let held: Vec<String> = s.held().into_iter().map(|(l, _)| l).collect();
+        assert_eq!(held, ["postgres", "pgbench"]);
         assert_eq!(s.count(), 3);
+    }
+
+    #[test]
+    fn ranked_slots_are_given_up_and_taken_again_only_once_settled() {
+        let mut s = Slots::ranked(2);
+        assert_eq!(
+            (s.count(), s.other()),
+            (5, 4),
+            "twice the labels, and other"
+        );
+        assert_eq!(s.slot("a"), 0);
+        assert_eq!(s.slot("b"), 1);
+        assert_eq!(s.slot("c"), s.other(), "two labels at most");
+        assert_eq!(s.dropped(), 0, "the rest is other on purpose, not dropped");
+        s.release_all_but(&HashSet::from(["b"]));
+        assert_eq!(s.leaving(), [(0, "a".to_string())]);
+        assert_eq!(s.slot("c"), 2, "a spare, not a's unsettled slot");
+        s.release_all_but(&HashSet::from(["b"]));
+        assert_eq!(s.slot("d"), 3);
+        s.release_all_but(&HashSet::from(["d"]));
+        assert_eq!(s.slot("e"), s.other(), "every spare is unsettled");
+        assert_eq!(s.slot("b"), 1, "back before settling: its own slot again");
+        s.settle(0);
+        assert_eq!(s.held(), [("b".to_string(), 1), ("d".to_string(), 3)]);
+        s.release_all_but(&HashSet::from(["d"]));
+        assert_eq!(s.slot("e"), 0, "settled: free again");
+        let mut named = Slots::new(1);
+        named.slot("a");
+        named.release_all_but(&HashSet::new());
+        assert_eq!(named.held().len(), 1, "named targets keep their slots");
     }
 
     #[test]
@@ -408,7 +526,7 @@ mod tests {
         assert!(check_cgroup(&root, "system.slice/*.service").is_ok());
         assert!(check_cgroup(&root, "nope.slice/*.service").is_err());
         assert!(check_cgroup(&root, "system.slice/missing.service").is_err());
-        let r = Resolver::new(
+        let mut r = Resolver::new(
             t.path(),
             &SourceOptions {
                 cgroups: vec!["system.slice/*.service".into()],
@@ -430,7 +548,7 @@ mod tests {
     #[test]
     fn comms_and_the_whole_machine_label_by_name() {
         let t = cgroup_tree();
-        let r = Resolver::new(
+        let mut r = Resolver::new(
             t.path(),
             &SourceOptions {
                 comms: vec!["postgres".into()],
@@ -438,8 +556,11 @@ mod tests {
             },
         );
         assert_eq!(r.members().keys().copied().collect::<Vec<_>>(), [100, 101]);
-        let all = Resolver::new(t.path(), &SourceOptions::default());
+        let mut all = Resolver::new(t.path(), &SourceOptions::default());
         assert!(all.whole_machine());
-        assert_eq!(all.members().len(), 4);
+        assert!(
+            all.members().is_empty(),
+            "the ranking's first refresh is a baseline"
+        );
     }
 }

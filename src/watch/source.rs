@@ -12,6 +12,7 @@
 use super::bpf::aggregate::{self, CLASSES, Layout, Maps, ROW_WORDS};
 use super::bpf::sys;
 use super::bpf::table::{self, MappedArray};
+use super::ledger::{Classes, Ledger};
 use super::slots::{OTHER, Resolver, Slots};
 use crate::machine::Machine;
 use crate::wakeups::{
@@ -31,6 +32,8 @@ pub const REFRESH: Duration = Duration::from_secs(1);
 struct Targets {
     resolver: Resolver,
     slots: Slots,
+    /// Each label's counts over the slots it held (targets that follow the host).
+    ledger: Ledger,
     /// tgid -> slot, as installed in the map.
     installed: HashMap<i32, u32>,
     /// Processes refused a `targets` entry (another live target held it: their ids are equal
@@ -45,6 +48,8 @@ impl Targets {
     /// removed, new ones added with their label's slot.
     fn refresh(&mut self, table: &MappedArray) {
         let members = self.resolver.members();
+        let keep: HashSet<&str> = members.values().map(String::as_str).collect();
+        self.slots.release_all_but(&keep);
         self.apply(table.entries(), members);
     }
 
@@ -443,7 +448,11 @@ impl BpfSource {
         let max_targets = opts.max_targets.clamp(1, 1024);
         let resolver = Resolver::new(&machine.root, opts);
         let whole_machine = resolver.whole_machine();
-        let mut slots = Slots::new(max_targets);
+        let mut slots = if whole_machine {
+            Slots::ranked(max_targets)
+        } else {
+            Slots::new(max_targets)
+        };
         for label in resolver.named_labels() {
             slots.slot(&label);
         }
@@ -458,6 +467,7 @@ impl BpfSource {
         let mut targets = Targets {
             resolver,
             slots,
+            ledger: Ledger::default(),
             installed: HashMap::new(),
             refused: 0,
             refused_now: HashSet::new(),
@@ -492,12 +502,12 @@ impl BpfSource {
         let mut progs = sched.progs;
         let mut prog_names = SCHED_PROGRAMS.to_vec();
         let mut links = Vec::new();
-        if !whole_machine {
-            for (name, prog, link) in attach_followers(&fds, layout, &offsets) {
-                progs.push(prog);
-                links.push(link);
-                prog_names.push(name);
-            }
+        // A named target's children join it at birth; watching the whole machine, those of
+        // a named group do (until the next refresh says otherwise).
+        for (name, prog, link) in attach_followers(&fds, layout, &offsets) {
+            progs.push(prog);
+            links.push(link);
+            prog_names.push(name);
         }
         let prog_ids = progs.iter().filter_map(|p| sys::prog_id(p).ok()).collect();
         let targets = Arc::new(Mutex::new(targets));
@@ -602,6 +612,20 @@ impl BpfSource {
         Ok(sum)
     }
 
+    /// One slot's rows, by class, scaled by the attached share.
+    fn slot_counts(&self, slot: u32) -> std::io::Result<Classes> {
+        let mut classes = BTreeMap::new();
+        for &c in &self.classes {
+            let busy = self.row(aggregate::row_key(slot, c, false))?;
+            let idle = self.row(aggregate::row_key(slot, c, true))?;
+            classes.insert(
+                CLASSES[c as usize].as_str().to_string(),
+                class_counts(&busy, &idle).scaled(self.attach_every),
+            );
+        }
+        Ok(classes)
+    }
+
     fn stat(&self, key: u32) -> std::io::Result<u64> {
         let mut buf = vec![0u8; self.ncpu * 8];
         sys::map_lookup(&self.stats, &key.to_ne_bytes(), &mut buf)?;
@@ -643,42 +667,35 @@ impl Source for BpfSource {
     }
 
     fn snapshot(&mut self) -> Result<Snapshot> {
-        let (labels, dropped, refused, other_slot) = {
-            let t = self
-                .targets
-                .lock()
-                .map_err(|_| anyhow::anyhow!("the target refresh thread panicked"))?;
-            (
-                t.slots.labels().to_vec(),
-                t.slots.dropped(),
-                t.refused,
-                t.slots.other(),
-            )
-        };
-        let mut named: Vec<(String, u32)> = labels
-            .into_iter()
-            .enumerate()
-            .map(|(i, l)| (l, i as u32))
-            .collect();
-        if self.whole_machine || dropped > 0 {
-            named.push((OTHER.to_string(), other_slot));
+        // Held throughout: the refresh thread gives no slot up while its counts are read.
+        let mut t = self
+            .targets
+            .lock()
+            .map_err(|_| anyhow::anyhow!("the target refresh thread panicked"))?;
+        let t = &mut *t;
+        let held = t.slots.held();
+        let held_labels: HashSet<&str> = held.iter().map(|(l, _)| l.as_str()).collect();
+        for (slot, label) in t.slots.leaving() {
+            let now = self.slot_counts(slot)?;
+            t.ledger.settle(&label, slot, &now, &held_labels);
+            t.slots.settle(slot);
         }
-        let mut targets = Vec::with_capacity(named.len());
-        for (label, slot) in named {
-            let mut classes = BTreeMap::new();
-            for &c in &self.classes {
-                let busy = self.row(aggregate::row_key(slot, c, false))?;
-                let idle = self.row(aggregate::row_key(slot, c, true))?;
-                classes.insert(
-                    CLASSES[c as usize].as_str().to_string(),
-                    class_counts(&busy, &idle).scaled(self.attach_every),
-                );
-            }
+        let mut targets = Vec::with_capacity(held.len() + 1);
+        for (label, slot) in &held {
+            let classes = t.ledger.counts(label, *slot, &self.slot_counts(*slot)?);
             targets.push(TargetCounts {
-                target: label,
+                target: label.clone(),
                 classes,
             });
         }
+        let dropped = t.slots.dropped();
+        if self.whole_machine || dropped > 0 {
+            targets.push(TargetCounts {
+                target: OTHER.to_string(),
+                classes: self.slot_counts(t.slots.other())?,
+            });
+        }
+        let refused = t.refused;
         Ok(Snapshot {
             targets,
             events_seen: self.stat(aggregate::STAT_SEEN)?,
@@ -720,6 +737,7 @@ mod tests {
         Targets {
             resolver: Resolver::new(std::path::Path::new("/nonexistent"), &opts),
             slots: Slots::new(4),
+            ledger: Ledger::default(),
             installed: HashMap::new(),
             refused: 0,
             refused_now: HashSet::new(),

@@ -1,0 +1,294 @@
+//! Targets that follow the host: with no target named, the most active process groups get
+//! their own label, re-ranked every refresh (`crate::watch::rank`), named by unit, container or
+//! command (`crate::watch::groups`).
+//!
+//! **What activity is.** A group's activity over an interval is the voluntary context switches
+//! its threads made in it, read from `/proc/PID/task/TID/status`. A voluntary switch is a
+//! thread going to sleep, and every sleep ends in a wakeup: so the count stands for the
+//! wakeups to come, which is what the exporter counts, at no cost to the scheduler (no BPF).
+//! Involuntary switches (preemptions) are left out: a busy loop preempted a thousand times a
+//! second is woken by nobody.
+//!
+//! **What it costs.** One `status` read per thread and interval is the whole price, so it is
+//! bounded: at most [`THREAD_READS`] threads are read per refresh. Threads first listed in this
+//! refresh come first (a new service is seen at once), then those read longest ago; a thread
+//! read after `k` refreshes counts its switches over `k`. Each process's `stat` (kernel thread
+//! or not, command) and `cgroup` (its group) are read when it is first seen, again at its next
+//! two refreshes (a process is moved into its unit's or container's cgroup, and `exec`s, just
+//! after it is born) and every [`REREAD_EVERY`] refreshes after. Kernel threads are never read
+//! beyond their `stat`, and never named.
+
+use super::groups::{self, group_name};
+use super::rank::Ranking;
+use crate::wakeups::GroupBy;
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+
+/// Thread `status` files read per refresh at most.
+pub const THREAD_READS: usize = 128;
+/// Refreshes between re-reads of a known process's command and cgroup.
+pub const REREAD_EVERY: u64 = 30;
+
+/// A process as last read: its group, or none for a kernel thread (or one that ended).
+#[derive(Clone, Debug)]
+struct Proc {
+    group: Option<String>,
+    first_seen: u64,
+    seen: u64,
+}
+
+#[derive(Clone, Debug)]
+struct Thread {
+    pid: i32,
+    first_listed: u64,
+    /// Voluntary switches at the last read, and that refresh.
+    last: Option<(u64, u64)>,
+    /// Switches per refresh at the last read.
+    rate: u64,
+    listed: u64,
+}
+
+/// The ranking's state between refreshes, reading /proc under a root.
+#[derive(Clone, Debug)]
+pub struct Follow {
+    root: PathBuf,
+    by: GroupBy,
+    ranking: Ranking,
+    procs: HashMap<i32, Proc>,
+    threads: HashMap<i32, Thread>,
+    step: u64,
+    /// The watcher's own process, left out.
+    me: i32,
+}
+
+fn read(path: &Path) -> Option<String> {
+    std::fs::read_to_string(path).ok()
+}
+
+fn ids(dir: &Path) -> Vec<i32> {
+    std::fs::read_dir(dir).map_or_else(
+        |_| Vec::new(),
+        |d| {
+            d.flatten()
+                .filter_map(|e| e.file_name().to_str()?.parse().ok())
+                .collect()
+        },
+    )
+}
+
+impl Follow {
+    pub fn new(root: &Path, max: usize, by: GroupBy) -> Self {
+        Self {
+            root: root.to_path_buf(),
+            by,
+            ranking: Ranking::new(max),
+            procs: HashMap::new(),
+            threads: HashMap::new(),
+            step: 0,
+            me: std::process::id() as i32,
+        }
+    }
+
+    /// The group of process `pid` now (none: a kernel thread, or gone).
+    fn group_of(&self, pid: i32) -> Option<String> {
+        let dir = self.root.join("proc").join(pid.to_string());
+        let stat = groups::parse_stat(&read(&dir.join("stat"))?)?;
+        if stat.kernel_thread() {
+            return None;
+        }
+        let cgroup = read(&dir.join("cgroup")).unwrap_or_default();
+        let path = groups::cgroup_path(&cgroup).unwrap_or_else(|| "/".into());
+        Some(group_name(&path, &stat.comm, self.by))
+    }
+
+    /// Lists the processes and their threads, reading a process's group when due.
+    fn list(&mut self) {
+        let step = self.step;
+        for pid in ids(&self.root.join("proc")) {
+            if pid == self.me {
+                continue;
+            }
+            let due = self.procs.get(&pid).is_none_or(|p| {
+                let age = step - p.first_seen;
+                age <= 2 || age.is_multiple_of(REREAD_EVERY)
+            });
+            if due {
+                let group = self.group_of(pid);
+                let first_seen = self.procs.get(&pid).map_or(step, |p| p.first_seen);
+                self.procs.insert(
+                    pid,
+                    Proc {
+                        group,
+                        first_seen,
+                        seen: step,
+                    },
+                );
+            } else if let Some(p) = self.procs.get_mut(&pid) {
+                p.seen = step;
+            }
+            if self.procs.get(&pid).is_none_or(|p| p.group.is_none()) {
+                continue;
+            }
+            let task = self.root.join("proc").join(pid.to_string()).join("task");
+            for tid in ids(&task) {
+                let t = self.threads.entry(tid).or_insert(Thread {
+                    pid,
+                    first_listed: step,
+                    last: None,
+                    rate: 0,
+                    listed: step,
+                });
+                t.listed = step;
+            }
+        }
+        self.procs.retain(|_, p| p.seen == step);
+        self.threads.retain(|_, t| t.listed == step);
+    }
+
+    /// Reads at most [`THREAD_READS`] threads' switches: the newly listed first, then those
+    /// read longest ago.
+    fn read_threads(&mut self) {
+        let step = self.step;
+        let mut order: Vec<(u64, i32)> = self
+            .threads
+            .iter()
+            .map(|(tid, t)| {
+                let key = match t.last {
+                    _ if t.first_listed == step => 0,
+                    None => 1,
+                    Some((_, at)) => 2 + at,
+                };
+                (key, *tid)
+            })
+            .collect();
+        order.sort_unstable();
+        for &(_, tid) in order.iter().take(THREAD_READS) {
+            let Some(t) = self.threads.get(&tid) else {
+                continue;
+            };
+            let path = self.root.join(format!("proc/{}/task/{tid}/status", t.pid));
+            let Some(now) = read(&path).as_deref().and_then(groups::voluntary_switches) else {
+                continue;
+            };
+            let Some(t) = self.threads.get_mut(&tid) else {
+                continue;
+            };
+            t.rate = match t.last {
+                Some((was, at)) => now.saturating_sub(was) / (step - at).max(1),
+                // Born since the last refresh: every switch it made is in this interval. Listed
+                // before but never read (the budget), or at the first refresh: a baseline.
+                None if t.first_listed == step && step > 1 => now,
+                None => 0,
+            };
+            t.last = Some((now, step));
+        }
+    }
+
+    /// One refresh: every live group's activity, the ranking stepped, and the processes of the
+    /// named groups with their group's name.
+    pub fn refresh(&mut self) -> BTreeMap<i32, String> {
+        self.step += 1;
+        self.list();
+        self.read_threads();
+        let mut activity: BTreeMap<String, u64> = BTreeMap::new();
+        for p in self.procs.values() {
+            if let Some(g) = &p.group {
+                activity.entry(g.clone()).or_insert(0);
+            }
+        }
+        for t in self.threads.values() {
+            if let Some(g) = self.procs.get(&t.pid).and_then(|p| p.group.as_ref()) {
+                *activity.entry(g.clone()).or_insert(0) += t.rate;
+            }
+        }
+        let named = self.ranking.step(&activity);
+        self.procs
+            .iter()
+            .filter_map(|(pid, p)| {
+                let g = p.group.as_ref()?;
+                named.contains(g).then(|| (*pid, g.clone()))
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One process of a fixture: (pid, command, ppid, flags, cgroup path, [(tid, switches)]).
+    type Fixture<'a> = (i32, &'a str, i32, u64, &'a str, &'a [(i32, u64)]);
+
+    /// A /proc tree of these processes.
+    fn write(root: &Path, procs: &[Fixture]) {
+        let _ = std::fs::remove_dir_all(root.join("proc"));
+        for (pid, comm, ppid, flags, cgroup, threads) in procs {
+            let d = root.join(format!("proc/{pid}"));
+            std::fs::create_dir_all(&d).unwrap();
+            let stat = format!("{pid} ({comm}) S {ppid} {pid} {pid} 0 -1 {flags} 0 0 0 0");
+            std::fs::write(d.join("stat"), stat).unwrap();
+            std::fs::write(d.join("cgroup"), format!("0::{cgroup}\n")).unwrap();
+            for (tid, sw) in *threads {
+                let t = d.join(format!("task/{tid}"));
+                std::fs::create_dir_all(&t).unwrap();
+                let status = format!("Name:\t{comm}\nvoluntary_ctxt_switches:\t{sw}\n");
+                std::fs::write(t.join("status"), status).unwrap();
+            }
+        }
+    }
+
+    #[test]
+    fn busy_groups_are_named_by_unit_and_kernel_threads_never() {
+        let t = tempfile::tempdir().unwrap();
+        let pg = "/system.slice/postgresql.service";
+        let host = |pg_switches: u64, kw: u64, born: bool| {
+            let mut v: Vec<Fixture> = vec![
+                (2, "kthreadd", 0, 0x208040, "/", &[(2, 0)]),
+                (40, "kworker/0:1", 2, 0x4208060, "/", &[]),
+                (100, "postgres", 1, 0x400100, pg, &[]),
+                (101, "postgres", 100, 0x400100, pg, &[]),
+            ];
+            v[1].5 = if kw > 0 {
+                &[(40, 1_000_000)]
+            } else {
+                &[(40, 5)]
+            };
+            v[2].5 = if pg_switches > 0 {
+                &[(100, 1_000)]
+            } else {
+                &[(100, 10)]
+            };
+            if born {
+                v.push((
+                    300,
+                    "pingpong",
+                    1,
+                    0x400100,
+                    "/",
+                    &[(300, 7_000), (301, 7_000)],
+                ));
+            }
+            v
+        };
+        write(t.path(), &host(0, 0, false));
+        let mut f = Follow::new(t.path(), 4, GroupBy::Auto);
+        assert!(f.refresh().is_empty(), "the first refresh is a baseline");
+        write(t.path(), &host(1, 1, false));
+        let m = f.refresh();
+        assert_eq!(m.get(&100).map(String::as_str), Some("postgresql.service"));
+        assert_eq!(m.get(&101).map(String::as_str), Some("postgresql.service"));
+        assert!(
+            !m.contains_key(&40) && !m.contains_key(&2),
+            "kernel threads: {m:?}"
+        );
+        // Started since: its threads' switches since birth rank it at its first refresh.
+        write(t.path(), &host(1, 1, true));
+        let m = f.refresh();
+        assert_eq!(m.get(&300).map(String::as_str), Some("pingpong"));
+        // It ends: gone from the members, and from the ranking.
+        write(t.path(), &host(1, 1, false));
+        let m = f.refresh();
+        assert!(!m.contains_key(&300));
+        assert_eq!(f.ranking.named(), ["postgresql.service"]);
+    }
+}
