@@ -1001,3 +1001,76 @@ fn a_simulated_scheduler_lands_in_the_same_rows_on_both_sides() {
         }
     }
 }
+
+/// The `targets` entries of `kernel`'s table, as user space sees them (`table`'s functions).
+fn target_words(kernel: &Kernel) -> Vec<std::sync::atomic::AtomicU64> {
+    (0..super::table::TARGET_BUCKETS)
+        .flat_map(|b| {
+            let v = kernel.vm.value(MAPS.targets, b, 0).to_vec();
+            v.chunks_exact(8)
+                .map(|w| {
+                    std::sync::atomic::AtomicU64::new(u64::from_ne_bytes(w.try_into().unwrap()))
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// The fork program, run in the interpreter on children near `PID_MAX_LIMIT`: a child of a
+/// target takes a free entry of its own bucket with its parent's slot (by compare-and-
+/// exchange), found there by user space's look-up; a child already there is left as it is; a
+/// child whose bucket is full of other processes is not placed, and no other entry changes.
+#[test]
+fn the_fork_program_places_a_targets_child_in_its_own_bucket() {
+    use super::table::{self, TARGET_BUCKETS, WAYS};
+    let (topo, _) = two_socket();
+    let mut kernel = Kernel::new(&topo, true, 0);
+    let l = Layout {
+        ncpu: 32,
+        unmatched: None,
+        direct: true,
+        sample: 0,
+    };
+    let fork = aggregate::fork(&MAPS, &l, &OFFSETS);
+    let task = |kernel: &mut Kernel, tgid: i32| {
+        let mut b = vec![0u8; TASK_BYTES];
+        b[OFFSETS.pid as usize..][..4].copy_from_slice(&tgid.to_ne_bytes());
+        b[OFFSETS.tgid as usize..][..4].copy_from_slice(&tgid.to_ne_bytes());
+        kernel.vm.alloc(&format!("process {tgid}"), b, false)
+    };
+    let parent = task(&mut kernel, PROC);
+    let run = |kernel: &mut Kernel, child: i32| {
+        let c = task(kernel, child);
+        assert_eq!(kernel.vm.run(&fork, &[parent, c]), Ok(0));
+    };
+    let child = 4_194_000;
+    run(&mut kernel, child);
+    assert_eq!(
+        table::slot_of(&target_words(&kernel), child as u32),
+        Some(SLOT)
+    );
+    run(&mut kernel, child);
+    let held = table::held(&target_words(&kernel));
+    assert_eq!(held.iter().filter(|&&t| t == child as u32).count(), 1);
+    // A bucket full of other processes (placed by user space with slot 5).
+    let b = table::bucket(4_100_000, TARGET_BUCKETS);
+    let same: Vec<u32> = (4_100_000..=4_194_304)
+        .filter(|&p| table::bucket(p, TARGET_BUCKETS) == b)
+        .take(WAYS as usize + 1)
+        .collect();
+    for (w, &p) in same[..WAYS as usize].iter().enumerate() {
+        let mut v = kernel.vm.value(MAPS.targets, b, 0).to_vec();
+        v[w * 8..][..8].copy_from_slice(&table::entry(p, 5).to_ne_bytes());
+        kernel.vm.set_value(MAPS.targets, b, 0, &v);
+    }
+    let before = kernel.vm.value(MAPS.targets, b, 0).to_vec();
+    run(&mut kernel, same[WAYS as usize] as i32);
+    assert_eq!(kernel.vm.value(MAPS.targets, b, 0), &before[..]);
+    let words = target_words(&kernel);
+    assert_eq!(table::slot_of(&words, same[WAYS as usize]), None);
+    assert!(
+        same[..WAYS as usize]
+            .iter()
+            .all(|&p| table::slot_of(&words, p) == Some(5))
+    );
+}
