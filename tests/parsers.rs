@@ -1329,15 +1329,36 @@ proptest! {
         prop_assert_eq!(cpulab::watch::targets::parse_procs(&text), pids);
     }
 
-    /// The BPF targets table's entry word for a process and slot reads back to them, at the
-    /// process's index inside the table; a free word (tgid 0) holds nothing.
+    /// The BPF targets table's entry word for a process and slot reads back to them; a free
+    /// word (tgid 0) holds nothing; every id has a bucket inside the table.
     #[test]
     fn a_targets_entry_reads_back(tgid in any::<u32>(), slot in any::<u32>()) {
-        use cpulab::watch::bpf::table::{TARGET_ENTRIES, decode, entry, index};
+        use cpulab::watch::bpf::table::{TARGET_BUCKETS, bucket, decode, entry};
         let want = (tgid != 0).then_some((tgid, slot));
         prop_assert_eq!(decode(entry(tgid, slot)), want);
-        prop_assert!(index(tgid) < TARGET_ENTRIES as usize);
-        prop_assert_eq!(index(tgid), (tgid % TARGET_ENTRIES) as usize);
+        prop_assert!(bucket(tgid, TARGET_BUCKETS) < TARGET_BUCKETS);
+    }
+
+    /// Any set of live processes up to `PID_MAX_LIMIT`, fewer than a bucket's ways for each
+    /// bucket they fall in, is placed whole: each process reads back its own slot, whatever
+    /// its pid modulo 32,768 (the size of the array the table replaced).
+    #[test]
+    fn live_processes_are_placed_apart(pids in proptest::collection::btree_set(1u32..=4_194_304, 0..300)) {
+        use cpulab::watch::bpf::table::{TARGET_BUCKETS, TARGET_ENTRIES, WAYS, bucket, set, slot_of};
+        use std::sync::atomic::AtomicU64;
+        let t: Vec<AtomicU64> = (0..TARGET_ENTRIES).map(|_| AtomicU64::new(0)).collect();
+        let mut per_bucket = std::collections::HashMap::new();
+        for &p in &pids {
+            let n = per_bucket.entry(bucket(p, TARGET_BUCKETS)).or_insert(0u32);
+            *n += 1;
+            prop_assert_eq!(set(&t, p, p % 7), *n <= WAYS);
+        }
+        for &p in &pids {
+            let fits = per_bucket[&bucket(p, TARGET_BUCKETS)] <= WAYS;
+            if fits {
+                prop_assert_eq!(slot_of(&t, p), Some(p % 7));
+            }
+        }
     }
 }
 

@@ -70,6 +70,14 @@ impl ClassAcc {
         }
     }
 
+    /// Records a timed latency in the histogram. Sum and histogram hold the same wakeups: a
+    /// latency above the histogram's highest trackable value (60 s) is recorded there as that
+    /// value, as the kernel's overflow bucket holds it, while the sum keeps it whole (it once
+    /// went into the sum and not the histogram, so the mean of the two disagreed).
+    pub fn record(&mut self, ns: u64) {
+        let _ = self.latency.record(ns.clamp(1, self.latency.high()));
+    }
+
     pub fn merge(&mut self, o: &ClassAcc) {
         self.wakeups += o.wakeups;
         self.to_idle += o.to_idle;
@@ -219,7 +227,7 @@ impl<'t> Analysis<'t> {
         if let Some(ns) = latency_ns {
             acc.sum_ns += ns;
             p.runq_wait_ns += ns;
-            let _ = acc.latency.record(ns.max(1));
+            acc.record(ns);
         }
         if let Some(k) = pair
             && let Some(pair) = self.pairs.get_mut(&k)
@@ -227,7 +235,7 @@ impl<'t> Analysis<'t> {
             let acc = class_entry(&mut pair.classes, class);
             acc.wakeups += 1;
             if let Some(ns) = latency_ns {
-                let _ = acc.latency.record(ns.max(1));
+                acc.record(ns);
             }
         }
     }
@@ -926,5 +934,17 @@ mod tests {
         );
         let c = &a.processes[&100].classes[&topo.class(0, 1)];
         assert_eq!((c.wakeups, c.latency.len()), (1, 0));
+    }
+
+    #[test]
+    fn a_latency_beyond_the_histogram_is_in_both_its_top_and_the_sum() {
+        let mut a = ClassAcc::new();
+        a.record(5_000);
+        a.record(90_000_000_000);
+        a.sum_ns = 90_000_005_000;
+        assert_eq!(a.latency.len(), 2, "both latencies in the histogram");
+        assert!(a.latency.max() >= 59_000_000_000 && a.latency.max() <= 61_000_000_000);
+        a.record(0);
+        assert_eq!(a.latency.len(), 3, "a zero latency is recorded as 1 ns");
     }
 }

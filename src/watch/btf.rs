@@ -20,6 +20,10 @@ pub struct TaskOffsets {
     /// `task_struct.comm` (16 bytes), where the BTF has it: lets a program match a process
     /// named by `--comm` when it is exec'd.
     pub comm: Option<u32>,
+    /// `task_struct.on_rq` (an int, non-zero while the task is on a run queue: running, or
+    /// preempted and waiting), where the BTF has it: lets the waking program leave a wakeup of
+    /// a task that has nothing to wait for untimed, as watch's analysis does.
+    pub on_rq: Option<u32>,
 }
 
 /// The byte offset of member `name` in struct `ty`, looking through anonymous struct and
@@ -75,6 +79,7 @@ pub fn task_offsets(btf: &Btf) -> Result<TaskOffsets, String> {
         tgid: field("tgid")?,
         cpu,
         comm: member_offset(btf, &task, "comm"),
+        on_rq: member_offset(btf, &task, "on_rq"),
     })
 }
 
@@ -233,6 +238,7 @@ pub(crate) mod tests {
             ("thread_info", info, 0),
             ("pid", int, 2464),
             ("tgid", int, 2468),
+            ("on_rq", int, 120),
         ];
         if with_task_cpu {
             members.push(("", anon, 64));
@@ -255,7 +261,8 @@ pub(crate) mod tests {
                 pid: 2464,
                 tgid: 2468,
                 cpu: 68,
-                comm: None
+                comm: None,
+                on_rq: Some(120),
             }
         );
     }
@@ -299,6 +306,10 @@ pub(crate) mod tests {
         };
         let o = task_offsets(&btf).unwrap();
         assert_eq!(o.tgid, o.pid + 4, "pid and tgid are adjacent pid_t fields");
+        assert!(
+            o.on_rq.is_some(),
+            "task_struct.on_rq, read by the waking program"
+        );
         assert_eq!(tracepoint_args(&btf, "sched_switch"), Ok(4));
         assert_eq!(tracepoint_args(&btf, "sched_waking"), Ok(1));
         assert_eq!(tracepoint_args(&btf, "sched_wakeup"), Ok(1));

@@ -36,8 +36,8 @@ struct Targets {
     ledger: Ledger,
     /// tgid -> slot, as installed in the map.
     installed: HashMap<i32, u32>,
-    /// Processes refused a `targets` entry (another live target held it: their ids are equal
-    /// modulo the table's size), each counted once however many re-reads refuse it again.
+    /// Processes refused a `targets` entry (every entry of their bucket held another live
+    /// target, see [`table`]), each counted once however many re-reads refuse it again.
     refused: u64,
     /// Those refused at the last re-read: counted already.
     refused_now: HashSet<i32>,
@@ -215,8 +215,9 @@ fn time_programs() -> std::io::Result<OwnedFd> {
 /// The maps the programs share, owned here until the source takes them.
 struct KernelMaps {
     targets: Arc<MappedArray>,
-    /// An array indexed by tid (see `aggregate`): a wakeup whose switch-in never comes (rare)
-    /// is overwritten by the next one of its entry, never leaks anything. Mapped, so that user
+    /// Buckets of ways keyed by tid (see `aggregate`): a wakeup whose switch-in never comes
+    /// (rare: a task's switch-in or switch-out gives its way back) keeps its way until the
+    /// next clear; a bucket with no free way counts the next wakeup lost. Mapped, so that user
     /// space can clear it before re-attaching (`--attach-every`).
     pending: Arc<MappedArray>,
     classes: OwnedFd,
@@ -237,8 +238,8 @@ impl KernelMaps {
             targets: Arc::new(MappedArray::targets("cpulab_targets")?),
             pending: Arc::new(MappedArray::create(
                 "cpulab_pending",
-                aggregate::PENDING,
-                aggregate::PENDING_ENTRIES,
+                aggregate::PENDING * aggregate::PENDING_WAYS,
+                aggregate::PENDING_BUCKETS,
             )?),
             classes: sys::map_create(sys::BPF_MAP_TYPE_ARRAY, 4, 4, ncpu * ncpu, "cpulab_classes")?,
             rows: percpu((ROW_WORDS * 8) as u32, nrows, "cpulab_rows")?,
@@ -726,7 +727,7 @@ impl Drop for BpfSource {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::watch::bpf::table::TARGET_ENTRIES;
+    use crate::watch::bpf::table::{TARGET_BUCKETS, TARGET_ENTRIES, WAYS};
 
     fn targets() -> Targets {
         let opts = SourceOptions {
@@ -783,38 +784,58 @@ mod tests {
     #[test]
     fn a_refused_process_is_counted_once_however_often_it_is_refused_again() {
         let entries: Vec<AtomicU64> = (0..TARGET_ENTRIES).map(|_| AtomicU64::new(0)).collect();
-        let ids = [4242, 4242 + TARGET_ENTRIES as i32];
+        // One more process than a bucket has ways, all of one bucket, at pids up to
+        // `PID_MAX_LIMIT`.
+        let ids: Vec<i32> = (4_000_000..=4_194_304)
+            .filter(|&p| table::bucket(p as u32, TARGET_BUCKETS) == 9)
+            .take(WAYS as usize + 1)
+            .collect();
+        assert_eq!(ids.len(), WAYS as usize + 1);
         let label = |pids: &[i32]| -> BTreeMap<i32, String> {
             pids.iter().map(|&p| (p, "postgres".to_string())).collect()
+        };
+        let placed = |entries: &[AtomicU64]| -> Vec<i32> {
+            ids.iter()
+                .copied()
+                .filter(|&p| table::slot_of(entries, p as u32) == Some(0))
+                .collect()
         };
         let mut t = targets();
         for _ in 0..5 {
             t.apply(&entries, label(&ids));
         }
-        // One of the two holds the entry (whichever was set first), the other is refused.
-        let holder = |entries: &[AtomicU64]| {
-            let held: Vec<i32> = ids
-                .iter()
-                .copied()
-                .filter(|&p| table::slot_of(entries, p as u32) == Some(0))
-                .collect();
-            assert_eq!(held.len(), 1, "{held:?}");
-            held[0]
-        };
-        let first = holder(&entries);
-        let other = ids[usize::from(first == ids[0])];
+        // All but one hold an entry; the last is refused, once however many re-reads.
+        let held = placed(&entries);
+        assert_eq!(held.len(), WAYS as usize, "{held:?}");
+        let refused = *ids.iter().find(|p| !held.contains(p)).unwrap();
         assert_eq!(t.refused, 1, "one process refused, five re-reads");
-        // The holder ends: the other gets the entry at the next re-read, counted no more.
-        t.apply(&entries, label(&[other]));
-        assert_eq!(holder(&entries), other);
+        // A holder ends: the refused one gets its entry at the next re-read, counted no more.
+        let rest: Vec<i32> = ids.iter().copied().filter(|&p| p != held[0]).collect();
+        t.apply(&entries, label(&rest));
+        assert!(placed(&entries).contains(&refused));
         assert_eq!(t.refused, 1);
         // The first comes back (a new process with the same id): now it is the one refused.
         t.apply(&entries, label(&ids));
         t.apply(&entries, label(&ids));
-        assert_eq!(holder(&entries), other);
+        assert!(!placed(&entries).contains(&held[0]));
         assert_eq!(t.refused, 2);
         // Nothing watched: the table is emptied.
         t.apply(&entries, BTreeMap::new());
         assert!(table::held(&entries).is_empty());
+    }
+
+    #[test]
+    fn processes_whose_pids_agree_modulo_32768_are_all_targets() {
+        let entries: Vec<AtomicU64> = (0..TARGET_ENTRIES).map(|_| AtomicU64::new(0)).collect();
+        let ids: Vec<i32> = (0..128).map(|k| 1234 + k * 32_768).collect();
+        let members: BTreeMap<i32, String> =
+            ids.iter().map(|&p| (p, "postgres".to_string())).collect();
+        let mut t = targets();
+        t.apply(&entries, members);
+        assert_eq!(t.refused, 0);
+        assert!(
+            ids.iter()
+                .all(|&p| table::slot_of(&entries, p as u32) == Some(0))
+        );
     }
 }

@@ -4,8 +4,11 @@
 //! Two programs on the scheduler's raw tracepoints, and five maps:
 //! - `sched_waking(p)`: looks the wakee's process up in `targets` (its [`super::table`] entry:
 //!   tgid -> target slot, kept by user space; a miss is skipped, or counted under the `other`
-//!   slot when the whole machine is watched) and notes in `pending` (a [`PENDING`] value in the tid's [`pending_index`] entry)
-//!   when it was woken, from which CPU, and for which slot.
+//!   slot when the whole machine is watched). A wakee already on a run queue (`task_struct.on_rq`
+//!   set: running, or preempted and still queued) has nothing to wait for: its wakeup is counted
+//!   at once, to a busy CPU (the one the task is on), with no latency. Otherwise the program
+//!   notes in `pending` (a [`PENDING`] way of the tid's [`pending_bucket`]) when it was woken,
+//!   from which CPU, and for which slot.
 //! - `sched_switch(prev, next)`: for `next` with a pending wakeup, the wakeup is counted where
 //!   it landed: its class is that of (waker's CPU, this CPU) from `classes` (a CPU-pair table
 //!   user space fills from `topology`), the destination was idle when `prev` is the idle task
@@ -21,20 +24,22 @@
 //!
 //! `rows` and `stats` are per-CPU arrays: each CPU adds to its own copy with plain loads and
 //! stores (a program is not preempted), and user space sums the copies when asked. Everything is
-//! bounded by construction: `targets` and `pending` are arrays with one entry per tgid or tid
-//! modulo their size, `rows` has one row per (slot, class, idle).
+//! bounded by construction: `targets` and `pending` are arrays of fixed buckets, `rows` has one
+//! row per (slot, class, idle).
 //!
-//! `pending` is an array, not a hash keyed by tid, for cost: these programs run on every
-//! scheduler event of the machine, and an array lookup is inlined by the verifier into a few
-//! instructions, where a hash update or delete is a helper call that takes a bucket lock. A
-//! wakeup is noted, placed and forgotten with plain stores into its entry. The entry holds its
-//! tid: a reader that finds another tid there ignores the entry, and a waking that finds another
-//! tid's wakeup still pending in its entry (two tasks pending at once whose tids are equal modulo
-//! [`PENDING_ENTRIES`]) counts that one lost and takes the entry.
+//! `pending` is an array of buckets, not a hash map keyed by tid, for cost (the reasons of
+//! [`super::table`]: an inlined array look-up where a hash update and delete would take a
+//! bucket lock on every wakeup). A tid's wakeup takes a way of its bucket whose tid is 0 by an
+//! atomic compare-and-exchange of the tid (so two CPUs never take one way), is placed by the
+//! switch-in that finds its tid there, and the way is given back by a second compare-and-exchange
+//! (a full barrier: the reads of the way come before it is free again). A reader matches the
+//! full tid, so a wakeup is never timed for another thread; a waking that finds every way of
+//! its bucket taken by other tids (more than [`PENDING_WAYS`] pending at once in one bucket of
+//! [`PENDING_BUCKETS`]) is counted lost in `stats` and not followed.
 
 use super::insn::{Insn, helper};
 use super::programs::count;
-use super::table::TARGET_ENTRIES;
+use super::table::{HASH, TARGET_BUCKETS, WAYS};
 use crate::topology::PlacementClass;
 use crate::wakeups::{EXACT_PER_TICK, LATENCY_BOUNDS_NS};
 
@@ -62,18 +67,29 @@ pub const ROW_WORDS: usize = BUCKETS + 2;
 pub const STAT_SEEN: u32 = 0;
 pub const STAT_LOST: u32 = 1;
 pub const STATS: u32 = 2;
-/// `pending`'s value: waking time (u64; 0 when nothing is pending, 1 when pending but not
-/// timed), waker CPU, slot, the tid and the latency's weight (u32 each; 0: not timed).
+/// One `pending` way: waking time (u64; 0 while not yet noted, 1 when noted but not timed),
+/// waker CPU, slot, the tid (0: the way is free) and the latency's weight (u32 each; 0: not
+/// timed).
 pub const PENDING: u32 = 24;
-/// Entries of `pending` (a power of two): a tid's entry is [`pending_index`]. As large as
-/// Linux's default `pid_max` on a small machine, so there no two tids share an entry.
-pub const PENDING_ENTRIES: u32 = 32768;
-/// Offsets in a `pending` value.
+/// Ways of a `pending` bucket.
+pub const PENDING_WAYS: u32 = 4;
+/// Buckets of `pending` (a power of two): 32,768 ways, 768 KiB, as many as the array indexed
+/// by tid it replaces. A tid's bucket is [`pending_bucket`].
+pub const PENDING_BUCKETS: u32 = 8192;
+/// Offsets in a `pending` way.
 const P_TIME: i16 = 0;
 const P_WAKER: i16 = 8;
 const P_SLOT: i16 = 12;
 const P_TID: i16 = 16;
 const P_WEIGHT: i16 = 20;
+/// `targets` buckets: ways, bytes between ways, where a way's id is.
+const TARGET_WAY: (u32, i16, i16) = (WAYS, 8, T_TGID);
+/// `targets` buckets for a compare-and-exchange of the whole u64 entry.
+const TARGET_WAY_WORD: (u32, i16, i16) = (WAYS, 8, 0);
+/// `pending` buckets, the same.
+const PENDING_WAY: (u32, i16, i16) = (PENDING_WAYS, PENDING as i16, P_TID);
+/// Where a `targets` entry keeps its tgid: the low half of the u64 (at byte 0 little-endian).
+const T_TGID: i16 = if cfg!(target_endian = "little") { 0 } else { 4 };
 /// `sampler`'s one per-CPU value: the tick (jiffies) being counted, target wakeups noted on
 /// this CPU in it, and the random state (u64 each).
 pub const SAMPLER: u32 = 24;
@@ -81,9 +97,9 @@ const S_TICK: i16 = 0;
 const S_COUNT: i16 = 8;
 const S_RNG: i16 = 16;
 
-/// The `pending` entry of thread `tid`.
-pub fn pending_index(tid: u32) -> u32 {
-    tid & (PENDING_ENTRIES - 1)
+/// The `pending` bucket of thread `tid`.
+pub fn pending_bucket(tid: u32) -> u32 {
+    super::table::bucket(tid, PENDING_BUCKETS)
 }
 
 /// The `rows` index of (target slot, class index, destination idle).
@@ -201,33 +217,61 @@ impl Asm {
         self.push(Insn::add64_reg(scratch, src));
         self.push(Insn::stx_dw(base, off, scratch));
     }
-    /// `r0 = &array[reg & (entries - 1)]` (`entries` a power of two), jumping to `miss` when
-    /// none is returned (never, but the verifier asks). Clobbers r1-r5.
-    fn entry_of(&mut self, array: i32, entries: u32, reg: u8, miss: &'static str) {
-        self.push(Insn::mov64_reg(1, reg));
-        self.push(Insn::and64_imm(1, (entries - 1) as i32));
+    /// `r0 = &array[table::bucket(reg, buckets)]` (`buckets` a power of two), jumping to
+    /// `miss` when none is returned (never, but the verifier asks). Clobbers r1-r5.
+    fn bucket(&mut self, array: i32, buckets: u32, reg: u8, miss: &'static str) {
+        self.p.extend(hash_insns(reg, buckets));
         self.push(Insn::stx_w(10, KEY as i16, 1));
         self.lookup(array, KEY);
         self.jump(Insn::jeq_imm(0, 0, 0), miss);
     }
-    /// `r0 = &pending[pending_index(reg)]`; see [`Self::entry_of`].
-    fn pending_slot(&mut self, pending: i32, reg: u8, miss: &'static str) {
-        self.entry_of(pending, PENDING_ENTRIES, reg, miss);
+    /// Jumps to `found` with `dst` = the address of the first of `ways` ways (`stride` bytes
+    /// apart) from `bucket` whose u32 at `tag` equals `id`; falls through when none does.
+    /// Clobbers r1 (and `dst` only when found).
+    fn find_way(
+        &mut self,
+        bucket: u8,
+        (ways, stride, tag): (u32, i16, i16),
+        id: u8,
+        dst: u8,
+        found: &'static str,
+    ) {
+        for w in 0..ways as i16 {
+            self.push(Insn::ldx_w(1, bucket, w * stride + tag));
+            self.push(Insn::jne_reg(1, id, 3));
+            self.push(Insn::mov64_reg(dst, bucket));
+            self.push(Insn::add64_imm(dst, i32::from(w * stride)));
+            self.jump(Insn::ja(0), found);
+        }
     }
-    /// [`Self::pending_slot`], also jumping to `miss` when the entry holds another tid.
-    fn pending_entry(&mut self, pending: i32, reg: u8, miss: &'static str) {
-        self.pending_slot(pending, reg, miss);
-        self.push(Insn::ldx_w(1, 0, P_TID));
-        self.jump(Insn::jne_reg(1, reg, 0), miss);
+    /// Takes the first free way from `bucket`: atomically, its u64 (`dw`) or u32 at `tag`
+    /// from 0 to `new`; jumps to `claimed` with `dst` = the way's address, falls through when
+    /// every way is taken. Clobbers r0 (and `dst` only when claimed).
+    fn claim_way(
+        &mut self,
+        bucket: u8,
+        (ways, stride, tag): (u32, i16, i16),
+        (dw, new): (bool, u8),
+        dst: u8,
+        claimed: &'static str,
+    ) {
+        for w in 0..ways as i16 {
+            self.push(Insn::mov64_imm(0, 0));
+            self.push(if dw {
+                Insn::cmpxchg_dw(bucket, w * stride + tag, new)
+            } else {
+                Insn::cmpxchg_w(bucket, w * stride + tag, new)
+            });
+            self.push(Insn::jne_imm(0, 0, 3));
+            self.push(Insn::mov64_reg(dst, bucket));
+            self.push(Insn::add64_imm(dst, i32::from(w * stride)));
+            self.jump(Insn::ja(0), claimed);
+        }
     }
-    /// `r0 = &targets[table::index(reg)]` (its u64 word); see [`Self::entry_of`].
-    fn target_entry(&mut self, targets: i32, reg: u8, miss: &'static str) {
-        self.entry_of(targets, TARGET_ENTRIES, reg, miss);
-    }
-    /// `dst = the slot of process reg` from the entry word at r0, jumping to `miss` when the
-    /// entry holds another process (or none). Clobbers r1 and r2.
-    fn target_slot(&mut self, reg: u8, dst: u8, miss: &'static str) {
-        self.push(Insn::ldx_dw(1, 0, 0));
+    /// `dst = the slot` of the `targets` entry at `way`, jumping to `miss` unless the entry
+    /// (read whole, one 64-bit load) holds process `reg`. Clobbers r1 and r2.
+    fn target_slot(&mut self, way: u8, reg: u8, dst: u8, miss: &'static str) {
+        self.push(Insn::ldx_dw(1, way, 0));
         self.push(Insn::mov64_reg(2, 1));
         self.push(Insn::lsh64_imm(2, 32));
         self.push(Insn::rsh64_imm(2, 32));
@@ -235,15 +279,23 @@ impl Asm {
         self.push(Insn::rsh64_imm(1, 32));
         self.push(Insn::mov64_reg(dst, 1));
     }
-    /// `*r0 = slot << 32 | tgid` (one 64-bit store: the whole entry at once). Clobbers r1, r2.
-    fn target_store(&mut self, tgid: u8, slot: u8) {
-        self.push(Insn::mov64_reg(1, slot));
-        self.push(Insn::lsh64_imm(1, 32));
+    /// `r3 = slot << 32 | tgid`, a `targets` entry. Clobbers r2.
+    fn target_word(&mut self, tgid: u8, slot: u8) {
+        self.push(Insn::mov64_reg(3, slot));
+        self.push(Insn::lsh64_imm(3, 32));
         self.push(Insn::mov64_reg(2, tgid));
         self.push(Insn::lsh64_imm(2, 32));
         self.push(Insn::rsh64_imm(2, 32));
-        self.push(Insn::or64_reg(1, 2));
-        self.push(Insn::stx_dw(0, 0, 1));
+        self.push(Insn::or64_reg(3, 2));
+    }
+    /// Gives the `pending` way at `way` back: not pending (time 0), then free (tid 0, by a
+    /// compare-and-exchange: a full barrier, so every read of the way comes before another
+    /// waking can take it). Clobbers r0 and r1.
+    fn release(&mut self, way: u8) {
+        self.push(Insn::st_dw(way, P_TIME, 0));
+        self.push(Insn::ldx_w(0, way, P_TID));
+        self.push(Insn::mov64_imm(1, 0));
+        self.push(Insn::cmpxchg_w(way, P_TID, 1));
     }
     /// `r0 = &classes[entry.waker_cpu * ncpu + this CPU]` for the `pending` entry at `entry`,
     /// jumping to `miss` when none is returned. Clobbers r1-r5.
@@ -324,14 +376,29 @@ pub fn bucket_insns() -> Vec<Insn> {
     p
 }
 
+/// `r1 = table::bucket(reg, buckets)`: the low 32 bits of the 64-bit product are the 32-bit
+/// product, whatever the sign extension of the immediate; their top bits are the bucket.
+pub fn hash_insns(reg: u8, buckets: u32) -> [Insn; 4] {
+    [
+        Insn::mov64_reg(1, reg),
+        Insn::mul64_imm(1, HASH as i32),
+        Insn::lsh64_imm(1, 32),
+        Insn::rsh64_imm(1, 64 - buckets.trailing_zeros() as i32),
+    ]
+}
+
 /// The `sched_waking(p)` program.
 pub fn waking(m: &Maps, l: &Layout, o: &crate::watch::btf::TaskOffsets) -> Vec<Insn> {
     let mut a = Asm::new();
     a.push(Insn::mov64_reg(6, 1));
     count(&mut a.p, m.stats, STAT_SEEN);
     a.task_u32(0, o.tgid, 7, l.direct);
-    a.target_entry(m.targets, 7, "unmatched");
-    a.target_slot(7, 8, "unmatched");
+    a.bucket(m.targets, TARGET_BUCKETS, 7, "unmatched");
+    a.push(Insn::mov64_reg(9, 0));
+    a.find_way(9, TARGET_WAY, 7, 9, "target");
+    a.jump(Insn::ja(0), "unmatched");
+    a.label("target");
+    a.target_slot(9, 7, 8, "unmatched");
     a.jump(Insn::ja(0), "have");
     a.label("unmatched");
     match l.unmatched {
@@ -339,17 +406,75 @@ pub fn waking(m: &Maps, l: &Layout, o: &crate::watch::btf::TaskOffsets) -> Vec<I
         Some(slot) => a.push(Insn::mov64_imm(8, slot as i32)),
     }
     a.label("have");
+    if let Some(on_rq) = o.on_rq {
+        queued(&mut a, m, l, o, on_rq);
+    }
     a.task_u32(0, o.pid, 7, l.direct);
-    a.pending_slot(m.pending, 7, "exit");
+    a.bucket(m.pending, PENDING_BUCKETS, 7, "exit");
     a.push(Insn::mov64_reg(9, 0));
-    // Another tid's wakeup still pending in this entry: it is lost, this one takes the entry.
-    a.push(Insn::ldx_dw(1, 9, P_TIME));
-    a.jump(Insn::jeq_imm(1, 0, 0), "take");
-    a.push(Insn::ldx_w(1, 9, P_TID));
-    a.jump(Insn::jeq_reg(1, 7, 0), "take");
+    // The tid's own way (woken again before it ran), else a free one; none: lost.
+    a.find_way(9, PENDING_WAY, 7, 9, "take");
+    a.claim_way(9, PENDING_WAY, (false, 7), 9, "take");
     count(&mut a.p, m.stats, STAT_LOST);
+    a.jump(Insn::ja(0), "exit");
     a.label("take");
-    // r6 = the weight of this wakeup's latency (0: not timed); see [`Layout::sample`].
+    // Not pending while it is written: the time, written last, says it is.
+    a.push(Insn::st_dw(9, P_TIME, 0));
+    weight(&mut a, m, l);
+    a.push(Insn::stx_w(9, P_WEIGHT, 6));
+    a.push(Insn::call(helper::GET_SMP_PROCESSOR_ID));
+    a.push(Insn::stx_w(9, P_WAKER, 0));
+    a.push(Insn::stx_w(9, P_SLOT, 8));
+    a.push(Insn::mov64_imm(1, 1));
+    a.jump(Insn::jeq_imm(6, 0, 0), "publish");
+    a.push(Insn::call(helper::KTIME_GET_NS));
+    a.push(Insn::mov64_reg(1, 0));
+    a.label("publish");
+    // The time last: the switch-in of this tid cannot come before this program ends (the task
+    // is enqueued after `sched_waking`); a switch-out of it on another CPU (woken while still
+    // switching out) reads the way only once the time is non-zero, and on CPUs that keep
+    // stores in order (x86) then reads this waking's waker and slot. A barrier here (an atomic
+    // store) cost about 50 ns a waking under load, more than the rest of the noting.
+    a.push(Insn::stx_dw(9, P_TIME, 1));
+    a.exit()
+}
+
+/// The waking's branch for a wakee already on a run queue (`task_struct.on_rq` at `on_rq`
+/// non-zero: running, or preempted and still queued): counted at once in the row of (this
+/// CPU, the task's CPU), to a busy CPU, with no latency, as the analysis counts it; nothing is
+/// noted. The process's slot is in r8; the context in r6.
+fn queued(a: &mut Asm, m: &Maps, l: &Layout, o: &crate::watch::btf::TaskOffsets, on_rq: u32) {
+    let w = (ROW_WAKEUPS * 8) as i16;
+    a.task_u32(0, on_rq, 9, l.direct);
+    a.jump(Insn::jeq_imm(9, 0, 0), "sleeping");
+    a.task_u32(0, o.cpu, 9, l.direct);
+    a.push(Insn::call(helper::GET_SMP_PROCESSOR_ID));
+    a.push(Insn::mul64_imm(0, l.ncpu as i32));
+    a.push(Insn::add64_reg(0, 9));
+    a.push(Insn::stx_w(10, KEY2 as i16, 0));
+    a.lookup(m.classes, KEY2);
+    a.jump(Insn::jeq_imm(0, 0, 0), "queued_lost");
+    a.push(Insn::ldx_w(1, 0, 0));
+    a.push(Insn::mov64_reg(2, 8));
+    a.push(Insn::mul64_imm(2, NCLASS as i32));
+    a.push(Insn::add64_reg(2, 1));
+    a.push(Insn::mul64_imm(2, 2));
+    a.push(Insn::stx_w(10, KEY2 as i16, 2));
+    a.lookup(m.rows, KEY2);
+    a.jump(Insn::jeq_imm(0, 0, 0), "queued_lost");
+    a.push(Insn::ldx_dw(1, 0, w));
+    a.push(Insn::add64_imm(1, 1));
+    a.push(Insn::stx_dw(0, w, 1));
+    a.jump(Insn::ja(0), "exit");
+    a.label("queued_lost");
+    count(&mut a.p, m.stats, STAT_LOST);
+    a.jump(Insn::ja(0), "exit");
+    a.label("sleeping");
+}
+
+/// `r6 = the weight` of this wakeup's latency (0: not timed); see [`Layout::sample`].
+/// Reads the tid in r7 (the random state's seed). Clobbers r0-r5.
+fn weight(a: &mut Asm, m: &Maps, l: &Layout) {
     if l.sample > 1 {
         a.push(Insn::call(helper::JIFFIES64));
         a.push(Insn::mov64_reg(6, 0));
@@ -385,46 +510,41 @@ pub fn waking(m: &Maps, l: &Layout, o: &crate::watch::btf::TaskOffsets) -> Vec<I
         a.push(Insn::and64_imm(1, (l.sample - 1) as i32));
         a.jump(Insn::jne_imm(1, 0, 0), "untimed");
         a.push(Insn::mov64_imm(6, l.sample as i32));
-        a.jump(Insn::ja(0), "timed");
+        a.jump(Insn::ja(0), "weighed");
         a.label("untimed");
-        // Pending (a non-zero time), not timed (weight 0).
-        a.push(Insn::st_dw(9, P_TIME, 1));
-        a.push(Insn::st_w(9, P_WEIGHT, 0));
-        a.jump(Insn::ja(0), "where");
+        a.push(Insn::mov64_imm(6, 0));
+        a.jump(Insn::ja(0), "weighed");
     }
     a.label("every");
     a.push(Insn::mov64_imm(6, 1));
-    a.label("timed");
-    a.push(Insn::call(helper::KTIME_GET_NS));
-    a.push(Insn::stx_dw(9, P_TIME, 0));
-    a.push(Insn::stx_w(9, P_WEIGHT, 6));
-    a.label("where");
-    a.push(Insn::call(helper::GET_SMP_PROCESSOR_ID));
-    a.push(Insn::stx_w(9, P_WAKER, 0));
-    a.push(Insn::stx_w(9, P_SLOT, 8));
-    a.push(Insn::stx_w(9, P_TID, 7));
-    a.exit()
+    a.label("weighed");
 }
 
 /// The `sched_process_fork(parent, child)` program: a new process whose parent is a target
 /// joins its parent's slot at once, so a short-lived child (a PostgreSQL backend, a pingpong
 /// responder) is counted from its first wakeup instead of after the next one-second refresh.
 /// The refresh stays the authority: it removes what no longer matches (a child that ran
-/// `exec` into another command). New threads share their process' entry already.
+/// `exec` into another command), and counts a child its bucket had no room for when it tries
+/// to place it. New threads share their process' entry already.
 pub fn fork(m: &Maps, l: &Layout, o: &crate::watch::btf::TaskOffsets) -> Vec<Insn> {
     let mut a = Asm::new();
     a.push(Insn::mov64_reg(6, 1));
     a.task_u32(0, o.tgid, 7, l.direct); // parent
-    a.target_entry(m.targets, 7, "exit");
-    a.target_slot(7, 8, "exit");
+    a.bucket(m.targets, TARGET_BUCKETS, 7, "exit");
+    a.push(Insn::mov64_reg(9, 0));
+    a.find_way(9, TARGET_WAY, 7, 9, "parent");
+    a.jump(Insn::ja(0), "exit");
+    a.label("parent");
+    a.target_slot(9, 7, 8, "exit");
     a.task_u32(1, o.tgid, 9, l.direct); // child
     a.jump(Insn::jeq_reg(9, 7, 0), "exit");
-    a.target_entry(m.targets, 9, "exit");
+    a.bucket(m.targets, TARGET_BUCKETS, 9, "exit");
+    a.push(Insn::mov64_reg(7, 0));
     // Only into a free entry: what the refresh installed stands, and another process's entry
     // is not taken.
-    a.push(Insn::ldx_dw(1, 0, 0));
-    a.jump(Insn::jne_imm(1, 0, 0), "exit");
-    a.target_store(9, 8);
+    a.find_way(7, TARGET_WAY, 9, 5, "exit");
+    a.target_word(9, 8);
+    a.claim_way(7, TARGET_WAY_WORD, (true, 3), 5, "exit");
     a.exit()
 }
 
@@ -449,15 +569,15 @@ pub fn exec(m: &Maps, o: &crate::watch::btf::TaskOffsets) -> Option<Vec<Insn>> {
     a.jump(Insn::jeq_imm(0, 0, 0), "exit");
     a.push(Insn::ldx_w(8, 0, 0));
     a.task_u32(0, o.tgid, 9, false);
-    a.target_entry(m.targets, 9, "exit");
+    a.bucket(m.targets, TARGET_BUCKETS, 9, "exit");
+    a.push(Insn::mov64_reg(7, 0));
     // The process is this name now: its own entry, or a free one; never another process's.
-    a.push(Insn::ldx_dw(1, 0, 0));
-    a.jump(Insn::jeq_imm(1, 0, 0), "take");
-    a.push(Insn::lsh64_imm(1, 32));
-    a.push(Insn::rsh64_imm(1, 32));
-    a.jump(Insn::jne_reg(1, 9, 0), "exit");
-    a.label("take");
-    a.target_store(9, 8);
+    a.target_word(9, 8);
+    a.find_way(7, TARGET_WAY, 9, 5, "own");
+    a.claim_way(7, TARGET_WAY_WORD, (true, 3), 5, "exit");
+    a.jump(Insn::ja(0), "exit");
+    a.label("own");
+    a.push(Insn::stx_dw(5, 0, 3));
     Some(a.exit())
 }
 
@@ -482,11 +602,13 @@ pub fn switch(m: &Maps, l: &Layout, o: &crate::watch::btf::TaskOffsets) -> Vec<I
     // A wakeup of `prev` still pending: it was woken while on its CPU and ran on. It counts as
     // a wakeup (to a busy CPU, its own) with no latency: there was nothing to wait for.
     a.jump(Insn::jeq_imm(8, 0, 0), "next");
-    a.pending_entry(m.pending, 8, "next");
+    a.bucket(m.pending, PENDING_BUCKETS, 8, "next");
     a.push(Insn::mov64_reg(9, 0));
+    a.find_way(9, PENDING_WAY, 8, 9, "prev");
+    a.jump(Insn::ja(0), "next");
+    a.label("prev");
     a.push(Insn::ldx_dw(1, 9, P_TIME));
     a.jump(Insn::jeq_imm(1, 0, 0), "next");
-    a.push(Insn::st_dw(9, P_TIME, 0));
     a.class_of(m.classes, 9, l.ncpu, "prev_lost");
     a.push(Insn::ldx_w(1, 0, 0));
     a.push(Insn::ldx_w(2, 9, P_SLOT));
@@ -499,19 +621,33 @@ pub fn switch(m: &Maps, l: &Layout, o: &crate::watch::btf::TaskOffsets) -> Vec<I
     a.push(Insn::ldx_dw(1, 0, w));
     a.push(Insn::add64_imm(1, 1));
     a.push(Insn::stx_dw(0, w, 1));
-    a.jump(Insn::ja(0), "next");
+    a.jump(Insn::ja(0), "prev_done");
     a.label("prev_lost");
     count(&mut a.p, m.stats, STAT_LOST);
+    a.label("prev_done");
+    a.release(9);
     a.label("next");
     a.jump(Insn::jeq_imm(7, 0, 0), "exit");
     // r6 = destination idle: `prev` is the idle task (the context is not read again).
     a.push(Insn::mov64_imm(6, 0));
     a.push(Insn::jne_imm(8, 0, 1));
     a.push(Insn::mov64_imm(6, 1));
-    a.pending_entry(m.pending, 7, "exit");
+    a.bucket(m.pending, PENDING_BUCKETS, 7, "exit");
     a.push(Insn::mov64_reg(8, 0));
+    a.find_way(8, PENDING_WAY, 7, 8, "found");
+    a.jump(Insn::ja(0), "exit");
+    a.label("found");
     a.push(Insn::ldx_dw(1, 8, P_TIME));
     a.jump(Insn::jeq_imm(1, 0, 0), "exit");
+    placed(&mut a, m, l);
+    a.exit()
+}
+
+/// The switch's count of `next`'s pending wakeup, its way at r8, the destination's idleness in
+/// r6: its row gets the wakeup, and when the waking timed it, the latency's bucket and sum
+/// (times its weight); then the way is given back. Clobbers r0-r7, r9.
+fn placed(a: &mut Asm, m: &Maps, l: &Layout) {
+    let w = (ROW_WAKEUPS * 8) as i16;
     // r7 = the class of (waker's CPU, this CPU)
     a.class_of(m.classes, 8, l.ncpu, "lost");
     a.push(Insn::ldx_w(7, 0, 0));
@@ -554,8 +690,7 @@ pub fn switch(m: &Maps, l: &Layout, o: &crate::watch::btf::TaskOffsets) -> Vec<I
     a.label("lost");
     count(&mut a.p, m.stats, STAT_LOST);
     a.label("forget");
-    a.push(Insn::st_dw(8, P_TIME, 0));
-    a.exit()
+    a.release(8);
 }
 
 #[cfg(test)]
@@ -694,6 +829,7 @@ mod tests {
             tgid: 2468,
             cpu: 68,
             comm: Some(2800),
+            on_rq: Some(120),
         };
         for direct in [true, false] {
             for unmatched in [None, Some(16)] {
@@ -733,38 +869,25 @@ mod tests {
     }
 
     #[test]
-    fn a_tids_pending_entry_is_inside_the_array_and_repeats_every_size() {
-        assert!(PENDING_ENTRIES.is_power_of_two());
-        for tid in [0, 1, 32767, 32768, 32769, 4_194_303] {
-            assert!(pending_index(tid) < PENDING_ENTRIES);
-            assert_eq!(pending_index(tid), pending_index(tid + PENDING_ENTRIES));
+    fn the_kernels_bucket_of_an_id_is_the_tables() {
+        assert!(PENDING_BUCKETS.is_power_of_two() && TARGET_BUCKETS.is_power_of_two());
+        let ids = [
+            0u32, 1, 2, 4242, 32_767, 32_768, 32_769, 4_194_303, 4_194_304,
+        ];
+        for buckets in [PENDING_BUCKETS, TARGET_BUCKETS] {
+            let code = hash_insns(7, buckets);
+            for id in ids.into_iter().chain((0..2_000).map(|k| k * 2_097 + 13)) {
+                let mut r = [0u64; 11];
+                r[7] = u64::from(id);
+                interpret(&code, &mut r);
+                assert_eq!(r[1], u64::from(super::super::table::bucket(id, buckets)));
+                assert!(r[1] < u64::from(buckets));
+            }
         }
-        assert_ne!(pending_index(1), pending_index(2));
-        // The mask the programs apply is the same function.
-        let p = waking(
-            &Maps {
-                targets: 3,
-                comms: -1,
-                pending: 4,
-                classes: 5,
-                rows: 7,
-                stats: 8,
-                sampler: 10,
-            },
-            &Layout {
-                ncpu: 2,
-                unmatched: None,
-                direct: true,
-                sample: 8,
-            },
-            &crate::watch::btf::TaskOffsets {
-                pid: 2464,
-                tgid: 2468,
-                cpu: 68,
-                comm: None,
-            },
+        assert_eq!(
+            pending_bucket(77),
+            super::super::table::bucket(77, PENDING_BUCKETS)
         );
-        assert!(p.contains(&Insn::and64_imm(1, (PENDING_ENTRIES - 1) as i32)));
     }
 
     #[test]

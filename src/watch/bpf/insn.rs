@@ -136,6 +136,18 @@ impl Insn {
     pub const fn jeq_reg(dst: u8, src: u8, off: i16) -> Self {
         Self::new(0x1d, dst, src, off, 0)
     }
+    /// `BPF_CMPXCHG` (with `BPF_FETCH`): the `imm` of an atomic compare-and-exchange.
+    pub const CMPXCHG: i32 = 0xf1;
+    /// Atomically: `if *(u64 *)(dst + off) == r0 then *(u64 *)(dst + off) = src`; r0 = the
+    /// old value either way. A full memory barrier (`BPF_STX | BPF_ATOMIC | BPF_DW`).
+    pub const fn cmpxchg_dw(dst: u8, off: i16, src: u8) -> Self {
+        Self::new(0xdb, dst, src, off, Self::CMPXCHG)
+    }
+    /// [`Self::cmpxchg_dw`] on a u32 (compares r0's low half; r0 = the old value,
+    /// zero-extended).
+    pub const fn cmpxchg_w(dst: u8, off: i16, src: u8) -> Self {
+        Self::new(0xc3, dst, src, off, Self::CMPXCHG)
+    }
     /// A call of kernel helper `id`: arguments in r1-r5, result in r0, r1-r5 clobbered.
     pub const fn call(id: i32) -> Self {
         Self::new(0x85, 0, 0, 0, id)
@@ -185,6 +197,12 @@ mod tests {
             Insn::st_w(10, -4, 3).to_bytes(),
             [0x62, 0x0a, 0xfc, 0xff, 3, 0, 0, 0]
         );
+        // BPF_ATOMIC | BPF_DW | BPF_STX, imm BPF_CMPXCHG (0xf0 | BPF_FETCH).
+        assert_eq!(
+            Insn::cmpxchg_dw(0, 16, 3).to_bytes(),
+            [0xdb, 0x30, 16, 0, 0xf1, 0, 0, 0]
+        );
+        assert_eq!(Insn::cmpxchg_w(4, 0, 7).to_bytes()[..2], [0xc3, 0x74]);
         assert_eq!(Insn::call(131).to_bytes(), [0x85, 0, 0, 0, 131, 0, 0, 0]);
         assert_eq!(Insn::exit().to_bytes(), [0x95, 0, 0, 0, 0, 0, 0, 0]);
         let [a, b] = Insn::ld_map_fd(1, 9);

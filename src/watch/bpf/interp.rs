@@ -129,6 +129,15 @@ impl Vm {
         base(self.regions.len() - 1)
     }
 
+    /// Overwrites bytes at `addr` (a test changing a fake task it allocated, read-only to the
+    /// programs).
+    pub fn poke(&mut self, addr: u64, bytes: &[u8]) {
+        let (r, off) = self
+            .locate(addr, bytes.len())
+            .expect("an allocated address");
+        self.regions[r].data[off..off + bytes.len()].copy_from_slice(bytes);
+    }
+
     /// Creates map `fd`, its values zeroed.
     pub fn map(&mut self, fd: i32, kind: MapKind, key_size: u32, value_size: u32, entries: u32) {
         assert!(!self.maps.contains_key(&fd), "map {fd} created twice");
@@ -340,6 +349,26 @@ impl Vm {
                     let v = if i.code & 0x01 == 0x01 { get(s)? } else { imm };
                     self.store(get(d)?.wrapping_add(off), size, v)
                         .map_err(fault)?;
+                }
+                // Atomic compare-and-exchange (the only atomic operation insn.rs encodes).
+                0xdb | 0xc3 => {
+                    if i.imm != Insn::CMPXCHG {
+                        return Err(fault(format!("atomic operation {:#x}", i.imm)));
+                    }
+                    let size = if i.code == 0xdb { 8 } else { 4 };
+                    let addr = get(d)?.wrapping_add(off);
+                    let expected = if size == 8 {
+                        get(0)?
+                    } else {
+                        get(0)? & 0xffff_ffff
+                    };
+                    let src = get(s)?;
+                    let old = self.load(addr, size).map_err(fault)?;
+                    if old == expected {
+                        self.store(addr, size, src).map_err(fault)?;
+                    }
+                    r[0] = old;
+                    set[0] = true;
                 }
                 0x18 => {
                     let second = prog.get(pc + 1).copied();
@@ -618,6 +647,53 @@ mod tests {
         // A direct load reads the same memory.
         let p = [Insn::ldx_dw(2, 1, 0), Insn::ldx_w(0, 2, 16), Insn::exit()];
         assert_eq!(vm.run(&p, &[t]), Ok(4242));
+    }
+
+    #[test]
+    fn a_compare_and_exchange_stores_only_over_the_expected_value() {
+        let mut vm = Vm::new(1);
+        vm.map(8, MapKind::Array, 4, 16, 1);
+        vm.set_value(
+            8,
+            0,
+            0,
+            &[7u64.to_ne_bytes(), u64::MAX.to_ne_bytes()].concat(),
+        );
+        // r0 = cmpxchg(&v[0], r0 = expected, 9): the old value either way.
+        let prog = |expected: i32, size_w: bool, off: i16| {
+            let mut p = vec![Insn::st_w(10, -4, 0)];
+            p.extend(Insn::ld_map_fd(1, 8));
+            p.extend([
+                Insn::mov64_reg(2, 10),
+                Insn::add64_imm(2, -4),
+                Insn::call(helper::MAP_LOOKUP_ELEM),
+                Insn::jeq_imm(0, 0, 4),
+                Insn::mov64_reg(1, 0),
+                Insn::mov64_imm(3, 9),
+                Insn::mov64_imm(0, expected),
+                if size_w {
+                    Insn::cmpxchg_w(1, off, 3)
+                } else {
+                    Insn::cmpxchg_dw(1, off, 3)
+                },
+                Insn::exit(),
+            ]);
+            p
+        };
+        assert_eq!(vm.run(&prog(5, false, 0), &[]), Ok(7), "not 5: kept");
+        assert_eq!(vm.word(8, 0, 0, 0), 7);
+        assert_eq!(vm.run(&prog(7, false, 0), &[]), Ok(7), "7: swapped");
+        assert_eq!(vm.word(8, 0, 0, 0), 9);
+        // 32-bit: the low half of r0 against the u32; the old value zero-extended.
+        assert_eq!(vm.run(&prog(-1, true, 8), &[]), Ok(0xffff_ffff));
+        assert_eq!(vm.word(8, 0, 0, 1), 0xffff_ffff_0000_0009);
+        // An atomic operation other than cmpxchg is refused.
+        let mut add = Insn::cmpxchg_dw(1, 0, 3);
+        add.imm = 0;
+        let mut p = prog(7, false, 0);
+        let at = p.len() - 2;
+        p[at] = add;
+        assert!(vm.run(&p, &[]).is_err());
     }
 
     #[test]

@@ -291,6 +291,7 @@ mod tests {
             tgid: 2468,
             cpu: 68,
             comm: Some(2800),
+            on_rq: Some(120),
         };
         // switch(preempt, prev, next, prev_state): prev->pid, next->pid, then the two scalars.
         let p = raw_program(3, 4, 1, &o, false);
@@ -333,6 +334,7 @@ mod tests {
             tgid: 2468,
             cpu: 68,
             comm: Some(2800),
+            on_rq: Some(120),
         };
         for slot in 0..4 {
             let p = raw_program(3, 4, slot, &o, true);
