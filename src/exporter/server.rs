@@ -77,7 +77,7 @@ struct Shared {
     stats: Arc<Stats>,
     slots: Mutex<Vec<Slot>>,
     /// One bcrypt check at a time.
-    bcrypt: tokio::sync::Mutex<()>,
+    bcrypt: Arc<tokio::sync::Mutex<()>>,
 }
 
 struct Slot {
@@ -115,7 +115,7 @@ pub fn serve(
         limits,
         stats,
         slots: Mutex::new(Vec::new()),
-        bcrypt: tokio::sync::Mutex::new(()),
+        bcrypt: Arc::new(tokio::sync::Mutex::new(())),
     });
     let served = rt.block_on(async {
         let listener = tokio::net::TcpListener::from_std(listener)?;
@@ -295,14 +295,19 @@ async fn authorized(shared: &Shared, web: Arc<Generation>, value: Option<String>
     if let Some(known) = web.users.remembered(&user, &password) {
         return known;
     }
-    let _one_at_a_time = shared.bcrypt.lock().await;
+    let one_at_a_time = shared.bcrypt.clone().lock_owned().await;
     // The check before this one may have been of the same credentials.
     if let Some(known) = web.users.remembered(&user, &password) {
         return known;
     }
-    tokio::task::spawn_blocking(move || web.users.verify(&user, &password))
-        .await
-        .unwrap_or(false)
+    // The lock goes with the check, so a request cut off while it runs (its future dropped)
+    // does not let the next check start beside it.
+    tokio::task::spawn_blocking(move || {
+        let _held = one_at_a_time;
+        web.users.verify(&user, &password)
+    })
+    .await
+    .unwrap_or(false)
 }
 
 fn to_hyper(r: Response) -> hyper::Response<Full<Bytes>> {
