@@ -164,6 +164,29 @@ fn bad_input_is_one_line_and_exit_2_before_anything_runs() {
     bad_input(&["exporter", "--mechanism", "fake", "--web.config.file", w]);
     std::fs::write(&web, "unknown_section: 1\n").unwrap();
     bad_input(&["exporter", "--mechanism", "fake", "--web.config.file", w]);
+    // mTLS half given: a policy that verifies without a CA, a CA without a policy; a key of
+    // exporter-toolkit's that cpulab does not implement.
+    for tls in [
+        "client_auth_type: RequireAndVerifyClientCert",
+        "client_ca_file: ca.pem",
+        "client_allowed_sans: [prometheus]",
+        "client_auth_type: Sometimes",
+    ] {
+        std::fs::write(
+            &web,
+            format!("tls_server_config:\n  cert_file: a.crt\n  key_file: a.key\n  {tls}\n"),
+        )
+        .unwrap();
+        bad_input(&[
+            "exporter",
+            "--mechanism",
+            "fake",
+            "--web.listen-address",
+            "127.0.0.1:1",
+            "--web.config.file",
+            w,
+        ]);
+    }
 }
 
 #[test]
