@@ -20,11 +20,13 @@ use std::path::PathBuf;
 #[command(after_help = "Examples:\n  \
     cpulab exporter --comm postgres\n  \
     cpulab exporter --cgroup 'system.slice/*.service' --probe-interval 5m\n  \
-    cpulab exporter --listen 0.0.0.0:10039 --web.config.file /etc/cpulab/web.yml\n\n\
+    cpulab exporter --web.listen-address 0.0.0.0:10039 --web.config.file /etc/cpulab/web.yml\n\n\
     Then scrape http://127.0.0.1:10039/metrics; docs/exporter.md lists every metric.")]
 pub struct Args {
-    /// Address and port to serve /metrics on (beyond loopback, give --web.config.file).
-    #[arg(long, value_name = "ADDR:PORT", default_value = DEFAULT_LISTEN)]
+    /// Address and port to serve /metrics on (beyond loopback, give --web.config.file);
+    /// --listen is another name for it.
+    #[arg(long = "web.listen-address", visible_alias = "listen", value_name = "ADDR:PORT",
+          default_value = DEFAULT_LISTEN)]
     pub listen: String,
     /// Watch processes with this command name (repeat, or separate with commas).
     #[arg(long, value_name = "NAME", value_delimiter = ',')]
@@ -51,7 +53,8 @@ pub struct Args {
     /// off by default.
     #[arg(long, value_name = "DURATION")]
     pub probe_interval: Option<String>,
-    /// TLS and basic-auth settings in the node_exporter format (exporter-toolkit).
+    /// TLS, client certificates and basic auth in the node_exporter format (exporter-toolkit);
+    /// re-read when it or a file it names changes.
     #[arg(long = "web.config.file", value_name = "FILE")]
     pub web_config_file: Option<PathBuf>,
     /// How wakeups are counted: bpf in the kernel (root, or CAP_BPF and CAP_PERFMON), perf in
@@ -98,7 +101,7 @@ pub struct Args {
     #[arg(long = "log.format", value_name = "FORMAT", default_value = "logfmt",
           value_parser = clap::builder::PossibleValuesParser::new(FORMATS))]
     pub log_format: String,
-    /// Seconds a client has to send its whole request (TLS handshake included).
+    /// Seconds a client has to send its whole request head (TLS handshake included).
     #[arg(long, hide = true, value_name = "S", default_value_t = 10)]
     pub request_timeout_s: u64,
 }

@@ -1,111 +1,45 @@
-//! The little HTTP the exporter speaks: one GET or HEAD per connection, a head of at most
-//! [`MAX_HEAD`] bytes, two paths. Parsing is pure and tested on literal bytes; the server
-//! ([`super::server`]) only reads, calls [`route`] and writes.
+//! What the exporter answers over HTTP, apart from the wire: which requests ([`check`]), the
+//! scraper's format ([`wants_openmetrics`]), basic credentials, and the responses. hyper reads
+//! and writes the protocol ([`super::server`]); these are pure and tested on literal text.
 //!
-//! Anything unexpected is a 4xx with a short fixed body: a malformed request line or header
-//! 400, a head too long 431, a method other than GET and HEAD 405, any other path 404. No
-//! response names a file, a version of anything but cpulab, or what was asked.
+//! Anything unexpected is a 4xx with a short fixed body: a head too long 431 (hyper's), a
+//! method other than GET and HEAD 405, any other path 404. No response names a file, a version
+//! of anything but cpulab, or what was asked.
 
 use base64::Engine;
 
-/// Largest request head accepted (request line and headers), as Go's net/http default is
-/// 1 MiB and a scraper sends a few hundred bytes.
+/// Largest request head accepted (request line and headers): Go's net/http default is 1 MiB,
+/// and a scraper sends a few hundred bytes. Also the smallest read buffer hyper allows.
 pub const MAX_HEAD: usize = 8 * 1024;
 /// Most header lines accepted.
 pub const MAX_HEADERS: usize = 64;
 
-/// A parsed request head.
+/// What the pages need of an accepted, authorised request.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Request {
     pub head_only: bool,
     pub path: String,
     pub accept: Option<String>,
-    pub authorization: Option<String>,
 }
 
-/// Why a request was refused, as its status.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Refusal {
-    BadRequest,
-    HeadTooLarge,
-    MethodNotAllowed,
-    Timeout,
-}
+/// The exporter's two pages.
+pub const PATHS: [&str; 2] = ["/", "/metrics"];
 
-impl Refusal {
-    pub fn status(self) -> (u16, &'static str) {
-        match self {
-            Refusal::BadRequest => (400, "Bad Request"),
-            Refusal::HeadTooLarge => (431, "Request Header Fields Too Large"),
-            Refusal::MethodNotAllowed => (405, "Method Not Allowed"),
-            Refusal::Timeout => (408, "Request Timeout"),
+/// Which requests are answered, before any authentication: a path other than the two pages is
+/// 404, another method than GET or HEAD on them 405 (with `Allow`). `Ok(head_only)` otherwise.
+pub fn check(method: &str, path: &str) -> Result<bool, Response> {
+    if !PATHS.contains(&path) {
+        return Err(Response::not_found());
+    }
+    match method {
+        "GET" => Ok(false),
+        "HEAD" => Ok(true),
+        _ => {
+            let mut r = Response::text((405, "Method Not Allowed"), "405 Method Not Allowed\n");
+            r.extra_headers.push(("Allow", "GET, HEAD".into()));
+            Err(r)
         }
     }
-}
-
-/// Where the head ends (`\r\n\r\n`, or a bare `\n\n`), if it has.
-pub fn head_end(buf: &[u8]) -> Option<usize> {
-    let crlf = buf.windows(4).position(|w| w == b"\r\n\r\n").map(|i| i + 4);
-    let lf = buf.windows(2).position(|w| w == b"\n\n").map(|i| i + 2);
-    match (crlf, lf) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    }
-}
-
-/// Parses a complete request head.
-pub fn parse_head(head: &[u8]) -> Result<Request, Refusal> {
-    if head.len() > MAX_HEAD {
-        return Err(Refusal::HeadTooLarge);
-    }
-    let text = std::str::from_utf8(head).map_err(|_| Refusal::BadRequest)?;
-    let mut lines = text.split('\n').map(|l| l.strip_suffix('\r').unwrap_or(l));
-    let line = lines.next().ok_or(Refusal::BadRequest)?;
-    let mut parts = line.split(' ');
-    let (Some(method), Some(target), Some(version), None) =
-        (parts.next(), parts.next(), parts.next(), parts.next())
-    else {
-        return Err(Refusal::BadRequest);
-    };
-    if !matches!(version, "HTTP/1.0" | "HTTP/1.1") || !target.starts_with('/') {
-        return Err(Refusal::BadRequest);
-    }
-    if target.bytes().any(|b| b.is_ascii_control() || b == b' ') {
-        return Err(Refusal::BadRequest);
-    }
-    let head_only = match method {
-        "GET" => false,
-        "HEAD" => true,
-        m if !m.is_empty() && m.bytes().all(|b| b.is_ascii_uppercase()) => {
-            return Err(Refusal::MethodNotAllowed);
-        }
-        _ => return Err(Refusal::BadRequest),
-    };
-    let path = target.split(['?', '#']).next().unwrap_or("").to_string();
-    let mut req = Request {
-        head_only,
-        path,
-        accept: None,
-        authorization: None,
-    };
-    let mut n = 0;
-    for l in lines.take_while(|l| !l.is_empty()) {
-        n += 1;
-        if n > MAX_HEADERS {
-            return Err(Refusal::HeadTooLarge);
-        }
-        let (name, value) = l.split_once(':').ok_or(Refusal::BadRequest)?;
-        if name.is_empty() || name.bytes().any(|b| !b.is_ascii_graphic()) {
-            return Err(Refusal::BadRequest);
-        }
-        let value = value.trim().to_string();
-        if name.eq_ignore_ascii_case("accept") {
-            req.accept = Some(value);
-        } else if name.eq_ignore_ascii_case("authorization") {
-            req.authorization = Some(value);
-        }
-    }
-    Ok(req)
 }
 
 /// True when the scraper's `Accept` prefers OpenMetrics to the Prometheus text format (the
@@ -163,11 +97,6 @@ impl Response {
         }
     }
 
-    pub fn refusal(r: Refusal) -> Self {
-        let (code, reason) = r.status();
-        Self::text((code, reason), &format!("{code} {reason}\n"))
-    }
-
     pub fn not_found() -> Self {
         Self::text((404, "Not Found"), "404 Not Found: try /metrics\n")
     }
@@ -178,27 +107,6 @@ impl Response {
             .push(("WWW-Authenticate", "Basic realm=\"cpulab\"".into()));
         r
     }
-
-    /// The bytes on the wire; the body is left out for a HEAD request.
-    pub fn to_bytes(&self, head_only: bool) -> Vec<u8> {
-        let mut out = format!(
-            "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\n\
-             X-Content-Type-Options: nosniff\r\nCache-Control: no-store\r\n",
-            self.status.0,
-            self.status.1,
-            self.content_type,
-            self.body.len()
-        );
-        for (k, v) in &self.extra_headers {
-            out.push_str(&format!("{k}: {v}\r\n"));
-        }
-        out.push_str("\r\n");
-        let mut bytes = out.into_bytes();
-        if !head_only {
-            bytes.extend_from_slice(&self.body);
-        }
-        bytes
-    }
 }
 
 #[cfg(test)]
@@ -206,64 +114,24 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_scrape_request_parses() {
-        let h = b"GET /metrics?x=1 HTTP/1.1\r\nHost: a\r\nAccept: text/plain;version=0.0.4\r\n\
-                  Authorization: Basic dTpw\r\n\r\n";
-        let r = parse_head(h).unwrap();
-        assert_eq!(r.path, "/metrics");
-        assert!(!r.head_only);
-        assert_eq!(r.accept.as_deref(), Some("text/plain;version=0.0.4"));
-        assert_eq!(
-            basic_credentials(r.authorization.as_deref().unwrap()),
-            Some(("u".to_string(), "p".to_string()))
-        );
-    }
-
-    #[test]
-    fn malformed_heads_are_400() {
-        for h in [
-            &b"GET /metrics\r\n\r\n"[..],
-            b"GET metrics HTTP/1.1\r\n\r\n",
-            b"GET /metrics HTTP/9.9\r\n\r\n",
-            b"GET  /metrics HTTP/1.1\r\n\r\n",
-            b"get /metrics HTTP/1.1\r\n\r\n",
-            b"GET /metrics HTTP/1.1\r\nno colon here\r\n\r\n",
-            b"GET /metrics HTTP/1.1\r\nBad Name: x\r\n\r\n",
-            b"\xff\xfe / HTTP/1.1\r\n\r\n",
-            b"\r\n\r\n",
+    fn only_get_and_head_on_the_two_pages() {
+        assert!(matches!(check("GET", "/metrics"), Ok(false)));
+        assert!(matches!(check("HEAD", "/"), Ok(true)));
+        for m in ["POST", "PUT", "DELETE", "OPTIONS", "get"] {
+            let r = check(m, "/metrics").unwrap_err();
+            assert_eq!(r.status.0, 405, "{m}");
+            assert!(r.extra_headers.contains(&("Allow", "GET, HEAD".into())));
+        }
+        for p in [
+            "/metrics/",
+            "/index.html",
+            "/../etc/passwd",
+            "",
+            "/debug/pprof",
         ] {
-            assert_eq!(
-                parse_head(h),
-                Err(Refusal::BadRequest),
-                "{}",
-                String::from_utf8_lossy(h)
-            );
+            assert_eq!(check("GET", p).unwrap_err().status.0, 404, "{p}");
+            assert_eq!(check("POST", p).unwrap_err().status.0, 404, "{p}");
         }
-    }
-
-    #[test]
-    fn other_methods_are_405_and_long_heads_431() {
-        assert_eq!(
-            parse_head(b"POST /metrics HTTP/1.1\r\n\r\n"),
-            Err(Refusal::MethodNotAllowed)
-        );
-        let mut long = b"GET / HTTP/1.1\r\n".to_vec();
-        for i in 0..(MAX_HEADERS + 1) {
-            long.extend_from_slice(format!("X-{i}: y\r\n").as_bytes());
-        }
-        long.extend_from_slice(b"\r\n");
-        assert_eq!(parse_head(&long), Err(Refusal::HeadTooLarge));
-        assert_eq!(
-            parse_head(&vec![b'a'; MAX_HEAD + 1]),
-            Err(Refusal::HeadTooLarge)
-        );
-    }
-
-    #[test]
-    fn head_end_finds_crlf_and_bare_lf() {
-        assert_eq!(head_end(b"GET / HTTP/1.1\r\n\r\nbody"), Some(18));
-        assert_eq!(head_end(b"GET / HTTP/1.1\n\n"), Some(16));
-        assert_eq!(head_end(b"GET / HTTP/1.1\r\nHost: a\r\n"), None);
     }
 
     #[test]
@@ -285,13 +153,5 @@ mod tests {
         assert_eq!(basic_credentials("Bearer abc"), None);
         assert_eq!(basic_credentials("Basic !!!"), None);
         assert_eq!(basic_credentials("Basic dXNlcg=="), None); // "user", no colon
-    }
-
-    #[test]
-    fn head_responses_have_no_body_but_the_length() {
-        let r = Response::text((200, "OK"), "hello");
-        let b = String::from_utf8(r.to_bytes(true)).unwrap();
-        assert!(b.contains("Content-Length: 5\r\n"));
-        assert!(b.ends_with("\r\n\r\n"));
     }
 }

@@ -16,12 +16,14 @@
 //! validation are the command layer's (`commands::exporter`), so nothing here sees a clap type
 //! or imports upward. Its parts: [`settings`] (the validated settings and the parsers the flags
 //! are checked with before anything is bound or attached), [`collect`] (one scrape's readings),
-//! [`metrics`] (encoding with `prometheus-client`), [`server`] and [`http`] (a bounded std
-//! listener), [`webconfig`] (TLS and basic auth in the exporter-toolkit format), [`doctor`]
+//! [`metrics`] (encoding with `prometheus-client`), [`server`] and [`http`] (hyper on a
+//! current-thread tokio runtime, every resource bounded), [`webconfig`], [`tls`] and [`auth`]
+//! (TLS, client certificates and basic auth in the exporter-toolkit format), [`doctor`]
 //! (the doctor's findings, read from the history read-only and cached), [`probe`], and the
 //! self-health: [`facts`] (the machine facts re-read on an interval), [`process`]
 //! (`process_*`) and [`logging`] (`--log.level`, `--log.format`).
 
+pub mod auth;
 pub mod collect;
 pub mod doctor;
 pub mod facts;
@@ -32,6 +34,7 @@ pub mod probe;
 pub mod process;
 pub mod server;
 pub mod settings;
+pub mod tls;
 pub mod webconfig;
 
 use crate::error::bad_input;
@@ -207,47 +210,36 @@ fn open_wakeups(
     Ok(source)
 }
 
-/// What the server answers: the landing page, the metrics (Prometheus text or OpenMetrics as
-/// the scraper accepts), behind basic auth where the web config has users.
-fn routes(
-    web: Option<Arc<webconfig::WebConfig>>,
-    landing: String,
-    c2: Arc<collect::Collector>,
-) -> server::Handler {
-    Arc::new(move |req: &Request| {
-        if let Some(w) = &web
-            && !w.authorized(req.authorization.as_deref())
-        {
-            return Response::unauthorized();
-        }
-        match req.path.as_str() {
-            "/" => Response {
+/// The pages: the landing page and the metrics (Prometheus text or OpenMetrics as the scraper
+/// accepts). The server has checked the method, the path and basic auth.
+fn routes(landing: String, c2: Arc<collect::Collector>) -> server::Handler {
+    Arc::new(move |req: &Request| match req.path.as_str() {
+        "/" => Response {
+            status: (200, "OK"),
+            content_type: "text/html; charset=utf-8",
+            body: landing.clone().into_bytes(),
+            extra_headers: Vec::new(),
+        },
+        "/metrics" => {
+            let format = if http::wants_openmetrics(req.accept.as_deref()) {
+                Format::OpenMetrics
+            } else {
+                Format::Prometheus
+            };
+            Response {
                 status: (200, "OK"),
-                content_type: "text/html; charset=utf-8",
-                body: landing.clone().into_bytes(),
+                content_type: format.content_type(),
+                body: c2.scrape(format).into_bytes(),
                 extra_headers: Vec::new(),
-            },
-            "/metrics" => {
-                let format = if http::wants_openmetrics(req.accept.as_deref()) {
-                    Format::OpenMetrics
-                } else {
-                    Format::Prometheus
-                };
-                Response {
-                    status: (200, "OK"),
-                    content_type: format.content_type(),
-                    body: c2.scrape(format).into_bytes(),
-                    extra_headers: Vec::new(),
-                }
             }
-            _ => Response::not_found(),
         }
+        _ => Response::not_found(),
     })
 }
 
 /// Serves the metrics of `machine` with validated settings until SIGTERM or Ctrl-C (the flags
 /// and their validation are the command layer's, `commands::exporter`).
-pub fn serve(machine: &Machine, s: Settings, quiet: bool) -> Result<()> {
+pub fn serve(machine: &Machine, mut s: Settings, quiet: bool) -> Result<()> {
     let level = s.log_level.unwrap_or(if quiet {
         logging::Level::Error
     } else {
@@ -256,9 +248,10 @@ pub fn serve(machine: &Machine, s: Settings, quiet: bool) -> Result<()> {
     logging::init(level, s.log_format);
     check_capabilities(&s)?;
     let listener = bind(&s)?;
-    let tls = s.web.as_ref().and_then(|w| w.tls.clone());
-    let users = s.web.as_ref().is_some_and(|w| w.has_users());
-    if let Some(w) = exposure_warning(s.listen, tls.is_some(), users) {
+    let web = s.web.take().map(Arc::new);
+    let tls = web.as_ref().is_some_and(|w| w.has_tls());
+    let users = web.as_ref().is_some_and(|w| w.has_users());
+    if let Some(w) = exposure_warning(s.listen, tls, users) {
         log::warn!("{w}");
     }
     let classes = host_classes(machine);
@@ -307,16 +300,16 @@ pub fn serve(machine: &Machine, s: Settings, quiet: bool) -> Result<()> {
         None => None,
     };
     let landing = landing_page(&s, &collector.mechanism, &classes);
-    let handler = routes(s.web.map(Arc::new), landing, collector.clone());
+    let handler = routes(landing, collector.clone());
     log::info!(
         "serving http{}://{}/metrics (mechanism {})",
-        if tls.is_some() { "s" } else { "" },
+        if tls { "s" } else { "" },
         s.listen,
         collector.mechanism
     );
     let served = server::serve(
         listener,
-        tls,
+        web,
         handler,
         server::Limits {
             max_connections: s.max_connections,
@@ -338,17 +331,17 @@ fn bind(s: &Settings) -> Result<TcpListener> {
     TcpListener::bind(s.listen).map_err(|e| {
         let why = match e.kind() {
             std::io::ErrorKind::AddrInUse => "is in use (another exporter?); stop it or choose \
-                 another port with --listen ADDR:PORT"
+                 another port with --web.listen-address ADDR:PORT"
                 .to_string(),
             std::io::ErrorKind::PermissionDenied => "may not be bound by this user (a port below \
-                 1024 needs CAP_NET_BIND_SERVICE); choose a port above 1024 with --listen"
+                 1024 needs CAP_NET_BIND_SERVICE); choose a port above 1024 with --web.listen-address"
                 .to_string(),
             std::io::ErrorKind::AddrNotAvailable => "is not an address of this machine; give one \
-                 of its addresses (or 0.0.0.0) with --listen"
+                 of its addresses (or 0.0.0.0) with --web.listen-address"
                 .to_string(),
-            _ => format!("cannot be bound: {e}; choose another with --listen ADDR:PORT"),
+            _ => format!("cannot be bound: {e}; choose another with --web.listen-address ADDR:PORT"),
         };
-        bad_input(format!("--listen {} {why}", s.listen))
+        bad_input(format!("--web.listen-address {} {why}", s.listen))
     })
 }
 

@@ -1,30 +1,52 @@
-//! A small std HTTP server that survives being reachable: one thread per connection, one request
-//! per connection, and every resource bounded.
+//! The exporter's HTTP side: hyper 1.x (HTTP/1.1 only) on a current-thread tokio runtime, TLS
+//! through tokio-rustls, every resource bounded, as it faces a network.
 //!
-//! - A connection must deliver its whole request head within [`Limits::head_timeout`] of being
-//!   accepted (TLS handshake included), however slowly it trickles: the read timeout is set to
-//!   what is left of that deadline before every read, so a client sending a byte a second is
-//!   cut off like an idle one (408).
-//! - At most [`Limits::max_connections`] connections are open. A new connection beyond that
-//!   evicts the oldest one still waiting for its head, so hundreds of idle or slow clients
-//!   cannot keep a scraper out, and memory stays bounded (a small thread stack and an 8 KiB head
-//!   buffer per connection). Only when every slot is busy answering does a newcomer get 503.
-//! - The accept loop wakes every 100 ms to notice SIGTERM; the caller then drops its source.
+//! - **One request per connection** (`Connection: close`), as before: Prometheus reconnects per
+//!   scrape, and each connection is served with the web config current when it was accepted
+//!   ([`WebConfig::current`]), so a renewed certificate is served on the next one.
+//! - **A connection must deliver its request head within [`Limits::head_timeout`] of being
+//!   accepted**, TLS handshake included, however slowly it trickles; then it is closed. Once
+//!   its head is in, it has [`Limits::answer_timeout`] to be answered and read.
+//! - **Heads are bounded** by hyper: [`MAX_HEAD`] bytes and [`MAX_HEADERS`] lines, beyond which
+//!   it answers 431.
+//! - **At most [`Limits::max_connections`] are open.** A new connection beyond that evicts the
+//!   oldest one still sending its head (`cpulab_exporter_connections_evicted_total`), so hundreds
+//!   of idle or slow clients cannot keep a scraper out; only when every slot is being answered
+//!   is the newcomer closed.
+//! - **bcrypt checks run one at a time** on the runtime's blocking pool, after the cache of
+//!   [`super::auth`]: a flood of wrong passwords costs one check per distinct password and at
+//!   most one CPU, and the runtime's thread keeps serving meanwhile. Scrapes run there too,
+//!   through the one [`Handler`] seam.
+//! - **SIGTERM**: the accept loop looks at `stop` every [`STOP_CHECK`]; the runtime is then shut
+//!   down, closing every connection.
 
-use super::http::{self, MAX_HEAD, Refusal, Request, Response};
-use std::io::{Read, Write};
-use std::net::{Shutdown, TcpListener, TcpStream};
-use std::os::fd::AsFd;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use super::http::{self, MAX_HEAD, MAX_HEADERS, Request, Response};
+use super::webconfig::{Generation, WebConfig};
+use http_body_util::Full;
+use hyper::body::{Bytes, Incoming};
+use hyper_util::rt::TokioIo;
+use std::convert::Infallible;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpStream;
+use tokio::task::AbortHandle;
+use tokio::time::Instant;
+
+/// How often the accept loop looks for SIGTERM or Ctrl-C.
+pub const STOP_CHECK: Duration = Duration::from_millis(250);
+/// Threads that may run scrapes and bcrypt checks at once, beside the runtime's own.
+const BLOCKING_THREADS: usize = 2;
 
 /// What one connection may take.
 #[derive(Clone, Copy, Debug)]
 pub struct Limits {
     pub max_connections: usize,
+    /// From accept to the end of the request head, TLS handshake included.
     pub head_timeout: Duration,
-    pub write_timeout: Duration,
+    /// From the end of the head to the end of the response.
+    pub answer_timeout: Duration,
 }
 
 impl Default for Limits {
@@ -32,20 +54,13 @@ impl Default for Limits {
         Self {
             max_connections: 64,
             head_timeout: Duration::from_secs(10),
-            write_timeout: Duration::from_secs(10),
+            answer_timeout: Duration::from_secs(10),
         }
     }
 }
 
-/// Answers one parsed request.
+/// Answers one accepted, authorised request (the pages: the landing page and the scrape).
 pub type Handler = Arc<dyn Fn(&Request) -> Response + Send + Sync>;
-
-struct Slot {
-    id: u64,
-    accepted: Instant,
-    stream: TcpStream,
-    reading: Arc<AtomicBool>,
-}
 
 /// Counters the metrics read.
 #[derive(Debug, Default)]
@@ -54,200 +69,259 @@ pub struct Stats {
     pub refused_busy: AtomicU64,
 }
 
+/// What every connection task shares.
+struct Shared {
+    web: Option<Arc<WebConfig>>,
+    handler: Handler,
+    limits: Limits,
+    stats: Arc<Stats>,
+    slots: Mutex<Vec<Slot>>,
+    /// One bcrypt check at a time.
+    bcrypt: Arc<tokio::sync::Mutex<()>>,
+}
+
+struct Slot {
+    id: u64,
+    accepted: Instant,
+    state: Arc<ConnState>,
+    task: AbortHandle,
+}
+
+/// When a connection's request head arrived, if it has.
+#[derive(Default)]
+struct ConnState {
+    dispatched: OnceLock<Instant>,
+}
+
 /// Serves until `stop` returns true. Never returns an error for a client's misbehaviour.
 pub fn serve(
-    listener: TcpListener,
-    tls: Option<Arc<rustls::ServerConfig>>,
+    listener: std::net::TcpListener,
+    web: Option<Arc<WebConfig>>,
     handler: Handler,
     limits: Limits,
     stats: Arc<Stats>,
     stop: &dyn Fn() -> bool,
 ) -> std::io::Result<()> {
-    use nix::poll::{PollFd, PollFlags, poll};
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .enable_time()
+        .max_blocking_threads(BLOCKING_THREADS)
+        .thread_name("cpulab-http")
+        .build()?;
     listener.set_nonblocking(true)?;
-    let slots: Arc<Mutex<Vec<Slot>>> = Arc::new(Mutex::new(Vec::new()));
-    let mut next_id = 0u64;
-    while !stop() {
-        let mut fds = [PollFd::new(listener.as_fd(), PollFlags::POLLIN)];
-        // EINTR (a signal) just loops back to the stop check.
-        if poll(&mut fds, 100u16).unwrap_or(0) <= 0 {
-            continue;
-        }
-        let stream = match listener.accept() {
-            Ok((s, _)) => s,
-            Err(_) => continue,
-        };
-        let _ = stream.set_nonblocking(false);
-        next_id += 1;
-        let id = next_id;
-        let reading = Arc::new(AtomicBool::new(true));
-        if !admit(&slots, &stream, id, &reading, limits, &stats) {
-            stats.refused_busy.fetch_add(1, Ordering::Relaxed);
-            let _ = stream.set_write_timeout(Some(Duration::from_millis(100)));
-            let r = Response::text((503, "Service Unavailable"), "503 busy\n");
-            let _ = (&stream).write_all(&r.to_bytes(false));
-            continue;
-        }
-        let (handler, tls, slots2) = (handler.clone(), tls.clone(), slots.clone());
-        let spawned = std::thread::Builder::new()
-            .name("cpulab-http".into())
-            .stack_size(256 * 1024)
-            .spawn(move || {
-                connection(stream, tls, &handler, limits, &reading);
-                if let Ok(mut s) = slots2.lock() {
-                    s.retain(|x| x.id != id);
-                }
-            });
-        if spawned.is_err()
-            && let Ok(mut s) = slots.lock()
-        {
-            s.retain(|x| x.id != id);
-        }
-    }
-    Ok(())
+    let shared = Arc::new(Shared {
+        web,
+        handler,
+        limits,
+        stats,
+        slots: Mutex::new(Vec::new()),
+        bcrypt: Arc::new(tokio::sync::Mutex::new(())),
+    });
+    let served = rt.block_on(async {
+        let listener = tokio::net::TcpListener::from_std(listener)?;
+        accept_loop(&listener, &shared, stop).await;
+        Ok(())
+    });
+    // Every connection is dropped (closed); a scrape or bcrypt check under way may finish.
+    rt.shutdown_timeout(Duration::from_millis(500));
+    served
 }
 
-/// Makes room for a new connection: evicts the oldest one still reading its head when the cap
-/// is reached. False when every slot is busy answering.
-fn admit(
-    slots: &Mutex<Vec<Slot>>,
-    stream: &TcpStream,
-    id: u64,
-    reading: &Arc<AtomicBool>,
-    limits: Limits,
-    stats: &Stats,
-) -> bool {
-    let Ok(mut s) = slots.lock() else {
-        return false;
+async fn accept_loop(
+    listener: &tokio::net::TcpListener,
+    shared: &Arc<Shared>,
+    stop: &dyn Fn() -> bool,
+) {
+    let mut tick = tokio::time::interval(STOP_CHECK);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut next_id = 0u64;
+    loop {
+        tokio::select! {
+            _ = tick.tick() => if stop() { return },
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => {
+                    next_id += 1;
+                    admit(shared, stream, next_id);
+                }
+                // Out of descriptors or memory: let the connections end before trying again.
+                Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
+            },
+        }
+    }
+}
+
+/// Starts a connection's task, making room first: beyond the cap the oldest connection still
+/// sending its head is evicted; when every one is being answered, the newcomer is closed.
+fn admit(shared: &Arc<Shared>, stream: TcpStream, id: u64) {
+    let Ok(mut slots) = shared.slots.lock() else {
+        return;
     };
-    if s.len() >= limits.max_connections {
-        let oldest = s
+    let mut evicted = None;
+    if slots.len() >= shared.limits.max_connections {
+        let oldest = slots
             .iter()
             .enumerate()
-            .filter(|(_, x)| x.reading.load(Ordering::SeqCst))
-            .min_by_key(|(_, x)| x.accepted)
+            .filter(|(_, s)| s.state.dispatched.get().is_none())
+            .min_by_key(|(_, s)| s.accepted)
             .map(|(i, _)| i);
         match oldest {
-            Some(i) => {
-                let old = s.swap_remove(i);
-                let _ = old.stream.shutdown(Shutdown::Both);
-                stats.evicted.fetch_add(1, Ordering::Relaxed);
+            Some(i) => evicted = Some(slots.swap_remove(i).task),
+            None => {
+                shared.stats.refused_busy.fetch_add(1, Ordering::Relaxed);
+                return;
             }
-            None => return false,
         }
     }
-    let Ok(clone) = stream.try_clone() else {
-        return false;
-    };
-    s.push(Slot {
+    let state = Arc::new(ConnState::default());
+    let task = tokio::spawn(connection(shared.clone(), stream, id, state.clone()));
+    slots.push(Slot {
         id,
         accepted: Instant::now(),
-        stream: clone,
-        reading: reading.clone(),
+        state,
+        task: task.abort_handle(),
     });
-    true
-}
-
-/// A stream whose read timeout can be set (plain TCP, or TLS over TCP).
-trait Conn: Read + Write {
-    fn tcp(&self) -> &TcpStream;
-    fn close(&mut self) {}
-}
-
-impl Conn for TcpStream {
-    fn tcp(&self) -> &TcpStream {
-        self
+    drop(slots);
+    if let Some(task) = evicted {
+        task.abort();
+        shared.stats.evicted.fetch_add(1, Ordering::Relaxed);
     }
 }
 
-impl Conn for rustls::StreamOwned<rustls::ServerConnection, TcpStream> {
-    fn tcp(&self) -> &TcpStream {
-        &self.sock
-    }
-    fn close(&mut self) {
-        self.conn.send_close_notify();
-        let _ = self.flush();
-    }
+/// Frees a connection's slot however its task ends (finished, timed out, evicted).
+struct SlotGuard {
+    shared: Arc<Shared>,
+    id: u64,
 }
 
-fn connection(
-    stream: TcpStream,
-    tls: Option<Arc<rustls::ServerConfig>>,
-    handler: &Handler,
-    limits: Limits,
-    reading: &AtomicBool,
-) {
-    let _ = stream.set_write_timeout(Some(limits.write_timeout));
-    let _ = stream.set_nodelay(true);
-    let deadline = Instant::now() + limits.head_timeout;
-    match tls {
-        None => exchange(stream, handler, deadline, reading),
-        Some(cfg) => {
-            let Ok(conn) = rustls::ServerConnection::new(cfg) else {
-                return;
-            };
-            exchange(
-                rustls::StreamOwned::new(conn, stream),
-                handler,
-                deadline,
-                reading,
-            )
+impl Drop for SlotGuard {
+    fn drop(&mut self) {
+        if let Ok(mut slots) = self.shared.slots.lock() {
+            slots.retain(|s| s.id != self.id);
         }
     }
 }
 
-fn exchange(mut c: impl Conn, handler: &Handler, deadline: Instant, reading: &AtomicBool) {
-    let (response, head_only) = match read_head(&mut c, deadline) {
-        Ok(head) => match http::parse_head(&head) {
-            Ok(req) => {
-                reading.store(false, Ordering::SeqCst);
-                (handler(&req), req.head_only)
-            }
-            Err(r) => (Response::refusal(r), false),
-        },
-        // A TLS client that failed its handshake gets nothing: there is no channel to write on.
-        Err(None) => return,
-        Err(Some(r)) => (Response::refusal(r), false),
+async fn connection(shared: Arc<Shared>, tcp: TcpStream, id: u64, state: Arc<ConnState>) {
+    let _slot = SlotGuard {
+        shared: shared.clone(),
+        id,
     };
-    reading.store(false, Ordering::SeqCst);
-    if c.write_all(&response.to_bytes(head_only)).is_ok() {
-        let _ = c.flush();
-        c.close();
+    let accepted = Instant::now();
+    let _ = tcp.set_nodelay(true);
+    let web = shared.web.as_ref().and_then(|w| w.current());
+    let limits = shared.limits;
+    let deadline = async {
+        tokio::time::sleep_until(accepted + limits.head_timeout).await;
+        if let Some(&at) = state.dispatched.get() {
+            tokio::time::sleep_until(at + limits.answer_timeout).await;
+        }
+    };
+    let exchange = async {
+        match web.as_ref().and_then(|w| w.tls.clone()) {
+            Some(tls) => {
+                let Ok(stream) = tokio_rustls::TlsAcceptor::from(tls).accept(tcp).await else {
+                    return; // no channel to answer on
+                };
+                http1(stream, &shared, web, &state).await
+            }
+            None => http1(tcp, &shared, web, &state).await,
+        }
+    };
+    tokio::select! {
+        _ = exchange => {},
+        _ = deadline => {},
     }
-    let _ = c.tcp().shutdown(Shutdown::Write);
 }
 
-/// Reads up to the end of the head. `Err(Some(refusal))` for a head that is too long or too
-/// slow, `Err(None)` when the peer went away or the stream failed.
-fn read_head(c: &mut impl Conn, deadline: Instant) -> Result<Vec<u8>, Option<Refusal>> {
-    let mut buf = Vec::with_capacity(1024);
-    let mut chunk = [0u8; 1024];
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(Some(Refusal::Timeout));
+/// One HTTP/1.1 exchange on an accepted (and, with TLS, handshaken) stream.
+async fn http1<S>(io: S, shared: &Arc<Shared>, web: Option<Arc<Generation>>, state: &Arc<ConnState>)
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let service = hyper::service::service_fn(|req: hyper::Request<Incoming>| {
+        let (shared, web, state) = (shared.clone(), web.clone(), state.clone());
+        async move {
+            let _ = state.dispatched.set(Instant::now());
+            Ok::<_, Infallible>(to_hyper(answer(&shared, web, &req).await))
         }
-        let _ = c.tcp().set_read_timeout(Some(left));
-        match c.read(&mut chunk) {
-            Ok(0) => return Err(None),
-            Ok(n) => buf.extend_from_slice(&chunk[..n]),
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                ) =>
-            {
-                return Err(Some(Refusal::Timeout));
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(_) => return Err(None),
-        }
-        if let Some(end) = http::head_end(&buf) {
-            buf.truncate(end);
-            return Ok(buf);
-        }
-        if buf.len() > MAX_HEAD {
-            return Err(Some(Refusal::HeadTooLarge));
-        }
+    });
+    let _ = hyper::server::conn::http1::Builder::new()
+        .keep_alive(false)
+        .max_buf_size(MAX_HEAD)
+        .max_header_size(MAX_HEAD)
+        .max_headers(MAX_HEADERS)
+        .serve_connection(TokioIo::new(io), service)
+        .await;
+}
+
+/// Which page, whether the client may see it, then the page (off the runtime's thread).
+async fn answer(
+    shared: &Arc<Shared>,
+    web: Option<Arc<Generation>>,
+    req: &hyper::Request<Incoming>,
+) -> Response {
+    let path = req.uri().path();
+    let head_only = match http::check(req.method().as_str(), path) {
+        Ok(h) => h,
+        Err(refused) => return refused,
+    };
+    let header = |name| {
+        req.headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string)
+    };
+    if let Some(w) = web.filter(|w| !w.users.is_empty())
+        && !authorized(shared, w, header(hyper::header::AUTHORIZATION)).await
+    {
+        return Response::unauthorized();
     }
+    let request = Request {
+        head_only,
+        path: path.to_string(),
+        accept: header(hyper::header::ACCEPT),
+    };
+    let handler = shared.handler.clone();
+    tokio::task::spawn_blocking(move || handler(&request))
+        .await
+        .unwrap_or_else(|_| Response::text((500, "Internal Server Error"), "500\n"))
+}
+
+/// Basic auth: a remembered answer at once, else one bcrypt check at a time.
+async fn authorized(shared: &Shared, web: Arc<Generation>, value: Option<String>) -> bool {
+    let Some((user, password)) = value.as_deref().and_then(http::basic_credentials) else {
+        return false;
+    };
+    if let Some(known) = web.users.remembered(&user, &password) {
+        return known;
+    }
+    let one_at_a_time = shared.bcrypt.clone().lock_owned().await;
+    // The check before this one may have been of the same credentials.
+    if let Some(known) = web.users.remembered(&user, &password) {
+        return known;
+    }
+    // The lock goes with the check, so a request cut off while it runs (its future dropped)
+    // does not let the next check start beside it.
+    tokio::task::spawn_blocking(move || {
+        let _held = one_at_a_time;
+        web.users.verify(&user, &password)
+    })
+    .await
+    .unwrap_or(false)
+}
+
+fn to_hyper(r: Response) -> hyper::Response<Full<Bytes>> {
+    let mut b = hyper::Response::builder()
+        .status(r.status.0)
+        .header(hyper::header::CONTENT_TYPE, r.content_type)
+        .header("X-Content-Type-Options", "nosniff")
+        .header(hyper::header::CACHE_CONTROL, "no-store");
+    for (k, v) in r.extra_headers {
+        b = b.header(k, v);
+    }
+    b.body(Full::new(Bytes::from(r.body))).unwrap_or_else(|_| {
+        let mut fallback = hyper::Response::new(Full::new(Bytes::from_static(b"500\n")));
+        *fallback.status_mut() = hyper::StatusCode::INTERNAL_SERVER_ERROR;
+        fallback
+    })
 }

@@ -62,11 +62,11 @@ pub fn parse_facts_interval(text: &str) -> Result<Duration, String> {
     }
 }
 
-/// `--listen`: `ADDR:PORT` (`[::1]:PORT` for IPv6).
+/// `--web.listen-address` (or `--listen`): `ADDR:PORT` (`[::1]:PORT` for IPv6).
 pub fn parse_listen(text: &str) -> Result<SocketAddr, String> {
     text.trim().parse::<SocketAddr>().map_err(|_| {
         format!(
-            "--listen `{text}` is not ADDR:PORT; write it like {DEFAULT_LISTEN}, \
+            "--web.listen-address `{text}` is not ADDR:PORT; write it like {DEFAULT_LISTEN}, \
              0.0.0.0:{DEFAULT_PORT} or [::1]:{DEFAULT_PORT}"
         )
     })
