@@ -243,7 +243,9 @@ impl WebConfig {
             }
             Err(e) => {
                 live.failed = Some(now);
-                log::warn!(
+                // An error, not a warning: the operator's new file is not in use, which even
+                // --quiet (--log.level error) must show.
+                log::error!(
                     "web config {} changed but does not load, so the last good one stays in \
                      use: {e:#}",
                     self.path.display()
