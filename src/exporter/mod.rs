@@ -98,19 +98,7 @@ pub fn machine_labels(p: &crate::probe::Probe) -> Vec<(String, String)> {
 fn boot_options(p: &crate::probe::Probe) -> String {
     let mut all: std::collections::BTreeMap<&String, &String> = p.idle.cmdline.iter().collect();
     all.extend(p.mitigations.cmdline.iter());
-    if all.is_empty() {
-        return "none".into();
-    }
-    all.into_iter()
-        .map(|(k, v)| {
-            if v.is_empty() {
-                k.clone()
-            } else {
-                format!("{k}={v}")
-            }
-        })
-        .collect::<Vec<_>>()
-        .join(" ")
+    crate::probe::cmdline::options_line(all)
 }
 
 /// Targets with their own label that fit in the budget, `other` aside; bad input when not even

@@ -82,6 +82,25 @@ impl Cmdline {
     }
 }
 
+/// Boot options as one line: `name` or `name=value`, in name order; `none` when there are none.
+pub fn options_line<'a>(m: impl IntoIterator<Item = (&'a String, &'a String)>) -> String {
+    let words: Vec<String> = m
+        .into_iter()
+        .map(|(k, v)| {
+            if v.is_empty() {
+                k.clone()
+            } else {
+                format!("{k}={v}")
+            }
+        })
+        .collect();
+    if words.is_empty() {
+        "none".into()
+    } else {
+        words.join(" ")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -74,19 +74,7 @@ fn head(s: &mut String, st: &Style, title: &str) {
 }
 
 fn map_line(m: &BTreeMap<String, String>) -> String {
-    if m.is_empty() {
-        return "none".to_string();
-    }
-    m.iter()
-        .map(|(k, v)| {
-            if v.is_empty() {
-                k.clone()
-            } else {
-                format!("{k}={v}")
-            }
-        })
-        .collect::<Vec<_>>()
-        .join(" ")
+    crate::probe::cmdline::options_line(m)
 }
 
 fn show_map(r: &Reading<BTreeMap<String, String>>) -> String {
