@@ -13,6 +13,8 @@
 # < 20 MB.
 #
 # Usage: scripts/bench-exporter.sh [SECONDS_PER_RUN] [ROUNDS]     (defaults 10 and 5)
+#        TARGETS=default scripts/bench-exporter.sh   (no --comm: the default targets, the busiest
+#            process groups re-ranked from /proc every second, as a packaged exporter runs)
 #        MECHANISM=fake scripts/bench-exporter.sh   (the HTTP and encoding side only: no BPF)
 #        MECHANISM=null scripts/bench-exporter.sh   (an A/A check: python3's http.server serving a
 #            static /metrics, scraped alike, in place of the exporter: the ratios the benchmark
@@ -27,6 +29,8 @@ rounds=${2:-5}
 [ "$rounds" -ge 5 ] || { echo "bench-exporter: at least 5 rounds" >&2; exit 2; }
 cpulab=${CPULAB:-target/release/cpulab}
 mechanism=${MECHANISM:-auto}
+targets=(--comm "postgres,pgbench")
+if [ "${TARGETS:-}" = default ]; then targets=(); fi
 
 die() { echo "bench-exporter: $*" >&2; exit 2; }
 [ "$(id -u)" = 0 ] || die "run as root (BPF programs, and the server runs as postgres)"
@@ -75,7 +79,7 @@ start_exporter() { # TAG: the exporter, scraped every second, under /usr/bin/tim
             --bind 127.0.0.1 --directory "$dir/null" >/dev/null 2>&1 &
     else
         /usr/bin/time -v -o "$dir/exporter.$1.time" "$cpulab" exporter --quiet ${extra_flags:-} \
-            --mechanism "$mechanism" --comm postgres,pgbench --listen "127.0.0.1:$port" &
+            --mechanism "$mechanism" "${targets[@]}" --web.listen-address "127.0.0.1:$port" &
     fi
     exporter_pid=$!
     for _ in $(seq 100); do curl -sf "http://127.0.0.1:$port/metrics" -o /dev/null && break; sleep 0.1; done
