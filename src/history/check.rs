@@ -502,80 +502,8 @@ pub fn render(r: &Report) -> String {
                 r.settings.threshold_pct
             );
         }
-        // Blocks in the order of their first (most important) change.
-        let mut blocks: Vec<(String, Vec<&Change>)> = Vec::new();
-        for c in &k.changes {
-            let key = format!(
-                "{}>{}:{}",
-                c.last_before,
-                c.first_after,
-                c.causes
-                    .iter()
-                    .map(|x| format!("{}{:?}", x.change, x.rules))
-                    .collect::<Vec<_>>()
-                    .join(";")
-            );
-            match blocks.iter_mut().find(|(k, _)| *k == key) {
-                Some((_, v)) => v.push(c),
-                None => blocks.push((key, vec![c])),
-            }
-        }
-        for (_, changes) in &blocks {
-            let first = changes[0];
-            let _ = writeln!(
-                s,
-                "  from run @{} on ({} run(s) before, {} after):",
-                first.first_after, first.runs_before, first.runs_after
-            );
-            for c in changes {
-                let word = match c.verdict {
-                    Verdict::Worse => "WORSE",
-                    Verdict::Better => "better",
-                    Verdict::Changed => "changed",
-                };
-                let _ = writeln!(
-                    s,
-                    "    {word} {:+.1}%  {}  {} -> {}  ({} p={:.1e})",
-                    c.change_pct,
-                    c.figure,
-                    fmt_value(c.unit, c.split.before_mean),
-                    fmt_value(c.unit, c.split.after_mean),
-                    c.split.test,
-                    c.split.p_value
-                );
-            }
-            let mut noisy: Vec<i64> = changes
-                .iter()
-                .flat_map(|c| c.noisy_runs.iter().copied())
-                .collect();
-            noisy.sort_unstable();
-            noisy.dedup();
-            if !noisy.is_empty() {
-                let ids: Vec<String> = noisy.iter().map(|i| format!("@{i}")).collect();
-                let _ = writeln!(
-                    s,
-                    "    under background load (their conditions say so): {}; the change may \
-                     be the load's, not the configuration's: measure again on a quiet machine",
-                    ids.join(", ")
-                );
-            }
-            if let Some(n) = &first.no_configuration_change {
-                let _ = writeln!(s, "    {n}");
-                continue;
-            }
-            let line: Vec<String> = first.causes.iter().map(|x| x.change.to_string()).collect();
-            let _ = writeln!(s, "    changed with it: {}", line.join("; "));
-            for x in &first.causes {
-                let rules = if x.rules.is_empty() {
-                    "no doctor rule ties it to these figures".to_string()
-                } else {
-                    format!("doctor rules: {}", x.rules.join(", "))
-                };
-                let _ = writeln!(s, "    - {} ({rules})", x.change);
-                if let Some(t) = &x.try_command {
-                    let _ = writeln!(s, "      confirm: {t}");
-                }
-            }
+        for (_, changes) in &blocks_of(&k.changes) {
+            render_block(&mut s, changes);
         }
     }
     if !r.regressions.is_empty() {
@@ -587,6 +515,89 @@ pub fn render(r: &Report) -> String {
         );
     }
     s
+}
+
+/// The changes grouped by the runs they fall between and their causes, in the order of each
+/// group's first (most important) change.
+fn blocks_of(changes: &[Change]) -> Vec<(String, Vec<&Change>)> {
+    let mut blocks: Vec<(String, Vec<&Change>)> = Vec::new();
+    for c in changes {
+        let key = format!(
+            "{}>{}:{}",
+            c.last_before,
+            c.first_after,
+            c.causes
+                .iter()
+                .map(|x| format!("{}{:?}", x.change, x.rules))
+                .collect::<Vec<_>>()
+                .join(";")
+        );
+        match blocks.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, v)) => v.push(c),
+            None => blocks.push((key, vec![c])),
+        }
+    }
+    blocks
+}
+
+/// One group of changes: the figures, the runs under load, and what changed with them.
+fn render_block(s: &mut String, changes: &[&Change]) {
+    use std::fmt::Write;
+    let first = changes[0];
+    let _ = writeln!(
+        s,
+        "  from run @{} on ({} run(s) before, {} after):",
+        first.first_after, first.runs_before, first.runs_after
+    );
+    for c in changes {
+        let word = match c.verdict {
+            Verdict::Worse => "WORSE",
+            Verdict::Better => "better",
+            Verdict::Changed => "changed",
+        };
+        let _ = writeln!(
+            s,
+            "    {word} {:+.1}%  {}  {} -> {}  ({} p={:.1e})",
+            c.change_pct,
+            c.figure,
+            fmt_value(c.unit, c.split.before_mean),
+            fmt_value(c.unit, c.split.after_mean),
+            c.split.test,
+            c.split.p_value
+        );
+    }
+    let mut noisy: Vec<i64> = changes
+        .iter()
+        .flat_map(|c| c.noisy_runs.iter().copied())
+        .collect();
+    noisy.sort_unstable();
+    noisy.dedup();
+    if !noisy.is_empty() {
+        let ids: Vec<String> = noisy.iter().map(|i| format!("@{i}")).collect();
+        let _ = writeln!(
+            s,
+            "    under background load (their conditions say so): {}; the change may \
+             be the load's, not the configuration's: measure again on a quiet machine",
+            ids.join(", ")
+        );
+    }
+    if let Some(n) = &first.no_configuration_change {
+        let _ = writeln!(s, "    {n}");
+        return;
+    }
+    let line: Vec<String> = first.causes.iter().map(|x| x.change.to_string()).collect();
+    let _ = writeln!(s, "    changed with it: {}", line.join("; "));
+    for x in &first.causes {
+        let rules = if x.rules.is_empty() {
+            "no doctor rule ties it to these figures".to_string()
+        } else {
+            format!("doctor rules: {}", x.rules.join(", "))
+        };
+        let _ = writeln!(s, "    - {} ({rules})", x.change);
+        if let Some(t) = &x.try_command {
+            let _ = writeln!(s, "      confirm: {t}");
+        }
+    }
 }
 
 #[cfg(test)]
