@@ -28,31 +28,53 @@ pub struct Fingerprint {
 /// The fingerprint of a probed machine; `conditions_kernel` etc. come from the probe itself.
 pub fn of_probe(p: &Probe) -> Fingerprint {
     let mut f = Facts::new();
-    let mut put = |k: &str, v: Option<String>| {
-        if let Some(v) = v.filter(|v| !v.is_empty()) {
-            f.insert(k.to_string(), v);
-        }
-    };
-    put("kernel", Some(p.kernel().to_string()));
-    put("cmdline", p.cmdline.value().cloned());
+    kernel_facts(p, &mut f);
+    idle_facts(p, &mut f);
+    freq_facts(p, &mut f);
+    placement_facts(p, &mut f);
+    Fingerprint {
+        host_key: p.conditions.hostname.clone(),
+        hardware_key: hardware_key(p),
+        facts: f,
+    }
+}
+
+/// Records a fact that was read and is not empty; one that was not is left out, never blank.
+fn put(f: &mut Facts, k: &str, v: Option<String>) {
+    if let Some(v) = v.filter(|v| !v.is_empty()) {
+        f.insert(k.to_string(), v);
+    }
+}
+
+/// The kernel, its command line and its mitigations.
+fn kernel_facts(p: &Probe, f: &mut Facts) {
+    put(f, "kernel", Some(p.kernel().to_string()));
+    put(f, "cmdline", p.cmdline.value().cloned());
     put(
+        f,
         "mitigations",
         // No `mitigations=` on the command line: the kernel's default, `auto`.
         Some(p.mitigations.mode().unwrap_or("auto").to_string()),
     );
     if let Some(v) = p.mitigations.vulnerabilities.value() {
         for (name, vuln) in v {
-            put(&format!("vulnerability.{name}"), Some(vuln.text.clone()));
+            put(f, &format!("vulnerability.{name}"), Some(vuln.text.clone()));
         }
     }
-    put("cpuidle.driver", p.idle.driver.value().cloned());
-    put("cpuidle.governor", p.idle.governor.value().cloned());
+}
+
+/// Idle: the cpuidle driver and governor, halt polling in the guest and on the host, the
+/// states turned off.
+fn idle_facts(p: &Probe, f: &mut Facts) {
+    put(f, "cpuidle.driver", p.idle.driver.value().cloned());
+    put(f, "cpuidle.governor", p.idle.governor.value().cloned());
     if let Some(h) = p.idle.haltpoll.value() {
         for (k, v) in h {
-            put(&format!("haltpoll.{k}"), Some(v.clone()));
+            put(f, &format!("haltpoll.{k}"), Some(v.clone()));
         }
     }
     put(
+        f,
         "kvm.halt_poll_ns",
         p.idle.kvm_host_halt_poll_ns().map(|v| v.to_string()),
     );
@@ -63,6 +85,7 @@ pub fn of_probe(p: &Probe) -> Fingerprint {
             .map(|s| s.name.as_str())
             .collect();
         put(
+            f,
             "cpuidle.disabled_states",
             Some(if off.is_empty() {
                 "none".into()
@@ -71,54 +94,79 @@ pub fn of_probe(p: &Probe) -> Fingerprint {
             }),
         );
     }
+}
+
+/// Frequency: the cpufreq drivers, governors and preferences, boost, the p-state drivers.
+fn freq_facts(p: &Probe, f: &mut Facts) {
     if let Some(policies) = p.freq.policies.value() {
-        let join = |f: &dyn Fn(&crate::probe::freq::Policy) -> Option<String>| {
-            let mut v: Vec<String> = policies.iter().filter_map(f).collect();
+        let join = |of: &dyn Fn(&crate::probe::freq::Policy) -> Option<String>| {
+            let mut v: Vec<String> = policies.iter().filter_map(of).collect();
             v.sort();
             v.dedup();
             (!v.is_empty()).then(|| v.join(","))
         };
-        put("cpufreq.driver", join(&|x| x.driver.clone()));
-        put("cpufreq.governor", join(&|x| x.governor.clone()));
+        put(f, "cpufreq.driver", join(&|x| x.driver.clone()));
+        put(f, "cpufreq.governor", join(&|x| x.governor.clone()));
         put(
+            f,
             "cpufreq.epp",
             join(&|x| x.energy_performance_preference.clone()),
         );
     }
-    put("cpufreq.boost", p.freq.boost.value().map(|b| b.to_string()));
-    put("intel_pstate", p.freq.intel_pstate.value().cloned());
-    put("amd_pstate", p.freq.amd_pstate.value().cloned());
-    put("smt.control", p.topology.smt_control.value().cloned());
-    put("tuned.profile", p.sched.tuned_profile.value().cloned());
+    put(
+        f,
+        "cpufreq.boost",
+        p.freq.boost.value().map(|b| b.to_string()),
+    );
+    put(f, "intel_pstate", p.freq.intel_pstate.value().cloned());
+    put(f, "amd_pstate", p.freq.amd_pstate.value().cloned());
+}
+
+/// What decides where tasks run: SMT, tuned, the scheduler's knobs, the quota and the CPUs
+/// allowed, the hypervisor, and the cpulab build that measured.
+fn placement_facts(p: &Probe, f: &mut Facts) {
+    put(f, "smt.control", p.topology.smt_control.value().cloned());
+    put(f, "tuned.profile", p.sched.tuned_profile.value().cloned());
     if let Some(t) = p.sched.tunables.value() {
         for (k, v) in t {
-            put(&format!("kernel.{k}"), v.value().cloned());
+            put(f, &format!("kernel.{k}"), v.value().cloned());
         }
     }
     if let Some(t) = p.sched.debug_tunables.value() {
         for (k, v) in t {
-            put(&format!("sched.{k}"), Some(v.clone()));
+            put(f, &format!("sched.{k}"), Some(v.clone()));
         }
     }
     put(
+        f,
         "cgroup.cpu_quota_cpus",
         Some(
             p.cpu_quota_cpus()
                 .map_or("unlimited".into(), |q| format!("{q}")),
         ),
     );
-    put("cpus.allowed", Some(p.topology.allowed.to_string()));
+    put(f, "cpus.allowed", Some(p.topology.allowed.to_string()));
     put(
+        f,
         "hypervisor",
         Some(p.virt.hypervisor.clone().unwrap_or("none".into())),
     );
     // The release only: the revision is a fact of its own, so one build change is one fact.
-    put("cpulab.version", Some(p.conditions.cpulab_version.clone()));
+    put(
+        f,
+        "cpulab.version",
+        Some(p.conditions.cpulab_version.clone()),
+    );
     // The build: a run of another revision is a changed fact like a kernel, so a regression
     // that came with a cpulab change is named as one.
-    put("cpulab.revision", p.conditions.cpulab_revision.clone());
+    put(f, "cpulab.revision", p.conditions.cpulab_revision.clone());
+}
+
+/// The hardware a run's figures are comparable on: model, CPUs, packages, cores, threads, and
+/// the hypervisor.
+fn hardware_key(p: &Probe) -> String {
     let t = &p.topology;
-    let hardware_key = format!(
+    format!(
         "{} | {} CPUs, {} package(s), {} core(s), {} thread(s)/core | {}",
         p.cpu_model.value().map_or("unknown CPU", |s| s.as_str()),
         t.online.len(),
@@ -126,12 +174,7 @@ pub fn of_probe(p: &Probe) -> Fingerprint {
         t.cores,
         t.threads_per_core,
         p.virt.hypervisor.as_deref().unwrap_or("bare metal")
-    );
-    Fingerprint {
-        host_key: p.conditions.hostname.clone(),
-        hardware_key,
-        facts: f,
-    }
+    )
 }
 
 /// The fingerprint of a result document: its own probe when it carries one (doctor, probe);
