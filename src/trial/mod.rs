@@ -250,6 +250,22 @@ impl crate::experiment::erased::Listed for Trial {
     }
 }
 
+/// A setting that acts on nothing here can only be shown to change nothing: said at the start
+/// and beside the result, so "no difference" is not read as a verdict on it.
+fn inert_notes(changes: &[Change]) -> Vec<String> {
+    changes
+        .iter()
+        .filter_map(|c| match c.setting.availability() {
+            setting::Availability::Inert(why) => Some(format!(
+                "{} acts on nothing here ({why}): no difference is expected, so this trial is \
+                 no verdict on what it does where it acts",
+                c.setting.name()
+            )),
+            _ => None,
+        })
+        .collect()
+}
+
 impl Experiment for Trial {
     type Settings = TrialSettings;
     type Report = TrialReport;
@@ -277,18 +293,9 @@ impl Experiment for Trial {
                 permanent: c.setting.permanent(&c.value),
             })
             .collect();
-        // A setting that acts on nothing here can only be shown to change nothing: said at the
-        // start and beside the result, so "no difference" is not read as a verdict on it.
-        for c in &s.changes {
-            if let setting::Availability::Inert(why) = c.setting.availability() {
-                let note = format!(
-                    "{} acts on nothing here ({why}): no difference is expected, so this trial is \
-                     no verdict on what it does where it acts",
-                    c.setting.name()
-                );
-                progress.note(&note);
-                conditions.notes.push(note);
-            }
+        for note in inert_notes(&s.changes) {
+            progress.note(&note);
+            conditions.notes.push(note);
         }
         let mut session = session::Session::begin(&s.root, &s.command, progress)?;
         let all: Vec<&Change> = s.changes.iter().collect();

@@ -49,13 +49,9 @@ pub fn halts_unseen_reason(f: &Facts) -> &'static str {
     }
 }
 
-/// Mechanism words and environment remedies for a cross-vCPU wakeup that halts (VMs).
-// Long as a table is: one arm per environment, each its own words and remedies (docs/doctor.md).
-///
-/// `halts` is `None` where the guest counts no halts (no cpuidle driver): the exits are then
-/// named from the IPIs and the idle facts, and the words say the halts are not visible.
-pub fn halt_in_vm(f: &Facts, halts: Option<f64>, ipi: Option<f64>) -> (String, Vec<Remedy>) {
-    let paid = match (halts, ipi) {
+/// What each round trip pays, in words: the halts and IPIs counted, or why halts were not.
+fn paid_words(f: &Facts, halts: Option<f64>, ipi: Option<f64>) -> String {
+    match (halts, ipi) {
         (Some(h), Some(n)) => format!(
             "Each round trip here pays {h:.1} halts and {n:.1} IPIs, exits that a same-vCPU wakeup never makes"
         ),
@@ -69,7 +65,16 @@ pub fn halt_in_vm(f: &Facts, halts: Option<f64>, ipi: Option<f64>) -> (String, V
                 .unwrap_or_else(|| "IPIs that were not counted".into()),
             halts_unseen_reason(f)
         ),
-    };
+    }
+}
+
+/// Mechanism words and environment remedies for a cross-vCPU wakeup that halts (VMs).
+// Long as a table is: one arm per environment, each its own words and remedies (docs/doctor.md).
+///
+/// `halts` is `None` where the guest counts no halts (no cpuidle driver): the exits are then
+/// named from the IPIs and the idle facts, and the words say the halts are not visible.
+pub fn halt_in_vm(f: &Facts, halts: Option<f64>, ipi: Option<f64>) -> (String, Vec<Remedy>) {
+    let paid = paid_words(f, halts, ipi);
     match f.environment {
         Environment::HyperV => (
             format!(
