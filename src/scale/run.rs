@@ -87,17 +87,7 @@ pub fn run(
         });
     }
     note_coinciding_policies(&mut conditions, &policies);
-    let max_other = policies
-        .iter()
-        .flat_map(|p| p.points.iter().filter_map(|x| x.other_load_cpus))
-        .fold(0.0, f64::max);
-    if max_other >= load::OTHER_LOAD_NOISY_CPUS {
-        conditions.noisy = true;
-        conditions.notes.push(format!(
-            "other processes used up to {max_other:.2} CPUs during the runs: speedups are \
-             bent by competition, not only by placement"
-        ));
-    }
+    note_other_load(&mut conditions, &policies);
     let (fib_n, fib_cutoff, triad_len, triad_passes) = match job {
         Job::Fib { n, cutoff } => (Some(n), Some(cutoff), None, None),
         Job::Triad { len, passes } => (None, None, Some(len), Some(passes)),
@@ -126,6 +116,22 @@ pub fn run(
         repeats: settings.repeats,
         policies,
     })
+}
+
+/// Marks the result noisy when other processes used a CPU's worth during the runs: speedups
+/// then bend with competition, not only with placement.
+fn note_other_load(conditions: &mut crate::machine::Conditions, policies: &[PolicyResult]) {
+    let max_other = policies
+        .iter()
+        .flat_map(|p| p.points.iter().filter_map(|x| x.other_load_cpus))
+        .fold(0.0, f64::max);
+    if max_other >= load::OTHER_LOAD_NOISY_CPUS {
+        conditions.noisy = true;
+        conditions.notes.push(format!(
+            "other processes used up to {max_other:.2} CPUs during the runs: speedups are \
+             bent by competition, not only by placement"
+        ));
+    }
 }
 
 /// Sum of the distinct last-level caches over the allowed CPUs.
