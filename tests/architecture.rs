@@ -146,6 +146,26 @@ const LONG: usize = 150;
 // ---------------------------------------------------------------------------------------------
 // Reading the source.
 
+/// Blanks a quoted literal starting at `i` (escapes included, line breaks kept); returns the
+/// index after its closing quote.
+fn blank_quoted(c: &[char], mut i: usize, quote: char, out: &mut String) -> usize {
+    let blank = |out: &mut String, ch: char| out.push(if ch == '\n' { '\n' } else { ' ' });
+    out.push(' ');
+    i += 1;
+    while i < c.len() && c[i] != quote {
+        if c[i] == '\\' {
+            blank(out, c[i]);
+            i += 1;
+        }
+        if i < c.len() {
+            blank(out, c[i]);
+            i += 1;
+        }
+    }
+    out.push(' ');
+    i + 1
+}
+
 /// The source with comments, strings and char literals blanked (newlines kept, so lines still
 /// count), so that braces and paths are only the code's.
 fn strip(src: &str) -> String {
@@ -206,36 +226,10 @@ fn strip(src: &str) -> String {
             }
             i += close.len();
         } else if ch == '"' {
-            out.push(' ');
-            i += 1;
-            while i < c.len() && c[i] != '"' {
-                if c[i] == '\\' {
-                    blank(&mut out, c[i]);
-                    i += 1;
-                }
-                if i < c.len() {
-                    blank(&mut out, c[i]);
-                    i += 1;
-                }
-            }
-            out.push(' ');
-            i += 1;
+            i = blank_quoted(&c, i, '"', &mut out);
         } else if ch == '\'' && (next == Some('\\') || c.get(i + 2) == Some(&'\'')) {
             // A char literal (a lifetime has no closing quote two characters on).
-            out.push(' ');
-            i += 1;
-            while i < c.len() && c[i] != '\'' {
-                if c[i] == '\\' {
-                    blank(&mut out, c[i]);
-                    i += 1;
-                }
-                if i < c.len() {
-                    blank(&mut out, c[i]);
-                    i += 1;
-                }
-            }
-            out.push(' ');
-            i += 1;
+            i = blank_quoted(&c, i, '\'', &mut out);
         } else {
             out.push(ch);
             i += 1;

@@ -49,12 +49,8 @@ impl<'a> Emitted<'a> {
         text: fn(&T) -> String,
         page: Option<fn(&T) -> String>,
     ) -> Result<Self> {
-        Ok(Self {
-            kind,
-            document: serde_json::to_value(Envelope::new(kind, result))?,
-            text: Box::new(move || text(result)),
-            page: page.map(|p| Box::new(move || p(result)) as Box<dyn Fn() -> String + 'a>),
-        })
+        let document = serde_json::to_value(Envelope::new(kind, result))?;
+        Ok(Self::with_document(kind, document, result, text, page))
     }
 
     /// A typed output that is not a result document, so it carries no envelope (the history's
@@ -66,12 +62,23 @@ impl<'a> Emitted<'a> {
         text: fn(&T) -> String,
         page: Option<fn(&T) -> String>,
     ) -> Result<Self> {
-        Ok(Self {
+        let document = serde_json::to_value(result)?;
+        Ok(Self::with_document(kind, document, result, text, page))
+    }
+
+    fn with_document<T>(
+        kind: Kind,
+        document: serde_json::Value,
+        result: &'a T,
+        text: fn(&T) -> String,
+        page: Option<fn(&T) -> String>,
+    ) -> Self {
+        Self {
             kind,
-            document: serde_json::to_value(result)?,
+            document,
             text: Box::new(move || text(result)),
             page: page.map(|p| Box::new(move || p(result)) as Box<dyn Fn() -> String + 'a>),
-        })
+        }
     }
 
     /// A result already rendered: a loaded document (`cpulab report`), or one whose text

@@ -115,7 +115,9 @@ pub struct StatFigures {
 /// Parses `/proc/PID/stat` with the clock's ticks per second and the page size (pure).
 pub fn parse_stat(text: &str, ticks_per_s: u64, page_bytes: u64) -> Result<StatFigures, ErrorKind> {
     let s = Stat::from_read(text.as_bytes()).map_err(|_| ErrorKind::Parse)?;
-    if ticks_per_s == 0 {
+    // A unit the system did not give (sysconf failed, read as 0) makes the reading an error:
+    // with a page size of 0 the resident memory would read as 0 bytes.
+    if ticks_per_s == 0 || page_bytes == 0 {
         return Err(ErrorKind::Parse);
     }
     let ticks = ticks_per_s as f64;
@@ -144,7 +146,8 @@ pub fn parse_btime(text: &str) -> Result<u64, ErrorKind> {
         .ok_or(ErrorKind::Parse)
 }
 
-/// The clock ticks per second and the page size of this system.
+/// The clock ticks per second and the page size of this system; 0 where sysconf gave none
+/// ([`parse_stat`] then refuses the reading rather than report 0).
 pub fn system_units() -> (u64, u64) {
     // SAFETY: sysconf only reads configuration values.
     let (ticks, page) = unsafe {
@@ -242,6 +245,7 @@ Max realtime timeout      unlimited            unlimited            us        \n
             Err(ErrorKind::Parse)
         );
         assert_eq!(parse_stat(STAT, 0, 4096), Err(ErrorKind::Parse));
+        assert_eq!(parse_stat(STAT, 100, 0), Err(ErrorKind::Parse));
     }
 
     #[test]

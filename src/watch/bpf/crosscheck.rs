@@ -320,11 +320,10 @@ impl<'t> User<'t> {
         f(&mut self.a);
         for (class, after) in snap(self.classes()) {
             let b = before.get(&class).copied().unwrap_or_default();
-            let (wakeups, idle, sum, recorded) =
-                (after.0 - b.0, after.1 - b.1, after.2 - b.2, after.3 - b.3);
             // Every timed latency is in the histogram, one beyond 60 s at its top
-            // (`ClassAcc::record`); a timed latency of 0 ns is recorded as 1.
-            let timed = recorded;
+            // (`ClassAcc::record`), so the histogram's count is the timed wakeups.
+            let (wakeups, idle, sum, timed) =
+                (after.0 - b.0, after.1 - b.1, after.2 - b.2, after.3 - b.3);
             // One event places at most one timed wakeup (its switch-in), and only a timed one
             // is to an idle CPU.
             assert!(timed <= 1 && idle <= timed, "{class} {after:?} {b:?}");
