@@ -44,6 +44,32 @@ struct Targets {
 }
 
 impl Targets {
+    /// The targets the options name, and whether the whole machine is watched (no names: the
+    /// busiest groups are ranked into the slots).
+    fn named(machine: &Machine, opts: &SourceOptions, max_targets: usize) -> (Self, bool) {
+        let resolver = Resolver::new(&machine.root, opts);
+        let whole_machine = resolver.whole_machine();
+        let mut slots = if whole_machine {
+            Slots::ranked(max_targets)
+        } else {
+            Slots::new(max_targets)
+        };
+        for label in resolver.named_labels() {
+            slots.slot(&label);
+        }
+        let targets = Self {
+            resolver,
+            slots,
+            ledger: Ledger::default(),
+            installed: HashMap::new(),
+            refused: 0,
+            refused_now: HashSet::new(),
+        };
+        (targets, whole_machine)
+    }
+}
+
+impl Targets {
     /// Re-reads who the targets are and brings the kernel's map in line: processes gone are
     /// removed, new ones added with their label's slot.
     fn refresh(&mut self, table: &MappedArray) {
@@ -391,6 +417,59 @@ fn attach_followers(
         .collect()
 }
 
+/// Every program of the aggregation, attached: the scheduler's on their duty cycle, then those
+/// that follow targets' children.
+struct Attached {
+    /// BTF-typed (`tp_btf`) scheduler programs, else untyped raw tracepoints.
+    typed: bool,
+    duty: Duty,
+    /// Every program, the scheduler's first, and each one's tracepoint in the same order.
+    progs: Vec<OwnedFd>,
+    prog_names: Vec<&'static str>,
+    /// The followers' links (the scheduler's are the duty's).
+    links: Vec<OwnedFd>,
+}
+
+impl Attached {
+    fn all(
+        fds: &Maps,
+        layout: Layout,
+        offsets: &crate::watch::btf::TaskOffsets,
+        typed_ids: Option<&[u32; 4]>,
+        attach_every: u32,
+    ) -> std::io::Result<Self> {
+        let sched = attach_scheduler(fds, layout, offsets, typed_ids)?;
+        let typed = sched.typed;
+        let duty = Duty {
+            every: attach_every.max(1),
+            progs: sched
+                .progs
+                .iter()
+                .zip(SCHED_PROGRAMS)
+                .map(|(p, name)| Ok(((!typed).then_some(name), p.try_clone()?)))
+                .collect::<std::io::Result<_>>()?,
+            links: sched.links,
+            since: Some(std::time::Instant::now()),
+            attached: Duration::ZERO,
+        };
+        let mut a = Self {
+            typed,
+            duty,
+            progs: sched.progs,
+            prog_names: SCHED_PROGRAMS.to_vec(),
+            links: Vec::new(),
+        };
+        // A named target's children join it at birth; watching the whole machine, those of
+        // a named group do (until the next refresh says otherwise).
+        for (name, prog, link) in attach_followers(fds, layout, offsets) {
+            a.progs.push(prog);
+            a.links.push(link);
+            a.prog_names.push(name);
+        }
+        Ok(a)
+    }
+}
+
 /// What the refresh thread keeps current.
 struct Refresher {
     targets: Arc<Mutex<Targets>>,
@@ -447,32 +526,15 @@ impl BpfSource {
         let (offsets, typed_ids) =
             super::mechanism::raw_offsets(&machine.root).map_err(std::io::Error::other)?;
         let max_targets = opts.max_targets.clamp(1, 1024);
-        let resolver = Resolver::new(&machine.root, opts);
-        let whole_machine = resolver.whole_machine();
-        let mut slots = if whole_machine {
-            Slots::ranked(max_targets)
-        } else {
-            Slots::new(max_targets)
-        };
-        for label in resolver.named_labels() {
-            slots.slot(&label);
-        }
+        let (mut targets, whole_machine) = Targets::named(machine, opts, max_targets);
         let timing = if opts.program_costs {
             Some(time_programs()?)
         } else {
             None
         };
         let n = ncpu as u32;
-        let mut maps = KernelMaps::create(n, aggregate::rows(slots.count()))?;
+        let mut maps = KernelMaps::create(n, aggregate::rows(targets.slots.count()))?;
         let classes = fill_classes(&maps.classes, &machine.topology, n)?;
-        let mut targets = Targets {
-            resolver,
-            slots,
-            ledger: Ledger::default(),
-            installed: HashMap::new(),
-            refused: 0,
-            refused_now: HashSet::new(),
-        };
         targets.refresh(&maps.targets);
         // The `--comm` names for the exec program, where the kernel's BTF gives the name's place.
         if offsets.comm.is_some() {
@@ -486,30 +548,19 @@ impl BpfSource {
             direct: false,
             sample: opts.latency_sample,
         };
-        let sched = attach_scheduler(&fds, layout, &offsets, typed_ids.as_ref())?;
-        let typed = sched.typed;
-        let duty = Duty {
-            every: opts.attach_every.max(1),
-            progs: sched
-                .progs
-                .iter()
-                .zip(SCHED_PROGRAMS)
-                .map(|(p, name)| Ok(((!typed).then_some(name), p.try_clone()?)))
-                .collect::<std::io::Result<_>>()?,
-            links: sched.links,
-            since: Some(std::time::Instant::now()),
-            attached: Duration::ZERO,
-        };
-        let mut progs = sched.progs;
-        let mut prog_names = SCHED_PROGRAMS.to_vec();
-        let mut links = Vec::new();
-        // A named target's children join it at birth; watching the whole machine, those of
-        // a named group do (until the next refresh says otherwise).
-        for (name, prog, link) in attach_followers(&fds, layout, &offsets) {
-            progs.push(prog);
-            links.push(link);
-            prog_names.push(name);
-        }
+        let Attached {
+            typed,
+            duty,
+            progs,
+            prog_names,
+            links,
+        } = Attached::all(
+            &fds,
+            layout,
+            &offsets,
+            typed_ids.as_ref(),
+            opts.attach_every,
+        )?;
         let prog_ids = progs.iter().filter_map(|p| sys::prog_id(p).ok()).collect();
         let targets = Arc::new(Mutex::new(targets));
         let stop = Arc::new(AtomicBool::new(false));
