@@ -106,56 +106,8 @@ fn page(r: &OscostReport) -> String {
         .iter()
         .filter_map(bar)
         .partition(|b| b.value < 10_000.0);
-    let freq = r.frequency.as_ref().and_then(|f| {
-        let b = |label: &str, m: &Option<crate::stats::MeanCi>| {
-            m.as_ref().map(|m| Bar {
-                label: label.into(),
-                value: m.mean,
-                ci: Some((m.ci95_low, m.ci95_high)),
-                accent: false,
-            })
-        };
-        let bars: Vec<Bar> = [
-            b("after idle (cold)", &f.cold_per_ns),
-            b("under load (warm)", &f.warm_per_ns),
-        ]
-        .into_iter()
-        .flatten()
-        .collect();
-        (!bars.is_empty()).then(|| {
-            svg::bars(
-                &format!("Effective speed of a dependent loop ({})", f.unit),
-                &bars,
-                &|v| format!("{v:.2}"),
-            )
-        })
-    });
-    let rows: Vec<Vec<String>> = r
-        .ops
-        .iter()
-        .map(|o| match &o.per_op_ns {
-            Some(m) => vec![
-                o.name.clone(),
-                format!("{} ± {:.1}%", fmt_ns(m.mean), 100.0 * m.rel_half_width()),
-                o.median_ns.map(fmt_ns).unwrap_or_default(),
-                o.min_ns.map(fmt_ns).unwrap_or_default(),
-                o.counted
-                    .as_ref()
-                    .map(|c| format!("{:.2} {}/op", c.per_op, c.counter))
-                    .unwrap_or_default(),
-            ],
-            None => vec![
-                o.name.clone(),
-                format!(
-                    "unavailable: {}",
-                    o.unavailable.as_deref().unwrap_or("unknown")
-                ),
-                String::new(),
-                String::new(),
-                String::new(),
-            ],
-        })
-        .collect();
+    let freq = loop_speed_chart(r);
+    let rows = op_rows(r);
     let p = &r.platform;
     let body = html! {
         (section(
@@ -172,7 +124,7 @@ fn page(r: &OscostReport) -> String {
             },
         ))
         (section(
-            "Effective frequency",
+            "Loop speed after idle and under load",
             "A dependent loop timed in short slices after idle (cold) and after sustained load \
              (warm): how far the CPU's clock ramps.",
             freq.map(chart).unwrap_or_else(|| html! {}),
@@ -202,4 +154,61 @@ fn page(r: &OscostReport) -> String {
         }
     };
     html::page("cpulab oscost", header, body)
+}
+
+/// The loop-speed chart: a dependent loop's rate after idle and under load, where measured.
+fn loop_speed_chart(r: &OscostReport) -> Option<String> {
+    r.frequency.as_ref().and_then(|f| {
+        let b = |label: &str, m: &Option<crate::stats::MeanCi>| {
+            m.as_ref().map(|m| Bar {
+                label: label.into(),
+                value: m.mean,
+                ci: Some((m.ci95_low, m.ci95_high)),
+                accent: false,
+            })
+        };
+        let bars: Vec<Bar> = [
+            b("after idle (cold)", &f.cold_per_ns),
+            b("under load (warm)", &f.warm_per_ns),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        (!bars.is_empty()).then(|| {
+            svg::bars(
+                &format!("Effective speed of a dependent loop ({})", f.unit),
+                &bars,
+                &|v| format!("{v:.2}"),
+            )
+        })
+    })
+}
+
+/// One table row per primitive: its cost with the interval, or why it is not available.
+fn op_rows(r: &OscostReport) -> Vec<Vec<String>> {
+    r.ops
+        .iter()
+        .map(|o| match &o.per_op_ns {
+            Some(m) => vec![
+                o.name.clone(),
+                format!("{} ± {:.1}%", fmt_ns(m.mean), 100.0 * m.rel_half_width()),
+                o.median_ns.map(fmt_ns).unwrap_or_default(),
+                o.min_ns.map(fmt_ns).unwrap_or_default(),
+                o.counted
+                    .as_ref()
+                    .map(|c| format!("{:.2} {}/op", c.per_op, c.counter))
+                    .unwrap_or_default(),
+            ],
+            None => vec![
+                o.name.clone(),
+                format!(
+                    "unavailable: {}",
+                    o.unavailable.as_deref().unwrap_or("unknown")
+                ),
+                String::new(),
+                String::new(),
+                String::new(),
+            ],
+        })
+        .collect()
 }
