@@ -410,17 +410,7 @@ fn processes(
     let tasks = s.groups * s.senders * 2;
     let opening = vec![1_u8; tasks];
     // Each child's CPU set, when spread, built before any fork.
-    let pins: Vec<Option<nix::sched::CpuSet>> = (0..tasks)
-        .map(|k| {
-            task_cpu(s, cpus, k)
-                .map(|cpu| {
-                    let mut set = nix::sched::CpuSet::new();
-                    set.set(cpu as usize).map(|()| set)
-                })
-                .transpose()
-        })
-        .collect::<Result<_, _>>()
-        .map_err(|e| anyhow!("CPU out of range for a CPU set: {e}"))?;
+    let pins = child_pins(s, cpus, tasks)?;
     let mut children = Children(Vec::with_capacity(s.groups * s.senders * 2));
     let before = switches(UsageWho::RUSAGE_CHILDREN);
     for (g, out) in groups.iter().zip(&outs) {
@@ -454,16 +444,51 @@ fn processes(
             }
         }
     }
-    let mut open = &opening[..];
+    open_gate(&gate_w, &opening)?;
+    wait_all(&children)?;
+    let wall = c.wall();
+    children.0.clear();
+    let after = switches(UsageWho::RUSAGE_CHILDREN);
+    Ok((wall, before.zip(after).map(|(b, a)| a.saturating_sub(b))))
+}
+
+/// Each child's CPU set when the tasks are spread (`None`: the scheduler places it), built
+/// before any fork.
+fn child_pins(
+    s: &MessagingSettings,
+    cpus: &[u32],
+    tasks: usize,
+) -> Result<Vec<Option<nix::sched::CpuSet>>> {
+    (0..tasks)
+        .map(|k| {
+            task_cpu(s, cpus, k)
+                .map(|cpu| {
+                    let mut set = nix::sched::CpuSet::new();
+                    set.set(cpu as usize).map(|()| set)
+                })
+                .transpose()
+        })
+        .collect::<Result<_, _>>()
+        .map_err(|e| anyhow!("CPU out of range for a CPU set: {e}"))
+}
+
+/// Writes one byte per waiting child into the gate, all at once.
+fn open_gate(gate_w: &OwnedFd, opening: &[u8]) -> Result<()> {
+    let mut open = opening;
     while !open.is_empty() {
-        match nix::unistd::write(&gate_w, open) {
+        match nix::unistd::write(gate_w, open) {
             Ok(n) => open = &open[n..],
             Err(Errno::EINTR) => continue,
             Err(e) => return Err(anyhow!("cannot open the start gate: {e}")),
         }
     }
-    // Poll rather than wait in turn: a task that failed leaves its peers blocked for ever, and
-    // a signal must stop the run; either way `children` kills the rest on the way out.
+    Ok(())
+}
+
+/// Waits for every child to exit 0. Polls rather than waits in turn: a task that failed leaves
+/// its peers blocked for ever, and a signal must stop the run; either way the caller's
+/// `Children` kills the rest on the way out.
+fn wait_all(children: &Children) -> Result<()> {
     let mut running = children.0.clone();
     while !running.is_empty() {
         crate::signals::check()?;
@@ -487,10 +512,7 @@ fn processes(
             std::thread::sleep(Duration::from_millis(20));
         }
     }
-    let wall = c.wall();
-    children.0.clear();
-    let after = switches(UsageWho::RUSAGE_CHILDREN);
-    Ok((wall, before.zip(after).map(|(b, a)| a.saturating_sub(b))))
+    Ok(())
 }
 
 /// A forked task: dies with cpulab, waits for the gate, works, exits. System calls only, on
