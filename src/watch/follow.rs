@@ -9,13 +9,10 @@
 //! Involuntary switches (preemptions) are left out: a busy loop preempted a thousand times a
 //! second is woken by nobody.
 //!
-//! **What it costs.** Per thread and interval, one read of its `schedstat` (three numbers,
-//! from a descriptor held open for up to [`HELD_GATES`] threads: no path lookup), and a
-//! `status` read only for a thread that was switched in since the last refresh (one that was
-//! not ended no sleep, so it woke nobody's count: its rate is 0). The `status` reads are
-//! bounded: at most [`THREAD_READS`] per refresh. Threads first listed in this refresh come
-//! first (a new service is seen at once), then those read longest ago; a thread read after `k`
-//! refreshes counts its switches over `k`. Each process's `stat` (kernel thread
+//! **What it costs.** One `status` read per thread and interval is the whole price, so it is
+//! bounded: at most [`THREAD_READS`] threads are read per refresh. Threads first listed in this
+//! refresh come first (a new service is seen at once), then those read longest ago; a thread
+//! read after `k` refreshes counts its switches over `k`. Each process's `stat` (kernel thread
 //! or not, command) and `cgroup` (its group) are read when it is first seen, again at its next
 //! two refreshes (a process is moved into its unit's or container's cgroup, and `exec`s, just
 //! after it is born) and every [`REREAD_EVERY`] refreshes after. Kernel threads are never read
@@ -25,18 +22,12 @@ use super::groups::{self, group_name};
 use super::rank::Ranking;
 use crate::wakeups::GroupBy;
 use std::collections::{BTreeMap, HashMap};
-use std::fs::File;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 /// Thread `status` files read per refresh at most.
 pub const THREAD_READS: usize = 128;
 /// Refreshes between re-reads of a known process's command and cgroup.
 pub const REREAD_EVERY: u64 = 30;
-/// Threads whose `schedstat` is held open at most (the exporter's descriptors are bounded; a
-/// service's soft limit is often 1024). Others open it at each refresh.
-pub const HELD_GATES: usize = 512;
 
 /// A process as last read: its group, or none for a kernel thread (or one that ended).
 #[derive(Clone, Debug)]
@@ -49,11 +40,6 @@ struct Proc {
 #[derive(Clone, Debug)]
 struct Thread {
     pid: i32,
-    /// Its `schedstat`, held open (at most [`HELD_GATES`] threads): read again from offset 0,
-    /// the kernel writes it anew without a path lookup.
-    gate: Option<Arc<File>>,
-    /// Switch-ins at the last gate read.
-    arrivals: Option<u64>,
     first_listed: u64,
     /// Voluntary switches at the last read, and that refresh.
     last: Option<(u64, u64)>,
@@ -147,8 +133,6 @@ impl Follow {
             for tid in ids(&task) {
                 let t = self.threads.entry(tid).or_insert(Thread {
                     pid,
-                    gate: None,
-                    arrivals: None,
                     first_listed: step,
                     last: None,
                     rate: 0,
@@ -161,59 +145,13 @@ impl Follow {
         self.threads.retain(|_, t| t.listed == step);
     }
 
-    /// Reads each thread's switch-ins (`schedstat`: three numbers, where `status` is sixty
-    /// lines): a thread not switched in since the last refresh ended no voluntary sleep, so it
-    /// made no wakeup and its `status` need not be read; its rate this refresh is 0. Returns the
-    /// threads that moved, or whose `schedstat` cannot be read (then `status` decides).
-    fn gate(&mut self) -> std::collections::HashSet<i32> {
-        let mut held = self.threads.values().filter(|t| t.gate.is_some()).count();
-        let mut moved = std::collections::HashSet::new();
-        for (tid, t) in self.threads.iter_mut() {
-            if t.gate.is_none() && held < HELD_GATES {
-                let path = self
-                    .root
-                    .join(format!("proc/{}/task/{tid}/schedstat", t.pid));
-                t.gate = File::open(path).ok().map(Arc::new);
-                held += usize::from(t.gate.is_some());
-            }
-            let text = match &t.gate {
-                Some(f) => {
-                    let mut buf = [0_u8; 128];
-                    f.read_at(&mut buf, 0)
-                        .ok()
-                        .and_then(|n| String::from_utf8(buf[..n].to_vec()).ok())
-                }
-                None => read(
-                    &self
-                        .root
-                        .join(format!("proc/{}/task/{tid}/schedstat", t.pid)),
-                ),
-            };
-            let now = text.as_deref().and_then(groups::switch_ins);
-            if now.is_none() {
-                // The thread ended (or the file cannot be read): open it afresh next time.
-                t.gate = None;
-            }
-            match (now, t.arrivals) {
-                (Some(n), Some(was)) if n == was => t.rate = 0,
-                _ => {
-                    moved.insert(*tid);
-                }
-            }
-            t.arrivals = now.or(t.arrivals);
-        }
-        moved
-    }
-
-    /// Reads at most [`THREAD_READS`] threads' switches among those that moved: the newly
-    /// listed first, then those read longest ago.
+    /// Reads at most [`THREAD_READS`] threads' switches: the newly listed first, then those
+    /// read longest ago.
     fn read_threads(&mut self) {
         let step = self.step;
-        let moved = self.gate();
         let mut order: Vec<(u64, i32)> = self
             .threads
             .iter()
-            .filter(|(tid, _)| moved.contains(tid))
             .map(|(tid, t)| {
                 let key = match t.last {
                     _ if t.first_listed == step => 0,
@@ -297,50 +235,6 @@ mod tests {
                 std::fs::write(t.join("status"), status).unwrap();
             }
         }
-    }
-
-    /// Writes a thread's `schedstat` with this many switch-ins.
-    fn schedstat(root: &Path, pid: i32, tid: i32, ins: u64) {
-        let p = root.join(format!("proc/{pid}/task/{tid}/schedstat"));
-        std::fs::write(p, format!("1000 2000 {ins}\n")).unwrap();
-    }
-
-    #[test]
-    fn a_thread_not_switched_in_is_not_read_and_counts_nothing() {
-        let t = tempfile::tempdir().unwrap();
-        let (r, app) = (t.path(), "/system.slice/app.service");
-        write(
-            r,
-            &[
-                (100, "app", 1, 0x400100, app, &[(100, 0)]),
-                (200, "idle", 1, 0x400100, "/", &[(200, 0)]),
-            ],
-        );
-        let status = |pid: i32, sw: u64| {
-            let p = r.join(format!("proc/{pid}/task/{pid}/status"));
-            // Rewritten in place, as the kernel does: a held descriptor sees the new text.
-            std::fs::write(p, format!("Name:\tx\nvoluntary_ctxt_switches:\t{sw}\n")).unwrap();
-        };
-        schedstat(r, 100, 100, 10);
-        schedstat(r, 200, 200, 10);
-        let mut f = Follow::new(r, 4, GroupBy::Auto);
-        assert!(f.refresh().is_empty(), "the first refresh is a baseline");
-        // `idle`'s status claims 500 new switches, but its schedstat did not move: it is not
-        // read, and ranks nowhere. `app`'s moved, and it made one switch.
-        status(100, 1);
-        status(200, 500);
-        schedstat(r, 100, 100, 11);
-        let m = f.refresh();
-        assert_eq!(m.get(&100).map(String::as_str), Some("app.service"));
-        assert!(!m.contains_key(&200), "{m:?}");
-        assert_eq!(f.threads.get(&200).map(|t| t.rate), Some(0));
-        assert_eq!(f.threads.get(&100).map(|t| t.rate), Some(1));
-        // Once it is switched in, the switches it made meanwhile count (over the two
-        // refreshes since its last read).
-        schedstat(r, 200, 200, 12);
-        let m = f.refresh();
-        assert_eq!(m.get(&200).map(String::as_str), Some("idle"), "{m:?}");
-        assert_eq!(f.threads.get(&200).map(|t| t.rate), Some(250));
     }
 
     #[test]

@@ -148,13 +148,6 @@ pub fn parse_stat(text: &str) -> Option<Stat> {
     })
 }
 
-/// The times a thread was switched in, from `/proc/PID/task/TID/schedstat` (`run_ns wait_ns
-/// timeslices`): its third field. A thread that woke from a voluntary sleep was switched in, so
-/// a count that did not move means no voluntary switch ended since.
-pub fn switch_ins(schedstat: &str) -> Option<u64> {
-    schedstat.split_whitespace().nth(2)?.parse().ok()
-}
-
 /// `voluntary_ctxt_switches` of a `/proc/PID/task/TID/status`.
 pub fn voluntary_switches(status: &str) -> Option<u64> {
     status
