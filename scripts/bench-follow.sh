@@ -7,8 +7,9 @@
 #
 # MODE=wake: each thread sleeps 1 s in a loop (each wakes once a second);
 # MODE=idle: each thread blocks for good (never woken).
-# AFTER is not built here: `cargo build --release` first. Needs root (the exporters' BPF programs). Both exporters run at once, on loopback ports (the
-# probe is off by default); everything started here ends with the script.
+# AFTER is not built here: run `cargo build --release` first. Needs root (the exporters' BPF
+# programs). Both exporters run at once, on loopback ports (the probe is off by default);
+# everything started here ends with the script.
 set -euo pipefail
 before=${BEFORE:-/usr/bin/cpulab}
 after=${AFTER:-target/release/cpulab}
