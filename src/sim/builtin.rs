@@ -104,12 +104,19 @@ fn table_of(c: &Costs) -> toml::Table {
     toml::Table::try_from(c).unwrap_or_default()
 }
 
+/// The client's and server's work per transaction, us, of a pair whose same-vCPU rate would be
+/// `tps` with these costs: the transaction less two guest switches, a third to the client.
+pub fn pair_work_us(tps: f64, c: &Costs) -> (f64, f64) {
+    let work_us = (1e6 / tps - 2.0 * c.guest_switch_ns / 1e3).max(0.2);
+    (work_us / 3.0, work_us * 2.0 / 3.0)
+}
+
 /// A pgbench-like pair whose same-vCPU rate would be `tps` with these costs.
 pub fn pair(tps: f64, c: &Costs, client: Option<u32>, server: Option<u32>) -> WorkloadSpec {
-    let work_us = (1e6 / tps - 2.0 * c.guest_switch_ns / 1e3).max(0.2);
+    let (client_us, server_us) = pair_work_us(tps, c);
     WorkloadSpec::Pair {
-        client_us: work_us / 3.0,
-        server_us: work_us * 2.0 / 3.0,
+        client_us,
+        server_us,
         client_vcpu: client,
         server_vcpu: server,
     }

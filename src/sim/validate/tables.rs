@@ -7,7 +7,6 @@ use crate::sim::builtin::{self, E_PLACEMENTS, E_THREADS};
 use crate::sim::params::{Calibration, Costs, PIPE_WORK_NS};
 use crate::sim::published::{Section, get};
 use crate::sim::run_scenario;
-use crate::sim::workload::WorkloadSpec;
 use anyhow::Result;
 
 pub(super) fn check_a(seed: u64) -> Result<TableCheck> {
@@ -292,14 +291,7 @@ pub(super) fn check_m(cal: &Calibration, seed: u64) -> Result<TableCheck> {
 /// What the cold stretch does in table M, and, when M misses, how far it is from the published
 /// difference between pgbench and the pipe, with the published figures worked out.
 fn m_cold_notes(c: &Costs, cal: &Calibration, missed: bool) -> Vec<String> {
-    let (client_us, server_us) = match builtin::pair(get("m.pg.same").value, c, None, None) {
-        WorkloadSpec::Pair {
-            client_us,
-            server_us,
-            ..
-        } => (client_us, server_us),
-        _ => (0.0, 0.0),
-    };
+    let (client_us, server_us) = builtin::pair_work_us(get("m.pg.same").value, c);
     let sw = c.guest_switch_ns;
     let pg_after_ns = 2.0 * sw + (client_us + server_us) * 1e3;
     let pg_cold_us =
@@ -325,10 +317,11 @@ fn m_cold_notes(c: &Costs, cal: &Calibration, missed: bool) -> Vec<String> {
             "Published pgbench pays {pg_extra_us:.1} us more per transaction on different vCPUs, \
              the pipe round trip {pipe_extra_us:.1} us more. Both make one blocking wakeup each \
              way (pgbench -c 1 measured 1.00 context switch per transaction on each side: see \
-             docs/sim.md), as the model charges; the model puts the {gap_us:.1} us between them down \
-             to pgbench's larger work after waking, done cold. The stretch field notes A measured accounts for {:.1} us of \
-             it; all of it would take a stretch of {stretch_needed:.2}. Not tuned in: the \
-             stretch comes from field notes A, and no row of this table set it.",
+             docs/sim.md), as the model charges; the model puts the {gap_us:.1} us between \
+             them down to pgbench's larger work after waking, done cold. The stretch field \
+             notes A measured accounts for {:.1} us of it; all of it would take a stretch of \
+             {stretch_needed:.2}. Not tuned in: the stretch comes from field notes A, and no \
+             row of this table set it.",
             pg_cold_us - pipe_cold_us
         ));
     }

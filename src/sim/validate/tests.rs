@@ -428,8 +428,8 @@ fn m_pgbench_pays_the_pipes_crossing_plus_the_cold_stretch_of_its_work() {
     let same_us = 1e6 / get("m.pg.same").value;
     let pg_extra_us = same_us * (1.0 / m.cells[2].simulated - 1.0);
     let pipe_extra_us = m.cells[1].simulated - m.cells[0].simulated;
-    let work_us = same_us - 2.0 * c.guest_switch_ns / 1e3;
-    let (client_ns, server_ns) = (work_us / 3.0 * 1e3, work_us * 2.0 / 3.0 * 1e3);
+    let (client_us, server_us) = crate::sim::builtin::pair_work_us(get("m.pg.same").value, c);
+    let (client_ns, server_ns) = (client_us * 1e3, server_us * 1e3);
     let sw = c.guest_switch_ns;
     let expect_us = (c.cold_cost_ns(sw + client_ns) + c.cold_cost_ns(sw + server_ns)
         - 2.0 * c.cold_cost_ns(sw + crate::sim::params::PIPE_WORK_NS))
