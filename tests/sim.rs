@@ -114,7 +114,31 @@ fn bad_scenarios_and_calibrations_are_one_line_and_exit_2() {
     std::fs::write(&bad, "name = \"x\"\nhypervisor = \"vmware\"\n").unwrap();
     let not_result = dir.path().join("r.json");
     std::fs::write(&not_result, "{}").unwrap();
+    // A built-in as a file, with a cold stretch no host has.
+    let out = cpulab()
+        .args(["sim", "builtin", "c-fair-share", "--toml"])
+        .output()
+        .unwrap();
+    let toml: String = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| {
+            if l.starts_with("cold_stretch =") {
+                "cold_stretch = -0.5\n".to_string()
+            } else {
+                format!("{l}\n")
+            }
+        })
+        .collect();
+    assert!(toml.contains("cold_stretch = -0.5"), "{toml}");
+    let cold = dir.path().join("cold.toml");
+    std::fs::write(&cold, toml).unwrap();
+    let out = cpulab()
+        .args(["sim", cold.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cold_stretch"));
     for args in [
+        vec!["sim", cold.to_str().unwrap()],
         vec!["sim", bad.to_str().unwrap()],
         vec!["sim", "/nonexistent/s.toml"],
         vec!["sim", "builtin", "nope"],

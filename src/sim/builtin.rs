@@ -38,20 +38,22 @@ pub fn host_a() -> HostProfile {
         shape: shape("Intel i5-6600, Hyper-V", 1, 4, 1),
         hypervisor: HvKind::Root,
         costs: Costs {
-            context_flush_ns: 25_000.0,
+            context_flush_ns: 21_000.0,
             turbo_drop: 1.0 - 3.6 / 3.9,
             ..Costs::default()
         },
         derived_from: "context_flush_ns from A's SELECT 1 same/different ratio (3.6x); \
                        turbo_drop from Intel's turbo bins for the i5-6600 (3.9 GHz one core \
-                       busy, 3.6 GHz all four); the other costs are the defaults",
+                       busy, 3.6 GHz all four); cold stretch from A's perf stat of the backend \
+                       (IPC 0.48 same vCPU, 0.40 different), over A's backend burst; the other \
+                       costs are the defaults",
     }
 }
 
 /// Field notes B: AMD A10-5800K (2 modules of 2 cores), Hyper-V classic and root.
 pub fn host_b() -> HostProfile {
     let d = Costs::default();
-    let k = 0.47;
+    let k = 0.33;
     HostProfile {
         shape: shape("AMD A10-5800K, Hyper-V", 1, 2, 2),
         hypervisor: HvKind::Classic,
@@ -63,9 +65,10 @@ pub fn host_b() -> HostProfile {
             context_flush_ns: 90_000.0,
             ..d
         },
-        derived_from: "wakeup costs (default x 0.47) from B's classic pgbench ratio, \
-                       context_flush_ns from B's root pgbench ratio; module contention not \
-                       modelled for this host (0)",
+        derived_from: "wakeup costs (default x 0.33) from B's classic pgbench ratio, \
+                       context_flush_ns from B's root pgbench ratio, both with the default cold \
+                       stretch (A's perf stat) in place; module contention not modelled for \
+                       this host (0)",
     }
 }
 
@@ -79,7 +82,7 @@ pub fn host_e() -> HostProfile {
             ..Costs::default()
         },
         derived_from: "module_contention from E's 38% gap (a core runs at 1/1.38 with its \
-                       module sibling busy)",
+                       module sibling busy); cold stretch from A's perf stat (the default)",
     }
 }
 
@@ -90,7 +93,9 @@ pub fn host_m(cal: &Calibration) -> HostProfile {
         hypervisor: HvKind::Kvm,
         costs: cal.apply(&Costs::default()),
         derived_from: "guest switch and wakeup costs from the calibration's same and cross \
-                       round trips (the two pipe rows are its inputs, not checks)",
+                       round trips (the two pipe rows are its inputs, not checks); cold stretch \
+                       from A's perf stat of the backend (IPC 0.48 same vCPU, 0.40 different), \
+                       over A's backend burst, none of it from this table",
     }
 }
 
@@ -99,12 +104,19 @@ fn table_of(c: &Costs) -> toml::Table {
     toml::Table::try_from(c).unwrap_or_default()
 }
 
+/// The client's and server's work per transaction, us, of a pair whose same-vCPU rate would be
+/// `tps` with these costs: the transaction less two guest switches, a third to the client.
+pub fn pair_work_us(tps: f64, c: &Costs) -> (f64, f64) {
+    let work_us = (1e6 / tps - 2.0 * c.guest_switch_ns / 1e3).max(0.2);
+    (work_us / 3.0, work_us * 2.0 / 3.0)
+}
+
 /// A pgbench-like pair whose same-vCPU rate would be `tps` with these costs.
 pub fn pair(tps: f64, c: &Costs, client: Option<u32>, server: Option<u32>) -> WorkloadSpec {
-    let work_us = (1e6 / tps - 2.0 * c.guest_switch_ns / 1e3).max(0.2);
+    let (client_us, server_us) = pair_work_us(tps, c);
     WorkloadSpec::Pair {
-        client_us: work_us / 3.0,
-        server_us: work_us * 2.0 / 3.0,
+        client_us,
+        server_us,
         client_vcpu: client,
         server_vcpu: server,
     }

@@ -48,17 +48,22 @@ fn costs() -> impl Strategy<Value = Costs> {
         0.0f64..0.2,
         prop_oneof![Just(0.0), 1_000.0f64..50_000.0],
         prop_oneof![Just(0.0), 1_000.0f64..50_000.0],
+        (0.0f64..1.0, 0.0f64..100_000.0),
     )
-        .prop_map(|(halt, flush, module, turbo, gpoll, hpoll)| Costs {
-            halt_exit_ns: halt,
-            context_flush_ns: flush,
-            module_contention: module,
-            turbo_drop: turbo,
-            guest_poll_ns: gpoll,
-            host_poll_ns: hpoll,
-            slice_ns: 1_000_000.0,
-            ..Costs::default()
-        })
+        .prop_map(
+            |(halt, flush, module, turbo, gpoll, hpoll, (cold, cold_work))| Costs {
+                halt_exit_ns: halt,
+                cold_stretch: cold,
+                cold_work_ns: cold_work,
+                context_flush_ns: flush,
+                module_contention: module,
+                turbo_drop: turbo,
+                guest_poll_ns: gpoll,
+                host_poll_ns: hpoll,
+                slice_ns: 1_000_000.0,
+                ..Costs::default()
+            },
+        )
 }
 
 fn scenario() -> impl Strategy<Value = Scenario> {
@@ -104,6 +109,11 @@ fn scenario() -> impl Strategy<Value = Scenario> {
 /// Requests per second of a pgbench -c 1-like pair in a 2-vCPU guest on a 4-core host, client on
 /// the server's vCPU or (with `split`) the other one.
 fn pair_rate(c: &Costs, hv: HvKind, split: bool) -> f64 {
+    pair_rate_of(c, hv, split, (5.0, 10.0), 20.0)
+}
+
+/// The same with the client's and server's work per transaction (us) and the simulated time (ms).
+fn pair_rate_of(c: &Costs, hv: HvKind, split: bool, work_us: (f64, f64), ms: f64) -> f64 {
     let s = Scenario {
         name: "mono".into(),
         description: String::new(),
@@ -126,15 +136,97 @@ fn pair_rate(c: &Costs, hv: HvKind, split: bool) -> f64 {
                 vcpus: 2,
                 pcpus: None,
                 workload: vec![WorkloadSpec::Pair {
-                    client_us: 5.0,
-                    server_us: 10.0,
+                    client_us: work_us.0,
+                    server_us: work_us.1,
                     client_vcpu: Some(u32::from(split)),
                     server_vcpu: Some(0),
                 }],
             }],
         }],
     };
-    simulate(&s.resolve(&Costs::default()).unwrap()[0], 20.0, 1, false).workloads[0].per_s
+    simulate(&s.resolve(&Costs::default()).unwrap()[0], ms, 1, false).workloads[0].per_s
+}
+
+/// What the cold stretch adds to one transaction, us: the time per transaction with `c` less
+/// the time with the stretch off, client and server each doing `work_us` per transaction.
+fn cold_extra_us(c: &Costs, split: bool, work_us: f64) -> f64 {
+    let off = Costs {
+        cold_stretch: 0.0,
+        ..c.clone()
+    };
+    let per_txn = |c: &Costs| 1e6 / pair_rate_of(c, HvKind::Kvm, split, (work_us, work_us), 200.0);
+    per_txn(c) - per_txn(&off)
+}
+
+/// Across vCPUs that halt between transactions, each side resumes cold: its switch and burst
+/// pay the stretch, so the cost per transaction grows with the work after waking (two wakees,
+/// each `stretch * (switch + burst)`) until the burst passes `cold_work_ns`, then stays put.
+#[test]
+fn across_halted_vcpus_the_cold_cost_grows_with_the_work_after_waking_then_stops() {
+    let c = Costs {
+        cold_stretch: 0.2,
+        cold_work_ns: 12_000.0,
+        ..Costs::default()
+    };
+    let works = [1.0, 4.0, 8.0, 20.0, 40.0];
+    let extra: Vec<f64> = works.iter().map(|&w| cold_extra_us(&c, true, w)).collect();
+    for (w, x) in works.iter().zip(&extra) {
+        let expect = 2.0 * c.cold_cost_ns((c.guest_switch_ns + w * 1e3).min(c.cold_work_ns)) / 1e3;
+        // Within the 200 ms run's rounding to whole transactions.
+        assert!(
+            (x / expect - 1.0).abs() < 0.05,
+            "{w} us: {x} us, expected {expect} us"
+        );
+    }
+    // Grows while the work after waking is within cold_work_ns (2 + 1, 2 + 4, 2 + 8 us) ...
+    assert!(extra[0] < extra[1] && extra[1] < extra[2], "{extra:?}");
+    // ... and stops growing beyond it (2 + 20 and 2 + 40 us are both past 12 us).
+    assert!((extra[4] / extra[3] - 1.0).abs() < 0.05, "{extra:?}");
+}
+
+/// A wakeup that stays on its vCPU never halts it, nor does one to a vCPU that polls (in the
+/// guest or in the host): nothing starts cold, so the stretch costs nothing but the first
+/// transaction (every vCPU starts halted). Where the vCPUs halt, it is a cost.
+#[test]
+fn the_cold_cost_vanishes_on_one_vcpu_and_when_the_target_polls() {
+    let ms = 50.0;
+    // Transactions lost to a stretch of 0.5 over 50 us of work after each wakeup.
+    let lost = |base: &Costs, split: bool| {
+        let on = Costs {
+            cold_stretch: 0.5,
+            cold_work_ns: 50_000.0,
+            ..base.clone()
+        };
+        let off = Costs {
+            cold_stretch: 0.0,
+            ..on.clone()
+        };
+        let rate = |c: &Costs| pair_rate_of(c, HvKind::Kvm, split, (5.0, 10.0), ms);
+        (rate(&off) - rate(&on)) * ms / 1e3
+    };
+    let d = Costs::default();
+    let guest_poll = Costs {
+        guest_poll_ns: 200_000.0,
+        ..d.clone()
+    };
+    let host_poll = Costs {
+        host_poll_ns: 200_000.0,
+        ..d.clone()
+    };
+    for (what, base, split) in [
+        ("one vCPU", &d, false),
+        ("guest polling", &guest_poll, true),
+        ("host polling", &host_poll, true),
+    ] {
+        let n = lost(base, split);
+        assert!(
+            (0.0..=1.0 + 1e-9).contains(&n),
+            "{what}: {n} transactions lost"
+        );
+    }
+    // Halting across vCPUs, each transaction pays about 0.5 * (2 + 5 + 2 + 10) us on ~60 us.
+    let n = lost(&d, true);
+    assert!(n > 50.0, "halting across vCPUs: {n} transactions lost");
 }
 
 /// A counterexample `more_cost_is_never_faster` once found: with guest halt polling, an IPI
@@ -159,6 +251,8 @@ fn slower_ipi_beyond_the_poll_window_must_not_speed_up_a_pair() {
         host_poll_ns: 0.0,
         slice_ns: 1_000_000.0,
         wake_preempt_ns: 1_000_000.0,
+        cold_stretch: 0.0,
+        cold_work_ns: 0.0,
     };
     let more = Costs {
         ipi_ns: base.ipi_ns + 18409.430990360717,
@@ -235,7 +329,7 @@ proptest! {
     fn more_cost_is_never_faster(
         base in costs(),
         extra in 1.0f64..50_000.0,
-        which in 0usize..5,
+        which in 0usize..6,
         hv in prop_oneof![Just(HvKind::Classic), Just(HvKind::Kvm), Just(HvKind::Credit)],
         split in any::<bool>(),
     ) {
@@ -246,6 +340,7 @@ proptest! {
             1 => more.ipi_ns += extra,
             2 => more.host_resched_ns += extra,
             3 => more.guest_switch_ns += extra,
+            4 => more.cold_stretch += extra / 50_000.0,
             _ => more.remote_wake_ns += extra,
         }
         prop_assert!(run(&more) <= run(&base), "{} > {}", run(&more), run(&base));

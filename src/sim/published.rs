@@ -77,6 +77,20 @@ pub const FIGURES: &[Figure] = &[
     ),
     fig("a.s.idle", A, "pgbench -S, guest idle", 7_486.0, "tps"),
     fig(
+        "a.perf.ipc.same",
+        A,
+        "perf stat on the backend for 10 s, client on the same vCPU: instructions per cycle",
+        0.48,
+        "IPC",
+    ),
+    fig(
+        "a.perf.ipc.diff",
+        A,
+        "perf stat on the backend for 10 s, client on a different vCPU: instructions per cycle",
+        0.40,
+        "IPC",
+    ),
+    fig(
         "a.s.stress",
         A,
         "pgbench -S, stress-ng -c 3 beside it",

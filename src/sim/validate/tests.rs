@@ -415,3 +415,30 @@ fn e_cells_are_the_curves_and_the_checked_one_meets_the_target() {
     assert!(per_thread.checked && per_thread.pass && e.pass);
     assert!(e.max_rel_error.unwrap() <= 0.10);
 }
+
+/// Across vCPUs, pgbench pays more per transaction than the pipe round trip pays per trip: both
+/// make one halted wakeup each way, and the difference is the cold stretch of pgbench's larger
+/// work after waking (its switch and burst on each side, against the pipe's switch and 0.5 us).
+/// Where nothing halts (the busy neighbour), the ratio stays at 1.
+#[test]
+fn m_pgbench_pays_the_pipes_crossing_plus_the_cold_stretch_of_its_work() {
+    let t = tables();
+    let m = by_id(&t, "M");
+    let c = &m.params;
+    let same_us = 1e6 / get("m.pg.same").value;
+    let pg_extra_us = same_us * (1.0 / m.cells[2].simulated - 1.0);
+    let pipe_extra_us = m.cells[1].simulated - m.cells[0].simulated;
+    let (client_us, server_us) = crate::sim::builtin::pair_work_us(get("m.pg.same").value, c);
+    let (client_ns, server_ns) = (client_us * 1e3, server_us * 1e3);
+    let sw = c.guest_switch_ns;
+    let expect_us = (c.cold_cost_ns(sw + client_ns) + c.cold_cost_ns(sw + server_ns)
+        - 2.0 * c.cold_cost_ns(sw + crate::sim::params::PIPE_WORK_NS))
+        / 1e3;
+    assert!(expect_us > 1.0, "{expect_us}");
+    let diff_us = pg_extra_us - pipe_extra_us;
+    assert!(
+        (diff_us / expect_us - 1.0).abs() < 0.1,
+        "pgbench pays {diff_us:.2} us more than the pipe per crossing, expected {expect_us:.2}"
+    );
+    assert_eq!(m.cells[4].simulated, 1.0);
+}

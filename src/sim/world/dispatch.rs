@@ -44,6 +44,9 @@ impl World {
         let mut cost = self.c.host_resched_ns;
         if vs.woke_from_halt {
             cost += self.c.halt_exit_ns;
+            // Its physical CPU was given up while it halted: what it runs next starts cold
+            // (until it switches to a task, even if preempted before it got there).
+            vs.cold = true;
         }
         if moved {
             cost += self.c.context_flush_ns;

@@ -69,6 +69,9 @@ pub struct VState {
     pending: Option<(u32, u32)>,
     /// It halted (rather than being preempted) since it last ran.
     woke_from_halt: bool,
+    /// It resumed from a halt and has not yet switched to a task: the next switch and burst pay
+    /// [`Costs::cold_cost_ns`].
+    cold: bool,
     since: Nanos,
     /// Time on a physical CPU, ns.
     pub on_ns: u64,
@@ -157,6 +160,7 @@ impl World {
                 delay: 0.0,
                 pending: None,
                 woke_from_halt: true,
+                cold: false,
                 since: 0,
                 on_ns: 0,
             });
@@ -356,7 +360,14 @@ impl World {
             && let Some(next) = vs.rq.pop_front()
         {
             vs.cur = Some(next);
-            vs.overhead += self.c.guest_switch_ns;
+            let switch = self.c.guest_switch_ns;
+            let cold = if std::mem::take(&mut vs.cold) {
+                self.c
+                    .cold_cost_ns(switch + self.t[next as usize].remaining)
+            } else {
+                0.0
+            };
+            vs.overhead += switch + cold;
         }
         if vs.cur.is_some() || vs.overhead > 0.5 {
             self.p[p].phase = Phase::Guest;
