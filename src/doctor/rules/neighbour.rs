@@ -148,7 +148,18 @@ fn remedies(c: &Culprits) -> Vec<Remedy> {
             "Lowers the other programs' weight, so the workload's share rises toward a whole CPU.",
             "The other programs slow down in turn.",
         )
-        .with_try("cpulab try cgroup:system.slice/<unit>:cpu.weight=20"));
+        .with_try("cpulab try cgroup:system.slice/<unit>:cpu.weight=20")
+        .changing(crate::doctor::findings::Change::CpuWeight {
+            weight: 20,
+            workload: crate::doctor::findings::Workload {
+                unnamed: Some(
+                    "the other programs are not named by the doctor: find them with `top -o %CPU` \
+                     and name their unit"
+                        .into(),
+                ),
+                ..Default::default()
+            },
+        }));
     }
     r
 }
