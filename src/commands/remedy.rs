@@ -125,6 +125,13 @@ fn context(s: &Source, root: &Path) -> Context {
         source: s.words.clone(),
         cgroup_version: facts["cgroup_version"].as_u64().map(|v| v as u8),
         guest: facts["hypervisor"].is_string(),
+        hostname: s.document["conditions"]["hostname"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
+        online_cpus: facts["online_cpus"].as_str().map(str::to_string),
+        smt: facts["smt_active"].as_bool(),
+        tuned_profile: facts["tuned_profile"].as_str().map(str::to_string),
         ..Context::default()
     };
     if !this_host {

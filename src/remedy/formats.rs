@@ -125,7 +125,10 @@ pub fn unfit(format: Format, change: &Change, site: Site) -> Option<&'static str
         (Tuned, _) => {
             Some("tuned tunes the machine, not one service's placement (use the systemd form)")
         }
-        (Containers | Kubernetes, Pin { .. } | CpuQuota { .. }) => None,
+        (Containers, Pin { .. } | CpuQuota { .. }) | (Kubernetes, Pin { .. }) => None,
+        (Kubernetes, CpuQuota { .. }) => Some(
+            "a pod's quota is its limits.cpu, which the doctor cannot name: raise or remove it in the pod spec",
+        ),
         (Containers | Kubernetes, _) => {
             Some("a kernel or machine setting is the node's, not a container's or a pod's")
         }
@@ -158,6 +161,10 @@ pub fn form(
         Format::Modprobe => super::kernel::modprobe(&dir, &fitting, ctx),
         Format::Sysctl => super::kernel::sysctl(&dir, &fitting),
         Format::Cmdline => super::kernel::cmdline(&dir, id, &fitting, ctx),
+        Format::Tuned => super::tuned::form(&dir, id, &fitting, ctx),
+        Format::Containers => super::containers::docker(&dir, &fitting, ctx),
+        Format::Kubernetes => super::containers::kubernetes(&dir, &fitting, ctx),
+        Format::Libvirt => super::libvirt::form(&dir, &fitting, ctx),
         _ => {
             return Err(format!(
                 "{} is not written yet by this cpulab",

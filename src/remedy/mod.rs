@@ -19,11 +19,15 @@
 //! findings (pinning answers a cross-CPU wakeup and an unpinned placement alike) is written
 //! once, naming every finding it answers.
 
+pub mod ansible;
+pub mod containers;
 pub mod formats;
 pub mod kernel;
+pub mod libvirt;
 pub mod readme;
 pub mod systemd;
 pub mod text;
+pub mod tuned;
 
 use crate::doctor::findings::{Change, Finding, Remedy, Site};
 use serde::Serialize;
@@ -39,6 +43,17 @@ pub struct Context {
     pub cgroup_version: Option<u8>,
     /// The host is a virtual machine (a hypervisor was seen): host-side remedies are for its host.
     pub guest: bool,
+    /// The host's name, as the result records it (a Kubernetes node is usually named so).
+    pub hostname: String,
+    /// The host's online CPUs (what undo gives a container back).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub online_cpus: Option<String>,
+    /// Whether SMT is active (whole cores for Kubernetes' static policy).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub smt: Option<bool>,
+    /// The active tuned profile, which a child profile includes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tuned_profile: Option<String>,
     /// The current value of a module parameter, read on this host when the result is this
     /// host's: (module, parameter, value). What undo restores; absent, undo names a placeholder.
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -242,6 +257,9 @@ pub fn plan(findings: &[Finding], ctx: &Context, formats: &[Format], out_dir: &s
         undeployable,
         files: Vec::new(),
     };
+    if formats.contains(&Format::Ansible) && !p.deployments.is_empty() {
+        p.files.push(ansible::playbook(&p));
+    }
     if !p.deployments.is_empty() {
         let readme = readme::render(&p);
         p.files.insert(0, readme);
