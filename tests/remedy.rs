@@ -413,3 +413,270 @@ fn modprobe_showconfig_shows_the_option_of_the_generated_file() {
     .unwrap();
     assert!(show().lines().any(|l| l == want), "{}", show());
 }
+
+/// The fixture with the watched unit, a tuned profile active when the doctor ran, and a
+/// remedy for the host that pins the guest's two vCPUs (as `parallel-contention` offers in a
+/// VM), saved in `dir`.
+fn with_everything(dir: &Path) -> PathBuf {
+    let path = with_unit(dir, UNIT);
+    let mut doc: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    doc["facts"]["tuned_profile"] = Value::from("virtual-guest");
+    doc["findings"][0]["remedies"]
+        .as_array_mut()
+        .unwrap()
+        .push(serde_json::json!({
+            "command": "for a VM: pin vCPUs one per physical core or module on the host",
+            "effect": "The guest's CPUs stop sharing cores behind its back.",
+            "cost_caveat": "Fewer vCPUs fit on the host.",
+            "site": "host",
+            "changes": [{"kind": "vcpu-pin", "vcpus": 2}]
+        }));
+    std::fs::write(&path, doc.to_string()).unwrap();
+    path
+}
+
+fn file_of<'a>(form: &'a Value, suffix: &str) -> &'a Value {
+    form["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["path"].as_str().unwrap().ends_with(suffix))
+        .unwrap_or_else(|| panic!("a file ending {suffix}: {form}"))
+}
+
+/// tuned's own profile loader (its Python modules, as the daemon uses them) reads the child
+/// profile, resolves its include, and holds the remedy's settings.
+#[test]
+fn tuned_loads_the_child_profile_with_its_include() {
+    if !common::installed(test_name!(), &[("tuned-adm", "tuned")]) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    let plan = remedy_json(&with_everything(tmp.path()), &out, &["--format", "tuned"]);
+    let d = deployment(&plan, "module-param");
+    let file = &form(d, "tuned")["files"][0];
+    let conf = out.join(file["path"].as_str().unwrap());
+    let profiles = conf.parent().unwrap().parent().unwrap();
+    let name = conf
+        .parent()
+        .unwrap()
+        .file_name()
+        .unwrap()
+        .to_str()
+        .unwrap();
+    let script = "import json, sys\n\
+         from tuned.profiles.loader import Loader\n\
+         from tuned.profiles.locator import Locator\n\
+         from tuned.profiles.factory import Factory\n\
+         from tuned.profiles.merger import Merger\n\
+         from tuned.profiles.variables import Variables\n\
+         l = Loader(Locator(['/usr/lib/tuned', sys.argv[1]]), Factory(), Merger(), None, Variables())\n\
+         p = l.load([sys.argv[2]])\n\
+         print(json.dumps({u: dict(p.units[u].options) for u in p.units}))\n";
+    // Debian's python3, which the tuned package's modules are installed for.
+    let o = std::process::Command::new("/usr/bin/python3")
+        .args(["-c", script])
+        .arg(profiles)
+        .arg(name)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let units: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(
+        units["sysfs"]["/sys/module/haltpoll/parameters/guest_halt_poll_ns"], "200000",
+        "{units}"
+    );
+    assert!(
+        units["bootloader"]["cmdline_cpulab"]
+            .as_str()
+            .unwrap()
+            .contains("cpuidle_haltpoll.force=1"),
+        "{units}"
+    );
+    // The included virtual-guest profile's own settings came along (it sets vm.dirty_ratio).
+    assert!(units["sysctl"].get("vm.dirty_ratio").is_some(), "{units}");
+}
+
+fn ansible(playbook: &Path, extra: &[&str]) -> std::process::Output {
+    std::process::Command::new("ansible-playbook")
+        .args(["-i", "localhost,", "-c", "local"])
+        .arg(playbook)
+        .args(extra)
+        .env("ANSIBLE_NOCOLOR", "1")
+        .env("ANSIBLE_LOCALHOST_WARNING", "0")
+        .output()
+        .unwrap()
+}
+
+/// The count in PLAY RECAP's `changed=N` for localhost.
+fn changed(o: &std::process::Output) -> u64 {
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    text.lines()
+        .find(|l| l.starts_with("localhost"))
+        .and_then(|l| {
+            l.split_whitespace()
+                .find_map(|w| w.strip_prefix("changed="))
+        })
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no recap: {text}"))
+}
+
+/// The playbook passes `--syntax-check`; `--check --diff` against localhost applies cleanly and
+/// changes nothing; staged below a scratch root (`cpulab_root`) it deploys the module
+/// parameter's files, a second run changes nothing, and the undo tag takes them away again.
+#[test]
+fn the_ansible_playbook_is_idempotent_and_its_undo_tag_brings_the_host_back() {
+    if !common::installed(test_name!(), &[("ansible-playbook", "ansible-core")]) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    let plan = remedy_json(&with_everything(tmp.path()), &out, &[]);
+    let book = out.join("playbook.yml");
+    let o = ansible(&book, &["--syntax-check"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let id = deployment(&plan, "module-param")["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let undo = format!("{id}-undo");
+    // A scratch root holding the parameter's file as the kernel shows it, halt polling off.
+    let root = tmp.path().join("root");
+    let param = root.join("sys/module/haltpoll/parameters/guest_halt_poll_ns");
+    std::fs::create_dir_all(param.parent().unwrap()).unwrap();
+    std::fs::write(&param, "0\n").unwrap();
+    let staged = format!("cpulab_root={}", root.display());
+    // Check mode changes nothing, on the scratch root or the live system.
+    let o = ansible(&book, &["--check", "--diff", "--tags", &id, "-e", &staged]);
+    changed(&o);
+    assert_eq!(std::fs::read_to_string(&param).unwrap(), "0\n");
+    let o = ansible(
+        &book,
+        &["--check", "--diff", "--tags", "01-pin", "-e", &staged],
+    );
+    changed(&o);
+    assert!(!Path::new(&format!("/etc/systemd/system/{UNIT}.d")).exists());
+    // Deployed for real below the scratch root, then again: the second run changes nothing.
+    let first = changed(&ansible(&book, &["--tags", &id, "-e", &staged]));
+    assert!(first >= 2, "files and the parameter: {first}");
+    assert_eq!(std::fs::read_to_string(&param).unwrap().trim(), "200000");
+    let modprobe = root.join("etc/modprobe.d/cpulab-haltpoll.conf");
+    assert!(modprobe.exists());
+    assert_eq!(changed(&ansible(&book, &["--tags", &id, "-e", &staged])), 0);
+    // The undo tag removes what was deployed.
+    let o = ansible(&book, &["--tags", &undo, "-e", &staged]);
+    assert!(changed(&o) >= 1);
+    assert!(!modprobe.exists());
+    assert!(
+        !root
+            .join("etc/default/grub.d")
+            .read_dir()
+            .is_ok_and(|mut d| d.next().is_some())
+    );
+}
+
+/// Kubernetes YAML parses, its kubelet configuration uses only KubeletConfiguration's real
+/// fields (the upstream list kept as test data), and the pod is Guaranteed with integer CPUs.
+#[test]
+fn the_kubelet_configuration_uses_real_fields_and_the_pod_gets_exclusive_cpus() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    let plan = remedy_json(
+        &with_unit(tmp.path(), UNIT),
+        &out,
+        &["--format", "kubernetes"],
+    );
+    let k8s = form(deployment(&plan, "pin"), "kubernetes");
+    assert_eq!(k8s["needs"], "node-drain");
+    let fields = std::fs::read_to_string(common::fixture(
+        "kubernetes/kubelet-config-v1beta1-fields.txt",
+    ))
+    .unwrap();
+    let fields: Vec<&str> = fields
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .collect();
+    assert!(fields.len() > 100, "the whole upstream list");
+    let read = |f: &Value| -> Value {
+        let text = std::fs::read_to_string(out.join(f["path"].as_str().unwrap())).unwrap();
+        serde_yaml_ng::from_str(&text).unwrap()
+    };
+    let kubelet = read(file_of(k8s, "kubelet-config.yaml"));
+    for key in kubelet.as_object().unwrap().keys() {
+        assert!(
+            fields.contains(&key.as_str()),
+            "{key} is not a KubeletConfiguration field"
+        );
+    }
+    assert_eq!(kubelet["kind"], "KubeletConfiguration");
+    assert_eq!(kubelet["cpuManagerPolicy"], "static");
+    let pod = read(file_of(k8s, "pod.yaml"));
+    let r = &pod["spec"]["containers"][0]["resources"];
+    assert_eq!(r["requests"], r["limits"], "Guaranteed QoS");
+    let cpu = r["limits"]["cpu"].as_str().unwrap();
+    assert!(
+        cpu.parse::<u32>().is_ok_and(|n| n >= 1),
+        "integer CPUs: {cpu}"
+    );
+    let apply: Vec<&str> = k8s["apply"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert!(apply[0].starts_with("kubectl drain "), "{apply:?}");
+    assert!(apply.contains(&"rm -f /var/lib/kubelet/cpu_manager_state"));
+}
+
+/// `virt-xml-validate` accepts the `<cputune>` fragment inside a whole domain document once the
+/// host's CPUs are filled in for its placeholders (which it rightly refuses before).
+#[test]
+fn virt_xml_validate_accepts_the_cputune_in_a_domain() {
+    if !common::installed(test_name!(), &[("virt-xml-validate", "libvirt-clients")]) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    let plan = remedy_json(&with_everything(tmp.path()), &out, &["--format", "libvirt"]);
+    let d = deployment(&plan, "vcpu-pin");
+    assert_eq!(d["site"], "host");
+    let file = &form(d, "libvirt")["files"][0];
+    assert!(file["placeholder"].is_string());
+    let fragment = std::fs::read_to_string(out.join(file["path"].as_str().unwrap())).unwrap();
+    let domain = |cputune: &str| {
+        format!(
+            "<domain type='kvm'>\n<name>guest</name>\n<memory unit='MiB'>512</memory>\n\
+             <vcpu placement='static'>2</vcpu>\n{cputune}<os><type arch='x86_64'>hvm</type></os>\n</domain>\n"
+        )
+    };
+    let validate = |xml: &str| {
+        let path = tmp.path().join("domain.xml");
+        std::fs::write(&path, xml).unwrap();
+        std::process::Command::new("virt-xml-validate")
+            .arg(&path)
+            .arg("domain")
+            .output()
+            .unwrap()
+    };
+    assert!(
+        !validate(&domain(&fragment)).status.success(),
+        "placeholders are not CPUs"
+    );
+    let filled = fragment
+        .replace("HOST_CPU_0", "2")
+        .replace("HOST_CPU_1", "3")
+        .replace("HOST_CPUS_EMULATOR", "0-1");
+    let o = validate(&domain(&filled));
+    assert!(
+        o.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+}

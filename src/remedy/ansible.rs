@@ -97,6 +97,13 @@ fn tasks(d: &Deployment, ctx: &Context, handlers: &mut Vec<Value>) -> (Vec<Value
                 }));
                 continue;
             }
+            if let Some((dir, _)) = to.rsplit_once('/') {
+                up.push(json!({
+                    "name": format!("{}: {dir}/", d.id),
+                    "ansible.builtin.file": { "path": root(dir), "state": "directory", "mode": "0755" },
+                    "tags": tags(&d.id),
+                }));
+            }
             up.push(copy(&format!("{}: {to}", d.id), file, to, &notify, &d.id));
             down.push(remove(
                 &format!("{} undo: {to}", d.id),

@@ -279,7 +279,7 @@ fn undeployable_of(f: &Finding, r: &Remedy, reason: &str) -> Undeployable {
 fn slug(changes: &[Change]) -> String {
     let mut kinds: Vec<&str> = changes.iter().map(Change::kind).collect();
     kinds.dedup();
-    kinds.join("+")
+    kinds.join("-")
 }
 
 fn deployment(
