@@ -128,14 +128,17 @@ fn evidence(s: Option<&ShareCheck>, c: &Culprits) -> Vec<Evidence> {
     ev
 }
 
-fn remedies(c: &Culprits) -> Vec<Remedy> {
+/// `vcpus`: the guest's online CPUs, which its host would pin one physical CPU each.
+fn remedies(c: &Culprits, vcpus: u32) -> Vec<Remedy> {
     let mut r = Vec::new();
     if c.outside {
         r.push(Remedy::new(
             "ask the host or provider for dedicated (pinned, not overcommitted) vCPUs, or move the VM",
             "Steal falls to zero when no other guest shares the physical cores.",
             "Dedicated cores cost more; a busy neighbour can come back after a migration.",
-        ));
+        )
+        .on_host("the hypervisor host's administrator, or the provider")
+        .changing(crate::doctor::findings::Change::VcpuPin { vcpus }));
         r.push(Remedy::new(
             "cpulab share --threads N --burners 0   (at different times of day)",
             "Shows whether the shortfall follows the neighbour's schedule.",
@@ -249,7 +252,7 @@ impl Rule for NoisyNeighbour {
                  their share."
                     .into()
             },
-            remedies: remedies(&c),
+            remedies: remedies(&c, i.facts.online_cpus.len() as u32),
             confidence: if c.outside && shortfall.is_some() {
                 Confidence::High
             } else if c.outside || !c.local.is_empty() {
