@@ -18,7 +18,6 @@ pub const PRESETS: &[&str] = &["pgbench", "http"];
 #[command(after_help = "Examples:\n  \
     cpulab doctor\n  \
     cpulab doctor --quick\n  \
-    cpulab doctor --with pgbench,http\n  \
     cpulab doctor --json > doctor.json\n  \
     cpulab doctor --quick --expect-absent cross-cpu-wakeup")]
 pub struct Args {
