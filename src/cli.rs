@@ -39,6 +39,10 @@ pub enum Command {
     /// Try a setting (halt polling, idle states, scheduler knobs, cpufreq, affinity, a tuned
     /// profile): measured A/B, always restored.
     Try(commands::try_::Args),
+    /// Write each finding's remedy as the files a fleet deploys (systemd, modprobe.d, the
+    /// kernel command line, tuned, Ansible, Kubernetes, libvirt), with verify and undo; applies
+    /// nothing.
+    Remedy(commands::remedy::Args),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell) on stdout.
     Completions(commands::completions::Args),
     /// Write the man pages, cpulab.1 and one per command, into a directory.
@@ -156,6 +160,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Report(a) => commands::report::run(a, &g),
         Command::Compare(a) => commands::compare::run(a, &g, also),
         Command::Try(a) => commands::try_::run(a, &g, also),
+        Command::Remedy(a) => commands::remedy::run(a, &g),
         Command::Completions(a) => commands::completions::run(a, command()),
         Command::Manpages(a) => commands::manpages::run(a, command(), g.quiet),
         Command::Sim(a) => commands::sim::run(a, &g, also),

@@ -32,6 +32,7 @@ pub mod perf_event;
 pub mod pingpong;
 pub mod probe;
 pub mod registry;
+pub mod remedy;
 pub mod report;
 pub mod scale;
 pub mod share;

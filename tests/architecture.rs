@@ -26,7 +26,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("commands", &["commands"]),
     ("long-running services", &["exporter", "history"]),
     ("registry", &["registry"]),
-    ("trial", &["trial"]),
+    ("trial, remedy", &["trial", "remedy"]),
     ("doctor, sim", &["doctor", "sim"]),
     ("compare", &["compare"]),
     (

@@ -196,3 +196,45 @@ fn old_conditions_without_a_revision_still_load() {
         assert_eq!(again["cpulab_version"], doc["conditions"]["cpulab_version"]);
     }
 }
+
+/// A doctor result written before remedies carried their changes as data still reads into
+/// today's findings (no changes recorded), and `cpulab remedy` says so instead of guessing a
+/// deployable form from the words.
+#[test]
+fn old_doctor_results_have_no_deployable_form_recorded() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = result("doctor-quick.json");
+    let doc: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let findings: Vec<cpulab::doctor::findings::Finding> =
+        serde_json::from_value(doc["findings"].clone()).unwrap();
+    assert!(!findings.is_empty());
+    assert!(
+        findings
+            .iter()
+            .flat_map(|f| &f.remedies)
+            .all(|r| r.changes.is_none())
+    );
+    let out = tmp.path().join("out");
+    let o = cpulab()
+        .arg("remedy")
+        .arg(&path)
+        .arg("--out")
+        .arg(&out)
+        .arg("--json")
+        .output()
+        .unwrap();
+    let plan = json_of(&o);
+    assert_eq!(plan["deployments"], serde_json::json!([]));
+    let undeployable = plan["undeployable"].as_array().unwrap();
+    assert!(!undeployable.is_empty());
+    for u in undeployable {
+        assert!(
+            u["reason"]
+                .as_str()
+                .unwrap()
+                .contains("no deployable form recorded"),
+            "{u}"
+        );
+    }
+    assert!(!out.exists());
+}

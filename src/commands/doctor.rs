@@ -18,8 +18,8 @@ pub const PRESETS: &[&str] = &["pgbench", "http"];
 #[command(after_help = "Examples:\n  \
     cpulab doctor\n  \
     cpulab doctor --quick\n  \
-    cpulab doctor --with pgbench,http\n  \
-    cpulab doctor --json > doctor.json")]
+    cpulab doctor --json > doctor.json\n  \
+    cpulab doctor --quick --expect-absent cross-cpu-wakeup")]
 pub struct Args {
     /// At most about 15 seconds: the essentials at short intervals.
     #[arg(long, conflicts_with = "thorough")]
@@ -60,6 +60,41 @@ pub struct Args {
         conflicts_with_all = ["quick", "thorough", "with", "try_remedies", "no_load_check", "pid", "comm"]
     )]
     pub replay: Option<std::path::PathBuf>,
+    /// Exit 1 when any of these findings is present (one marked uncertain counts as present),
+    /// 0 when none is: the check that a remedy holds. Ids as `--json` names them
+    /// (`cross-cpu-wakeup`), comma-separated.
+    #[arg(long, value_delimiter = ',', value_name = "ID")]
+    pub expect_absent: Vec<String>,
+}
+
+/// Refuses an `--expect-absent` id no rule has: a typo would make the check always pass.
+fn check_expected_ids(ids: &[String]) -> Result<()> {
+    let known: Vec<&str> = crate::doctor::rules::all().iter().map(|r| r.id()).collect();
+    for id in ids {
+        if !known.contains(&id.as_str()) {
+            return Err(bad_input(format!(
+                "--expect-absent {id}: no rule finds `{id}`; choose from {}",
+                known.join(", ")
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// `--expect-absent`: an error (exit 1) naming each expected-absent finding that is present.
+fn expect_absent(findings: &[crate::doctor::findings::Finding], ids: &[String]) -> Result<()> {
+    let present: Vec<String> = findings
+        .iter()
+        .filter(|f| ids.contains(&f.id))
+        .map(|f| match &f.uncertain {
+            Some(why) => format!("{} (marked uncertain: {why})", f.id),
+            None => f.id.clone(),
+        })
+        .collect();
+    if present.is_empty() {
+        return Ok(());
+    }
+    anyhow::bail!("--expect-absent: still present: {}", present.join("; "))
 }
 
 /// Turns the flags into settings; unknown presets are bad input.
@@ -164,10 +199,12 @@ fn replay(path: &Path, args: &Args, g: &Global) -> Result<()> {
         &report,
         text::render,
         Some(crate::doctor::html::page),
-    )?)
+    )?)?;
+    expect_absent(&report.findings, &args.expect_absent)
 }
 
 pub fn run(args: Args, g: &Global, also: &[&dyn Sink]) -> Result<()> {
+    check_expected_ids(&args.expect_absent)?;
     if let Some(path) = &args.replay {
         return replay(path, &args, g);
     }
@@ -221,5 +258,6 @@ pub fn run(args: Args, g: &Global, also: &[&dyn Sink]) -> Result<()> {
         );
         std::process::exit(i.exit_code());
     }
-    emitted
+    emitted?;
+    expect_absent(&report.findings, &args.expect_absent)
 }

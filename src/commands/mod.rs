@@ -10,6 +10,7 @@ pub mod exporter;
 pub mod history;
 pub mod manpages;
 pub mod probe;
+pub mod remedy;
 pub mod report;
 pub mod sim;
 pub mod try_;

@@ -7,6 +7,7 @@
 //! are. A finding never rests on a configuration fact alone: the magnitude is always a measured
 //! difference that is larger than its noise.
 
+pub use super::change::{Change, Workload};
 use super::figures;
 pub use super::figures::{Quantity, Side, Versus};
 use serde::{Deserialize, Serialize};
@@ -306,6 +307,11 @@ pub struct Remedy {
     /// The figures behind `measured`, as numbers: the headline comparison first, then each cost.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub measured_figures: Vec<TriedFigure>,
+    /// What it changes, as data `cpulab remedy` deploys: empty when it is not a setting a file
+    /// can carry (measure again, resize the VM); absent (`None`) in results written before
+    /// cpulab recorded it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub changes: Option<Vec<Change>>,
 }
 
 /// One figure a `doctor --try` trial compared, as data: baseline and changed rounds' means with
@@ -403,7 +409,14 @@ impl Remedy {
             try_command: None,
             measured: None,
             measured_figures: Vec::new(),
+            changes: Some(Vec::new()),
         }
+    }
+
+    /// What the remedy changes, as data (see [`Change`]).
+    pub fn changing(mut self, change: Change) -> Self {
+        self.changes.get_or_insert_with(Vec::new).push(change);
+        self
     }
 
     /// Done on this machine by `who`.

@@ -232,6 +232,10 @@ pub struct WatchedProcess {
     /// v1 cpuset hierarchy's); filled by the doctor's watch stage.
     #[serde(default)]
     pub cgroup: Option<String>,
+    /// The systemd unit it runs in, from the same file (absent where it runs in none, and in
+    /// results written before cpulab read it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unit: Option<String>,
     pub wakeups_per_s: f64,
     /// Share of its wakeups placed on another CPU than the waker's, 0..1.
     pub cross_share: f64,
@@ -271,6 +275,7 @@ impl AppWatch {
                     cross_share: cross.iter().map(|c| c.share).sum(),
                     cross_wakeups_per_s: cross.iter().map(|c| c.wakeups_per_s).sum(),
                     cgroup: None,
+                    unit: None,
                 }
             })
             .collect();

@@ -10,6 +10,7 @@
 
 pub mod adapt;
 pub mod battery;
+pub mod change;
 pub mod figures;
 pub mod findings;
 pub mod html;

@@ -118,13 +118,18 @@ pub fn watch(
     });
     for p in &mut w.processes {
         // A short-lived process (one pgbench run) may be gone: then a live one of its name.
-        p.cgroup = p
+        let pid = p
             .pids
             .iter()
-            .find_map(|pid| cgroup_of(&machine.root, *pid))
-            .or_else(|| {
-                live_pid_named(&machine.root, &p.name).and_then(|pid| cgroup_of(&machine.root, pid))
-            });
+            .copied()
+            .find(|pid| cgroup_of(&machine.root, *pid).is_some())
+            .or_else(|| live_pid_named(&machine.root, &p.name));
+        let memberships = pid.and_then(|pid| {
+            std::fs::read_to_string(machine.root.join(format!("proc/{pid}/cgroup"))).ok()
+        });
+        let m = crate::probe::cgroup::parse_proc_cgroup(memberships.as_deref().unwrap_or(""));
+        p.cgroup = pick_cgroup(&m);
+        p.unit = crate::probe::cgroup::systemd_unit(&m);
     }
     Ok((w, cut))
 }

@@ -63,6 +63,31 @@ pub fn parse_proc_cgroup(text: &str) -> Vec<Membership> {
         .collect()
 }
 
+/// A systemd unit's name: a `.service` or `.scope` path component.
+pub fn unit_component(part: &str) -> Option<&str> {
+    (part.ends_with(".service") || part.ends_with(".scope")).then_some(part)
+}
+
+/// The innermost systemd unit of a cgroup path (`/system.slice/postgresql@15-main.service`).
+pub fn innermost_unit(path: &str) -> Option<&str> {
+    path.split('/').rev().find_map(unit_component)
+}
+
+/// The systemd unit a process runs in (pure): the innermost unit of the hierarchy systemd
+/// manages, the v1 `name=systemd` one where it exists (a hybrid layout), else the unified one.
+pub fn systemd_unit(m: &[Membership]) -> Option<String> {
+    let named = m
+        .iter()
+        .find(|l| l.controllers.iter().any(|c| c == "name=systemd"));
+    let unified = m
+        .iter()
+        .find(|l| l.hierarchy == 0 && l.controllers.is_empty());
+    named
+        .or(unified)
+        .and_then(|l| innermost_unit(&l.path))
+        .map(str::to_string)
+}
+
 pub fn parse_mounts(text: &str) -> Vec<Mount> {
     text.lines()
         .filter_map(|l| {
@@ -474,6 +499,27 @@ pub fn read_cpu_limits(layout: &Layout) -> Reading<CpuLimits> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_unit_is_read_from_the_hierarchy_systemd_manages() {
+        let v2 = parse_proc_cgroup("0::/system.slice/postgresql@15-main.service\n");
+        assert_eq!(
+            systemd_unit(&v2).as_deref(),
+            Some("postgresql@15-main.service")
+        );
+        // A hybrid layout: the cpuset hierarchy says nothing, name=systemd names the unit.
+        let hybrid =
+            parse_proc_cgroup("9:name=systemd:/system.slice/run-r1.scope\n3:cpuset:/\n0::/\n");
+        assert_eq!(systemd_unit(&hybrid).as_deref(), Some("run-r1.scope"));
+        // A container inside a scope inside a slice: the innermost unit.
+        let docker = parse_proc_cgroup("0::/system.slice/docker-0123456789ab.scope/init\n");
+        assert_eq!(
+            systemd_unit(&docker).as_deref(),
+            Some("docker-0123456789ab.scope")
+        );
+        assert_eq!(systemd_unit(&parse_proc_cgroup("0::/\n")), None);
+        assert_eq!(systemd_unit(&parse_proc_cgroup("0::/user.slice\n")), None);
+    }
 
     #[test]
     fn parses_hybrid_membership_and_mounts() {

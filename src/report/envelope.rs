@@ -31,6 +31,8 @@ pub enum Kind {
     /// A listing of the history (`cpulab history list`, `show`, `diff`, `check`, ...): output
     /// only, never a result document read back (not one of the named kinds `parse` reads).
     History,
+    /// What `cpulab remedy` wrote (output only, never read back).
+    Remedy,
     /// An experiment known by its registered name (see `crate::registry`).
     Experiment(&'static str),
 }
@@ -53,6 +55,7 @@ impl Kind {
             Self::Try => "try",
             Self::Sim => "sim",
             Self::History => "history",
+            Self::Remedy => "remedy",
             Self::Experiment(name) => name,
         }
     }

@@ -40,10 +40,7 @@ pub fn group_name(path: &str, comm: &str, by: GroupBy) -> String {
     found.unwrap_or_else(|| comm.to_string())
 }
 
-/// A systemd unit name: a `.service` or `.scope` component.
-fn unit(part: &str) -> Option<&str> {
-    (part.ends_with(".service") || part.ends_with(".scope")).then_some(part)
-}
+use crate::probe::cgroup::unit_component as unit;
 
 fn innermost_unit<'a>(parts: &[&'a str]) -> Option<&'a str> {
     parts.iter().rev().find_map(|p| unit(p))

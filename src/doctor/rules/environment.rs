@@ -10,7 +10,8 @@
 //! Published figures quoted here come from `docs/field-notes.md` and are labelled as such, with
 //! their section; the doctor's own figures are in the finding's evidence.
 
-use crate::doctor::findings::Remedy;
+use super::remedies::{force_haltpoll, guest_halt_poll, host_halt_poll};
+use crate::doctor::findings::{Change, Remedy};
 use crate::doctor::measurements::{Environment, Facts};
 
 const IDLE_POLL_COST: &str = "Every idle vCPU spins at 100% instead of halting: the host sees it \
@@ -25,6 +26,9 @@ fn idle_poll() -> Remedy {
         IDLE_POLL_COST,
     )
     .by("root in this guest")
+    .changing(Change::BootOptions {
+        options: vec!["idle=poll".into()],
+    })
 }
 
 fn fewer_vcpus(who: &str) -> Remedy {
@@ -169,7 +173,9 @@ pub fn halt_in_vm(f: &Facts, halts: Option<f64>, ipi: Option<f64>) -> (String, V
                     "An idle vCPU spins up to 200 us before halting: billed and seen as busy by \
                      the host. Needs a reboot.",
                 )
-                .by("root in this guest")];
+                .by("root in this guest")
+                .changing(force_haltpoll())
+                .changing(guest_halt_poll(200_000))];
                 r.push(idle_poll());
                 r.push(
                     Remedy::new(
@@ -179,7 +185,8 @@ pub fn halt_in_vm(f: &Facts, halts: Option<f64>, ipi: Option<f64>) -> (String, V
                         "Costs host CPU for every guest; a cloud customer cannot set it (ask \
                          for a dedicated-host or latency-optimised instance type instead).",
                     )
-                    .on_host("the KVM host's administrator; not a cloud customer"),
+                    .on_host("the KVM host's administrator; not a cloud customer")
+                    .changing(host_halt_poll(200_000)),
                 );
                 r.push(fewer_vcpus("whoever sizes the VM"));
                 r
@@ -230,7 +237,8 @@ pub fn idle_exit_bare_metal(f: &Facts, halts: f64, ipi_text: &str) -> (String, V
             "More power and heat while idle; reverse with cpupower idle-set -E.",
         )
         .by(root)
-        .with_try("cpulab try cpuidle.max_latency_us=10"),
+        .with_try("cpulab try cpuidle.max_latency_us=10")
+        .changing(Change::IdleLatency { max_us: 10 }),
         Remedy::new(
             "tuned-adm profile latency-performance",
             format!(
@@ -265,7 +273,10 @@ pub fn idle_exit_bare_metal(f: &Facts, halts: f64, ipi_text: &str) -> (String, V
                 "Limits idle states permanently (GRUB_CMDLINE_LINUX, update-grub, reboot).",
                 "Power and heat all the time, for every workload; needs a reboot.",
             )
-            .by(root),
+            .by(root)
+            .changing(Change::BootOptions {
+                options: vec![c.to_string()],
+            }),
         );
     }
     if let Some(g) = powersave {
@@ -279,7 +290,10 @@ pub fn idle_exit_bare_metal(f: &Facts, halts: f64, ipi_text: &str) -> (String, V
                 "More power and heat.",
             )
             .by(root)
-            .with_try("cpulab try cpufreq.governor=performance"),
+            .with_try("cpulab try cpufreq.governor=performance")
+            .changing(Change::Governor {
+                governor: "performance".into(),
+            }),
         );
     }
     (mechanism, r)

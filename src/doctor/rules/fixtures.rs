@@ -255,6 +255,7 @@ pub fn everything_wrong() -> (Facts, Measurements) {
                 cross_share: 0.71,
                 cross_wakeups_per_s: 34_080.0,
                 cgroup: Some("/system.slice/postgresql@15-main.service".into()),
+                unit: Some("postgresql@15-main.service".into()),
             }],
         }),
         stage_times: vec![],

@@ -286,7 +286,10 @@ fn remedies() -> Vec<Remedy> {
             "kernel command line: mitigations=off   (or single ones: spectre_v2=off, retbleed=off, nopti)",
             "Removes the mitigation work from every kernel entry.",
             "Removes protection against Spectre-class attacks: only on machines that run nothing but trusted code.",
-        ),
+        )
+        .changing(crate::doctor::findings::Change::BootOptions {
+            options: vec!["mitigations=off".into()],
+        }),
         Remedy::new(
             "make fewer, larger system calls (bigger buffers, batching, io_uring)",
             "Pays the entry cost less often.",

@@ -128,14 +128,17 @@ fn evidence(s: Option<&ShareCheck>, c: &Culprits) -> Vec<Evidence> {
     ev
 }
 
-fn remedies(c: &Culprits) -> Vec<Remedy> {
+/// `vcpus`: the guest's online CPUs, which its host would pin one physical CPU each.
+fn remedies(c: &Culprits, vcpus: u32) -> Vec<Remedy> {
     let mut r = Vec::new();
     if c.outside {
         r.push(Remedy::new(
             "ask the host or provider for dedicated (pinned, not overcommitted) vCPUs, or move the VM",
             "Steal falls to zero when no other guest shares the physical cores.",
             "Dedicated cores cost more; a busy neighbour can come back after a migration.",
-        ));
+        )
+        .on_host("the hypervisor host's administrator, or the provider")
+        .changing(crate::doctor::findings::Change::VcpuPin { vcpus }));
         r.push(Remedy::new(
             "cpulab share --threads N --burners 0   (at different times of day)",
             "Shows whether the shortfall follows the neighbour's schedule.",
@@ -148,7 +151,18 @@ fn remedies(c: &Culprits) -> Vec<Remedy> {
             "Lowers the other programs' weight, so the workload's share rises toward a whole CPU.",
             "The other programs slow down in turn.",
         )
-        .with_try("cpulab try cgroup:system.slice/<unit>:cpu.weight=20"));
+        .with_try("cpulab try cgroup:system.slice/<unit>:cpu.weight=20")
+        .changing(crate::doctor::findings::Change::CpuWeight {
+            weight: 20,
+            workload: crate::doctor::findings::Workload {
+                unnamed: Some(
+                    "the other programs are not named by the doctor: find them with `top -o %CPU` \
+                     and name their unit"
+                        .into(),
+                ),
+                ..Default::default()
+            },
+        }));
     }
     r
 }
@@ -238,7 +252,7 @@ impl Rule for NoisyNeighbour {
                  their share."
                     .into()
             },
-            remedies: remedies(&c),
+            remedies: remedies(&c, i.facts.online_cpus.len() as u32),
             confidence: if c.outside && shortfall.is_some() {
                 Confidence::High
             } else if c.outside || !c.local.is_empty() {

@@ -79,7 +79,10 @@ impl Rule for PowerManagement {
                     "Keeps the cores at full speed, so bursts do not start slow.",
                     "More power and heat; on laptops, less battery.",
                 )
-                .with_try("cpulab try cpufreq.governor=performance"),
+                .with_try("cpulab try cpufreq.governor=performance")
+                .changing(crate::doctor::findings::Change::Governor {
+                    governor: "performance".into(),
+                }),
             );
             remedies.push(Remedy::new(
                 "tuned-adm profile throughput-performance   (or latency-performance)",

@@ -67,9 +67,12 @@ impl Rule for QuotaThrottling {
                 "probe: cgroup cpu quota / period",
             ));
         }
-        let limit = quota
-            .map(|q| format!("{:.0}%", q * 200.0))
-            .unwrap_or_else(|| "200%".into());
+        let percent = quota.map_or(200, |q| (q * 200.0).round() as u32);
+        let limit = format!("{percent}%");
+        let quota_change = crate::doctor::findings::Change::CpuQuota {
+            percent,
+            workload: quota_workload(&group, i.facts.cgroup_version == Some(1)),
+        };
         vec![Finding {
             id: self.id().into(),
             title: format!(
@@ -105,6 +108,7 @@ impl Rule for QuotaThrottling {
                     } else {
                         ("cpu.max", "max")
                     };
+                    let r = r.changing(quota_change);
                     match super::remedies::cgroup_try(&group, v1, file, none) {
                         Some(t) => r.with_try(t),
                         None => r,
@@ -119,6 +123,31 @@ impl Rule for QuotaThrottling {
             confidence: Confidence::High,
             uncertain: None,
         }]
+    }
+}
+
+/// The throttled cgroup as a workload: its path below the hierarchy and the unit it names.
+fn quota_workload(dir: &str, v1: bool) -> crate::doctor::findings::Workload {
+    let rel = dir.split_once("sys/fs/cgroup").map_or("", |(_, r)| r);
+    let rel = if v1 {
+        rel.trim_start_matches('/')
+            .split_once('/')
+            .map_or("", |(_, r)| r)
+    } else {
+        rel.trim_start_matches('/')
+    };
+    let rel = rel.trim_matches('/');
+    let unit = crate::probe::cgroup::innermost_unit(rel).map(str::to_string);
+    crate::doctor::findings::Workload {
+        pids: vec![],
+        unnamed: unit.is_none().then(|| {
+            format!("the throttled cgroup `{dir}` is not a systemd unit: set its quota where it is made (container runtime, pod spec)")
+        }),
+        units: unit.into_iter().collect(),
+        cgroups: (!rel.is_empty() && !rel.contains('<'))
+            .then(|| format!("/{rel}"))
+            .into_iter()
+            .collect(),
     }
 }
 

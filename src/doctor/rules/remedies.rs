@@ -6,7 +6,7 @@
 //! their pids and the cgroup they live in (issue 22: the remedies printed `<server pid>`
 //! beside a load line that named postgres and pgbench with their pids).
 
-use crate::doctor::findings::Remedy;
+use crate::doctor::findings::{Change, Remedy, Workload};
 use crate::doctor::measurements::{AppWatch, Facts};
 
 /// At most this many pids on one command line; the rest are named as left out.
@@ -28,6 +28,35 @@ pub fn patient(app: Option<&AppWatch>) -> Option<(Vec<i32>, Vec<String>)> {
         }
     }
     (!pids.is_empty()).then_some((pids, groups))
+}
+
+/// The watched application as the data a placement change names: its pids, its systemd units
+/// and its cgroups below the root; why no unit is named when none is.
+pub fn workload(app: Option<&AppWatch>) -> Workload {
+    let Some((pids, groups)) = patient(app) else {
+        return Workload::unknown();
+    };
+    let mut units: Vec<String> = Vec::new();
+    for u in app
+        .into_iter()
+        .flat_map(|a| &a.processes)
+        .filter_map(|p| p.unit.as_ref())
+    {
+        if !units.contains(u) {
+            units.push(u.clone());
+        }
+    }
+    let unnamed = units.is_empty().then(|| {
+        "the watched processes run in no systemd unit (their cgroups name none, or this result \
+         was written before cpulab read it)"
+            .to_string()
+    });
+    Workload {
+        pids,
+        units,
+        cgroups: groups.into_iter().filter(|g| g != "/").collect(),
+        unnamed,
+    }
 }
 
 /// `pid:1.affinity=0 pid:2.affinity=0 ...`, and a note when pids were left out.
@@ -116,6 +145,11 @@ pub fn colocate(cpu: u32, facts: &Facts, app: Option<&AppWatch>) -> Vec<Remedy> 
     if let Some(t) = cpuset_try {
         by_cgroup = by_cgroup.with_try(t);
     }
+    let pin = Change::Pin {
+        cpus: cpu.to_string(),
+        workload: workload(app),
+    };
+    let by_cgroup = by_cgroup.changing(pin.clone());
     vec![
         Remedy::new(
             format!("taskset -c {cpu} <server command>; taskset -c {cpu} <client command>"),
@@ -125,7 +159,8 @@ pub fn colocate(cpu: u32, facts: &Facts, app: Option<&AppWatch>) -> Vec<Remedy> 
             ),
             caveat,
         )
-        .with_try(try_pids.clone()),
+        .with_try(try_pids.clone())
+        .changing(pin.clone()),
         Remedy::new(
             format!("systemctl edit <unit>  ->  [Service] CPUAffinity={cpu}  (both units)"),
             "The same pinning, kept across restarts for services started by systemd; the \
@@ -133,9 +168,35 @@ pub fn colocate(cpu: u32, facts: &Facts, app: Option<&AppWatch>) -> Vec<Remedy> 
             "As above: both ends share one CPU.",
         )
         .by("root on this machine")
-        .with_try(try_pids),
+        .with_try(try_pids)
+        .changing(pin),
         by_cgroup,
     ]
+}
+
+/// Guest halt polling's parameter at `ns`, as data.
+pub fn guest_halt_poll(ns: u64) -> Change {
+    Change::ModuleParam {
+        module: "haltpoll".into(),
+        param: "guest_halt_poll_ns".into(),
+        value: ns.to_string(),
+    }
+}
+
+/// The KVM host's halt polling at `ns`, as data (a remedy for the host).
+pub fn host_halt_poll(ns: u64) -> Change {
+    Change::ModuleParam {
+        module: "kvm".into(),
+        param: "halt_poll_ns".into(),
+        value: ns.to_string(),
+    }
+}
+
+/// The haltpoll cpuidle driver loaded even where the host does not advertise it.
+pub fn force_haltpoll() -> Change {
+    Change::BootOptions {
+        options: vec!["cpuidle_haltpoll.force=1".into()],
+    }
 }
 
 /// Make an idle vCPU poll before it halts, so a wakeup does not need a halt exit and an IPI.
@@ -155,7 +216,8 @@ pub fn halt_polling(facts: &Facts) -> Vec<Remedy> {
                 polling_cost,
             )
             .by("root in this guest")
-            .with_try("cpulab try haltpoll.guest_halt_poll_ns=200000"),
+            .with_try("cpulab try haltpoll.guest_halt_poll_ns=200000")
+            .changing(guest_halt_poll(200_000)),
         );
     }
     r.push(Remedy::new(
@@ -172,7 +234,9 @@ pub fn halt_polling(facts: &Facts) -> Vec<Remedy> {
         ),
         format!("{polling_cost} Needs a reboot."),
     )
-    .by("root in this guest"));
+    .by("root in this guest")
+    .changing(force_haltpoll())
+    .changing(guest_halt_poll(200_000)));
     if facts
         .hypervisor
         .as_deref()
@@ -195,7 +259,8 @@ pub fn halt_polling(facts: &Facts) -> Vec<Remedy> {
                  cannot set it.{poll_control}"
                 ),
             )
-            .on_host("the KVM host's administrator; not a cloud customer"),
+            .on_host("the KVM host's administrator; not a cloud customer")
+            .changing(host_halt_poll(200_000)),
         );
     }
     r.push(
@@ -330,6 +395,7 @@ mod tests {
             name: "postgres".into(),
             pids: pids.to_vec(),
             cgroup: cgroup.map(String::from),
+            unit: None,
             wakeups_per_s: 1000.0,
             cross_share: 0.5,
             cross_wakeups_per_s: 500.0,

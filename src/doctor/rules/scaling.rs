@@ -100,11 +100,22 @@ impl Rule for ParallelContention {
                     "The runtime spreads threads over cores itself.",
                     "Only for runtimes that honour it.",
                 ),
-                Remedy::new(
-                    "for a VM: pin vCPUs one per physical core or module on the host (virsh vcpupin, xl vcpu-pin)",
-                    "The guest's CPUs then stop sharing cores behind its back (field notes E).",
-                    "Fewer vCPUs fit on the host.",
-                ),
+                {
+                    let r = Remedy::new(
+                        "for a VM: pin vCPUs one per physical core or module on the host (virsh vcpupin, xl vcpu-pin)",
+                        "The guest's CPUs then stop sharing cores behind its back (field notes E).",
+                        "Fewer vCPUs fit on the host.",
+                    );
+                    // Only a guest has vCPUs for its host to pin.
+                    if i.facts.hypervisor.is_some() {
+                        r.on_host("the hypervisor host's administrator; not a cloud customer")
+                            .changing(crate::doctor::findings::Change::VcpuPin {
+                                vcpus: i.facts.online_cpus.len() as u32,
+                            })
+                    } else {
+                        r
+                    }
+                },
             ],
             confidence: if c.contended_groups.unwrap_or(0) > s.contended_groups.unwrap_or(0) {
                 Confidence::High

@@ -154,6 +154,7 @@ mod tests {
                 cross_share,
                 cross_wakeups_per_s: per_s * cross_share,
                 cgroup: None,
+                unit: None,
             }],
         }
     }
@@ -221,6 +222,7 @@ mod tests {
             cross_share,
             cross_wakeups_per_s: per_s * cross_share,
             cgroup: None,
+            unit: None,
         }
     }
 

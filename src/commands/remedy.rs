@@ -1,0 +1,224 @@
+//! `cpulab remedy`: a doctor result's remedies as the files a fleet deploys, written into a
+//! directory. Nothing is applied: `cpulab try` remains the only command that changes a setting.
+
+use super::Global;
+use crate::doctor::findings::Finding;
+use crate::emit::{Emitted, Emitter};
+use crate::error::bad_input;
+use crate::remedy::{self, Context, Format, Plan};
+use crate::report::envelope::Kind;
+use anyhow::{Context as _, Result};
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, clap::Args)]
+#[command(after_help = "Examples:\n  \
+    cpulab remedy --out remedies\n  \
+    cpulab remedy doctor.json --out remedies --format systemd,cmdline\n  \
+    cpulab remedy doctor.json --out remedies --force --json")]
+pub struct Args {
+    /// A saved doctor result (`cpulab doctor --json > doctor.json`); without it, the newest
+    /// doctor run of this host in the history.
+    #[arg(value_name = "RESULT")]
+    pub result: Option<PathBuf>,
+    /// The directory the files are written into (made when missing).
+    #[arg(long, value_name = "DIR", default_value = "cpulab-remedy")]
+    pub out: PathBuf,
+    /// The formats to write, comma-separated: systemd, modprobe, sysctl, cmdline, tuned,
+    /// ansible, containers, kubernetes, libvirt, or all.
+    #[arg(long, value_name = "LIST", default_value = "all")]
+    pub format: String,
+    /// Write into an output directory that is not empty (files of the same name are replaced,
+    /// others left as they are).
+    #[arg(long)]
+    pub force: bool,
+    /// `--json`: the files and commands as one JSON document.
+    #[command(flatten)]
+    pub output: crate::emit::JsonArg,
+}
+
+/// A doctor result, read from a file or the history: its findings, facts and where it is from.
+struct Source {
+    findings: Vec<Finding>,
+    document: serde_json::Value,
+    words: String,
+}
+
+fn from_file(path: &Path) -> Result<Source> {
+    let name = path.display().to_string();
+    let l = crate::report::envelope::load(path, &crate::registry::kinds())?;
+    if l.kind != Kind::Doctor {
+        return Err(bad_input(format!(
+            "{name} is a {} result; cpulab remedy takes one written by `cpulab doctor --json`",
+            l.kind.as_str()
+        )));
+    }
+    of_document(l.value, &name)
+}
+
+fn of_document(document: serde_json::Value, name: &str) -> Result<Source> {
+    let findings = document.get("findings").cloned().ok_or_else(|| {
+        bad_input(format!(
+            "{name} has no \"findings\"; write it again with `cpulab doctor --json`"
+        ))
+    })?;
+    let findings: Vec<Finding> = serde_json::from_value(findings).map_err(|e| {
+        bad_input(format!(
+            "{name}: its findings do not read ({e}); write it again with `cpulab doctor --json`"
+        ))
+    })?;
+    let c = &document["conditions"];
+    let words = format!(
+        "{name} (doctor run on {} at Unix time {})",
+        c["hostname"].as_str().unwrap_or("an unrecorded host"),
+        c["started_unix_s"]
+            .as_f64()
+            .map_or("unrecorded".to_string(), |t| format!("{t:.0}"))
+    );
+    Ok(Source {
+        findings,
+        document,
+        words,
+    })
+}
+
+/// The newest doctor run of this host in the history.
+fn from_history() -> Result<Source> {
+    let crate::history::Location::At(path) = crate::history::location() else {
+        return Err(bad_input(
+            "no result given and the history is off; give a saved result: `cpulab remedy doctor.json`",
+        ));
+    };
+    let host = hostname();
+    let none = || {
+        bad_input(format!(
+            "no doctor run of this host ({host}) in the history {}; run `cpulab doctor` first, or give a saved result",
+            path.display()
+        ))
+    };
+    if !path.exists() {
+        return Err(none());
+    }
+    let store = crate::history::store::Store::open_read_only(&path)?;
+    let filter = crate::history::store::Filter {
+        kind: Some(Kind::Doctor.as_str().to_string()),
+        host: Some(host.clone()),
+        ..Default::default()
+    };
+    let run = store.newest(&filter)?.ok_or_else(none)?;
+    let document = store.document(run.id)?.ok_or_else(none)?;
+    of_document(document, &format!("history run @{}", run.id))
+}
+
+fn hostname() -> String {
+    nix::sys::utsname::uname()
+        .ok()
+        .and_then(|u| u.nodename().to_str().map(str::to_string))
+        .unwrap_or_default()
+}
+
+/// The facts of the host the generators use: from the result, and read live when the result is
+/// this host's (the values undo restores, the bootloader tooling).
+fn context(s: &Source, root: &Path) -> Context {
+    let facts = &s.document["facts"];
+    let this_host = s.document["conditions"]["hostname"].as_str() == Some(hostname().as_str());
+    let mut ctx = Context {
+        source: s.words.clone(),
+        cgroup_version: facts["cgroup_version"].as_u64().map(|v| v as u8),
+        guest: facts["hypervisor"].is_string(),
+        hostname: s.document["conditions"]["hostname"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
+        online_cpus: facts["online_cpus"].as_str().map(str::to_string),
+        smt: facts["smt_active"].as_bool(),
+        tuned_profile: facts["tuned_profile"].as_str().map(str::to_string),
+        ..Context::default()
+    };
+    if !this_host {
+        return ctx;
+    }
+    for f in &s.findings {
+        for c in f.remedies.iter().flat_map(|r| r.changes.iter().flatten()) {
+            if let crate::doctor::findings::Change::ModuleParam { module, param, .. } = c {
+                let file = root.join(format!("sys/module/{module}/parameters/{param}"));
+                if let Ok(v) = std::fs::read_to_string(file) {
+                    let entry = (module.clone(), param.clone(), v.trim().to_string());
+                    if !ctx.current_params.contains(&entry) {
+                        ctx.current_params.push(entry);
+                    }
+                }
+            }
+        }
+    }
+    ctx.bootloaders = ["update-grub", "grub2-mkconfig", "grubby"]
+        .iter()
+        .filter(|t| on_path(t))
+        .map(|t| t.to_string())
+        .collect();
+    ctx
+}
+
+fn on_path(tool: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()))
+}
+
+/// Refuses an output directory that holds files, unless `--force`.
+fn check_out(out: &Path, force: bool) -> Result<()> {
+    match std::fs::read_dir(out) {
+        Ok(mut entries) => {
+            if entries.next().is_some() && !force {
+                return Err(bad_input(format!(
+                    "{} exists and is not empty; choose another --out directory, or give --force to write into it",
+                    out.display()
+                )));
+            }
+            Ok(())
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotADirectory => Err(bad_input(format!(
+            "--out {} is a file, not a directory; choose a directory",
+            out.display()
+        ))),
+        Err(e) => Err(bad_input(format!(
+            "cannot read --out {}: {e}",
+            out.display()
+        ))),
+    }
+}
+
+/// Writes every file of the plan below `out`.
+fn write(plan: &Plan, out: &Path) -> Result<()> {
+    for f in plan.all_files() {
+        let path = out.join(&f.path);
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| bad_input(format!("cannot make {}: {e}", dir.display())))?;
+        }
+        std::fs::write(&path, &f.contents)
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    Ok(())
+}
+
+pub fn run(args: Args, g: &Global) -> Result<()> {
+    let formats = Format::parse_list(&args.format).map_err(bad_input)?;
+    let source = match &args.result {
+        Some(p) => from_file(p)?,
+        None => from_history()?,
+    };
+    let ctx = context(&source, &g.root);
+    let out_words = args.out.display().to_string();
+    let plan = remedy::plan(&source.findings, &ctx, &formats, &out_words);
+    if plan.all_files().next().is_some() {
+        check_out(&args.out, args.force)?;
+        write(&plan, &args.out)?;
+    }
+    // What was written is output, not a run: no history sink.
+    Emitter::stdout(args.output.json, g.quiet, &[]).emit(&Emitted::bare(
+        Kind::Remedy,
+        &plan,
+        remedy::text::render,
+        None,
+    )?)
+}

@@ -1,0 +1,239 @@
+//! One Ansible playbook for every remedy, each under its own tag, with its undo under
+//! `ID-undo`. Every task also carries the `never` tag, so a run without `--tags` deploys
+//! nothing: a finding's remedies are alternatives and the operator names the one to deploy.
+//!
+//! It deploys each remedy's native files (the systemd drop-ins, `modprobe.d`, `sysctl.d` and
+//! GRUB snippets, not the tuned, container or libvirt forms), sets a module parameter now only
+//! when it differs (so a second run changes nothing), and reloads through handlers. The
+//! variable `cpulab_root` (default empty) puts every path below another root, for staging an
+//! image; the handlers then do nothing, since they would act on the running system.
+//!
+//! Written as data with serde_yaml_ng, so the YAML is well-formed by construction.
+
+use super::{Context, Deployment, File, Format, Plan};
+use crate::doctor::findings::{Change, Site};
+use serde_json::{Value, json};
+
+const LIVE: &str = "cpulab_root | default('') == ''";
+
+fn tags(id: &str) -> Value {
+    json!(["never", id])
+}
+
+fn root(path: &str) -> String {
+    format!("{{{{ cpulab_root | default('') }}}}{path}")
+}
+
+/// Copies a file to where it installs, notifying `handlers`.
+fn copy(name: &str, file: &File, to: &str, handlers: &[String], tag: &str) -> Value {
+    let mut t = json!({
+        "name": name,
+        "ansible.builtin.copy": {
+            "dest": root(to),
+            "content": file.contents,
+            "mode": "0644",
+        },
+        "tags": tags(tag),
+    });
+    if !handlers.is_empty() {
+        t["notify"] = json!(handlers);
+    }
+    t
+}
+
+fn remove(name: &str, to: &str, handlers: &[String], tag: &str) -> Value {
+    let mut t = json!({
+        "name": name,
+        "ansible.builtin.file": { "path": root(to), "state": "absent" },
+        "tags": tags(tag),
+    });
+    if !handlers.is_empty() {
+        t["notify"] = json!(handlers);
+    }
+    t
+}
+
+/// Reads a sysfs value and writes `value` only when it differs.
+fn set_param(id: &str, n: usize, path: &str, value: &str, tag: &str) -> [Value; 2] {
+    let var = format!(
+        "cpulab_{}_{n}",
+        id.replace(|c: char| !c.is_ascii_alphanumeric(), "_")
+    );
+    [
+        json!({
+            "name": format!("{id}: read {path}"),
+            "ansible.builtin.slurp": { "src": root(path) },
+            "register": var,
+            "tags": tags(tag),
+        }),
+        json!({
+            "name": format!("{id}: {path} = {value} now"),
+            "ansible.builtin.shell": format!("echo {} > {}", super::sh_quote(value), root(path)),
+            "when": format!("({var}.content | b64decode | trim) != '{value}'"),
+            "tags": tags(tag),
+        }),
+    ]
+}
+
+/// The tasks that deploy `d` (tag `ID`) and undo it (tag `ID-undo`), and the handlers they use.
+fn tasks(d: &Deployment, ctx: &Context, handlers: &mut Vec<Value>) -> (Vec<Value>, Vec<Value>) {
+    let (mut up, mut down) = (Vec::new(), Vec::new());
+    let undo_tag = format!("{}-undo", d.id);
+    for form in &d.forms {
+        let notify: Vec<String> = match form.format {
+            Format::Systemd => vec!["cpulab daemon-reload".into()],
+            Format::Sysctl => vec!["cpulab sysctl".into()],
+            Format::Cmdline => vec!["cpulab update-grub".into()],
+            Format::Modprobe => vec![],
+            _ => continue,
+        };
+        for file in &form.files {
+            let Some(to) = &file.install_to else { continue };
+            if let Some(why) = &file.placeholder {
+                up.push(json!({
+                    "name": format!("{}: {} holds a placeholder", d.id, file.path),
+                    "ansible.builtin.fail": { "msg": format!("PLACEHOLDER: {why}; edit the playbook first") },
+                    "tags": tags(&d.id),
+                }));
+                continue;
+            }
+            if let Some((dir, _)) = to.rsplit_once('/') {
+                up.push(json!({
+                    "name": format!("{}: {dir}/", d.id),
+                    "ansible.builtin.file": { "path": root(dir), "state": "directory", "mode": "0755" },
+                    "tags": tags(&d.id),
+                }));
+            }
+            up.push(copy(&format!("{}: {to}", d.id), file, to, &notify, &d.id));
+            down.push(remove(
+                &format!("{} undo: {to}", d.id),
+                to,
+                &notify,
+                &undo_tag,
+            ));
+        }
+        if form.format == Format::Systemd {
+            for unit in units(d) {
+                let h = format!("cpulab restart {unit}");
+                if !handlers.iter().any(|x| x["name"] == h.as_str()) {
+                    handlers.push(json!({
+                        "name": h,
+                        "ansible.builtin.systemd": { "name": unit, "state": "restarted" },
+                        "when": LIVE,
+                    }));
+                }
+                for t in up.iter_mut().chain(down.iter_mut()) {
+                    if let Some(n) = t.get_mut("notify").and_then(Value::as_array_mut)
+                        && n.iter().any(|x| x == "cpulab daemon-reload")
+                        && !n.iter().any(|x| x == h.as_str())
+                    {
+                        n.push(Value::from(h.clone()));
+                    }
+                }
+            }
+        }
+    }
+    for (n, c) in d.changes.iter().enumerate() {
+        if let Change::ModuleParam {
+            module,
+            param,
+            value,
+        } = c
+        {
+            let path = super::kernel::param_path(module, param);
+            up.extend(set_param(&d.id, n, &path, value, &d.id));
+            if let Some(prev) = ctx.current_param(module, param) {
+                down.extend(set_param(
+                    &format!("{}-undo", d.id),
+                    n,
+                    &path,
+                    prev,
+                    &undo_tag,
+                ));
+            }
+        }
+    }
+    if d.forms.iter().any(|f| f.format == Format::Cmdline) {
+        for (list, tag) in [(&mut up, &d.id), (&mut down, &undo_tag)] {
+            list.push(json!({
+                "name": format!("{}: the kernel command line changes at the next boot", d.id),
+                "ansible.builtin.debug": { "msg": "reboot the host for the boot options to take effect" },
+                "tags": tags(tag),
+            }));
+        }
+    }
+    (up, down)
+}
+
+fn units(d: &Deployment) -> Vec<String> {
+    let mut out = Vec::new();
+    for c in &d.changes {
+        if let Change::Pin { workload, .. }
+        | Change::CpuWeight { workload, .. }
+        | Change::CpuQuota { workload, .. } = c
+        {
+            out.extend(workload.units.iter().cloned());
+        }
+    }
+    out
+}
+
+fn base_handlers() -> Vec<Value> {
+    vec![
+        json!({ "name": "cpulab daemon-reload", "ansible.builtin.systemd": { "daemon_reload": true }, "when": LIVE }),
+        json!({ "name": "cpulab sysctl", "ansible.builtin.command": "sysctl --system", "when": LIVE }),
+        json!({ "name": "cpulab update-grub", "ansible.builtin.command": "update-grub", "when": LIVE }),
+    ]
+}
+
+/// The playbook: one play for the machines the doctor ran on, one for their hypervisor hosts.
+pub fn playbook(p: &Plan) -> File {
+    let mut plays = Vec::new();
+    for (site, hosts, what) in [
+        (
+            Site::ThisMachine,
+            "all",
+            "the machines like the one the doctor ran on",
+        ),
+        (
+            Site::Host,
+            "hypervisors",
+            "the hypervisor hosts (not the guests)",
+        ),
+    ] {
+        let mut handlers = base_handlers();
+        let mut all = Vec::new();
+        for d in p.deployments.iter().filter(|d| d.site == site) {
+            let (up, down) = tasks(d, &p.context, &mut handlers);
+            all.extend(up);
+            all.extend(down);
+        }
+        if all.is_empty() {
+            continue;
+        }
+        plays.push(json!({
+            "name": format!("cpulab remedies for {what}"),
+            "hosts": hosts,
+            "become": true,
+            "gather_facts": false,
+            "tasks": all,
+            "handlers": handlers,
+        }));
+    }
+    let ids: Vec<&str> = p.deployments.iter().map(|d| d.id.as_str()).collect();
+    File {
+        path: "playbook.yml".into(),
+        install_to: None,
+        placeholder: None,
+        contents: format!(
+            "# Written by `cpulab remedy` from {}.\n# Every task is tagged `never`: name the remedy \
+             to deploy, e.g.\n#   ansible-playbook -i HOSTS playbook.yml --tags {}\n# and its \
+             undo with --tags {}-undo. Remedies: {}.\n{}",
+            p.context.source,
+            ids.first().copied().unwrap_or("ID"),
+            ids.first().copied().unwrap_or("ID"),
+            ids.join(", "),
+            serde_yaml_ng::to_string(&plays).unwrap_or_default()
+        ),
+    }
+}

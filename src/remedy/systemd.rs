@@ -1,0 +1,268 @@
+//! systemd drop-ins for the unit that runs the workload: `CPUAffinity=` (every process the
+//! service starts inherits it, at its next start), `AllowedCPUs=` (the cgroup v2 cpuset, which
+//! also holds for processes that set their own affinity), `CPUWeight=` and `CPUQuota=`.
+//!
+//! The unit is the one the doctor read from the watched process's cgroup. Where none was read,
+//! the drop-in is written for `UNIT-NOT-NAMED.service` with the reason at its top: a wrong unit
+//! would pin some other service, so no unit is ever guessed.
+
+use super::{Context, File, Form, Needs, sh_quote};
+use crate::doctor::findings::{Change, Workload};
+
+/// The stand-in for a unit the doctor could not name.
+pub const UNNAMED: &str = "UNIT-NOT-NAMED.service";
+
+/// The drop-in section of a unit, from its type.
+fn section(unit: &str) -> &'static str {
+    match unit.rsplit_once('.').map(|(_, t)| t) {
+        Some("scope") => "Scope",
+        Some("slice") => "Slice",
+        Some("socket") => "Socket",
+        _ => "Service",
+    }
+}
+
+/// The units to write for, with the placeholder reason when there are none.
+fn units(w: &Workload) -> Vec<(String, Option<String>)> {
+    if w.units.is_empty() {
+        let why = w
+            .unnamed
+            .clone()
+            .unwrap_or_else(|| "the doctor named no unit for this workload".into());
+        vec![(UNNAMED.to_string(), Some(why))]
+    } else {
+        w.units.iter().map(|u| (u.clone(), None)).collect()
+    }
+}
+
+/// The settings of one change for `unit`: (key, value) lines and how to check each is in force.
+fn settings(change: &Change, unit: &str, ctx: &Context) -> Vec<(String, String)> {
+    let v2 = ctx.cgroup_version != Some(1);
+    let scope_like = section(unit) != "Service";
+    match change {
+        Change::Pin { cpus, .. } => {
+            let mut s = Vec::new();
+            // CPUAffinity= is an exec setting: services only.
+            if !scope_like {
+                s.push(("CPUAffinity".to_string(), cpus.clone()));
+            }
+            if v2 || scope_like {
+                s.push(("AllowedCPUs".to_string(), cpus.clone()));
+            }
+            s
+        }
+        Change::CpuWeight { weight, .. } => vec![("CPUWeight".into(), weight.to_string())],
+        Change::CpuQuota { percent, .. } => vec![("CPUQuota".into(), format!("{percent}%"))],
+        _ => vec![],
+    }
+}
+
+fn workload(change: &Change) -> Option<&Workload> {
+    match change {
+        Change::Pin { workload, .. }
+        | Change::CpuWeight { workload, .. }
+        | Change::CpuQuota { workload, .. } => Some(workload),
+        _ => None,
+    }
+}
+
+/// The drop-ins for `changes` (placement, weight, quota), one per unit.
+pub fn form(dir: &str, changes: &[&Change], ctx: &Context) -> Form {
+    let mut form = Form {
+        format: super::Format::Systemd,
+        files: vec![],
+        trial: vec![],
+        apply: vec![],
+        verify: vec![],
+        undo: vec![],
+        needs: Needs::Restart,
+        notes: vec![],
+    };
+    for change in changes {
+        let Some(w) = workload(change) else { continue };
+        for (unit, placeholder) in units(w) {
+            one_unit(&mut form, dir, change, &unit, placeholder, ctx);
+        }
+    }
+    form.apply.dedup();
+    form.undo.dedup();
+    form.notes.push(
+        "`systemctl set-property --runtime` is the reversible trial: it lasts until the next \
+         boot (or until undone); the drop-in keeps the change. A service's processes take \
+         CPUAffinity= when it starts again."
+            .into(),
+    );
+    form
+}
+
+/// One unit's drop-in and its commands.
+fn one_unit(
+    form: &mut Form,
+    dir: &str,
+    change: &Change,
+    unit: &str,
+    placeholder: Option<String>,
+    ctx: &Context,
+) {
+    let set = settings(change, unit, ctx);
+    if set.is_empty() {
+        return;
+    }
+    let name = dir.split('/').next().unwrap_or("cpulab");
+    let install = format!("/etc/systemd/system/{unit}.d/50-cpulab-{name}.conf");
+    let path = format!("{dir}/{unit}.d/50-cpulab-{name}.conf");
+    form.files.push(File {
+        contents: drop_in(unit, &set, placeholder.as_deref(), &install),
+        path: path.clone(),
+        install_to: Some(install.clone()),
+        placeholder: placeholder.clone(),
+    });
+    let u = sh_quote(unit);
+    let props: Vec<String> = set.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    form.trial.push(format!(
+        "systemctl set-property --runtime {u} {}",
+        props.join(" ")
+    ));
+    form.apply.push(format!(
+        "install -D -m 0644 {} {}",
+        sh_quote(&path),
+        sh_quote(&install)
+    ));
+    form.apply.push("systemctl daemon-reload".into());
+    form.apply.push(format!("systemctl try-restart {u}"));
+    for (k, v) in &set {
+        form.verify.push(format!(
+            "test \"$(systemctl show -P {k} {u})\" = {}",
+            sh_quote(v)
+        ));
+    }
+    if let Change::Pin { cpus, .. } = change
+        && section(unit) == "Service"
+    {
+        form.verify.push(format!(
+            "grep -Eq '^Cpus_allowed_list:[[:space:]]*{cpus}$' /proc/\"$(systemctl show -P MainPID {u})\"/status"
+        ));
+    }
+    form.undo.push(format!("rm -f {}", sh_quote(&install)));
+    form.undo.push(format!(
+        "systemctl set-property --runtime {u} {}",
+        set.iter()
+            .map(|(k, _)| format!("{k}="))
+            .collect::<Vec<_>>()
+            .join(" ")
+    ));
+    form.undo.push("systemctl daemon-reload".into());
+    form.undo.push(format!("systemctl try-restart {u}"));
+    if let Some(why) = placeholder {
+        form.notes.push(format!(
+            "{UNNAMED} is a placeholder ({why}): rename the directory to the unit that runs the workload before applying"
+        ));
+    }
+}
+
+/// A drop-in's text: where it goes, why, and its settings.
+fn drop_in(
+    unit: &str,
+    set: &[(String, String)],
+    placeholder: Option<&str>,
+    install: &str,
+) -> String {
+    let mut s = String::new();
+    if let Some(why) = placeholder {
+        s.push_str(&format!(
+            "# PLACEHOLDER: {why}.\n# Replace {UNNAMED} in this file's path with the unit that runs the workload.\n"
+        ));
+    }
+    s.push_str(&format!(
+        "# Written by `cpulab remedy`; install as {install}\n[{}]\n",
+        section(unit)
+    ));
+    for (k, v) in set {
+        s.push_str(&format!("{k}={v}\n"));
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pin(units: &[&str]) -> Change {
+        Change::Pin {
+            cpus: "0".into(),
+            workload: Workload {
+                pids: vec![812],
+                units: units.iter().map(|u| u.to_string()).collect(),
+                cgroups: vec![],
+                unnamed: units.is_empty().then(|| "no unit seen".to_string()),
+            },
+        }
+    }
+
+    #[test]
+    fn a_named_service_gets_affinity_and_allowed_cpus_under_cgroup_v2() {
+        let ctx = Context {
+            cgroup_version: Some(2),
+            ..Context::default()
+        };
+        let c = pin(&["postgresql@15-main.service"]);
+        let f = form("01-pin/systemd", &[&c], &ctx);
+        assert_eq!(f.files.len(), 1);
+        assert_eq!(
+            f.files[0].install_to.as_deref(),
+            Some("/etc/systemd/system/postgresql@15-main.service.d/50-cpulab-01-pin.conf")
+        );
+        assert!(
+            f.files[0]
+                .contents
+                .ends_with("[Service]\nCPUAffinity=0\nAllowedCPUs=0\n")
+        );
+        assert_eq!(f.files[0].placeholder, None);
+        assert_eq!(
+            f.trial,
+            [
+                "systemctl set-property --runtime postgresql@15-main.service CPUAffinity=0 AllowedCPUs=0"
+            ]
+        );
+        assert!(f.verify[0].contains("systemctl show -P CPUAffinity postgresql@15-main.service"));
+        assert!(
+            f.undo
+                .iter()
+                .any(|u| u.starts_with("rm -f /etc/systemd/system/postgresql@15-main"))
+        );
+        assert_eq!(f.needs, Needs::Restart);
+    }
+
+    #[test]
+    fn cgroup_v1_has_no_allowed_cpus_and_a_scope_no_affinity() {
+        let v1 = Context {
+            cgroup_version: Some(1),
+            ..Context::default()
+        };
+        let f = form("01-pin/systemd", &[&pin(&["db.service"])], &v1);
+        assert!(f.files[0].contents.ends_with("[Service]\nCPUAffinity=0\n"));
+        let f = form(
+            "01-pin/systemd",
+            &[&pin(&["run-r1.scope"])],
+            &Context::default(),
+        );
+        assert!(
+            f.files[0].contents.ends_with("[Scope]\nAllowedCPUs=0\n"),
+            "{}",
+            f.files[0].contents
+        );
+    }
+
+    #[test]
+    fn an_unnamed_unit_is_a_placeholder_with_its_reason_never_a_guess() {
+        let f = form("01-pin/systemd", &[&pin(&[])], &Context::default());
+        assert_eq!(f.files[0].placeholder.as_deref(), Some("no unit seen"));
+        assert!(f.files[0].path.contains(UNNAMED));
+        assert!(
+            f.files[0]
+                .contents
+                .starts_with("# PLACEHOLDER: no unit seen.\n")
+        );
+        assert!(f.notes[0].contains("placeholder"));
+    }
+}
