@@ -31,6 +31,9 @@ pub enum Kind {
     /// A listing of the history (`cpulab history list`, `show`, `diff`, `check`, ...): output
     /// only, never a result document read back (not one of the named kinds `parse` reads).
     History,
+    /// `cpulab fleet`'s report, read from a Prometheus: output only, not a run of this machine
+    /// (never recorded in the history, not read back).
+    Fleet,
     /// An experiment known by its registered name (see `crate::registry`).
     Experiment(&'static str),
 }
@@ -53,6 +56,7 @@ impl Kind {
             Self::Try => "try",
             Self::Sim => "sim",
             Self::History => "history",
+            Self::Fleet => "fleet",
             Self::Experiment(name) => name,
         }
     }

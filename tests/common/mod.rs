@@ -334,3 +334,4 @@ pub fn doctor_history(dir: &std::path::Path) -> (PathBuf, Value) {
         .success();
     (history, doc)
 }
+pub mod prom;
