@@ -258,6 +258,7 @@ fn fleet_ranks_hosts_names_findings_and_reports_a_changed_fact() {
         text.contains("cross-cpu-wakeup (high) on 2 host(s)"),
         "{text}"
     );
+    assert_the_page_renders(&p, dir.path());
     // xen-1 restarts on the KVM guest with 200 us halt polling: its facts change.
     let xen = FAKES.iter().position(|h| h.instance == "xen-1").unwrap();
     drop(exporters.remove(xen));
@@ -365,6 +366,50 @@ fn assert_ranking(report: &Value, live: bool) {
         let share = mixed["cross_share"]["mean"].as_f64().unwrap();
         assert!(share > 0.0 && share < 1.0, "{mixed}");
     }
+}
+
+/// `--html`: one self-contained page with the ranking, a chart per ranked target and the
+/// drift table, rendered by headless Chromium (a screenshot where `CPULAB_SCREENSHOT` says).
+fn assert_the_page_renders(p: &Prometheus, dir: &Path) {
+    let page = dir.join("fleet.html");
+    let out = fleet(&p.url(), &["--quiet", "--html", page.to_str().unwrap()]);
+    common::assert_success(&out);
+    let html = std::fs::read_to_string(&page).unwrap();
+    // Self-contained: no script, image or style sheet fetched from anywhere.
+    assert!(
+        !html.contains(" src=") && !html.contains("<link"),
+        "loads nothing"
+    );
+    let Some(bin) = common::chromium::chromium() else {
+        common::not_installed(test_name!(), "chromium", "chromium");
+        return;
+    };
+    let dom = common::chromium::headless(bin, &page, &["--dump-dom".into()]);
+    let dom = String::from_utf8_lossy(&dom.stdout);
+    for h in FAKES {
+        assert!(
+            dom.contains(&format!("{} fake: placement cost", h.instance)),
+            "{dom}"
+        );
+    }
+    assert!(
+        dom.matches("<svg").count() >= FAKES.len(),
+        "a chart per ranked target"
+    );
+    assert!(dom.contains("Drift: machine facts"), "{dom}");
+    let shot = std::env::var_os("CPULAB_SCREENSHOT")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| dir.join("fleet.png"));
+    let args = [
+        format!("--screenshot={}", shot.display()),
+        "--window-size=1300,2600".to_string(),
+    ];
+    common::chromium::headless(bin, &page, &args);
+    let png = std::fs::read(&shot).unwrap();
+    assert!(
+        png.starts_with(b"\x89PNG") && png.len() > 20_000,
+        "a page, not a blank"
+    );
 }
 
 /// The doctor run's findings on the two hosts that read it, grouped by id, with the facts

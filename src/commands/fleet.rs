@@ -106,6 +106,6 @@ pub fn run(args: Args, g: &Global) -> Result<()> {
         Kind::Fleet,
         &report,
         fleet::text::render,
-        None,
+        Some(fleet::html::render),
     )?)
 }

@@ -25,6 +25,7 @@
 pub mod client;
 pub mod drift;
 pub mod findings;
+pub mod html;
 pub mod queries;
 pub mod rank;
 pub mod text;
@@ -115,6 +116,8 @@ pub struct Report {
     /// What the cost is and how each figure is taken.
     pub method: String,
     pub ranking: Vec<rank::Ranked>,
+    /// Each ranked target's cost at every step of the window (the page's charts).
+    pub cost_series: Vec<rank::CostSeries>,
     /// Targets that woke in the window without a cost to rank by, and why.
     pub without_cost: Vec<rank::Unranked>,
     pub findings: Vec<findings::FindingGroup>,
@@ -196,6 +199,7 @@ pub fn run(p: &Prometheus, s: &Settings) -> Result<Report> {
     let hosts = rank::hosts_of_ranked(&ranking);
     let ranking = rank::with_findings(ranking, &findings::of_hosts(p, &hosts, end)?, &drift);
     let start = end - s.since_s as f64;
+    let cost_series = rank::series(p, w, &ranking, (start, end))?;
     Ok(Report {
         prometheus: p.base().to_string(),
         window: WindowInfo {
@@ -212,6 +216,7 @@ pub fn run(p: &Prometheus, s: &Settings) -> Result<Report> {
         limit: s.limit,
         method: METHOD.to_string(),
         ranking,
+        cost_series,
         without_cost,
         findings,
         drift,

@@ -93,6 +93,11 @@ pub fn of_hosts(f: &str, rule: &str, w: Window, hosts: &[String]) -> String {
     format!("{f}({})", w.over(&format!("{rule}{}", instances(hosts))))
 }
 
+/// The cost of every target of these hosts (a range query at the report's step: the charts).
+pub fn cost_of(hosts: &[String]) -> String {
+    format!("{COST}{}", instances(hosts))
+}
+
 /// The worst success of the collectors behind the host figures (`idle`, `interrupts`) over the
 /// window, for the hosts of the ranking: why a figure is missing.
 pub fn collectors_of(w: Window, hosts: &[String]) -> String {

@@ -38,6 +38,60 @@ pub struct Ranked {
     pub look_closer: Vec<String>,
 }
 
+/// A ranked target's cost over the window, for its chart.
+#[derive(Clone, Debug, Serialize)]
+pub struct CostSeries {
+    pub instance: String,
+    pub job: String,
+    pub target: String,
+    /// (Unix seconds, seconds per wakeup), one per step where it had a value.
+    pub points: Vec<(f64, f64)>,
+}
+
+/// The cost of each ranked target at every step of the window (one range query on their hosts).
+pub fn series(
+    p: &Prometheus,
+    w: Window,
+    ranked: &[Ranked],
+    (start, end): (f64, f64),
+) -> Result<Vec<CostSeries>> {
+    let hosts = hosts_of_ranked(ranked);
+    if hosts.is_empty() {
+        return Ok(Vec::new());
+    }
+    let all = p.range(&queries::cost_of(&hosts), start, end, w.step_s as f64)?;
+    let mut out = Vec::new();
+    for r in ranked {
+        let get = |k: &str| -> &str { r_label(k, r) };
+        if let Some(s) = all.iter().find(|s| {
+            ["instance", "job", "target"]
+                .iter()
+                .all(|k| s.labels.get(*k).map(String::as_str) == Some(get(k)))
+        }) {
+            out.push(CostSeries {
+                instance: r.instance.clone(),
+                job: r.job.clone(),
+                target: r.target.clone(),
+                points: s
+                    .points
+                    .iter()
+                    .copied()
+                    .filter(|p| p.1.is_finite())
+                    .collect(),
+            });
+        }
+    }
+    Ok(out)
+}
+
+fn r_label<'a>(k: &str, r: &'a Ranked) -> &'a str {
+    match k {
+        "instance" => &r.instance,
+        "job" => &r.job,
+        _ => &r.target,
+    }
+}
+
 /// A target that woke in the window but has no cost.
 #[derive(Clone, Debug, Serialize)]
 pub struct Unranked {
