@@ -191,18 +191,13 @@ fn fleet_ranks_hosts_names_findings_and_reports_a_changed_fact() {
     if live {
         for (instance, comm) in [("pair-same", "cpulab-same"), ("pair-mixed", "cpulab-mixd")] {
             let port = free_port();
-            exporters.push(exporter(
-                port,
-                &[
-                    "--mechanism",
-                    "bpf",
-                    "--comm",
-                    comm,
-                    "--attach-every",
-                    "1",
-                    "--no-history",
-                ],
-            ));
+            let mut args = vec!["--mechanism", "bpf", "--comm", comm, "--attach-every", "1"];
+            args.push("--no-history");
+            if instance == "pair-mixed" {
+                // The active probe, for the dashboard's probe panel.
+                args.extend(["--probe-interval", "10s"]);
+            }
+            exporters.push(exporter(port, &args));
             ports.push((port, instance));
         }
     }
@@ -275,6 +270,7 @@ fn fleet_ranks_hosts_names_findings_and_reports_a_changed_fact() {
     );
     let report = common::json_of(&fleet(&p.url(), &["--json"]));
     assert_drift(&report);
+    assert_every_dashboard_panel_has_data(&p, live);
     drop(exporters);
 }
 
@@ -500,6 +496,54 @@ fn assert_drift(report: &Value) {
         t > start && t <= end,
         "{t} not in {start}..{end}: {report:#}"
     );
+}
+
+/// contrib/grafana/cpulab-fleet.json is provisioning-ready (its Prometheus a variable, a host
+/// and a target selector) and every panel's queries, with the variables set to all, return data
+/// from this Prometheus.
+fn assert_every_dashboard_panel_has_data(p: &Prometheus, live: bool) {
+    let path = prom::contrib().join("../grafana/cpulab-fleet.json");
+    let dash: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    assert!(
+        dash.get("__inputs").is_none(),
+        "provisioning takes no __inputs"
+    );
+    let vars: Vec<&str> = dash["templating"]["list"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(vars, ["datasource", "instance", "target"]);
+    if live {
+        p.wait_for_n("instance:cpulab_probe_cross_over_same:ratio", 1);
+    }
+    let panels = dash["panels"].as_array().unwrap();
+    assert!(panels.len() >= 8);
+    for panel in panels {
+        let title = panel["title"].as_str().unwrap();
+        assert_eq!(panel["datasource"]["uid"], "${datasource}", "{title}");
+        // The probe and the IPIs come from the live exporters (the fixtures have neither).
+        if (title.starts_with("Active probe") || title.starts_with("Halts")) && !live {
+            common::skipped(test_name!(), &format!("{title}: no live exporter here"));
+            continue;
+        }
+        let answers: usize = panel["targets"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| {
+                let expr = t["expr"]
+                    .as_str()
+                    .unwrap()
+                    .replace("$instance", ".*")
+                    .replace("$target", ".*")
+                    .replace("$__range", "300s");
+                p.query(&expr).len()
+            })
+            .sum();
+        assert!(answers > 0, "panel {title}: no data");
+    }
 }
 
 /// Exit 2 (or `code`), one line on stderr naming `needle`, nothing on stdout.
