@@ -637,3 +637,51 @@ fn a_prometheus_without_cpulab_or_its_rules_and_a_wrong_url_are_refused() {
     );
     assert_eq!(value(&p.query("count(up)")[0]), 1.0);
 }
+
+/// `--web.config.file` reaches a Prometheus behind TLS (its CA given) and basic auth (the
+/// password from a file): past both, this empty one says it has no cpulab series; without the
+/// CA the TLS line, without the password the refusal, each naming the fix.
+#[test]
+fn tls_and_basic_auth_reach_a_guarded_prometheus() {
+    if !prom::prometheus_installed(test_name!())
+        || !common::installed(test_name!(), &[("openssl", "openssl")])
+    {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    // A CA, and the server's certificate for 127.0.0.1 signed by it.
+    let d = dir.path();
+    std::fs::write(d.join("ext.cnf"), "subjectAltName=IP:127.0.0.1\n").unwrap();
+    for args in [
+        "req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=cpulab-test-ca -keyout ca.key -out ca.crt",
+        "req -newkey rsa:2048 -nodes -subj /CN=127.0.0.1 -keyout server.key -out server.csr",
+        "x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 1 -extfile ext.cnf -out server.crt",
+    ] {
+        let made = Command::new("openssl")
+            .current_dir(d)
+            .args(args.split(' '))
+            .output()
+            .unwrap();
+        common::assert_success(&made);
+    }
+    let (key, cert) = (d.join("server.key"), d.join("server.crt"));
+    let hash = bcrypt::hash("s3cret", 4).unwrap();
+    let web = format!(
+        "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n\
+         basic_auth_users:\n  ops: {hash}\n"
+    );
+    let (k, c) = (std::fs::read(&key).unwrap(), std::fs::read(&cert).unwrap());
+    let files: [(&str, &[u8]); 2] = [("server.key", &k), ("server.crt", &c)];
+    let curl = ["-k", "-u", "ops:s3cret"].map(String::from).to_vec();
+    let p = Prometheus::start_with("scrape_configs: []\n", Some((&web, &files)), curl);
+    std::fs::write(dir.path().join("pw"), "s3cret\n").unwrap();
+    let client = dir.path().join("fleet-web.yml");
+    let write = |text: &str| std::fs::write(&client, text).unwrap();
+    let config = ["--web.config.file", client.to_str().unwrap()];
+    write("tls_config:\n  ca_file: ca.crt\nbasic_auth:\n  username: ops\n  password_file: pw\n");
+    refused(&fleet(&p.url(), &config), 2, "no cpulab series");
+    write("basic_auth:\n  username: ops\n  password_file: pw\n");
+    refused(&fleet(&p.url(), &config), 2, "TLS failed");
+    write("tls_config:\n  ca_file: ca.crt\n");
+    refused(&fleet(&p.url(), &config), 2, "refused the query (HTTP 401)");
+}

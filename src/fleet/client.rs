@@ -159,6 +159,16 @@ impl Prometheus {
                 "--prometheus {base}: not a usable URL ({why}); give one such as \
                  http://prometheus:9090"
             )),
+            ureq::Error::Io(io)
+                if io
+                    .get_ref()
+                    .is_some_and(|i| i.downcast_ref::<rustls::Error>().is_some()) =>
+            {
+                bad_input(format!(
+                    "--prometheus {base}: TLS failed ({io}); give the server's CA as \
+                     tls_config.ca_file in --web.config.file"
+                ))
+            }
             ureq::Error::Tls(_) | ureq::Error::Rustls(_) | ureq::Error::Pem(_) => {
                 bad_input(format!(
                     "--prometheus {base}: TLS failed ({e}); give the server's CA as \

@@ -82,17 +82,33 @@ pub fn rules_every_second(dir: &Path) -> PathBuf {
     path
 }
 
+/// A file a web configuration names: its name beside the configuration, and its bytes.
+pub type WebFile<'a> = (&'a str, &'a [u8]);
+
 /// A private Prometheus scraping every second.
 pub struct Prometheus {
     pub dir: tempfile::TempDir,
     pub child: Killed,
     pub port: u16,
+    /// What curl needs to reach it (`-k`, `-u user:password` behind TLS and basic auth).
+    pub curl_args: Vec<String>,
+    pub scheme: &'static str,
 }
 
 impl Prometheus {
     /// Starts one whose `prometheus.yml` is `config` (global settings are added), and waits
     /// until it is ready.
     pub fn start(config: &str) -> Self {
+        Self::start_with(config, None, Vec::new())
+    }
+
+    /// Starts one serving with `web_config`: its `--web.config.file` text and the files it
+    /// names, written beside it; curl reaches it with `curl_args`.
+    pub fn start_with(
+        config: &str,
+        web_config: Option<(&str, &[WebFile])>,
+        curl_args: Vec<String>,
+    ) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("prometheus.yml");
         std::fs::write(&path, Self::with_globals(config)).unwrap();
@@ -105,9 +121,27 @@ impl Prometheus {
             ))
             .arg(format!("--web.listen-address=127.0.0.1:{port}"))
             .arg("--web.enable-lifecycle");
+        let mut scheme = "http";
+        if let Some((text, files)) = web_config {
+            for (name, bytes) in files {
+                std::fs::write(dir.path().join(name), bytes).unwrap();
+            }
+            let web = dir.path().join("web.yml");
+            std::fs::write(&web, text).unwrap();
+            c.arg(format!("--web.config.file={}", web.display()));
+            if text.contains("tls_server_config") {
+                scheme = "https";
+            }
+        }
         let child = spawn(c);
         wait_listening(port, "prometheus");
-        let p = Self { dir, child, port };
+        let p = Self {
+            dir,
+            child,
+            port,
+            curl_args,
+            scheme,
+        };
         p.wait_ready();
         p
     }
@@ -128,7 +162,8 @@ impl Prometheus {
     fn get_ok(&self, path: &str) -> bool {
         Command::new("curl")
             .args(["-sf", "--max-time", "5", "-o", "/dev/null"])
-            .arg(format!("http://127.0.0.1:{}{path}", self.port))
+            .args(&self.curl_args)
+            .arg(format!("{}{path}", self.url()))
             .status()
             .is_ok_and(|s| s.success())
     }
@@ -146,7 +181,7 @@ impl Prometheus {
     }
 
     pub fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
+        format!("{}://127.0.0.1:{}", self.scheme, self.port)
     }
 
     /// The result vector of an instant query.
