@@ -55,6 +55,9 @@ pub enum Command {
     Sim(commands::sim::Args),
     /// Serve wakeup placement, halts, IPIs and machine facts as Prometheus metrics, until stopped.
     Exporter(commands::exporter::Args),
+    /// Rank a fleet's hosts by what placement costs them, with their doctor findings and the
+    /// machine facts that changed, from the Prometheus that scrapes their exporters.
+    Fleet(commands::fleet::Args),
 }
 
 /// The whole command line: the subcommands above plus one per experiment of the registry that
@@ -166,5 +169,6 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Sim(a) => commands::sim::run(a, &g, also),
         Command::Exporter(a) => commands::exporter::run(a, &g),
         Command::History(a) => commands::history::run(a, &g),
+        Command::Fleet(a) => commands::fleet::run(a, &g),
     }
 }

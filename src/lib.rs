@@ -21,6 +21,7 @@ pub mod emit;
 pub mod error;
 pub mod experiment;
 pub mod exporter;
+pub mod fleet;
 pub mod history;
 pub mod load;
 pub mod machine;

@@ -299,6 +299,10 @@ pub struct SourceOptions {
     pub attach_every: u32,
     /// Without named targets: what names a process group (`crate::watch::groups`).
     pub group_by: GroupBy,
+    /// The test double only (`--mechanism fake`): each placement class's share of the made-up
+    /// wakeups, nearest class first (empty: every class alike), so a fleet of fake hosts has
+    /// known, different placement mixes.
+    pub fake_weights: Vec<u64>,
 }
 
 /// How a watch of the whole machine names the process groups it ranks (`--group-by`): the

@@ -24,6 +24,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("entry", &["main"]),
     ("dispatch", &["cli"]),
     ("commands", &["commands"]),
+    ("fleet view", &["fleet"]),
     ("long-running services", &["exporter", "history"]),
     ("registry", &["registry"]),
     ("trial, remedy", &["trial", "remedy"]),

@@ -104,6 +104,10 @@ pub struct Args {
     /// Seconds a client has to send its whole request head (TLS handshake included).
     #[arg(long, hide = true, value_name = "S", default_value_t = 10)]
     pub request_timeout_s: u64,
+    /// With the test double only (`--mechanism fake`): each placement class's weight in the
+    /// made-up wakeups, nearest class first (`3,1,0`); classes beyond the list weigh 1.
+    #[arg(long, hide = true, value_name = "W,W,...", value_delimiter = ',')]
+    pub fake_weights: Vec<u64>,
 }
 
 /// `--attach-every` by default: the least that keeps the programs' measured cost to pgbench
@@ -218,6 +222,7 @@ pub fn settings(args: &Args, machine: &Machine) -> Result<Settings> {
         mechanism: args.mechanism,
         max_connections: args.max_connections,
         request_timeout_s: args.request_timeout_s,
+        fake_weights: fake_weights(args)?,
         program_costs: args.bpf_program_costs,
         latency_sample: check_latency_sample(args.latency_sample).map_err(bad_input)?,
         attach_every: check_attach_every(args.attach_every).map_err(bad_input)?,
@@ -231,6 +236,24 @@ pub fn settings(args: &Args, machine: &Machine) -> Result<Settings> {
             .map_err(bad_input)?,
         log_format: args.log_format.parse().map_err(bad_input)?,
     })
+}
+
+/// `--fake-weights`: only beside `--mechanism fake`, and not all zero.
+fn fake_weights(args: &Args) -> Result<Vec<u64>> {
+    if args.fake_weights.is_empty() {
+        return Ok(Vec::new());
+    }
+    if args.mechanism != Mechanism::Fake {
+        return Err(bad_input(
+            "--fake-weights sets the test double's mix: give it with --mechanism fake, or leave it out",
+        ));
+    }
+    if args.fake_weights.iter().all(|w| *w == 0) {
+        return Err(bad_input(
+            "--fake-weights are all 0, so no wakeup would be made; give at least one above 0",
+        ));
+    }
+    Ok(args.fake_weights.clone())
 }
 
 /// Runs the exporter until SIGTERM or Ctrl-C.

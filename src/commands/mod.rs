@@ -7,6 +7,7 @@ pub mod compare;
 pub mod completions;
 pub mod doctor;
 pub mod exporter;
+pub mod fleet;
 pub mod history;
 pub mod manpages;
 pub mod probe;

@@ -182,6 +182,7 @@ fn open_wakeups(
         latency_sample: s.latency_sample,
         attach_every: s.attach_every,
         group_by: s.group_by,
+        fake_weights: s.fake_weights.clone(),
     };
     let source = crate::watch::open_source(machine, &opts)?;
     if let Some(why) = source.fallback_reason() {

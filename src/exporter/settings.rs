@@ -31,6 +31,8 @@ pub struct Settings {
     pub mechanism: Mechanism,
     pub max_connections: usize,
     pub request_timeout_s: u64,
+    /// The test double's class weights (`--fake-weights`; empty: alike).
+    pub fake_weights: Vec<u64>,
     /// Publish what each in-kernel program costs (`--bpf-program-costs`).
     pub program_costs: bool,
     /// Time one in this many wakeups beyond the first of each tick per CPU (`--latency-sample`;

@@ -136,7 +136,15 @@ pub fn best_split(values: &[f64], min_before: usize, min_after: usize) -> Option
 /// The change in `values` that ends with the last one, if its best split passes the test and
 /// the minimum effect (pure, deterministic).
 pub fn split(values: &[f64], threshold_pct: f64) -> Option<Split> {
-    let at = best_split(values, 2, 1)?;
+    split_at(values, best_split(values, 2, 1)?, threshold_pct)
+}
+
+/// The same test at a split known from elsewhere (`cpulab fleet`: where a machine fact
+/// changed): a change when the two sides pass the test and the minimum effect (pure).
+pub fn split_at(values: &[f64], at: usize, threshold_pct: f64) -> Option<Split> {
+    if at < 2 || at >= values.len() {
+        return None;
+    }
     let (before, after) = values.split_at(at);
     let (mb, _) = mean_sd(before);
     let (ma, _) = mean_sd(after);

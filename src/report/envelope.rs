@@ -33,6 +33,9 @@ pub enum Kind {
     History,
     /// What `cpulab remedy` wrote (output only, never read back).
     Remedy,
+    /// `cpulab fleet`'s report, read from a Prometheus: output only, not a run of this machine
+    /// (never recorded in the history, not read back).
+    Fleet,
     /// An experiment known by its registered name (see `crate::registry`).
     Experiment(&'static str),
 }
@@ -56,6 +59,7 @@ impl Kind {
             Self::Sim => "sim",
             Self::History => "history",
             Self::Remedy => "remedy",
+            Self::Fleet => "fleet",
             Self::Experiment(name) => name,
         }
     }

@@ -11,6 +11,8 @@ use anyhow::Result;
 pub struct FakeSource {
     targets: Vec<String>,
     classes: Vec<String>,
+    /// Each class's weight, nearest first (1 where none is given).
+    weights: Vec<u64>,
     snapshots: u64,
 }
 
@@ -22,9 +24,13 @@ impl FakeSource {
             targets.push("fake".into());
         }
         targets.truncate(opts.max_targets.max(1));
+        let weights = (0..classes.len())
+            .map(|i| opts.fake_weights.get(i).copied().unwrap_or(1))
+            .collect();
         Self {
             targets,
             classes: classes.to_vec(),
+            weights,
             snapshots: 0,
         }
     }
@@ -49,15 +55,17 @@ impl Source for FakeSource {
                     .iter()
                     .enumerate()
                     .map(|(i, c)| {
-                        // Class i lands in bucket 2 + 2i: farther classes wait longer.
+                        // Class i lands in bucket 2 + 2i and waits 4 us x 4^i on average:
+                        // farther classes wait longer. Its weight scales its counts.
+                        let w = n * self.weights[i];
                         let mut buckets = vec![0; bounds];
-                        buckets[(2 + 2 * i).min(bounds - 1)] = 10 * n;
+                        buckets[(2 + 2 * i).min(bounds - 1)] = 10 * w;
                         let counts = ClassCounts {
-                            to_idle: 7 * n,
-                            to_busy: 3 * n,
+                            to_idle: 7 * w,
+                            to_busy: 3 * w,
                             buckets,
-                            count: 10 * n,
-                            sum_ns: 10 * n * (4_000 << (2 * i)),
+                            count: 10 * w,
+                            sum_ns: 10 * w * (4_000 << (2 * i)),
                         };
                         (c.clone(), counts)
                     })
@@ -104,5 +112,21 @@ mod tests {
         assert_eq!(cb.buckets.iter().sum::<u64>(), cb.count);
         assert_eq!(cb.sum_ns, 20 * (4_000 << 2));
         assert_eq!((a.events_seen, b.events_seen), (40, 80));
+    }
+
+    #[test]
+    fn weights_set_each_class_share() {
+        let opts = SourceOptions {
+            fake_weights: vec![3, 0],
+            ..SourceOptions::default()
+        };
+        let classes = ["same-cpu".into(), "shared-llc".into(), "cross-node".into()];
+        let s = FakeSource::new(&opts, &classes).snapshot().unwrap();
+        let c = &s.targets[0].classes;
+        // Given weights, then 1 for the classes beyond them.
+        assert_eq!(c["same-cpu"].count, 30);
+        assert_eq!(c["shared-llc"].count, 0);
+        assert_eq!(c["cross-node"].count, 10);
+        assert_eq!(c["cross-node"].sum_ns, 10 * 64_000);
     }
 }

@@ -334,3 +334,5 @@ pub fn doctor_history(dir: &std::path::Path) -> (PathBuf, Value) {
         .success();
     (history, doc)
 }
+pub mod chromium;
+pub mod prom;

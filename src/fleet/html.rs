@@ -1,0 +1,172 @@
+//! The report as one self-contained page (`--html FILE`): the window and hosts that answered,
+//! the ranking, a chart of each ranked target's placement cost over the window, the findings
+//! and the drift table. Built from `report::html`'s primitives and `report::svg`'s charts, so it
+//! loads nothing from the network. Pure.
+
+use super::{Reading, Report};
+use crate::report::{html as page, svg};
+use crate::units::fmt_ns;
+use maud::{Markup, html};
+
+fn secs(r: &Reading) -> String {
+    match (r.mean, r.stddev) {
+        (Some(m), Some(sd)) => format!("{} ±{}", fmt_ns(m * 1e9), fmt_ns(sd * 1e9)),
+        (Some(m), None) => fmt_ns(m * 1e9),
+        _ => "n/a".to_string(),
+    }
+}
+
+fn num(r: &Reading) -> String {
+    r.mean
+        .map_or_else(|| "n/a".to_string(), |m| format!("{m:.2}"))
+}
+
+fn ranking(r: &Report) -> Markup {
+    let rows: Vec<Vec<String>> = r
+        .ranking
+        .iter()
+        .map(|x| {
+            vec![
+                x.rank.to_string(),
+                x.instance.clone(),
+                x.target.clone(),
+                secs(&x.cost_s),
+                x.cross_share
+                    .mean
+                    .map_or("n/a".into(), |m| format!("{:.0}%", m * 100.0)),
+                secs(&x.cross_latency_s),
+                secs(&x.same_latency_s),
+                num(&x.wakeups_per_s),
+                num(&x.halts_per_wakeup),
+                num(&x.ipis_per_wakeup),
+                num(&x.probe_cross_over_same),
+                x.findings.join(", "),
+            ]
+        })
+        .collect();
+    html! {
+        section {
+            h2 { "Placement cost per wakeup" }
+            p.note { (super::METHOD) "." }
+            (page::table(
+                &["#", "host", "target", "cost", "cross", "cross latency", "same latency",
+                  "wakeups/s", "halts/wakeup", "IPIs/wakeup", "probe cross/same", "findings"],
+                &rows,
+                3,
+            ))
+            @for u in &r.without_cost {
+                p.note { "Not ranked: " (u.instance) " " (u.target) ": " (u.not_available) "." }
+            }
+        }
+    }
+}
+
+fn charts(r: &Report) -> Markup {
+    let start = r.window.start_unix_s;
+    let charts = html! {
+        @for s in &r.cost_series {
+            @let pts: Vec<svg::Point> = s
+                .points
+                .iter()
+                .map(|(t, v)| ((t - start) / 60.0, v * 1e6, None))
+                .collect();
+            (page::chart(svg::lines(
+                &format!("{} {}: placement cost per wakeup", s.instance, s.target),
+                &[(s.target.clone(), pts)],
+                ("minutes into the window", "us per wakeup"),
+                false,
+            )))
+        }
+    };
+    page::section(
+        "Each ranked target over the window",
+        "The recording rule's value at every step of the window (5-minute rates); a gap is a step \
+         where the target did not wake.",
+        charts,
+    )
+}
+
+fn findings(r: &Report) -> Markup {
+    let rows: Vec<Vec<String>> = r
+        .findings
+        .iter()
+        .map(|g| {
+            let shared: Vec<String> = g
+                .shared_facts
+                .iter()
+                .map(|f| format!("{}={} ({} in the fleet)", f.fact, f.value, f.hosts_in_fleet))
+                .collect();
+            vec![
+                g.id.clone(),
+                g.severity.clone(),
+                g.hosts.to_string(),
+                shared.join(", "),
+            ]
+        })
+        .collect();
+    html! {
+        section {
+            h2 { "Doctor findings across the fleet" }
+            @if rows.is_empty() { p.note { "No host publishes cpulab_doctor_finding." } }
+            @else { (page::table(&["finding", "severity", "hosts", "facts they all share"], &rows, 4)) }
+        }
+    }
+}
+
+fn drift(r: &Report) -> Markup {
+    let rows: Vec<Vec<String>> = r
+        .drift
+        .iter()
+        .map(|d| {
+            let facts: Vec<String> = d
+                .changes
+                .iter()
+                .map(|c| format!("{}: {} -> {}", c.fact, c.before, c.after))
+                .collect();
+            let c = &d.cost;
+            let means = match (c.before_mean_s, c.after_mean_s) {
+                (Some(b), Some(a)) => format!("{} -> {}", fmt_ns(b * 1e9), fmt_ns(a * 1e9)),
+                _ => String::new(),
+            };
+            vec![
+                d.instance.clone(),
+                d.changed_at_utc.clone(),
+                facts.join("; "),
+                format!("{} {means}", c.verdict),
+                c.note.clone(),
+            ]
+        })
+        .collect();
+    html! {
+        section {
+            h2 { "Drift: machine facts that changed in the window" }
+            @if rows.is_empty() { p.note { "No host's facts changed in the window." } }
+            @else { (page::table(&["host", "changed at", "facts", "placement cost", "test"], &rows, 5)) }
+        }
+    }
+}
+
+/// The whole page.
+pub fn render(r: &Report) -> String {
+    let w = &r.window;
+    let header = html! {
+        p.facts {
+            (r.prometheus) ", " (w.start_utc) " to " (w.end_utc) " (a point every " (w.step_s)
+            " s); " (r.hosts_seen) " host(s) with cpulab series in the window, "
+            (r.hosts_answering) " answering now; top " (r.limit) "."
+        }
+    };
+    let body = html! {
+        (ranking(r))
+        (charts(r))
+        (findings(r))
+        (drift(r))
+    };
+    page::page_with_provenance(
+        "cpulab fleet",
+        header,
+        body,
+        "Every figure was read from the Prometheus named above (its recording rules over the \
+         window); the mean of the points with their standard deviation where shown.",
+    )
+}
