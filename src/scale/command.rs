@@ -41,9 +41,19 @@ pub struct Args {
     /// `500ms`, `2s` (a bare number is seconds).
     #[arg(long, value_name = "TIME", default_value = "500ms")]
     pub duration: String,
-    /// Runs per point, for the confidence interval.
+    /// Runs per point at least, for the confidence interval. More sweeps follow until compact
+    /// and scatter are told apart or every speedup interval is within --target-ci, or until
+    /// --max-time.
     #[arg(long, value_name = "N", default_value_t = 3)]
     pub repeats: usize,
+    /// Time limit for the sweeps added after --repeats: `90s`, `5m` (a bare number is
+    /// seconds). No sweep is started that would pass it.
+    #[arg(long, value_name = "TIME", default_value = "1m")]
+    pub max_time: String,
+    /// Speedup intervals within this percentage of their mean answer the question when the
+    /// policies do not separate.
+    #[arg(long, value_name = "PERCENT", default_value = "10")]
+    pub target_ci: String,
     /// Fibonacci argument instead of calibrating it to --duration.
     #[arg(long, value_name = "N", hide = true)]
     pub fib_n: Option<u32>,
@@ -114,6 +124,22 @@ pub fn settings(args: &Args, machine: &Machine) -> Result<ScaleSettings> {
         .unwrap_or_else(|| (1..=width).collect());
     s.duration = flag_duration("duration", &args.duration)?;
     s.repeats = args.repeats;
+    s.max_time = flag_duration("max-time", &args.max_time)?;
+    s.target_rel = match args
+        .target_ci
+        .trim()
+        .trim_end_matches('%')
+        .trim()
+        .parse::<f64>()
+    {
+        Ok(v) if v.is_finite() => v / 100.0,
+        _ => {
+            return Err(bad_input(format!(
+                "--target-ci `{}` is not a percentage; give one like `10` (for ±10%)",
+                args.target_ci
+            )));
+        }
+    };
     s.fib_n = args.fib_n;
     s.fib_cutoff = args.fib_cutoff;
     s.triad_mib = args.triad_mib;
