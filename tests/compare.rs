@@ -322,6 +322,8 @@ fn each_experiments_figures_say_which_way_is_worse() {
         "2",
         "--threads",
         "1,2",
+        "--max-time",
+        "0",
     ]);
     for doc in [&share, &scale] {
         let c = compare_json(doc, doc);

@@ -465,7 +465,16 @@ fn every_experiment_renders_its_own_page() {
         ),
         (
             "scale",
-            &["--duration", "20ms", "--repeats", "2", "--threads", "1,2"][..],
+            &[
+                "--duration",
+                "20ms",
+                "--repeats",
+                "2",
+                "--threads",
+                "1,2",
+                "--max-time",
+                "0",
+            ][..],
             "speedup by thread count",
         ),
         (

@@ -445,3 +445,146 @@ fn a_measured_command_ends_when_cpulab_is_killed() {
         panic!("the measured command (pid {pid}) outlived cpulab by 30 s");
     }
 }
+
+/// A command printing the next value of `values` (cycled) at each call, counted in `state`:
+/// rounds with a known, repeatable spread.
+fn cycling(state: &Path, values: &[i64]) -> String {
+    let list = values
+        .iter()
+        .map(i64::to_string)
+        .collect::<Vec<_>>()
+        .join(" ");
+    format!(
+        "cmd:sh -c 'n=$(cat {s} 2>/dev/null || echo 0); echo $((n+1)) > {s}; set -- {list}; \
+         shift $((n % $#)); echo v $1'",
+        s = state.display()
+    )
+}
+
+fn trial_json(d: &Path, measure: &str, extra: &[&str]) -> serde_json::Value {
+    let out = common::cpulab_on(d)
+        .args([
+            "try",
+            "haltpoll.guest_halt_poll_ns=200000",
+            "--measure",
+            measure,
+        ])
+        .args(["--metric", r"v (?P<value>[0-9]+)", "--json", "--quiet"])
+        .args(extra)
+        .timeout(std::time::Duration::from_secs(600))
+        .output()
+        .unwrap();
+    common::json_of(&out)
+}
+
+/// The stop rule of issue 30: rounds are added until the minimum detectable difference is
+/// within the target, and not one pair more. The rounds' values are fixed, so the count is
+/// physics, not timing: at the count it stopped the net was fine enough, one pair earlier it
+/// was not.
+#[test]
+fn rounds_are_added_until_the_target_could_be_seen_and_no_further() {
+    let d = copy("kvm-guest");
+    // Round i prints the (i mod 5)-th value: both sides spread about 100 by about ±7.
+    let m = cycling(&d.path().join("n"), &[90, 100, 110, 95, 105]);
+    let v = trial_json(d.path(), &m, &["--detect", "10", "--max-time", "10m"]);
+    let run = &v["trial"];
+    let p = &run["precision"];
+    assert_eq!(p["stopped"], "reached", "{p}");
+    assert_eq!(p["goal"]["target_rel"], 0.10);
+    assert_eq!(p["goal"]["min_rounds"], 3);
+    let n = p["rounds_per_side"].as_u64().unwrap() as usize;
+    assert_eq!(v["rounds_per_side"].as_u64(), Some(n as u64));
+    assert!(
+        n > 3,
+        "three rounds a side could only see about ±20% here: {p}"
+    );
+    let rounds = run["rounds"].as_array().unwrap();
+    assert_eq!(rounds.len(), 2 * n);
+    let side = |s: &str, k: usize| -> Vec<f64> {
+        rounds[..2 * k]
+            .iter()
+            .filter(|r| r["side"] == s)
+            .map(|r| r["figures"][0]["value"].as_f64().unwrap())
+            .collect()
+    };
+    let rel = |k: usize| {
+        let (a, b) = (side("baseline", k), side("changed", k));
+        let mean = a.iter().sum::<f64>() / a.len() as f64;
+        cpulab::trial::compare::detectable(&a, &b).unwrap() / mean
+    };
+    assert!(rel(n) <= 0.10, "stopped when the net was fine enough");
+    assert!(rel(n - 1) > 0.10, "not a pair later than needed");
+    let c = &run["comparisons"][0];
+    assert_eq!(c["target_rel"], 0.10);
+    assert_eq!(c["verdict"], "no-difference");
+    assert!(c["rounds_needed"].is_null());
+}
+
+/// With no time for more, a trial that could not have seen its target says so, with the
+/// rounds it would take, in the JSON and the text; it is not a "no difference".
+#[test]
+fn a_trial_out_of_time_is_inconclusive_and_says_what_it_would_take() {
+    let d = copy("kvm-guest");
+    let m = cycling(&d.path().join("n"), &[60, 140, 100, 80, 120, 100]);
+    let v = trial_json(d.path(), &m, &["--detect", "5", "--max-time", "0"]);
+    let p = &v["trial"]["precision"];
+    assert_eq!(p["stopped"], "time-limit", "{p}");
+    assert_eq!(
+        p["rounds_per_side"], 3,
+        "the minimum is measured whatever the limit"
+    );
+    assert_eq!(p["inconclusive"], 1);
+    let c = &v["trial"]["comparisons"][0];
+    assert_eq!(c["verdict"], "inconclusive");
+    assert!(c["detectable_rel"].as_f64().unwrap() > 0.05);
+    let need = c["rounds_needed"].as_u64().unwrap();
+    assert!(need > 3, "{c}");
+    assert!(c["more_time_s"].as_f64().unwrap() > 0.0);
+    let text = v["summary"].as_array().unwrap();
+    assert!(
+        text.iter().any(|l| l
+            .as_str()
+            .unwrap()
+            .contains(&format!("about {need} rounds a side"))),
+        "{text:?}"
+    );
+    assert_eq!(read(&poll_ns(d.path())), "0");
+}
+
+/// A constant figure is seen exactly at once: the minimum, and a real "no difference".
+#[test]
+fn a_figure_without_spread_needs_only_the_minimum() {
+    let d = copy("kvm-guest");
+    let v = trial_json(d.path(), "cmd:echo v 5", &["--rounds", "4"]);
+    let p = &v["trial"]["precision"];
+    assert_eq!(
+        (p["stopped"].as_str(), p["rounds_per_side"].as_u64()),
+        (Some("reached"), Some(4))
+    );
+    assert_eq!(p["goal"]["target_from"], "default");
+    assert_eq!(v["trial"]["comparisons"][0]["verdict"], "no-difference");
+}
+
+#[test]
+fn bad_detect_and_max_time_are_one_line_exit_2() {
+    let d = copy("kvm-guest");
+    for (flag, value, want) in [
+        ("--detect", "0", "--detect 0"),
+        ("--detect", "-5", "--detect -5"),
+        ("--detect", "100", "below 100"),
+        ("--detect", "ten", "--detect ten"),
+        ("--max-time", "-5", "--max-time"),
+        ("--max-time", "soon", "--max-time"),
+    ] {
+        let out = common::cpulab_on(d.path())
+            .args(["try", "haltpoll.guest_halt_poll_ns=200000"])
+            .arg(format!("{flag}={value}"))
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{flag} {value}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{flag} {value}: {err}");
+        assert!(err.contains(want), "{flag} {value}: {err}");
+    }
+    assert_eq!(read(&poll_ns(d.path())), "0");
+}

@@ -188,6 +188,9 @@ fn a_whole_trial_restores_and_reads_back() {
             &format!("pid:{}.affinity=1", victim.id()),
             "--measure",
             "pingpong:--pairs 0:1 --max-time 0.2 --no-load-check",
+            // The minimum rounds only: the victim sleeps for 60 s.
+            "--max-time",
+            "0",
             "--json",
             "--quiet",
         ])
@@ -369,6 +372,9 @@ fn rounds_of_a_short_trial() -> Vec<serde_json::Value> {
             "pingpong:--pairs 0:1 --max-time 0.2",
             "--rounds",
             "3",
+            // Exactly the minimum: busy loops would otherwise keep adding rounds.
+            "--max-time",
+            "0",
             "--json",
             "--quiet",
         ])

@@ -9,6 +9,7 @@ use crate::machine::Machine;
 use crate::output::{self, Style};
 use crate::registry::Registry;
 use crate::report::envelope::Kind;
+use crate::trial::precision::Goal;
 use crate::trial::setting::{self, Availability, Roots};
 use crate::trial::{self, Trial, TrialSettings, journal, measure};
 use anyhow::Result;
@@ -45,9 +46,19 @@ pub struct Args {
     /// Also try each setting alone (which items of a tuned profile matter here).
     #[arg(long)]
     pub each: bool,
-    /// Rounds per side (baseline and changed alternate: ABAB...); at least 3.
+    /// Rounds per side at least (baseline and changed alternate: ABAB...); at least 3. More
+    /// are added, a pair at a time, until a change of --detect could be seen.
     #[arg(long, default_value_t = 3)]
     pub rounds: usize,
+    /// The smallest change the trial should be able to see, in percent of the baseline:
+    /// rounds are added until every figure could have seen it, or --max-time is reached
+    /// (then the figure is called inconclusive, with the rounds it would take).
+    #[arg(long, value_name = "PCT", default_value = "10")]
+    pub detect: String,
+    /// Time limit for the rounds of the trial (of each trial with --each): `90s`, `5m` (a
+    /// bare number is seconds). No pair of rounds is started that would pass it.
+    #[arg(long, value_name = "TIME", default_value = "2m")]
+    pub max_time: String,
     /// What to measure each round: `pingpong[:FLAGS]` (its own flags, e.g.
     /// `pingpong:--pairs 0:1`) or `cmd:COMMAND ARGS` with --metric. Default: the experiment the
     /// setting is about.
@@ -188,6 +199,7 @@ pub fn run(args: Args, g: &Global, also: &[&dyn Sink]) -> Result<()> {
             args.rounds
         )));
     }
+    let goal = goal(&args)?;
     let (changes, skipped) = setting::parse_changes(&roots, &args.settings)?;
     let machine = Machine::detect(&g.root)?;
     let (measure, measure_label) = match &args.measure {
@@ -210,7 +222,7 @@ pub fn run(args: Args, g: &Global, also: &[&dyn Sink]) -> Result<()> {
         }
     };
     if args.dry_run {
-        return output::print_text(&plan(&changes, &skipped, &measure_label, args.rounds));
+        return output::print_text(&plan(&changes, &skipped, &measure_label, &goal));
     }
     if let Some(c) = changes.iter().find(|c| c.setting.needs_root())
         && !is_root()
@@ -224,7 +236,7 @@ pub fn run(args: Args, g: &Global, also: &[&dyn Sink]) -> Result<()> {
         root: g.root.clone(),
         changes,
         skipped,
-        rounds: args.rounds,
+        goal,
         measure,
         measure_label,
         keep: args.keep,
@@ -261,8 +273,43 @@ pub fn run(args: Args, g: &Global, also: &[&dyn Sink]) -> Result<()> {
     )?)
 }
 
+/// `--detect PCT` as a fraction: `10`, `10%`, `2.5` (one line and exit 2 otherwise).
+pub fn parse_detect(text: &str) -> Result<f64> {
+    let t = text.trim().trim_end_matches('%').trim();
+    match t.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 && v < 100.0 => Ok(v / 100.0),
+        _ => Err(bad_input(format!(
+            "--detect {text}: give the smallest change to be able to see as a percentage \
+             above 0 and below 100, e.g. `--detect 10`"
+        ))),
+    }
+}
+
+/// The trial's goal from `--rounds`, `--detect` and `--max-time`.
+fn goal(args: &Args) -> Result<Goal> {
+    let max_time = crate::units::flag_duration("max-time", &args.max_time)?;
+    let detect = parse_detect(&args.detect)?;
+    Ok(Goal {
+        target_rel: detect,
+        target_from: if detect == trial::precision::DEFAULT_TARGET {
+            "default".into()
+        } else {
+            "--detect".into()
+        },
+        max_time_s: max_time.as_secs_f64(),
+        min_rounds: args.rounds,
+        // A measured command's own figure decides; its wall time is context.
+        held: args
+            .measure
+            .as_deref()
+            .is_some_and(|m| m.starts_with("cmd:"))
+            .then(|| "metric[".to_string()),
+    })
+}
+
 /// `--dry-run`: what would be written and measured.
-fn plan(changes: &[setting::Change], skipped: &[String], measure: &str, rounds: usize) -> String {
+fn plan(changes: &[setting::Change], skipped: &[String], measure: &str, goal: &Goal) -> String {
+    let rounds = goal.min_rounds;
     let mut s = String::from("cpulab try --dry-run: nothing is written\n\n");
     for c in changes {
         s += &format!(
@@ -301,7 +348,9 @@ fn plan(changes: &[setting::Change], skipped: &[String], measure: &str, rounds: 
         s += &format!("not tried: {k}\n");
     }
     s += &format!(
-        "\nmeasure: {measure}\nrounds: {rounds} baseline and {rounds} changed, interleaved (ABAB...), the writes above before each changed round and the original values before each baseline round\njournal: /run/cpulab/try.journal (0600), written before the first write; restored on exit, signals and (by a watchdog) SIGKILL\n"
+        "\nmeasure: {measure}\nrounds: {rounds} baseline and {rounds} changed, interleaved (ABAB...), the writes above before each changed round and the original values before each baseline round; then pairs of rounds until every figure could have seen a change of ±{:.1}%, within {:.0} s\njournal: /run/cpulab/try.journal (0600), written before the first write; restored on exit, signals and (by a watchdog) SIGKILL\n",
+        goal.target_rel * 100.0,
+        goal.max_time_s
     );
     s
 }

@@ -171,12 +171,7 @@ pub fn scale(r: &scale::ScaleReport) -> Vec<ScalePoint> {
             continue;
         };
         for x in &p.points {
-            let samples: Vec<f64> = x
-                .time_samples_s
-                .iter()
-                .filter(|t| **t > 0.0)
-                .map(|t| base / t)
-                .collect();
+            let samples = x.speedup_samples(base);
             // scale's own speedup carries the single-thread baseline's uncertainty too;
             // the per-run samples are kept for significance tests in `compare`.
             let Some(speedup) = x.speedup.clone() else {

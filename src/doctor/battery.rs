@@ -114,7 +114,13 @@ pub fn plan(machine: &Machine, s: &DoctorSettings) -> (Vec<(Stage, f64)>, Vec<Sk
     let l2_modules =
         topo.cache_groups(2).iter().filter(|g| g.len() > 1).count() > 0 && !topo.smt_active();
     if topo.smt_active() || l2_modules {
-        stages.push((Stage::Scale, 3.0 * n * b.scale_run_s));
+        // Three sweeps of compact and scatter at three counts at most (1, the question
+        // count, all): the same seconds on 2 CPUs as on 64.
+        let counts = stages::scale_counts(machine).len() as f64;
+        stages.push((
+            Stage::Scale,
+            3.0 * 2.0 * counts * b.scale_run_s * stages::SCALE_RUN_OVERHEAD,
+        ));
     } else {
         skipped.push(Skipped {
             what: "parallel scaling by placement policy".into(),
@@ -340,5 +346,43 @@ mod tests {
     fn the_budgets_are_the_promised_ones() {
         assert_eq!(Mode::Quick.total_s(), 15.0);
         assert_eq!(Mode::Default.total_s(), 30.0);
+    }
+
+    fn fixture(name: &str) -> Machine {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures")
+            .join(name);
+        Machine::detect(&root).unwrap()
+    }
+
+    fn scale_planned(m: &Machine, mode: Mode) -> Option<f64> {
+        let s = DoctorSettings {
+            mode,
+            presets: Vec::new(),
+            watch: None,
+            check_load: false,
+        };
+        plan(m, &s)
+            .0
+            .iter()
+            .find(|(st, _)| *st == Stage::Scale)
+            .map(|(_, secs)| *secs)
+    }
+
+    /// Issue 30: the scale stage planned 3 x n x 0.5 s, 24 s on 16 CPUs, and every stage was
+    /// cut to fit. It now runs three counts whatever the CPU count: 1, where compact doubles up
+    /// the most against scatter, and all.
+    #[test]
+    fn the_scale_stage_plans_the_same_seconds_on_any_cpu_count() {
+        let big = fixture("intel-2s");
+        assert_eq!(big.allowed.len(), 32);
+        assert_eq!(stages::scale_counts(&big), vec![1, 16, 32]);
+        let b = Mode::Default.budget();
+        let want = 3.0 * 2.0 * 3.0 * b.scale_run_s * stages::SCALE_RUN_OVERHEAD;
+        assert_eq!(scale_planned(&big, Mode::Default), Some(want));
+        let quick = scale_planned(&big, Mode::Quick).unwrap();
+        assert!(quick < want, "{quick}");
+        // No SMT and no shared L2: no scale stage at all.
+        assert_eq!(scale_planned(&fixture("kvm-guest"), Mode::Default), None);
     }
 }

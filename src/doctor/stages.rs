@@ -364,8 +364,31 @@ pub fn share(
         .ok_or_else(|| anyhow::anyhow!("the share check measured no worker rate"))
 }
 
-/// Fib at 1..=usable CPUs threads, compact against scatter, each run shortened when the
-/// deadline is short.
+/// The thread counts the doctor's scale stage runs: one, the count where compact doubles up
+/// the most groups more than scatter, and all usable CPUs. Three counts whatever the machine,
+/// so the stage's time does not grow with the CPU count.
+pub fn scale_counts(machine: &Machine) -> Vec<usize> {
+    let n = machine.allowed.len().max(1);
+    let all: Vec<usize> = (1..=n).collect();
+    let (q, _) = scale::answer::question_threads(&machine.topology, &machine.allowed, &all);
+    let mut counts = vec![1, q, n];
+    counts.sort_unstable();
+    counts.dedup();
+    counts
+}
+
+/// Seconds one scale run may take for `runs` runs (warm-ups included) to fit `left_s`, at
+/// most the budget's run length (pure).
+pub fn scale_run_s(left_s: f64, runs: usize, budget_run_s: f64) -> f64 {
+    ((left_s - 0.5) / (runs.max(1) as f64 * SCALE_RUN_OVERHEAD)).clamp(0.05, budget_run_s)
+}
+
+/// A run's time with its warm-up (fib of 4 less: 1/phi^4 of it) and a fresh pinned pool.
+pub const SCALE_RUN_OVERHEAD: f64 = 1.2;
+
+/// Fib at 1, the question count and all usable CPUs, compact against scatter: three sweeps at
+/// least, more until the policies separate or the intervals are within ±10%, within the
+/// stage's deadline; runs shortened when the deadline is short.
 pub fn scale(
     machine: &Machine,
     b: &Budget,
@@ -374,13 +397,27 @@ pub fn scale(
 ) -> Result<(Vec<ScalePoint>, Option<String>)> {
     let mut s = scale::ScaleSettings::quick(machine);
     s.policies = vec![scale::Policy::Compact, scale::Policy::Scatter];
-    let runs = (2 * machine.allowed.len().max(1)) as f64 + 1.0;
-    let secs = (deadline.left_s() / runs - 0.05).clamp(0.1, b.scale_run_s);
+    s.threads = scale_counts(machine);
+    let runs = s.repeats * s.policies.len() * s.threads.len();
+    let secs = scale_run_s(deadline.left_s(), runs, b.scale_run_s);
     s.duration = Duration::from_secs_f64(secs);
+    s.max_time = Duration::from_secs_f64((deadline.left_s() - 0.3).max(0.0));
     let r = Scale::run(machine, &s, &Sink::new(&|l, m| p.emit(l, m)))?;
-    let cut = (secs < b.scale_run_s)
-        .then(|| format!("runs of {secs:.2} s instead of {:.2} s", b.scale_run_s));
-    Ok((adapt::scale(&r), cut))
+    let mut cut: Vec<String> = Vec::new();
+    if secs < b.scale_run_s {
+        cut.push(format!(
+            "runs of {secs:.2} s instead of {:.2} s",
+            b.scale_run_s
+        ));
+    }
+    if let Some(a) = r
+        .answer
+        .as_ref()
+        .filter(|a| a.status == scale::answer::Status::Open)
+    {
+        cut.push(a.line.clone());
+    }
+    Ok((adapt::scale(&r), (!cut.is_empty()).then(|| cut.join("; "))))
 }
 
 /// A real application preset under the automatic placements.
@@ -401,7 +438,16 @@ pub fn preset(machine: &Machine, name: &str, mode: Mode, p: &Progress) -> Result
 
 #[cfg(test)]
 mod tests {
-    use super::{MIN_WATCH_S, pick_cgroup, watch_window_s};
+    use super::{MIN_WATCH_S, SCALE_RUN_OVERHEAD, pick_cgroup, scale_run_s, watch_window_s};
+
+    #[test]
+    fn scale_runs_shrink_to_fit_the_deadline_and_never_grow_past_the_budget() {
+        // 3 sweeps x 2 policies x 3 counts = 18 runs.
+        assert_eq!(scale_run_s(60.0, 18, 0.5), 0.5);
+        let s = scale_run_s(8.0, 18, 0.5);
+        assert!((s - 7.5 / (18.0 * SCALE_RUN_OVERHEAD)).abs() < 1e-12, "{s}");
+        assert_eq!(scale_run_s(0.0, 18, 0.5), 0.05);
+    }
 
     // Issue 22: the watch stage took 7.5 s against 2.8 s planned; its setup was outside the
     // deadline.

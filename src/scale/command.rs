@@ -33,7 +33,8 @@ pub struct Args {
     /// (e.g. `0,2,4,6` or `8-15`).
     #[arg(long, value_name = "LIST")]
     pub order: Option<String>,
-    /// Worker thread counts, comma-separated [default: 1..=allowed CPUs, or 1..=CPUs in
+    /// Worker thread counts, comma-separated [default: 1..=allowed CPUs up to 8; above, the
+    /// powers of two, the count where compact doubles up the most, and all; 1..=CPUs in
     /// --order].
     #[arg(long, short = 't', value_name = "LIST", value_delimiter = ',')]
     pub threads: Option<Vec<usize>>,
@@ -41,9 +42,19 @@ pub struct Args {
     /// `500ms`, `2s` (a bare number is seconds).
     #[arg(long, value_name = "TIME", default_value = "500ms")]
     pub duration: String,
-    /// Runs per point, for the confidence interval.
+    /// Runs per point at least, for the confidence interval. More sweeps follow until compact
+    /// and scatter are told apart or every speedup interval is within --target-ci, or until
+    /// --max-time.
     #[arg(long, value_name = "N", default_value_t = 3)]
     pub repeats: usize,
+    /// Time limit for the sweeps added after --repeats: `90s`, `5m` (a bare number is
+    /// seconds). No sweep is started that would pass it.
+    #[arg(long, value_name = "TIME", default_value = "1m")]
+    pub max_time: String,
+    /// Speedup intervals within this percentage of their mean answer the question when the
+    /// policies do not separate.
+    #[arg(long, value_name = "PERCENT", default_value = "10")]
+    pub target_ci: String,
     /// Fibonacci argument instead of calibrating it to --duration.
     #[arg(long, value_name = "N", hide = true)]
     pub fib_n: Option<u32>,
@@ -70,6 +81,25 @@ fn ordered_cpus(text: &str, machine: &Machine) -> Result<Vec<u32>> {
         out.extend(set.iter().filter(|c| !out.contains(c)).collect::<Vec<_>>());
     }
     Ok(out)
+}
+
+/// Every count up to 8 CPUs; above, the powers of two, the count where compact doubles up the
+/// most against scatter, and all CPUs: each run lasts about --duration at every count now, so
+/// 1..=64 would take 64 runs a policy a sweep.
+pub fn default_counts(machine: &Machine) -> Vec<usize> {
+    let n = machine.allowed.len().max(1);
+    let all: Vec<usize> = (1..=n).collect();
+    if n <= 8 {
+        return all;
+    }
+    let (q, _) = crate::scale::answer::question_threads(&machine.topology, &machine.allowed, &all);
+    let mut counts: Vec<usize> = std::iter::successors(Some(1usize), |c| Some(c * 2))
+        .take_while(|c| *c < n)
+        .chain([q, n])
+        .collect();
+    counts.sort_unstable();
+    counts.dedup();
+    counts
 }
 
 /// Turns flags into validated settings (exit 2 with one line on bad input).
@@ -108,12 +138,29 @@ pub fn settings(args: &Args, machine: &Machine) -> Result<ScaleSettings> {
         .map(|l| l.len())
         .unwrap_or(machine.allowed.len())
         .max(1);
-    s.threads = args
-        .threads
-        .clone()
-        .unwrap_or_else(|| (1..=width).collect());
+    s.threads = match (&args.threads, &explicit) {
+        (Some(t), _) => t.clone(),
+        (None, Some(_)) => (1..=width).collect(),
+        (None, None) => default_counts(machine),
+    };
     s.duration = flag_duration("duration", &args.duration)?;
     s.repeats = args.repeats;
+    s.max_time = flag_duration("max-time", &args.max_time)?;
+    s.target_rel = match args
+        .target_ci
+        .trim()
+        .trim_end_matches('%')
+        .trim()
+        .parse::<f64>()
+    {
+        Ok(v) if v.is_finite() => v / 100.0,
+        _ => {
+            return Err(bad_input(format!(
+                "--target-ci `{}` is not a percentage; give one like `10` (for ±10%)",
+                args.target_ci
+            )));
+        }
+    };
     s.fib_n = args.fib_n;
     s.fib_cutoff = args.fib_cutoff;
     s.triad_mib = args.triad_mib;
@@ -137,5 +184,27 @@ impl Command for Scale {
 
     fn cpus(args: &Args) -> Option<&str> {
         args.cpus.as_deref()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fixture(name: &str) -> Machine {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures")
+            .join(name);
+        Machine::detect(&root).unwrap()
+    }
+
+    #[test]
+    fn default_counts_are_every_count_on_small_machines_and_thinned_on_large() {
+        assert_eq!(default_counts(&fixture("kvm-guest")), vec![1, 2]);
+        // 2 x 8 cores x 2 threads: powers of two, 16 (compact: 8 cores doubled up), 32.
+        assert_eq!(
+            default_counts(&fixture("intel-2s")),
+            vec![1, 2, 4, 8, 16, 32]
+        );
     }
 }

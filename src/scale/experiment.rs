@@ -31,7 +31,8 @@ impl Experiment for Scale {
     }
 
     /// Per policy and thread count: the run's wall time (raw samples), and the speedup over
-    /// one thread with its interval (samples: the single-thread mean over each run's time).
+    /// one thread with its interval (samples: each run's work over its time, against the
+    /// single thread's mean).
     fn figures(report: &ScaleReport) -> Vec<Figure> {
         let mut out = Vec::new();
         for p in &report.policies {
@@ -51,12 +52,7 @@ impl Experiment for Scale {
                     x.time_samples_s.clone(),
                 ));
                 if let (Some(base), Some(s), true) = (base, &x.speedup, x.threads > 1) {
-                    let samples: Vec<f64> = x
-                        .time_samples_s
-                        .iter()
-                        .filter(|t| **t > 0.0)
-                        .map(|t| base / t)
-                        .collect();
+                    let samples = x.speedup_samples(base);
                     if let Some(mut f) = Figure::from_samples(
                         format!("speedup[{id}]"),
                         format!("speedup over one thread, {what}"),
@@ -150,6 +146,9 @@ fn page(r: &ScaleReport) -> String {
                     p.note { "Could not pin " (f) }
                 }
             }
+        }
+        @if let Some(a) = &r.answer {
+            (section("Answer", "Whether the runs tell the policies apart.", html! { p { (a.line) } }))
         }
         (html::conditions(&r.conditions, &[]))
     };

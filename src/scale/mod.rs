@@ -11,6 +11,7 @@
 //! Speedup is a ratio of two means, so its interval combines both relative errors in
 //! quadrature (first-order propagation of error for a quotient).
 
+pub mod answer;
 pub mod command;
 pub mod contention;
 mod experiment;
@@ -56,8 +57,13 @@ pub struct ScaleSettings {
     pub threads: Vec<usize>,
     /// Target length of one single-thread run (fib is sized, triad passes counted, to match).
     pub duration: Duration,
-    /// Runs per point.
+    /// Runs per point at least; more sweeps follow until [`answer`] says the question is
+    /// answered or one more would pass `max_time`.
     pub repeats: usize,
+    /// Time limit for the sweeps after the first `repeats`.
+    pub max_time: Duration,
+    /// Relative half-width of the speedup intervals that answers the question (0.10 = ±10%).
+    pub target_rel: f64,
     /// Fibonacci argument; `None` calibrates it to `duration`.
     pub fib_n: Option<u32>,
     /// Below this argument the recursion runs serially.
@@ -77,6 +83,8 @@ impl ScaleSettings {
             threads: (1..=machine.allowed.len().max(1)).collect(),
             duration: Duration::from_millis(300),
             repeats: 3,
+            max_time: Duration::from_secs(60),
+            target_rel: answer::DEFAULT_TARGET,
             fib_n: None,
             fib_cutoff: 18,
             triad_mib: None,
@@ -122,6 +130,11 @@ impl ScaleSettings {
                 "--duration must be between 0.001 and 600 seconds",
             ));
         }
+        if !(self.target_rel > 0.0 && self.target_rel < 1.0) {
+            return Err(bad_input(
+                "--target-ci must be a percentage above 0 and below 100, e.g. `10`",
+            ));
+        }
         if self.fib_n.is_some_and(|n| !(2..=60).contains(&n)) {
             return Err(bad_input("--fib-n must be in 2..=60"));
         }
@@ -129,6 +142,22 @@ impl ScaleSettings {
             return Err(bad_input("--triad-mib must be in 1..=16384"));
         }
         Ok(())
+    }
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+impl ScalePoint {
+    /// Each run's speedup over a single-thread run of `base_time_s`: the work it did, in
+    /// single-thread runs, per time against the single thread's.
+    pub fn speedup_samples(&self, base_time_s: f64) -> Vec<f64> {
+        self.time_samples_s
+            .iter()
+            .filter(|t| **t > 0.0)
+            .map(|t| base_time_s * self.work_rel / t)
+            .collect()
     }
 }
 
@@ -157,6 +186,10 @@ pub struct ScaleReport {
     pub repeats: usize,
     /// One entry per policy, in the order asked.
     pub policies: Vec<PolicyResult>,
+    /// Whether the runs answered the question (compact and scatter apart, or every interval
+    /// within the target), or why not and what would; `None` in results saved before it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answer: Option<answer::Answer>,
 }
 
 /// Every thread count under one policy.
@@ -179,6 +212,14 @@ pub struct ScalePoint {
     pub threads: usize,
     /// CPU of each worker thread in order; `None` when the OS placed them.
     pub cpus: Option<Vec<u32>>,
+    /// The work of one run at this count, in single-thread runs (fib grows its argument with
+    /// the thread count so a run stays about `--duration` long; 1 for triad, and in results
+    /// saved before the work grew).
+    #[serde(default = "one")]
+    pub work_rel: f64,
+    /// Fibonacci argument of a run at this count (fib only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fib_n: Option<u32>,
     /// Wall time of one run, in seconds.
     pub time_s: MeanCi,
     /// Every run's wall time, in seconds.

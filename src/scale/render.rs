@@ -88,13 +88,18 @@ pub fn render(r: &ScaleReport, st: &Style) -> String {
     out.push_str(&format!(
         "\n{}\n",
         st.dim(
-            "speedup = single-thread time / time, same policy (95% CI from the runs); \
+            "speedup = work done per second against one thread's, same policy (95% CI from the \
+             runs; fib's work grows with the thread count, so the single-thread time over the \
+             time is scaled by the work); \
              efficiency = speedup / threads; doubled up = SMT cores or shared-L2 modules with \
              two threads pinned to them; both busy = the same counted from per-CPU \
              utilisation (>= 50% busy) during the runs; other load = CPU time other processes took \
              on the allowed CPUs meanwhile."
         )
     ));
+    if let Some(a) = &r.answer {
+        out.push_str(&format!("{} {}\n", st.bold("answer:"), a.line));
+    }
     for n in &r.conditions.notes {
         out.push_str(&format!("{} {n}\n", st.yellow("note:")));
     }

@@ -2,6 +2,7 @@
 //! fresh pinned pool, a warm-up and one timed run with per-CPU utilisation around it; then
 //! speedups against the policy's own single thread.
 
+use super::answer;
 use super::contention::{self, Contention};
 use super::policy::{self, Policy};
 use super::workload::{self, TriadArrays};
@@ -17,12 +18,45 @@ use std::collections::BTreeMap;
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-/// How one run is executed, fixed before the first measurement so every point does the same
-/// work.
+/// How one run is executed, fixed before the first measurement so every point of a thread
+/// count does the same work.
 #[derive(Clone, Copy, Debug)]
 enum Job {
     Fib { n: u32, cutoff: u32 },
     Triad { len: usize, passes: u32 },
+}
+
+impl Job {
+    fn fib_n(self) -> Option<u32> {
+        match self {
+            Job::Fib { n, .. } => Some(n),
+            Job::Triad { .. } => None,
+        }
+    }
+
+    /// The job at `threads` threads and its work in single-thread runs: fib's argument grows by
+    /// log_phi(threads), so a run at ideal scaling stays as long as the single thread's (issue
+    /// 30: fixed work left 16 threads runs of 45 ms); the triad keeps its passes.
+    fn at(self, threads: usize) -> (Job, f64) {
+        match self {
+            Job::Fib { n, cutoff } => {
+                let m = workload::fib_for_threads(n, threads);
+                (
+                    Job::Fib { n: m, cutoff },
+                    workload::fib_calls(m) / workload::fib_calls(n),
+                )
+            }
+            triad => (triad, 1.0),
+        }
+    }
+}
+
+/// Every run so far, by policy and thread count.
+struct Sweeps {
+    counts: Vec<usize>,
+    samples: Vec<Vec<Vec<RunSample>>>,
+    pin_failures: Vec<Vec<String>>,
+    runs: usize,
 }
 
 /// Measures every (policy, thread count) of `settings`. Progress lines go to `progress`.
@@ -46,59 +80,185 @@ pub fn run(
     let llc_total_kib = llc_total_kib(machine);
     progress.step("scale: sizing the workload");
     let job = prepare(settings, llc_total_kib, &mut conditions)?;
-
-    // Repeats outermost, so a burst of outside load spreads over every point (and widens
-    // every interval) instead of bending one point of the curve.
     let np = settings.policies.len();
-    let mut samples: Vec<Vec<Vec<RunSample>>> = vec![vec![Vec::new(); counts.len()]; np];
-    let mut pin_failures: Vec<Vec<String>> = vec![Vec::new(); np];
-    for rep in 0..settings.repeats {
-        for (pi, p) in settings.policies.iter().enumerate() {
-            for (ci, &n) in counts.iter().enumerate() {
-                progress.step(&format!(
-                    "scale: {p}, {n} thread(s), run {}/{}",
-                    rep + 1,
-                    settings.repeats
-                ));
-                let (sample, fails) = run_once(machine, p, n, job)?;
-                samples[pi][ci].push(sample);
-                if rep == 0 {
-                    pin_failures[pi].extend(fails);
+    let mut sweeps = Sweeps {
+        samples: vec![vec![Vec::new(); counts.len()]; np],
+        pin_failures: vec![Vec::new(); np],
+        counts,
+        runs: 0,
+    };
+    let (question, differ) =
+        answer::question_threads(&machine.topology, &machine.allowed, &sweeps.counts);
+    let t0 = Instant::now();
+    // Whole sweeps, so a burst of outside load spreads over every point (and widens every
+    // interval) instead of bending one point of the curve; after the minimum, more while
+    // the question is open and another sweep fits the time limit.
+    let (policies, snap, status) = loop {
+        sweep(machine, settings, job, &mut sweeps, progress)?;
+        let policies = summarise(machine, settings, job, &sweeps);
+        let snap = snapshot(&policies, question, sweeps.runs);
+        let status = answer::status(&snap, settings.target_rel);
+        let elapsed = t0.elapsed().as_secs_f64();
+        if sweeps.runs >= settings.repeats
+            && !answer::another(
+                status,
+                elapsed,
+                elapsed / sweeps.runs as f64,
+                settings.max_time.as_secs_f64(),
+            )
+        {
+            break (policies, snap, status);
+        }
+    };
+    let elapsed_s = t0.elapsed().as_secs_f64();
+    let runs_needed = (status == answer::Status::Open)
+        .then(|| answer::runs_needed(&snap, settings.target_rel))
+        .flatten();
+    let mut a = answer::Answer {
+        status,
+        question_threads: question,
+        largest_threads: sweeps.counts.last().copied().unwrap_or(1),
+        policies_differ: differ,
+        widest_rel: answer::widest(&snap),
+        target_rel: settings.target_rel,
+        runs: sweeps.runs,
+        elapsed_s,
+        max_time_s: settings.max_time.as_secs_f64(),
+        runs_needed,
+        more_time_s: runs_needed
+            .map(|n| n.saturating_sub(sweeps.runs) as f64 * elapsed_s / sweeps.runs as f64),
+        line: String::new(),
+    };
+    a.line = answer::line(&a, snap.pair.as_ref());
+    note_coinciding_policies(&mut conditions, &policies);
+    note_other_load(&mut conditions, &policies);
+    Ok(report(
+        settings,
+        job,
+        llc_total_kib,
+        conditions,
+        policies,
+        a,
+    ))
+}
+
+/// One run of every (policy, thread count), in order.
+fn sweep(
+    machine: &Machine,
+    settings: &ScaleSettings,
+    job: Job,
+    sweeps: &mut Sweeps,
+    progress: &Progress,
+) -> Result<()> {
+    let rep = sweeps.runs;
+    for (pi, p) in settings.policies.iter().enumerate() {
+        for (ci, &n) in sweeps.counts.iter().enumerate() {
+            progress.step(&format!(
+                "scale: {p}, {n} thread(s), run {}{}",
+                rep + 1,
+                if rep < settings.repeats {
+                    format!("/{}", settings.repeats)
+                } else {
+                    " (more for the question)".into()
                 }
+            ));
+            let (sample, fails) = run_once(machine, p, n, job.at(n).0)?;
+            sweeps.samples[pi][ci].push(sample);
+            if rep == 0 {
+                sweeps.pin_failures[pi].extend(fails);
             }
         }
     }
-    let mut policies = Vec::new();
-    for (pi, p) in settings.policies.iter().enumerate() {
-        let mut points: Vec<ScalePoint> = counts
+    sweeps.runs += 1;
+    Ok(())
+}
+
+/// Every policy's points from the runs so far, with speedups.
+fn summarise(
+    machine: &Machine,
+    settings: &ScaleSettings,
+    job: Job,
+    sweeps: &Sweeps,
+) -> Vec<PolicyResult> {
+    settings
+        .policies
+        .iter()
+        .enumerate()
+        .map(|(pi, p)| {
+            let mut points: Vec<ScalePoint> = sweeps
+                .counts
+                .iter()
+                .zip(&sweeps.samples[pi])
+                .map(|(&n, runs)| summarise_point(machine, p, n, job, runs))
+                .collect();
+            add_speedups(&mut points);
+            PolicyResult {
+                policy: p.name().to_string(),
+                explicit_cpus: match p {
+                    Policy::Explicit(l) => Some(l.clone()),
+                    _ => None,
+                },
+                points,
+                pin_failures: sweeps.pin_failures[pi].clone(),
+            }
+        })
+        .collect()
+}
+
+/// What the question reads from the points: compact's and scatter's speedups at the question
+/// count, and every policy's there and at the largest count.
+fn snapshot(policies: &[PolicyResult], question: usize, runs: usize) -> answer::Snapshot {
+    let at = |p: &PolicyResult, n: usize| {
+        p.points
             .iter()
-            .zip(&samples[pi])
-            .map(|(&n, runs)| summarise_point(machine, p, n, job, runs))
-            .collect();
-        add_speedups(&mut points);
-        policies.push(PolicyResult {
-            policy: p.name().to_string(),
-            explicit_cpus: match p {
-                Policy::Explicit(l) => Some(l.clone()),
-                _ => None,
-            },
-            points,
-            pin_failures: std::mem::take(&mut pin_failures[pi]),
-        });
+            .find(|x| x.threads == n)
+            .and_then(|x| x.speedup.clone())
+    };
+    let of = |name: &str| {
+        policies
+            .iter()
+            .find(|p| p.policy == name)
+            .and_then(|p| at(p, question))
+    };
+    let largest = policies
+        .iter()
+        .flat_map(|p| p.points.iter().map(|x| x.threads))
+        .max()
+        .unwrap_or(1);
+    answer::Snapshot {
+        pair: of("compact").zip(of("scatter")),
+        speedups: policies
+            .iter()
+            .flat_map(|p| [at(p, question), at(p, largest)])
+            .flatten()
+            .collect(),
+        runs,
     }
-    note_coinciding_policies(&mut conditions, &policies);
-    note_other_load(&mut conditions, &policies);
+}
+
+/// The report from the summarised points.
+fn report(
+    settings: &ScaleSettings,
+    job: Job,
+    llc_total_kib: Option<u64>,
+    conditions: Conditions,
+    policies: Vec<PolicyResult>,
+    answer: answer::Answer,
+) -> ScaleReport {
     let (fib_n, fib_cutoff, triad_len, triad_passes) = match job {
         Job::Fib { n, cutoff } => (Some(n), Some(cutoff), None, None),
         Job::Triad { len, passes } => (None, None, Some(len), Some(passes)),
     };
-    Ok(ScaleReport {
+    ScaleReport {
         conditions,
         workload: settings.workload,
         work: match job {
-            Job::Fib { n, cutoff } => {
-                format!("fib({n}) with rayon::join above {cutoff}, serial below")
-            }
+            Job::Fib { n, cutoff } => format!(
+                "fib({n}) at one thread, one step more per golden-ratio growth of the thread \
+                 count (fib({}) at {} threads), rayon::join above {cutoff}, serial below",
+                job.at(answer.largest_threads).0.fib_n().unwrap_or(n),
+                answer.largest_threads
+            ),
             Job::Triad { len, passes } => {
                 format!("{passes} triad pass(es) a[i] = b[i] + s*c[i] over 3 x {len} f64")
             }
@@ -108,14 +268,14 @@ pub fn run(
         triad_array_mib: triad_len.map(|l| (l * 8) as f64 / (1024.0 * 1024.0)),
         triad_passes,
         llc_total_kib,
-        throughput_unit: match settings.workload {
-            Workload::Fib => "runs/s",
-            Workload::Triad => "GB/s",
-        }
-        .to_string(),
-        repeats: settings.repeats,
+        throughput_unit: match job {
+            Job::Fib { n, .. } => format!("fib({n})/s"),
+            Job::Triad { .. } => "GB/s".into(),
+        },
+        repeats: answer.runs,
         policies,
-    })
+        answer: Some(answer),
+    }
 }
 
 /// Marks the result noisy when other processes used a CPU's worth during the runs: speedups
@@ -250,11 +410,12 @@ fn summarise_point(
     job: Job,
     runs: &[RunSample],
 ) -> ScalePoint {
+    let (job, work_rel) = job.at(n);
     let times: Vec<f64> = runs.iter().map(|r| r.time_s).collect();
     let throughput: Vec<f64> = times
         .iter()
         .map(|t| match job {
-            Job::Fib { .. } => 1.0 / t.max(1e-12),
+            Job::Fib { .. } => work_rel / t.max(1e-12),
             Job::Triad { len, passes } => (3 * 8 * len) as f64 * passes as f64 / t.max(1e-12) / 1e9,
         })
         .collect();
@@ -279,6 +440,8 @@ fn summarise_point(
     let mean_of = |v: Vec<f64>| MeanCi::of(&v).map(|m| m.mean);
     ScalePoint {
         threads: n,
+        work_rel,
+        fib_n: job.fib_n(),
         cpus,
         time_s: MeanCi::of(&times).unwrap_or_else(|| MeanCi::single(0.0)),
         throughput: MeanCi::of(&throughput).unwrap_or_else(|| MeanCi::single(0.0)),
@@ -311,7 +474,8 @@ fn add_speedups(points: &mut [ScalePoint]) {
                 ..MeanCi::single(1.0)
             })
         } else {
-            base.ratio(&p.time_s)
+            // Base time over this time, times the work of a run here in single-thread runs.
+            base.ratio(&p.time_s).map(|s| scale_ci(&s, p.work_rel))
         };
         if let Some(s) = s {
             let n = p.threads as f64;

@@ -73,6 +73,24 @@ pub fn calibrate_fib(target: Duration) -> u32 {
     (25.0 + steps.ceil()).clamp(20.0, 50.0) as u32
 }
 
+/// Calls made by `fib_seq(n)` (and by `fib_par(n, _)`, whose tree is the same): 2 F(n+1) - 1.
+/// The work of a run, so runs of different arguments compare exactly.
+pub fn fib_calls(n: u32) -> f64 {
+    let (mut a, mut b) = (0u128, 1u128);
+    for _ in 0..n {
+        (a, b) = (b, a + b);
+    }
+    // b is F(n+1).
+    (2 * b - 1) as f64
+}
+
+/// The argument for `threads` threads from the single thread's `n`: one step per golden-ratio
+/// growth of the thread count, so the work grows about as the thread count (at most 60).
+pub fn fib_for_threads(n: u32, threads: usize) -> u32 {
+    let steps = (threads.max(1) as f64).ln() / 1.618_033_988_f64.ln();
+    (n + steps.round() as u32).min(60.max(n))
+}
+
 /// One worker's chunk of each of the three arrays.
 type ChunkTriple<'a> = (&'a mut [f64], &'a mut [f64], &'a mut [f64]);
 
@@ -167,5 +185,33 @@ mod tests {
     fn calibration_stays_in_range() {
         let n = calibrate_fib(Duration::from_millis(1));
         assert!((20..=50).contains(&n));
+    }
+
+    fn calls_of(n: u32) -> u64 {
+        if n < 2 {
+            1
+        } else {
+            1 + calls_of(n - 1) + calls_of(n - 2)
+        }
+    }
+
+    #[test]
+    fn fib_calls_counts_the_call_tree() {
+        for n in 0..20 {
+            assert_eq!(fib_calls(n), calls_of(n) as f64, "fib({n})");
+        }
+        // Each step multiplies the work by about the golden ratio.
+        assert!((fib_calls(41) / fib_calls(40) - 1.618_034).abs() < 1e-6);
+    }
+
+    #[test]
+    fn the_argument_grows_with_log_phi_of_the_threads() {
+        assert_eq!(fib_for_threads(41, 1), 41);
+        assert_eq!(fib_for_threads(41, 2), 42);
+        assert_eq!(fib_for_threads(41, 16), 47);
+        // The work at 16 threads is within a factor sqrt(phi) of 16 single-thread runs.
+        let w = fib_calls(47) / fib_calls(41);
+        assert!((16.0 / 1.28..=16.0 * 1.28).contains(&w), "{w}");
+        assert_eq!(fib_for_threads(58, 1024), 60, "capped at 60");
     }
 }

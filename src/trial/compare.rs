@@ -24,8 +24,12 @@ pub enum Verdict {
     Worse,
     /// Changed beyond noise, for a figure where neither way is better.
     Different,
-    /// No difference beyond noise (see `detectable_rel`).
+    /// No difference beyond noise, and the run could have seen a change of the target size
+    /// (see `detectable_rel` and `target_rel`).
     NoDifference,
+    /// No difference beyond noise, but the run could not have seen a change of the target
+    /// size: no verdict (see `rounds_needed`).
+    Inconclusive,
 }
 
 impl Verdict {
@@ -35,6 +39,7 @@ impl Verdict {
             Self::Worse => "worse",
             Self::Different => "changed",
             Self::NoDifference => "no difference beyond noise",
+            Self::Inconclusive => "inconclusive",
         }
     }
 }
@@ -65,6 +70,25 @@ pub struct Comparison {
     pub detectable_rel: Option<f64>,
     /// The same in the figure's unit.
     pub detectable: Option<f64>,
+    /// The smallest change, as a fraction of the baseline, the trial set out to be able to
+    /// see (`--detect`, or the change a doctor finding predicts); `None` for a cost, a figure
+    /// whose baseline reaches zero, and trials saved before the target existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_rel: Option<f64>,
+    /// When `verdict` is `inconclusive`: about how many rounds per side would see the target,
+    /// estimated from the spread the rounds showed (`None`: more than 10,000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rounds_needed: Option<usize>,
+    /// The same as seconds of trial still to run, at the pace of the rounds so far.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub more_time_s: Option<f64>,
+}
+
+impl Comparison {
+    /// A cost of the change (polling time, a process's CPU time), not a figure it acts on.
+    pub fn is_cost(&self) -> bool {
+        self.name.starts_with("cost.")
+    }
 }
 
 /// Significance level of the verdict.
@@ -74,18 +98,23 @@ pub const ALPHA: f64 = 0.05;
 pub fn detectable(a: &[f64], b: &[f64]) -> Option<f64> {
     let ma = MeanCi::of(a)?;
     let mb = MeanCi::of(b)?;
-    if ma.n < 2 || mb.n < 2 {
+    detectable_from(ma.stddev, ma.n, mb.stddev, mb.n)
+}
+
+/// The minimum detectable difference (5% level, 80% power) of a Welch test on two sides with
+/// these standard deviations and sizes: (t(0.975, df) + t(0.80, df)) x SE, df by
+/// Welch–Satterthwaite. `None` with fewer than two values a side.
+pub fn detectable_from(sd_a: f64, n_a: usize, sd_b: f64, n_b: usize) -> Option<f64> {
+    if n_a < 2 || n_b < 2 {
         return None;
     }
-    let (va, vb) = (
-        ma.stddev.powi(2) / ma.n as f64,
-        mb.stddev.powi(2) / mb.n as f64,
-    );
+    let (na, nb) = (n_a as f64, n_b as f64);
+    let (va, vb) = (sd_a.powi(2) / na, sd_b.powi(2) / nb);
     let se2 = va + vb;
     let df = if se2 == 0.0 {
-        (ma.n + mb.n - 2) as f64
+        na + nb - 2.0
     } else {
-        se2 * se2 / (va * va / (ma.n as f64 - 1.0) + vb * vb / (mb.n as f64 - 1.0))
+        se2 * se2 / (va * va / (na - 1.0) + vb * vb / (nb - 1.0))
     };
     let t = StudentsT::new(0.0, 1.0, df.max(1.0)).ok()?;
     Some((t.inverse_cdf(1.0 - ALPHA / 2.0) + t.inverse_cdf(0.80)) * se2.sqrt())
@@ -146,6 +175,9 @@ pub fn compare_rounds(rounds: &[Round]) -> Vec<Comparison> {
                 .filter(|_| ma.ci95_low > 0.0)
                 .map(|d| d / ma.mean.abs()),
             detectable: detectable(&av, &bv),
+            target_rel: None,
+            rounds_needed: None,
+            more_time_s: None,
             p_value,
             baseline: ma,
             changed: mb,

@@ -3,6 +3,7 @@
 //! what they measured into the remedy.
 
 use super::compare::Comparison;
+use super::precision::Goal;
 use super::render::fmt;
 use super::setting::{Roots, parse_changes};
 use super::{Trial, TrialReport, TrialSettings, measure};
@@ -31,7 +32,7 @@ pub fn measured_figures(r: &TrialReport) -> Vec<TriedFigure> {
 }
 
 fn is_cost(c: &Comparison) -> bool {
-    c.name.starts_with("cost.")
+    c.is_cost()
 }
 
 /// The comparison a remedy's measured line leads with: the non-cost figure surest to differ.
@@ -59,7 +60,7 @@ pub fn measured_line(r: &TrialReport) -> String {
                 .as_ref()
                 .map(|x| format!(", {:.2}x [{:.2}, {:.2}]", x.mean, x.ci95_low, x.ci95_high))
                 .unwrap_or_default(),
-            c.verdict.as_str()
+            super::render::verdict_text(c)
         ),
         None => "measured here: no comparable figure".into(),
     };
@@ -75,6 +76,37 @@ pub fn measured_line(r: &TrialReport) -> String {
         s += "; other load during some rounds";
     }
     s
+}
+
+/// The smallest change a predicted effect of `ratio` (worse over better, >= 1) means: the worse
+/// figure brought down to the better one changes by 1 - 1/ratio of itself.
+pub fn predicted_change(ratio: f64) -> Option<f64> {
+    (ratio.is_finite() && ratio > 1.0).then(|| 1.0 - 1.0 / ratio)
+}
+
+/// Largest and smallest targets a finding sets: above half, a trial that could only see
+/// ±90% would pass a remedy that did half what was predicted; below 2%, the rounds it takes
+/// outgrow any time limit on a shared machine.
+const FINDING_TARGET: (f64, f64) = (0.02, 0.5);
+
+/// The goal of a remedy's trial: to see the change its finding predicts (clamped to
+/// [`FINDING_TARGET`]), else the standalone default; three rounds a side first.
+pub fn goal_for(m: &crate::doctor::findings::Magnitude) -> Goal {
+    let mut goal = Goal::default_with(3);
+    if let Some(p) = m.ratio.and_then(predicted_change) {
+        goal.target_rel = p.clamp(FINDING_TARGET.0, FINDING_TARGET.1);
+        goal.target_from = format!(
+            "the finding's {:.1}x, a {:.0}% change{}",
+            m.ratio.unwrap_or(1.0),
+            p * 100.0,
+            if p > FINDING_TARGET.1 || p < FINDING_TARGET.0 {
+                format!(", held to {:.0}%", goal.target_rel * 100.0)
+            } else {
+                String::new()
+            }
+        );
+    }
+    goal
 }
 
 /// Runs the trial of every remedy that carries a `cpulab try` line (each distinct line once).
@@ -120,7 +152,7 @@ pub fn try_remedies(
                         root: root.to_path_buf(),
                         changes,
                         skipped,
-                        rounds: 3,
+                        goal: goal_for(&f.magnitude),
                         measure: measure::default_for(subject),
                         measure_label: measure::describe_default(subject),
                         keep: false,
@@ -178,5 +210,40 @@ mod tests {
         let v = serde_json::to_value(head).unwrap();
         assert!(v["baseline"]["mean"].is_number() && v["changed"]["mean"].is_number());
         assert_eq!(v["verdict"], head.verdict.as_str());
+    }
+
+    fn magnitude(ratio: Option<f64>) -> crate::doctor::findings::Magnitude {
+        crate::doctor::findings::Magnitude {
+            text: String::new(),
+            ratio,
+            worse: None,
+            better: None,
+            unit: "ns".into(),
+        }
+    }
+
+    /// A finding's ratio R predicts a change of 1 - 1/R of the worse figure; the trial sets
+    /// out to see it, held to 2%..50%.
+    #[test]
+    fn a_remedys_trial_aims_at_the_change_its_finding_predicts() {
+        assert_eq!(predicted_change(1.0), None);
+        assert_eq!(predicted_change(f64::NAN), None);
+        assert!((predicted_change(1.25).unwrap() - 0.2).abs() < 1e-12);
+        let g = goal_for(&magnitude(Some(1.25)));
+        assert!((g.target_rel - 0.2).abs() < 1e-12);
+        assert!(
+            g.target_from.contains("1.2x") && g.target_from.contains("20%"),
+            "{}",
+            g.target_from
+        );
+        assert_eq!(g.min_rounds, 3);
+        // 23.2x predicts 96%: held to half.
+        let g = goal_for(&magnitude(Some(23.2)));
+        assert_eq!(g.target_rel, 0.5);
+        assert!(g.target_from.contains("held to 50%"), "{}", g.target_from);
+        // 1.01x predicts 1%: held to 2%.
+        assert_eq!(goal_for(&magnitude(Some(1.01))).target_rel, 0.02);
+        // No ratio: the standalone default.
+        assert_eq!(goal_for(&magnitude(None)), Goal::default_with(3));
     }
 }

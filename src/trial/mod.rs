@@ -24,6 +24,7 @@ pub mod knobs;
 pub mod lockdown;
 pub mod measure;
 pub mod ops;
+pub mod precision;
 pub mod render;
 pub mod session;
 pub mod setting;
@@ -49,8 +50,9 @@ pub struct TrialSettings {
     pub changes: Vec<Change>,
     /// Profile items that were not tried, with the reason.
     pub skipped: Vec<String>,
-    /// Rounds per side (at least 3).
-    pub rounds: usize,
+    /// Rounds per side at least (`goal.min_rounds`, at least 3), the change the trial sets out
+    /// to be able to see, and its time limit.
+    pub goal: precision::Goal,
     pub measure: Box<dyn Runnable>,
     /// What `measure` is, in words.
     pub measure_label: String,
@@ -68,6 +70,15 @@ pub struct TrialSettings {
 pub enum Side {
     Baseline,
     Changed,
+}
+
+impl Side {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Side::Baseline => "baseline",
+            Side::Changed => "changed",
+        }
+    }
 }
 
 /// One round: its side and every figure it produced.
@@ -108,6 +119,10 @@ pub struct TrialRun {
     pub settings: Vec<String>,
     pub rounds: Vec<Round>,
     pub comparisons: Vec<Comparison>,
+    /// How many rounds the target took, or why adding them stopped short (`None` in trials
+    /// saved before rounds were added to reach a target).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub precision: Option<precision::Outcome>,
 }
 
 /// How the trial ended for the machine.
@@ -169,67 +184,125 @@ fn run_trial(
         session.apply(name, ops)?;
     }
     session.revert()?;
+    let goal = &s.goal;
+    let plan = RoundPlan {
+        machine,
+        changes,
+        settings: s,
+        progress,
+        t0,
+    };
     let mut rounds = Vec::new();
-    for index in 0..2 * s.rounds {
-        crate::signals::check()?;
+    // The minimum, then one A/B pair at a time while a figure could not yet have seen the
+    // target and another pair fits the time limit (`precision`: never on the difference).
+    let stopped = loop {
+        let index = rounds.len();
         let side = if index % 2 == 0 {
             Side::Baseline
         } else {
             Side::Changed
         };
-        match side {
-            Side::Baseline => {
-                session.revert()?;
-            }
-            Side::Changed => {
-                // Planned again at each flip: a process's affinity covers the threads it
-                // started since (each journalled before it is written); a revert gives such
-                // threads the process's original mask (`journal::newcomers`).
-                for c in changes {
-                    session.apply(&c.setting.name(), &c.setting.plan(&c.value)?)?;
-                }
-            }
+        let of = if index < 2 * goal.min_rounds {
+            format!("{}", 2 * goal.min_rounds)
+        } else {
+            format!("more for ±{:.0}%", goal.target_rel * 100.0)
+        };
+        progress.step(&format!("round {}/{of} ({})", index + 1, side.as_str()));
+        rounds.push(measure_round(&plan, session, &mut costs, side, index)?);
+        if side == Side::Baseline || rounds.len() < 2 * goal.min_rounds {
+            continue;
         }
-        progress.step(&format!(
-            "round {}/{} ({})",
-            index + 1,
-            2 * s.rounds,
-            if side == Side::Baseline {
-                "baseline"
-            } else {
-                "changed"
-            }
-        ));
-        // Let adaptive mechanisms (halt-poll growth, governors) settle on the new value.
-        crate::signals::sleep(std::time::Duration::from_millis(200))?;
-        let started_s = t0.elapsed().as_secs_f64();
-        costs.iter_mut().for_each(|c| c.begin());
-        let out = s.measure.run(
-            machine,
-            &crate::experiment::Progress::new(&|l, m| progress.emit(l, m)),
-        )?;
-        let mut figures = out.figures;
-        figures.extend(costs.iter_mut().filter_map(|c| c.end()));
-        let load_before = out
-            .document
-            .pointer("/conditions/load_before")
-            .and_then(|v| serde_json::from_value(v.clone()).ok());
-        rounds.push(Round {
-            index,
-            side,
-            started_s,
-            figures,
-            noisy: out.noisy,
-            load_before,
-        });
-    }
+        let elapsed = t0.elapsed().as_secs_f64();
+        let pair_s = elapsed / (rounds.len() / 2) as f64;
+        let cs = compare::compare_rounds(&rounds);
+        let short = cs.iter().filter(|c| goal.short_of(c)).count();
+        if let precision::Next::Stop(why) = precision::next(short, elapsed, pair_s, goal.max_time_s)
+        {
+            break why;
+        }
+    };
+    let per_side = rounds.len() / 2;
+    let elapsed_s = t0.elapsed().as_secs_f64();
+    let mut comparisons = compare::compare_rounds(&rounds);
+    precision::judge(
+        &mut comparisons,
+        goal,
+        per_side,
+        elapsed_s / per_side.max(1) as f64,
+    );
     Ok(TrialRun {
         settings: changes
             .iter()
             .map(|c| format!("{}={}", c.setting.name(), c.value))
             .collect(),
-        comparisons: compare::compare_rounds(&rounds),
+        precision: Some(precision::Outcome {
+            goal: goal.clone(),
+            rounds_per_side: per_side,
+            stopped,
+            elapsed_s,
+            inconclusive: comparisons
+                .iter()
+                .filter(|c| c.verdict == compare::Verdict::Inconclusive)
+                .count(),
+        }),
+        comparisons,
         rounds,
+    })
+}
+
+/// What every round of one A/B trial shares.
+struct RoundPlan<'a> {
+    machine: &'a Machine,
+    changes: &'a [&'a Change],
+    settings: &'a TrialSettings,
+    progress: &'a Progress<'a>,
+    t0: std::time::Instant,
+}
+
+/// One round: the side's values written, a moment to settle, the experiment and the costs.
+fn measure_round(
+    plan: &RoundPlan,
+    session: &mut session::Session,
+    costs: &mut [measure::CostSampler],
+    side: Side,
+    index: usize,
+) -> Result<Round> {
+    let (changes, progress) = (plan.changes, plan.progress);
+    crate::signals::check()?;
+    match side {
+        Side::Baseline => {
+            session.revert()?;
+        }
+        Side::Changed => {
+            // Planned again at each flip: a process's affinity covers the threads it
+            // started since (each journalled before it is written); a revert gives such
+            // threads the process's original mask (`journal::newcomers`).
+            for c in changes {
+                session.apply(&c.setting.name(), &c.setting.plan(&c.value)?)?;
+            }
+        }
+    }
+    // Let adaptive mechanisms (halt-poll growth, governors) settle on the new value.
+    crate::signals::sleep(std::time::Duration::from_millis(200))?;
+    let started_s = plan.t0.elapsed().as_secs_f64();
+    costs.iter_mut().for_each(|c| c.begin());
+    let out = plan.settings.measure.run(
+        plan.machine,
+        &crate::experiment::Progress::new(&|l, m| progress.emit(l, m)),
+    )?;
+    let mut figures = out.figures;
+    figures.extend(costs.iter_mut().filter_map(|c| c.end()));
+    let load_before = out
+        .document
+        .pointer("/conditions/load_before")
+        .and_then(|v| serde_json::from_value(v.clone()).ok());
+    Ok(Round {
+        index,
+        side,
+        started_s,
+        figures,
+        noisy: out.noisy,
+        load_before,
     })
 }
 
@@ -360,7 +433,7 @@ impl Experiment for Trial {
             measure: s.measure_label.clone(),
             changes,
             skipped: s.skipped.clone(),
-            rounds_per_side: s.rounds,
+            rounds_per_side: trial.rounds.len() / 2,
             trial,
             items,
             summary: Vec::new(),

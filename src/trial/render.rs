@@ -80,19 +80,56 @@ fn ratio_text(c: &Comparison) -> String {
     }
 }
 
-fn verdict_text(c: &Comparison) -> String {
+/// A relative size for people: `±58%`, `±4.2%`.
+fn pct(d: f64) -> String {
+    grouped(d * 100.0, if d < 0.1 { 1 } else { 0 })
+}
+
+/// What the run could have seen, against its target when it had one.
+fn could_have_seen(c: &Comparison) -> String {
+    match (c.detectable_rel, c.detectable, c.target_rel) {
+        (Some(d), _, Some(t)) => format!("could have seen ±{}%, target ±{}%", pct(d), pct(t)),
+        (Some(d), _, None) => format!("could have seen ±{}%", pct(d)),
+        (None, Some(d), _) => format!("could have seen ±{}", fmt(c.unit, d)),
+        _ => String::new(),
+    }
+}
+
+/// Seconds for people: `45 s`, `12 min`, `2.5 h`.
+fn fmt_duration(s: f64) -> String {
+    if s < 120.0 {
+        format!("{s:.0} s")
+    } else if s < 7200.0 {
+        format!("{:.0} min", s / 60.0)
+    } else {
+        format!("{:.1} h", s / 3600.0)
+    }
+}
+
+/// The verdict with what backs it: the p-value of a difference, what a "no difference" could
+/// have seen, and what an inconclusive figure would need.
+pub fn verdict_text(c: &Comparison) -> String {
     match c.verdict {
-        Verdict::NoDifference => match (c.detectable_rel, c.detectable) {
-            (Some(d), _) => format!(
-                "no difference beyond noise (could have seen ±{}%)",
-                grouped(d * 100.0, if d < 0.1 { 1 } else { 0 })
-            ),
-            (None, Some(d)) => format!(
-                "no difference beyond noise (could have seen ±{})",
-                fmt(c.unit, d)
-            ),
-            _ => "no difference beyond noise".into(),
+        Verdict::NoDifference => match could_have_seen(c) {
+            w if w.is_empty() => "no difference beyond noise".into(),
+            w => format!("no difference beyond noise ({w})"),
         },
+        Verdict::Inconclusive => {
+            let need = match (c.rounds_needed, c.more_time_s) {
+                (Some(n), Some(t)) => {
+                    format!("needs about {n} rounds a side (~{} more)", fmt_duration(t))
+                }
+                _ => format!(
+                    "needs more than {} rounds a side",
+                    super::precision::MAX_ROUNDS
+                ),
+            };
+            format!(
+                "inconclusive: could only have seen ±{}% (target ±{}%); {need}",
+                c.detectable_rel.map_or("?".into(), pct),
+                c.target_rel.map_or("?".into(), pct)
+            )
+        }
         v => match c.p_value {
             Some(p) => format!("{} ({})", v.as_str(), crate::compare::text::fmt_p(p)),
             None => v.as_str().into(),
@@ -101,12 +138,13 @@ fn verdict_text(c: &Comparison) -> String {
 }
 
 fn is_cost(c: &Comparison) -> bool {
-    c.name.starts_with("cost.")
+    c.is_cost()
 }
 
 /// The headline: the comparison that moved most beyond noise among the non-cost figures.
 fn headline(run: &TrialRun) -> Option<&Comparison> {
-    let moved = |c: &&Comparison| c.verdict != Verdict::NoDifference;
+    let moved =
+        |c: &&Comparison| !matches!(c.verdict, Verdict::NoDifference | Verdict::Inconclusive);
     let size = |c: &Comparison| c.ratio.as_ref().map_or(0.0, |r| r.mean.ln().abs());
     let p = |c: &Comparison| c.p_value.unwrap_or(1.0);
     run.comparisons
@@ -120,6 +158,63 @@ fn headline(run: &TrialRun) -> Option<&Comparison> {
                 .filter(|c| !is_cost(c))
                 .min_by(|a, b| p(a).total_cmp(&p(b)))
         })
+}
+
+/// Whether the rounds reached the target, and if not, what more rounds would take.
+pub fn precision_line(run: &TrialRun) -> Option<String> {
+    use super::precision::Stopped;
+    let o = run.precision.as_ref()?;
+    let target = format!("±{}% ({})", pct(o.goal.target_rel), o.goal.target_from);
+    let judged = run
+        .comparisons
+        .iter()
+        .filter(|c| c.target_rel.is_some())
+        .count();
+    let inconclusive: Vec<&Comparison> = run
+        .comparisons
+        .iter()
+        .filter(|c| c.verdict == Verdict::Inconclusive)
+        .collect();
+    let ran = format!(
+        "{} rounds a side in {}",
+        o.rounds_per_side,
+        fmt_duration(o.elapsed_s)
+    );
+    Some(match (o.stopped, inconclusive.is_empty()) {
+        (Stopped::Reached, _) => format!(
+            "Precision: after {ran}, every figure could have seen a change of {target}; a \
+             \"no difference\" here is a verdict."
+        ),
+        (Stopped::TimeLimit, true) => format!(
+            "Precision: the time limit ({}) stopped adding rounds after {ran}, short of {target} \
+             for some figures; each of them differed beyond noise all the same.",
+            fmt_duration(o.goal.max_time_s)
+        ),
+        (Stopped::TimeLimit, false) => {
+            let most = inconclusive.iter().map(|c| c.rounds_needed).max().flatten();
+            let more = inconclusive
+                .iter()
+                .filter_map(|c| c.more_time_s)
+                .fold(0.0, f64::max);
+            let need = match (most, inconclusive.iter().all(|c| c.rounds_needed.is_some())) {
+                (Some(n), true) => format!(
+                    "about {n} rounds a side (~{} more) would see it, from the spread so far",
+                    fmt_duration(more)
+                ),
+                _ => format!(
+                    "more than {} rounds a side would be needed at this spread",
+                    super::precision::MAX_ROUNDS
+                ),
+            };
+            format!(
+                "Inconclusive for {} of {judged} figures: the time limit ({}) ended the trial \
+                 after {ran}, before they could have seen a change of {target}; {need}. Raise \
+                 --max-time, or try again when the machine is quieter.",
+                inconclusive.len(),
+                fmt_duration(o.goal.max_time_s)
+            )
+        }
+    })
 }
 
 /// One finding-style paragraph per line: what changed, by how much, at what cost, how to keep it.
@@ -160,6 +255,7 @@ pub fn summary(r: &TrialReport) -> Vec<String> {
     }
     s += ".";
     out.push(s);
+    out.extend(precision_line(&r.trial));
     let costs: Vec<String> = r
         .trial
         .comparisons
@@ -237,8 +333,19 @@ pub fn text(r: &TrialReport, style: &Style) -> String {
         );
     }
     s += &format!(
-        "  measured: {}; {} rounds per side, ABAB...\n\n",
-        r.measure, r.rounds_per_side
+        "  measured: {}; {} rounds per side, ABAB...{}\n\n",
+        r.measure,
+        r.rounds_per_side,
+        r.trial
+            .precision
+            .as_ref()
+            .map(|o| format!(
+                " (at least {}, then more until a change of ±{}% could be seen, within {})",
+                o.goal.min_rounds,
+                pct(o.goal.target_rel),
+                fmt_duration(o.goal.max_time_s)
+            ))
+            .unwrap_or_default()
     );
     s += &(style.bold("Figures (95% CI over rounds; ratio = changed / baseline)") + "\n");
     s += &table(&r.trial);
@@ -386,5 +493,58 @@ mod tests {
         assert!(c.p_value.unwrap() < 0.001, "the JSON keeps the number");
         let v = verdict_text(c);
         assert!(v.contains("p<0.001") && !v.contains("p=0.000"), "{v}");
+    }
+
+    #[test]
+    fn a_verdict_says_whether_it_could_have_seen_the_target() {
+        let vals = [100.0, 101.0, 99.0, 100.5, 100.0, 99.5];
+        let rounds: Vec<Round> = vals
+            .iter()
+            .enumerate()
+            .map(|(index, v)| Round {
+                index,
+                side: if index % 2 == 0 {
+                    Side::Baseline
+                } else {
+                    Side::Changed
+                },
+                started_s: index as f64,
+                figures: vec![Figure::single(
+                    "rtt_ns",
+                    "rtt",
+                    Unit::Nanoseconds,
+                    Direction::LowerIsBetter,
+                    *v,
+                )],
+                noisy: false,
+                load_before: None,
+            })
+            .collect();
+        let mut c = super::super::compare::compare_rounds(&rounds).remove(0);
+        let goal = crate::trial::precision::Goal::default_with(3);
+        let mut fine = vec![c.clone()];
+        crate::trial::precision::judge(&mut fine, &goal, 3, 4.0);
+        let v = verdict_text(&fine[0]);
+        assert!(
+            v.starts_with("no difference beyond noise (could have seen ±"),
+            "{v}"
+        );
+        assert!(v.ends_with("target ±10%)"), "{v}");
+        // The same figure asked to see 0.1%: inconclusive, with what it would take.
+        let tight = crate::trial::precision::Goal {
+            target_rel: 0.001,
+            ..goal
+        };
+        c.verdict = Verdict::NoDifference;
+        let mut wide = vec![c];
+        crate::trial::precision::judge(&mut wide, &tight, 3, 4.0);
+        let v = verdict_text(&wide[0]);
+        let n = wide[0].rounds_needed.unwrap();
+        assert!(v.starts_with("inconclusive: could only have seen ±"), "{v}");
+        assert!(v.contains("(target ±0.1%)"), "{v}");
+        assert!(v.contains(&format!("needs about {n} rounds a side")), "{v}");
+        assert_eq!(fmt_duration(45.0), "45 s");
+        assert_eq!(fmt_duration(720.0), "12 min");
+        assert_eq!(fmt_duration(9000.0), "2.5 h");
     }
 }
