@@ -12,19 +12,6 @@ use super::{Context, File, Form, Format, Needs, sh_quote};
 use crate::doctor::findings::{Change, Workload};
 use crate::wakeups::GroupBy;
 
-fn empty(format: Format, needs: Needs) -> Form {
-    Form {
-        format,
-        files: vec![],
-        trial: vec![],
-        apply: vec![],
-        verify: vec![],
-        undo: vec![],
-        needs,
-        notes: vec![],
-    }
-}
-
 /// The container id of the workload's first cgroup that is a container's.
 fn container(w: &Workload) -> Option<String> {
     w.cgroups.iter().find_map(|g| {
@@ -45,7 +32,7 @@ fn yaml(value: &serde_json::Value) -> String {
 
 /// `docker update` now, a compose override for the next start.
 pub fn docker(dir: &str, changes: &[&Change], ctx: &Context) -> Form {
-    let mut form = empty(Format::Containers, Needs::Nothing);
+    let mut form = Form::empty(Format::Containers, Needs::Nothing);
     for c in changes {
         let (w, run_flag, compose_key, value, undo_value) = match c {
             Change::Pin { cpus, workload } => (
@@ -126,7 +113,7 @@ pub fn docker(dir: &str, changes: &[&Change], ctx: &Context) -> Form {
 
 /// The kubelet's static CPU manager and a Guaranteed pod with integer CPUs.
 pub fn kubernetes(dir: &str, changes: &[&Change], ctx: &Context) -> Form {
-    let mut form = empty(Format::Kubernetes, Needs::NodeDrain);
+    let mut form = Form::empty(Format::Kubernetes, Needs::NodeDrain);
     let Some(cpus) = changes.iter().find_map(|c| match c {
         Change::Pin { cpus, .. } => Some(cpus.clone()),
         _ => None,

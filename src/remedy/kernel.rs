@@ -10,19 +10,6 @@
 use super::{Context, File, Form, Format, Needs, sh_quote};
 use crate::doctor::findings::Change;
 
-fn empty(format: Format, needs: Needs) -> Form {
-    Form {
-        format,
-        files: vec![],
-        trial: vec![],
-        apply: vec![],
-        verify: vec![],
-        undo: vec![],
-        needs,
-        notes: vec![],
-    }
-}
-
 /// `/sys/module/M/parameters/P`.
 pub fn param_path(module: &str, param: &str) -> String {
     format!("/sys/module/{module}/parameters/{param}")
@@ -30,7 +17,7 @@ pub fn param_path(module: &str, param: &str) -> String {
 
 /// `modprobe.d` files for module parameters, and the value now through sysfs.
 pub fn modprobe(dir: &str, changes: &[&Change], ctx: &Context) -> Form {
-    let mut form = empty(Format::Modprobe, Needs::Nothing);
+    let mut form = Form::empty(Format::Modprobe, Needs::Nothing);
     for c in changes {
         let Change::ModuleParam {
             module,
@@ -85,7 +72,7 @@ pub fn modprobe(dir: &str, changes: &[&Change], ctx: &Context) -> Form {
 
 /// `sysctl.d` files for `/proc/sys` settings.
 pub fn sysctl(dir: &str, changes: &[&Change]) -> Form {
-    let mut form = empty(Format::Sysctl, Needs::Nothing);
+    let mut form = Form::empty(Format::Sysctl, Needs::Nothing);
     let name = dir.split('/').next().unwrap_or("cpulab");
     let install = format!("/etc/sysctl.d/90-cpulab-{name}.conf");
     let path = format!("{dir}/90-cpulab-{name}.conf");
@@ -162,7 +149,7 @@ fn cmdline_pattern(option: &str) -> String {
 
 /// The kernel command line: a GRUB snippet and the grubby line, with the reboot they need.
 pub fn cmdline(dir: &str, id: &str, changes: &[&Change], ctx: &Context) -> Form {
-    let mut form = empty(Format::Cmdline, Needs::Reboot);
+    let mut form = Form::empty(Format::Cmdline, Needs::Reboot);
     let options = boot_options(changes).join(" ");
     let install = format!("/etc/default/grub.d/cpulab-{id}.cfg");
     let path = format!("{dir}/cpulab-{id}.cfg");

@@ -137,6 +137,22 @@ pub struct Form {
     pub notes: Vec<String>,
 }
 
+impl Form {
+    /// A form with nothing in it yet.
+    pub fn empty(format: Format, needs: Needs) -> Self {
+        Self {
+            format,
+            files: vec![],
+            trial: vec![],
+            apply: vec![],
+            verify: vec![],
+            undo: vec![],
+            needs,
+            notes: vec![],
+        }
+    }
+}
+
 /// A format left out for one remedy, and why.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Skip {

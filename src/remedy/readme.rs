@@ -51,7 +51,8 @@ fn form(out: &mut String, f: &Form) {
     }
     out.push('\n');
     for n in &f.notes {
-        out.push_str(&format!("Note: {n}.\n\n"));
+        let end = if n.ends_with('.') { "" } else { "." };
+        out.push_str(&format!("Note: {n}{end}\n\n"));
     }
     commands(out, "Trial (reversible)", &f.trial);
     commands(out, "Apply (as root, from this directory)", &f.apply);
