@@ -464,11 +464,9 @@ mod tests {
     use crate::experiment::{Direction, Figure};
     use crate::trial::{Round, Side};
 
-    #[test]
-    fn a_tiny_p_value_prints_as_a_bound_not_as_zero() {
-        let vals = [42_000.0, 7_100.0, 43_500.0, 7_000.0, 41_800.0, 6_900.0];
-        let rounds: Vec<Round> = vals
-            .iter()
+    /// Interleaved rounds, baseline first, each with one round-trip figure of these values.
+    fn rounds_of(vals: &[f64]) -> Vec<Round> {
+        vals.iter()
             .enumerate()
             .map(|(index, v)| Round {
                 index,
@@ -488,7 +486,13 @@ mod tests {
                 noisy: false,
                 load_before: None,
             })
-            .collect();
+            .collect()
+    }
+
+    #[test]
+    fn a_tiny_p_value_prints_as_a_bound_not_as_zero() {
+        let vals = [42_000.0, 7_100.0, 43_500.0, 7_000.0, 41_800.0, 6_900.0];
+        let rounds = rounds_of(&vals);
         let c = &super::super::compare::compare_rounds(&rounds)[0];
         assert!(c.p_value.unwrap() < 0.001, "the JSON keeps the number");
         let v = verdict_text(c);
@@ -498,28 +502,7 @@ mod tests {
     #[test]
     fn a_verdict_says_whether_it_could_have_seen_the_target() {
         let vals = [100.0, 101.0, 99.0, 100.5, 100.0, 99.5];
-        let rounds: Vec<Round> = vals
-            .iter()
-            .enumerate()
-            .map(|(index, v)| Round {
-                index,
-                side: if index % 2 == 0 {
-                    Side::Baseline
-                } else {
-                    Side::Changed
-                },
-                started_s: index as f64,
-                figures: vec![Figure::single(
-                    "rtt_ns",
-                    "rtt",
-                    Unit::Nanoseconds,
-                    Direction::LowerIsBetter,
-                    *v,
-                )],
-                noisy: false,
-                load_before: None,
-            })
-            .collect();
+        let rounds = rounds_of(&vals);
         let mut c = super::super::compare::compare_rounds(&rounds).remove(0);
         let goal = crate::trial::precision::Goal::default_with(3);
         let mut fine = vec![c.clone()];
