@@ -80,118 +80,10 @@ fn paid_words(f: &Facts, halts: Option<f64>, ipi: Option<f64>) -> String {
 pub fn halt_in_vm(f: &Facts, halts: Option<f64>, ipi: Option<f64>) -> (String, Vec<Remedy>) {
     let paid = paid_words(f, halts, ipi);
     match f.environment {
-        Environment::HyperV => (
-            format!(
-                "The waiting vCPU has nothing else to run, so it halts. Hyper-V guests have no \
-                 halt-polling cpuidle driver, so every idle period halts at once; waking it takes a \
-                 synthetic inter-processor interrupt through the hypervisor, and the halted virtual \
-                 processor must be scheduled again on a logical processor by the host. How much \
-                 that costs depends on the host's scheduler type: under the root scheduler \
-                 (client Hyper-V, field notes A) a cross-VP wakeup is far dearer than under the \
-                 classic one (published, docs/field-notes.md section B: pgbench SELECT 1 29,655 vs \
-                 5,663 tps same vs different vCPU under root, 30,747 vs 19,519 under classic). \
-                 {paid}."
-            ),
-            vec![
-                Remedy::new(
-                    "bcdedit /set hypervisorschedulertype classic   (then reboot the host)",
-                    "Switches the host from the root (or core) scheduler to the classic one, \
-                     which the field notes measured at 19,519 instead of 5,663 tps for a \
-                     cross-vCPU pgbench (published, docs/field-notes.md section B).",
-                    "Applies to every VM on the host; the classic scheduler does not keep SMT \
-                     siblings to one VM as the core scheduler does (a side-channel boundary); \
-                     needs a host reboot. Impossible on Azure: the provider runs the host.",
-                )
-                .on_host("the Hyper-V host's administrator; not an Azure customer"),
-                idle_poll(),
-                fewer_vcpus("whoever sizes the VM (on Azure: choose a smaller VM size)"),
-            ],
-        ),
-        Environment::Xen => (
-            format!(
-                "The waiting vCPU blocks and Xen deschedules it; the wakeup is an event-channel \
-                 notification through the hypervisor, and Xen's scheduler (credit or credit2) \
-                 must pick the vCPU again on a physical CPU, which may be busy or share a module \
-                 or SMT core with another busy vCPU (field notes E: slowdown tracked the modules \
-                 with both cores busy). {paid}."
-            ),
-            vec![
-                Remedy::new(
-                    "xl vcpu-pin <domain> <vcpu> <pcpu>   (one vCPU per physical core or module)",
-                    "Keeps each vCPU on its own physical CPU, so it is not queued behind another \
-                     and does not share a module (published, docs/field-notes.md section E: one \
-                     core per module scaled near ideally to 16 threads).",
-                    "Fewer physical CPUs left for other domains; must be redone when the domain \
-                     is recreated unless put in its config (cpus=).",
-                )
-                .on_host("the Xen host's administrator (dom0); not a cloud customer"),
-                Remedy::new(
-                    "xl cpupool-create <pool.cfg>; xl cpupool-migrate <domain> <pool>",
-                    "Gives the domain physical CPUs no other domain runs on, with its own \
-                     scheduler instance.",
-                    "Dedicated capacity: the pool's CPUs sit idle when the domain does.",
-                )
-                .on_host("the Xen host's administrator (dom0)"),
-                idle_poll(),
-            ],
-        ),
-        Environment::Vmware => (
-            format!(
-                "The waiting vCPU halts and ESXi deschedules it; the wakeup is an \
-                 inter-processor interrupt that the hypervisor delivers, and the halted vCPU must \
-                 be scheduled again on a physical CPU before it runs. {paid}."
-            ),
-            vec![
-                Remedy::new(
-                    "VM setting Latency Sensitivity = High   (vSphere: Edit Settings > VM Options > Advanced)",
-                    "ESXi gives each vCPU exclusive use of a physical core and avoids \
-                     descheduling it when idle, so a wakeup does not wait for the vCPU to be \
-                     scheduled again.",
-                    "Needs a full CPU and memory reservation: the cores are the VM's even when \
-                     idle. Applies after a power cycle of the VM.",
-                )
-                .on_host("the vSphere administrator"),
-                idle_poll(),
-                fewer_vcpus("whoever sizes the VM"),
-            ],
-        ),
-        Environment::KvmNoHaltpoll => (
-            format!(
-                "The waiting vCPU halts at once: this guest does not idle through the haltpoll \
-                 cpuidle driver, so there is no guest-side polling window. Waking it takes an \
-                 inter-processor interrupt that KVM delivers, and the halted vCPU must be \
-                 scheduled again on the host. Whether the host polls before descheduling a \
-                 halted vCPU (kvm halt_poll_ns) is the provider's setting, invisible from here. \
-                 {paid}."
-            ),
-            {
-                let mut r = vec![Remedy::new(
-                    "kernel command line: cpuidle_haltpoll.force=1 haltpoll.guest_halt_poll_ns=200000",
-                    "Loads the haltpoll cpuidle driver even though the host does not advertise \
-                     it, so an idle vCPU polls up to 200 us before halting (GRUB_CMDLINE_LINUX, \
-                     update-grub, reboot). Needs a kernel built with cpuidle-haltpoll.",
-                    "An idle vCPU spins up to 200 us before halting: billed and seen as busy by \
-                     the host. Needs a reboot.",
-                )
-                .by("root in this guest")
-                .changing(force_haltpoll())
-                .changing(guest_halt_poll(200_000))];
-                r.push(idle_poll());
-                r.push(
-                    Remedy::new(
-                        "on the KVM host: echo 200000 > /sys/module/kvm/parameters/halt_poll_ns",
-                        "The host polls briefly for a halted vCPU's next wakeup instead of \
-                         descheduling it.",
-                        "Costs host CPU for every guest; a cloud customer cannot set it (ask \
-                         for a dedicated-host or latency-optimised instance type instead).",
-                    )
-                    .on_host("the KVM host's administrator; not a cloud customer")
-                    .changing(host_halt_poll(200_000)),
-                );
-                r.push(fewer_vcpus("whoever sizes the VM"));
-                r
-            },
-        ),
+        Environment::HyperV => hyperv(&paid),
+        Environment::Xen => xen(&paid),
+        Environment::Vmware => vmware(&paid),
+        Environment::KvmNoHaltpoll => kvm_no_haltpoll(&paid),
         // KVM with haltpoll, another hypervisor, or an older result: the KVM wording.
         _ => (
             format!(
@@ -206,6 +98,135 @@ pub fn halt_in_vm(f: &Facts, halts: Option<f64>, ipi: Option<f64>) -> (String, V
             super::remedies::halt_polling(f),
         ),
     }
+}
+
+/// The mechanism and remedies of a halt in a Hyper-V guest; `paid` says what a wakeup paid.
+fn hyperv(paid: &str) -> (String, Vec<Remedy>) {
+    (
+        format!(
+            "The waiting vCPU has nothing else to run, so it halts. Hyper-V guests have no \
+         halt-polling cpuidle driver, so every idle period halts at once; waking it takes a \
+         synthetic inter-processor interrupt through the hypervisor, and the halted virtual \
+         processor must be scheduled again on a logical processor by the host. How much \
+         that costs depends on the host's scheduler type: under the root scheduler \
+         (client Hyper-V, field notes A) a cross-VP wakeup is far dearer than under the \
+         classic one (published, docs/field-notes.md section B: pgbench SELECT 1 29,655 vs \
+         5,663 tps same vs different vCPU under root, 30,747 vs 19,519 under classic). \
+         {paid}."
+        ),
+        vec![
+            Remedy::new(
+                "bcdedit /set hypervisorschedulertype classic   (then reboot the host)",
+                "Switches the host from the root (or core) scheduler to the classic one, \
+             which the field notes measured at 19,519 instead of 5,663 tps for a \
+             cross-vCPU pgbench (published, docs/field-notes.md section B).",
+                "Applies to every VM on the host; the classic scheduler does not keep SMT \
+             siblings to one VM as the core scheduler does (a side-channel boundary); \
+             needs a host reboot. Impossible on Azure: the provider runs the host.",
+            )
+            .on_host("the Hyper-V host's administrator; not an Azure customer"),
+            idle_poll(),
+            fewer_vcpus("whoever sizes the VM (on Azure: choose a smaller VM size)"),
+        ],
+    )
+}
+
+/// The mechanism and remedies of a halt in a Xen guest; `paid` says what a wakeup paid.
+fn xen(paid: &str) -> (String, Vec<Remedy>) {
+    (
+        format!(
+            "The waiting vCPU blocks and Xen deschedules it; the wakeup is an event-channel \
+         notification through the hypervisor, and Xen's scheduler (credit or credit2) \
+         must pick the vCPU again on a physical CPU, which may be busy or share a module \
+         or SMT core with another busy vCPU (field notes E: slowdown tracked the modules \
+         with both cores busy). {paid}."
+        ),
+        vec![
+            Remedy::new(
+                "xl vcpu-pin <domain> <vcpu> <pcpu>   (one vCPU per physical core or module)",
+                "Keeps each vCPU on its own physical CPU, so it is not queued behind another \
+             and does not share a module (published, docs/field-notes.md section E: one \
+             core per module scaled near ideally to 16 threads).",
+                "Fewer physical CPUs left for other domains; must be redone when the domain \
+             is recreated unless put in its config (cpus=).",
+            )
+            .on_host("the Xen host's administrator (dom0); not a cloud customer"),
+            Remedy::new(
+                "xl cpupool-create <pool.cfg>; xl cpupool-migrate <domain> <pool>",
+                "Gives the domain physical CPUs no other domain runs on, with its own \
+             scheduler instance.",
+                "Dedicated capacity: the pool's CPUs sit idle when the domain does.",
+            )
+            .on_host("the Xen host's administrator (dom0)"),
+            idle_poll(),
+        ],
+    )
+}
+
+/// The mechanism and remedies of a halt in a VMware guest; `paid` says what a wakeup paid.
+fn vmware(paid: &str) -> (String, Vec<Remedy>) {
+    (
+    format!(
+        "The waiting vCPU halts and ESXi deschedules it; the wakeup is an \
+         inter-processor interrupt that the hypervisor delivers, and the halted vCPU must \
+         be scheduled again on a physical CPU before it runs. {paid}."
+    ),
+    vec![
+        Remedy::new(
+            "VM setting Latency Sensitivity = High   (vSphere: Edit Settings > VM Options > Advanced)",
+            "ESXi gives each vCPU exclusive use of a physical core and avoids \
+             descheduling it when idle, so a wakeup does not wait for the vCPU to be \
+             scheduled again.",
+            "Needs a full CPU and memory reservation: the cores are the VM's even when \
+             idle. Applies after a power cycle of the VM.",
+        )
+        .on_host("the vSphere administrator"),
+        idle_poll(),
+        fewer_vcpus("whoever sizes the VM"),
+    ],
+    )
+}
+
+/// The mechanism and remedies of a halt in a KVM guest without the haltpoll cpuidle driver;
+/// `paid` says what a wakeup paid.
+fn kvm_no_haltpoll(paid: &str) -> (String, Vec<Remedy>) {
+    (
+        format!(
+            "The waiting vCPU halts at once: this guest does not idle through the haltpoll \
+         cpuidle driver, so there is no guest-side polling window. Waking it takes an \
+         inter-processor interrupt that KVM delivers, and the halted vCPU must be \
+         scheduled again on the host. Whether the host polls before descheduling a \
+         halted vCPU (kvm halt_poll_ns) is the provider's setting, invisible from here. \
+         {paid}."
+        ),
+        {
+            let mut r = vec![Remedy::new(
+            "kernel command line: cpuidle_haltpoll.force=1 haltpoll.guest_halt_poll_ns=200000",
+            "Loads the haltpoll cpuidle driver even though the host does not advertise \
+             it, so an idle vCPU polls up to 200 us before halting (GRUB_CMDLINE_LINUX, \
+             update-grub, reboot). Needs a kernel built with cpuidle-haltpoll.",
+            "An idle vCPU spins up to 200 us before halting: billed and seen as busy by \
+             the host. Needs a reboot.",
+        )
+        .by("root in this guest")
+        .changing(force_haltpoll())
+        .changing(guest_halt_poll(200_000))];
+            r.push(idle_poll());
+            r.push(
+                Remedy::new(
+                    "on the KVM host: echo 200000 > /sys/module/kvm/parameters/halt_poll_ns",
+                    "The host polls briefly for a halted vCPU's next wakeup instead of \
+                 descheduling it.",
+                    "Costs host CPU for every guest; a cloud customer cannot set it (ask \
+                 for a dedicated-host or latency-optimised instance type instead).",
+                )
+                .on_host("the KVM host's administrator; not a cloud customer")
+                .changing(host_halt_poll(200_000)),
+            );
+            r.push(fewer_vcpus("whoever sizes the VM"));
+            r
+        },
+    )
 }
 
 /// Mechanism words and remedies for a cross-CPU wakeup on bare metal that enters idle states.
