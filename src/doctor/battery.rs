@@ -221,47 +221,7 @@ pub fn run(
         let deadline = Deadline::after(planned_s);
         let before = SystemSnapshot::take(&machine.root);
         let started = Instant::now();
-        let mut cut: Option<String> = None;
-        let mut keep = |c: Option<String>| cut = c;
-        let outcome: Result<()> = match stage {
-            Stage::Wakeup => stages::wakeup(machine, &b, progress, deadline).map(|(w, c)| {
-                m.wakeup = w;
-                keep(c)
-            }),
-            Stage::Messaging(p) => {
-                let plan = messaging::Plan {
-                    groups: 2,
-                    senders: 4,
-                    run_time: Duration::from_secs_f64(b.messaging_run_s),
-                    repetitions: b.messaging_repetitions,
-                };
-                messaging::run(machine, p, &plan, deadline, || {}).map(|(t, c)| {
-                    m.throughput = t;
-                    keep(c)
-                })
-            }
-            Stage::OsCost => stages::oscost(machine, s.mode, progress, deadline).map(|(o, c)| {
-                m.oscost = Some(o);
-                keep(c)
-            }),
-            Stage::Share => stages::share(machine, &b, progress, deadline).map(|(x, c)| {
-                m.share = Some(x);
-                keep(c)
-            }),
-            Stage::Scale => stages::scale(machine, &b, progress, deadline).map(|(x, c)| {
-                m.scaling = x;
-                keep(c)
-            }),
-            Stage::Watch(t, secs) => {
-                stages::watch(machine, t, *secs, progress, deadline).map(|(x, c)| {
-                    m.app_watch = Some(x);
-                    keep(c)
-                })
-            }
-            Stage::Preset(p) => {
-                stages::preset(machine, p, s.mode, progress).map(|x| m.presets.extend(x))
-            }
-        };
+        let (outcome, cut) = measure_stage(machine, s, &b, stage, progress, deadline, &mut m);
         let actual_s = started.elapsed().as_secs_f64();
         if let Some(c) = &cut {
             progress.warn(&format!(
@@ -321,6 +281,60 @@ pub fn run(
         };
     }
     (m, stopped)
+}
+
+/// Runs one stage into `m`; its outcome, and what was cut short at the deadline.
+fn measure_stage(
+    machine: &Machine,
+    s: &DoctorSettings,
+    b: &Budget,
+    stage: &Stage,
+    progress: &Progress,
+    deadline: Deadline,
+    m: &mut Measurements,
+) -> (Result<()>, Option<String>) {
+    let mut cut: Option<String> = None;
+    let mut keep = |c: Option<String>| cut = c;
+    let outcome = match stage {
+        Stage::Wakeup => stages::wakeup(machine, b, progress, deadline).map(|(w, c)| {
+            m.wakeup = w;
+            keep(c)
+        }),
+        Stage::Messaging(p) => {
+            let plan = messaging::Plan {
+                groups: 2,
+                senders: 4,
+                run_time: Duration::from_secs_f64(b.messaging_run_s),
+                repetitions: b.messaging_repetitions,
+            };
+            messaging::run(machine, p, &plan, deadline, || {}).map(|(t, c)| {
+                m.throughput = t;
+                keep(c)
+            })
+        }
+        Stage::OsCost => stages::oscost(machine, s.mode, progress, deadline).map(|(o, c)| {
+            m.oscost = Some(o);
+            keep(c)
+        }),
+        Stage::Share => stages::share(machine, b, progress, deadline).map(|(x, c)| {
+            m.share = Some(x);
+            keep(c)
+        }),
+        Stage::Scale => stages::scale(machine, b, progress, deadline).map(|(x, c)| {
+            m.scaling = x;
+            keep(c)
+        }),
+        Stage::Watch(t, secs) => {
+            stages::watch(machine, t, *secs, progress, deadline).map(|(x, c)| {
+                m.app_watch = Some(x);
+                keep(c)
+            })
+        }
+        Stage::Preset(p) => {
+            stages::preset(machine, p, s.mode, progress).map(|x| m.presets.extend(x))
+        }
+    };
+    (outcome, cut)
 }
 
 #[cfg(test)]
