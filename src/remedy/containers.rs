@@ -173,6 +173,21 @@ pub fn kubernetes(dir: &str, changes: &[&Change], ctx: &Context) -> Form {
         install_to: None,
         placeholder: Some("IMAGE and MEMORY: the workload's image and memory are not in a doctor result".into()),
     });
+    kubernetes_commands(&mut form, dir, &install, ctx);
+    form.notes.push(format!(
+        "a pod cannot name its CPUs: the static policy gives it {n} whole CPU(s) from those not \
+         reserved (reservedSystemCPUs {reserved} keeps the first for system daemons); changing \
+         the policy needs the node drained and cpu_manager_state removed"
+    ));
+    if ctx.hostname.is_empty() {
+        form.notes
+            .push("NODE is a placeholder: the result names no host".into());
+    }
+    form
+}
+
+/// The node drain, the kubelet's restart with the static policy, the pod, and their undo.
+fn kubernetes_commands(form: &mut Form, dir: &str, install: &str, ctx: &Context) {
     let node = sh_quote(if ctx.hostname.is_empty() {
         "NODE"
     } else {
@@ -187,7 +202,7 @@ pub fn kubernetes(dir: &str, changes: &[&Change], ctx: &Context) -> Form {
     form.apply.extend(restart.iter().cloned());
     form.apply.push(format!(
         "install -D -m 0644 {dir}/kubelet-config.yaml {}",
-        sh_quote(&install)
+        sh_quote(install)
     ));
     form.apply.push("systemctl start kubelet".into());
     form.apply.push(format!("kubectl uncordon {node}"));
@@ -201,19 +216,9 @@ pub fn kubernetes(dir: &str, changes: &[&Change], ctx: &Context) -> Form {
     form.undo.push(format!("kubectl delete -f {dir}/pod.yaml"));
     form.undo.push(drain);
     form.undo.extend(restart);
-    form.undo.push(format!("rm -f {}", sh_quote(&install)));
+    form.undo.push(format!("rm -f {}", sh_quote(install)));
     form.undo.push("systemctl start kubelet".into());
     form.undo.push(format!("kubectl uncordon {node}"));
-    form.notes.push(format!(
-        "a pod cannot name its CPUs: the static policy gives it {n} whole CPU(s) from those not \
-         reserved (reservedSystemCPUs {reserved} keeps the first for system daemons); changing \
-         the policy needs the node drained and cpu_manager_state removed"
-    ));
-    if ctx.hostname.is_empty() {
-        form.notes
-            .push("NODE is a placeholder: the result names no host".into());
-    }
-    form
 }
 
 #[cfg(test)]
