@@ -8,6 +8,7 @@
 #[macro_use]
 mod common;
 
+use common::chromium::{chromium, headless};
 use common::cpulab;
 use cpulab::cpulist::CpuSet;
 use cpulab::doctor::DoctorReport;
@@ -19,10 +20,7 @@ use cpulab::report::envelope::{Envelope, Kind};
 use cpulab::stats::MeanCi;
 use cpulab::topology::PlacementClass::{self, *};
 use std::collections::BTreeMap;
-use std::io::Read;
 use std::path::Path;
-use std::process::Stdio;
-use std::time::{Duration, Instant};
 
 fn around(mean: f64, n: usize) -> Vec<f64> {
     (0..n)
@@ -304,70 +302,6 @@ fn report_renders_text_and_rejects_broken_files() {
     cpulab().arg("report").arg(&bad).assert().code(2);
     std::fs::write(&bad, r#"{"cpulab_schema": 1, "kind": "doct"#).unwrap();
     cpulab().arg("report").arg(&bad).assert().code(2);
-}
-
-fn chromium() -> Option<&'static str> {
-    ["chromium", "chromium-browser", "google-chrome"]
-        .into_iter()
-        .find(|c| {
-            std::process::Command::new(c)
-                .arg("--version")
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status()
-                .is_ok_and(|s| s.success())
-        })
-}
-
-/// Runs headless Chromium on `html` with `extra` arguments, bounded in time.
-fn headless(bin: &str, html: &Path, extra: &[String]) -> std::process::Output {
-    let profile = tempfile::tempdir().unwrap();
-    let mut cmd = std::process::Command::new(bin);
-    cmd.args([
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--no-first-run",
-        "--hide-scrollbars",
-    ])
-    .arg(format!("--user-data-dir={}", profile.path().display()))
-    .args(extra)
-    .arg(format!("file://{}", html.display()))
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped());
-    let mut child = cmd.spawn().unwrap();
-    let reader = |mut pipe: Box<dyn std::io::Read + Send>| {
-        std::thread::spawn(move || {
-            let mut b = Vec::new();
-            let _ = pipe.read_to_end(&mut b);
-            b
-        })
-    };
-    let stdout = reader(Box::new(child.stdout.take().unwrap()));
-    let stderr = reader(Box::new(child.stderr.take().unwrap()));
-    // Never hang the test suite on a wedged browser: wait with a deadline, and on it kill the
-    // child through its handle. Until this handle reaps it, its pid stays its own (a zombie
-    // keeps it), so the kill cannot reach a process that reused the pid.
-    let deadline = Instant::now() + Duration::from_secs(90);
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if Instant::now() >= deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("{bin} did not finish in 90 s: killed");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    std::process::Output {
-        status,
-        stdout: stdout.join().unwrap(),
-        stderr: stderr.join().unwrap(),
-    }
 }
 
 #[test]

@@ -1,5 +1,5 @@
-//! Headless Chromium for the tests that check a page renders (the same calls as
-//! tests/report.rs): find the browser, run it on a file with a deadline.
+//! Headless Chromium for the tests that check a page renders (tests/report.rs, tests/fleet.rs):
+//! find the browser, run it on a file with a deadline.
 
 use std::path::Path;
 use std::process::Stdio;
@@ -49,6 +49,9 @@ pub fn headless(bin: &str, html: &Path, extra: &[String]) -> std::process::Outpu
     };
     let stdout = reader(Box::new(child.stdout.take().unwrap()));
     let stderr = reader(Box::new(child.stderr.take().unwrap()));
+    // Never hang the test suite on a wedged browser: wait with a deadline, and on it kill the
+    // child through its handle. Until this handle reaps it, its pid stays its own (a zombie
+    // keeps it), so the kill cannot reach a process that reused the pid.
     let deadline = Instant::now() + Duration::from_secs(90);
     let status = loop {
         if let Some(status) = child.try_wait().unwrap() {
