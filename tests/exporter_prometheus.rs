@@ -5,73 +5,11 @@
 
 mod common;
 
-use common::cpulab_process;
+use common::prom::{Killed, contrib, exporter, free_port, label, spawn, value, wait_listening};
 use serde_json::Value;
-use std::net::{TcpListener, TcpStream};
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-fn contrib() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("contrib/prometheus")
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn wait_listening(port: u16, what: &str) {
-    let until = Instant::now() + Duration::from_secs(60);
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < until, "{what} never listened on {port}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
-/// A child process killed on drop, and with the test process (parent-death signal).
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn spawn(mut c: Command) -> Killed {
-    // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
-    unsafe {
-        c.pre_exec(|| {
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-            Ok(())
-        });
-    }
-    Killed(
-        c.stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    )
-}
-
-fn exporter(port: u16, extra: &[&str]) -> Killed {
-    let mut c = cpulab_process();
-    c.args([
-        "exporter",
-        "--quiet",
-        "--listen",
-        &format!("127.0.0.1:{port}"),
-    ])
-    .args(extra);
-    let k = spawn(c);
-    wait_listening(port, "the exporter");
-    k
-}
 
 fn curl(url: &str, query: Option<&str>) -> String {
     let mut c = Command::new("curl");
@@ -182,14 +120,6 @@ fn now_s() -> f64 {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_secs_f64()
-}
-
-fn value(sample: &Value) -> f64 {
-    sample["value"][1].as_str().unwrap().parse().unwrap()
-}
-
-fn label<'a>(sample: &'a Value, name: &str) -> &'a str {
-    sample["metric"][name].as_str().unwrap_or("")
 }
 
 fn prometheus_installed(test: &str) -> bool {

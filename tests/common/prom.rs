@@ -1,8 +1,8 @@
 //! A private Prometheus on loopback for tests that need a real one (Debian's `prometheus`):
 //! started in a temporary directory with a configuration the test writes, killed on drop and
-//! with the test process (parent-death signal), every wait bounded by a deadline. The same
-//! pattern as tests/exporter_prometheus.rs, shared here for the tests that run several
-//! exporters.
+//! with the test process (parent-death signal), every wait bounded by a deadline; and the
+//! exporter, port and query helpers tests/exporter_prometheus.rs and tests/fleet.rs share
+//! (exporter_prometheus keeps its own one-target `Prometheus`).
 
 use serde_json::Value;
 use std::net::{TcpListener, TcpStream};
