@@ -530,7 +530,13 @@ fn assert_self_health_arrives(prom: &Prometheus) {
         ] {
             let s = prom.wait_for(&format!("{m}{{collector=\"{c}\"}}"));
             assert_eq!(s.len(), 1, "{m} {c}: {s:?}");
-            assert!(value(&s[0]) >= 0.0, "{m} {c}: {s:?}");
+            let v = value(&s[0]);
+            // Success is 1 or 0, never anything between; a duration is never negative.
+            if m.ends_with("_success") {
+                assert!(v == 0.0 || v == 1.0, "{m} {c}: {s:?}");
+            } else {
+                assert!(v >= 0.0, "{m} {c}: {s:?}");
+            }
         }
     }
     let build = prom.wait_for("cpulab_exporter_build_info");

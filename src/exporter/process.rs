@@ -305,6 +305,15 @@ Max realtime timeout      unlimited            unlimited            us        \n
 
     #[test]
     fn this_process_reads_whole_and_plausibly() {
+        // This process's CPU time as getrusage gives it, in seconds.
+        let rusage = || {
+            // SAFETY: getrusage writes the struct it is given and nothing else.
+            let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+            assert_eq!(unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) }, 0);
+            let s = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+            s(u.ru_utime) + s(u.ru_stime)
+        };
+        let before = rusage();
         let (f, errors) = read(
             Path::new("/proc/self"),
             Path::new("/proc/stat"),
@@ -328,6 +337,12 @@ Max realtime timeout      unlimited            unlimited            us        \n
             .as_secs_f64();
         let start = f.start_time_s.unwrap();
         assert!(start <= now + 1.0 && start > 1e9, "{start} {now}");
-        assert!(f.cpu_seconds.unwrap() >= 0.0);
+        // The CPU time read from /proc is this process's, as getrusage brackets it (within the
+        // clock tick /proc/PID/stat counts in, and one more for rounding).
+        let (cpu, after) = (f.cpu_seconds.unwrap(), rusage());
+        assert!(
+            cpu >= before - 0.02 && cpu <= after + 0.02,
+            "{before} <= {cpu} <= {after}"
+        );
     }
 }
