@@ -90,6 +90,28 @@ pub struct Magnitude {
     pub unit: String,
 }
 
+/// Largest and smallest change a finding asks its trial to be able to see: above half, a trial
+/// that could only see ±90% would pass a remedy that did half what was predicted; below 2%, the
+/// rounds it takes outgrow any time limit on a shared machine.
+pub const TRIAL_TARGET: (f64, f64) = (0.02, 0.5);
+
+impl Magnitude {
+    /// The change the effect predicts of the worse figure if a remedy removes it: brought down
+    /// to the better one, it changes by 1 - 1/ratio of itself. `None` without a ratio above 1.
+    pub fn predicted_change(&self) -> Option<f64> {
+        self.ratio
+            .filter(|r| r.is_finite() && *r > 1.0)
+            .map(|r| 1.0 - 1.0 / r)
+    }
+
+    /// The smallest change a trial of this finding's remedy should be able to see
+    /// (`cpulab try --detect`), as a fraction: the predicted change held to [`TRIAL_TARGET`].
+    pub fn trial_target(&self) -> Option<f64> {
+        self.predicted_change()
+            .map(|p| p.clamp(TRIAL_TARGET.0, TRIAL_TARGET.1))
+    }
+}
+
 /// What a piece of evidence rests on.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -454,6 +476,22 @@ impl Remedy {
 }
 
 /// Most important first: severity, then the size of the effect.
+/// Every `cpulab try` line of a finding's remedies asks for the change the finding predicts
+/// (`--detect PCT`), so a trial run from the printed line can see what the finding promises or
+/// says it could not; a line that already names a target keeps it.
+pub fn aim_trials(findings: &mut [Finding]) {
+    for f in findings.iter_mut() {
+        let Some(t) = f.magnitude.trial_target() else {
+            continue;
+        };
+        for line in f.remedies.iter_mut().filter_map(|r| r.try_command.as_mut()) {
+            if !line.split_whitespace().any(|w| w == "--detect") {
+                *line = format!("{line} --detect {:.0}", t * 100.0);
+            }
+        }
+    }
+}
+
 pub fn sort(findings: &mut [Finding]) {
     findings.sort_by(|a, b| {
         b.severity.cmp(&a.severity).then(

@@ -78,35 +78,44 @@ pub fn measured_line(r: &TrialReport) -> String {
     s
 }
 
-/// The smallest change a predicted effect of `ratio` (worse over better, >= 1) means: the worse
-/// figure brought down to the better one changes by 1 - 1/ratio of itself.
-pub fn predicted_change(ratio: f64) -> Option<f64> {
-    (ratio.is_finite() && ratio > 1.0).then(|| 1.0 - 1.0 / ratio)
-}
-
-/// Largest and smallest targets a finding sets: above half, a trial that could only see
-/// ±90% would pass a remedy that did half what was predicted; below 2%, the rounds it takes
-/// outgrow any time limit on a shared machine.
-const FINDING_TARGET: (f64, f64) = (0.02, 0.5);
-
-/// The goal of a remedy's trial: to see the change its finding predicts (clamped to
-/// [`FINDING_TARGET`]), else the standalone default; three rounds a side first.
+/// The goal of a remedy's trial: to see the change its finding predicts (held to
+/// [`TRIAL_TARGET`]), else the standalone default; three rounds a side first.
 pub fn goal_for(m: &crate::doctor::findings::Magnitude) -> Goal {
     let mut goal = Goal::default_with(3);
-    if let Some(p) = m.ratio.and_then(predicted_change) {
-        goal.target_rel = p.clamp(FINDING_TARGET.0, FINDING_TARGET.1);
+    if let (Some(p), Some(t)) = (m.predicted_change(), m.trial_target()) {
+        goal.target_rel = t;
         goal.target_from = format!(
             "the finding's {:.1}x, a {:.0}% change{}",
             m.ratio.unwrap_or(1.0),
             p * 100.0,
-            if p > FINDING_TARGET.1 || p < FINDING_TARGET.0 {
-                format!(", held to {:.0}%", goal.target_rel * 100.0)
+            if p != t {
+                format!(", held to {:.0}%", t * 100.0)
             } else {
                 String::new()
             }
         );
     }
     goal
+}
+
+/// The words of a printed `cpulab try` line that name changes: `cpulab try` itself, `--each`
+/// and `--detect PCT` (the goal comes from the finding) left out.
+fn change_words(line: &str) -> (Vec<String>, bool) {
+    let words = shell_words::split(line).unwrap_or_default();
+    let each = words.iter().any(|w| w == "--each");
+    let mut args = Vec::new();
+    let mut it = words.into_iter().skip(2);
+    while let Some(w) = it.next() {
+        match w.as_str() {
+            "--each" => {}
+            "--detect" => {
+                it.next();
+            }
+            _ if w.starts_with("--detect=") => {}
+            _ => args.push(w),
+        }
+    }
+    (args, each)
 }
 
 /// Runs the trial of every remedy that carries a `cpulab try` line (each distinct line once).
@@ -137,13 +146,7 @@ pub fn try_remedies(
                 continue;
             }
             crate::output::status(quiet, &format!("doctor --try: {line}"));
-            let words = shell_words::split(&line).unwrap_or_default();
-            let each = words.iter().any(|w| w == "--each");
-            let args: Vec<String> = words
-                .into_iter()
-                .skip(2)
-                .filter(|w| w != "--each")
-                .collect();
+            let (args, each) = change_words(&line);
             let roots = Roots::new(root, None);
             let (measured, figures) = match parse_changes(&roots, &args) {
                 Ok((changes, skipped)) => {
@@ -226,9 +229,9 @@ mod tests {
     /// out to see it, held to 2%..50%.
     #[test]
     fn a_remedys_trial_aims_at_the_change_its_finding_predicts() {
-        assert_eq!(predicted_change(1.0), None);
-        assert_eq!(predicted_change(f64::NAN), None);
-        assert!((predicted_change(1.25).unwrap() - 0.2).abs() < 1e-12);
+        assert_eq!(magnitude(Some(1.0)).predicted_change(), None);
+        assert_eq!(magnitude(Some(f64::NAN)).predicted_change(), None);
+        assert!((magnitude(Some(1.25)).predicted_change().unwrap() - 0.2).abs() < 1e-12);
         let g = goal_for(&magnitude(Some(1.25)));
         assert!((g.target_rel - 0.2).abs() < 1e-12);
         assert!(
@@ -245,5 +248,18 @@ mod tests {
         assert_eq!(goal_for(&magnitude(Some(1.01))).target_rel, 0.02);
         // No ratio: the standalone default.
         assert_eq!(goal_for(&magnitude(None)), Goal::default_with(3));
+    }
+
+    /// The line the doctor prints carries `--detect`; its trial under `doctor --try` reads only
+    /// the changes from it (the goal is the finding's), and `--each` still counts.
+    #[test]
+    fn a_printed_try_line_gives_its_changes_without_the_target() {
+        let (args, each) =
+            change_words("cpulab try pid:12.affinity=0 pid:13.affinity=0 --detect 45 --each");
+        assert_eq!(args, ["pid:12.affinity=0", "pid:13.affinity=0"]);
+        assert!(each);
+        let (args, each) = change_words("cpulab try --detect=8 haltpoll.guest_halt_poll_ns=0");
+        assert_eq!(args, ["haltpoll.guest_halt_poll_ns=0"]);
+        assert!(!each);
     }
 }

@@ -55,9 +55,11 @@ pub fn all() -> Vec<Box<dyn Rule>> {
     ]
 }
 
-/// Runs every rule and sorts the findings, most important first.
+/// Runs every rule, aims each remedy's trial at the change its finding predicts, and sorts the
+/// findings, most important first.
 pub fn evaluate(input: Inputs<'_>) -> Vec<Finding> {
     let mut out: Vec<Finding> = all().iter().flat_map(|r| r.check(input)).collect();
+    findings::aim_trials(&mut out);
     findings::sort(&mut out);
     out
 }
@@ -92,6 +94,43 @@ mod tests {
             }
         }
         assert!(seen >= 3, "the fixture has setting remedies ({seen})");
+    }
+
+    /// Every printed trial asks for the change its finding predicts: a finding of ratio R gets
+    /// `--detect` of 1 - 1/R (held to 2..50%), and a finding without a ratio leaves its lines
+    /// as the rule wrote them.
+    #[test]
+    fn every_try_line_asks_for_the_change_its_finding_predicts() {
+        let (facts, m) = fixtures::everything_wrong();
+        let f = evaluate(Inputs {
+            facts: &facts,
+            m: &m,
+        });
+        let mut aimed = 0;
+        for x in &f {
+            for t in x.remedies.iter().filter_map(|r| r.try_command.as_deref()) {
+                match x.magnitude.trial_target() {
+                    Some(target) => {
+                        let want = format!(" --detect {:.0}", target * 100.0);
+                        assert!(t.ends_with(&want), "{}: {t}", x.id);
+                        assert_eq!(t.matches("--detect").count(), 1, "{t}");
+                        aimed += 1;
+                    }
+                    None => assert!(!t.contains("--detect"), "{}: {t}", x.id),
+                }
+            }
+        }
+        assert!(aimed >= 3, "the fixture has trials to aim ({aimed})");
+        let wake = f.iter().find(|x| x.id == "cross-cpu-wakeup").unwrap();
+        let ratio = wake.magnitude.ratio.unwrap();
+        assert!(ratio > 2.0, "{ratio}");
+        let want = (1.0 - 1.0 / ratio).clamp(0.02, 0.5) * 100.0;
+        let t = wake
+            .remedies
+            .iter()
+            .find_map(|r| r.try_command.clone())
+            .unwrap();
+        assert!(t.ends_with(&format!("--detect {want:.0}")), "{t}");
     }
 
     #[test]
