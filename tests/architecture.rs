@@ -922,3 +922,52 @@ fn modules_import_only_layers_below_and_functions_stay_short() {
         new.join("\n  ")
     );
 }
+
+/// Every experiment starts the same way: `Experiment::run` (the prologue, then `measure`) is
+/// written once, in the trait, and no implementation overrides it (issue 31: the prologue was
+/// called by hand in seven run files).
+#[test]
+fn no_experiment_writes_its_own_start() {
+    let root = root();
+    let mut implementations = Vec::new();
+    let mut overrides = Vec::new();
+    for s in sources(&root) {
+        let toks = tokens(&s.code);
+        let close = matching(&toks);
+        for (i, (t, _)) in toks.iter().enumerate() {
+            if *t != Tok::Ident("impl".into()) {
+                continue;
+            }
+            // `impl [path::]Experiment for Type {`
+            let Some(open) = (i + 1..toks.len()).find(|&j| toks[j].0 == Tok::Punct('{')) else {
+                continue;
+            };
+            let head = &toks[i + 1..open];
+            let Some(f) = head.iter().position(|t| t.0 == Tok::Ident("for".into())) else {
+                continue;
+            };
+            if f == 0 || head[f - 1].0 != Tok::Ident("Experiment".into()) {
+                continue;
+            }
+            let Some(&end) = close.get(&open) else {
+                continue;
+            };
+            implementations.push(s.file.clone());
+            let body = &toks[open..end];
+            if body
+                .windows(2)
+                .any(|w| w[0].0 == Tok::Ident("fn".into()) && w[1].0 == Tok::Ident("run".into()))
+            {
+                overrides.push(s.file.clone());
+            }
+        }
+    }
+    assert!(
+        implementations.len() >= 9,
+        "the reader finds the experiments: {implementations:?}"
+    );
+    assert!(
+        overrides.is_empty(),
+        "these experiments write their own run instead of load_watch + measure: {overrides:?}"
+    );
+}

@@ -142,8 +142,20 @@ impl Experiment for Bursty {
     type Report = BurstyReport;
     const KIND: Kind = Kind::Experiment("bursty");
 
-    fn run(machine: &Machine, s: &BurstySettings, progress: &Progress) -> Result<BurstyReport> {
-        run::run(machine, s, progress)
+    fn load_watch(
+        machine: &Machine,
+        settings: &BurstySettings,
+    ) -> Result<Option<crate::experiment::LoadWatch>> {
+        Ok(Some(run::load_watch(machine, settings)))
+    }
+
+    fn measure(
+        machine: &Machine,
+        settings: &BurstySettings,
+        conditions: Conditions,
+        progress: &Progress,
+    ) -> Result<BurstyReport> {
+        run::measure(machine, settings, conditions, progress)
     }
 
     fn conditions(r: &BurstyReport) -> &Conditions {

@@ -2,8 +2,8 @@
 //! the bursts after each sleep.
 
 use super::{BurstyReport, BurstyRun, BurstySettings};
-use crate::experiment::{Progress, prologue};
-use crate::machine::Machine;
+use crate::experiment::{LoadWatch, Progress};
+use crate::machine::{Conditions, Machine};
 use crate::stats::{MeanCi, percentile};
 use anyhow::{Context, Result};
 use nix::time::{ClockId, clock_gettime};
@@ -88,16 +88,25 @@ fn one_run(s: &BurstySettings, iterations: u64) -> Option<BurstyRun> {
     summarise(burst_ns, burst_cpu_ns, warm_ns)
 }
 
-/// Measures `s.repeats` runs on the calling thread, its affinity the allowed set meanwhile.
-pub fn run(machine: &Machine, s: &BurstySettings, progress: &Progress) -> Result<BurstyReport> {
+/// The CPUs the runs may use (the allowed set unless the settings name some), watched for
+/// other load for 300 ms unless the settings say not to.
+pub fn load_watch(machine: &Machine, s: &BurstySettings) -> LoadWatch {
+    LoadWatch {
+        cpus: s.cpus.clone().unwrap_or_else(|| machine.allowed.clone()),
+        window: Duration::from_millis(300),
+        enabled: s.check_load,
+    }
+}
+
+/// Measures `s.repeats` runs on the calling thread under `conditions`, its affinity the
+/// allowed set meanwhile.
+pub fn measure(
+    machine: &Machine,
+    s: &BurstySettings,
+    conditions: Conditions,
+    progress: &Progress,
+) -> Result<BurstyReport> {
     let cpus = s.cpus.clone().unwrap_or_else(|| machine.allowed.clone());
-    let conditions = prologue(
-        machine,
-        &cpus,
-        Duration::from_millis(300),
-        s.check_load,
-        progress,
-    );
     let saved = crate::affinity::get(0)?;
     crate::affinity::set(0, &cpus)?;
     progress.step("calibrating the work on a warm CPU");

@@ -13,8 +13,9 @@
 //!   direction from here instead of guessing it from a key's spelling.
 //! - the text and HTML renderers of each result, beside the experiment, so `cpulab report` renders
 //!   every kind it can load with that kind's own renderer.
-//! - [`prologue`]: the start of every run (the conditions now, then a watch of the CPUs for
-//!   other load: warn, record).
+//! - [`Experiment::run`]: the start of every run (the conditions now, then a watch of the CPUs
+//!   [`Experiment::load_watch`] names for other load: warn, record), then
+//!   [`Experiment::measure`].
 //!
 //! [`Level`] is defined with the terminal printer in `output` (the bottom layer, which must not
 //! import this one) and re-exported here.
@@ -177,24 +178,29 @@ impl<'a> Progress<'a> {
     }
 }
 
+/// What the prologue watches for other load before an experiment measures: the CPUs the run
+/// will use, for how long, and whether the user asked for the check (`--no-load-check` says
+/// not).
+#[derive(Clone, Debug, PartialEq)]
+pub struct LoadWatch {
+    pub cpus: crate::cpulist::CpuSet,
+    pub window: std::time::Duration,
+    pub enabled: bool,
+}
+
 /// The prologue every experiment runs before measuring: the [`Conditions`] as they are now,
-/// then, unless `enabled` is false, `cpus` watched for other load for `window` (a warning when
-/// there is some, the check recorded in the conditions); otherwise a note in the conditions that
-/// no check was made.
-pub fn prologue(
-    machine: &Machine,
-    cpus: &crate::cpulist::CpuSet,
-    window: std::time::Duration,
-    enabled: bool,
-    progress: &Progress,
-) -> Conditions {
+/// then, unless the watch is disabled, its CPUs watched for other load for its window (a
+/// warning when there is some, the check recorded in the conditions); otherwise a note in the
+/// conditions that no check was made. [`Experiment::run`] calls it; nothing else does.
+fn prologue(machine: &Machine, watch: &LoadWatch, progress: &Progress) -> Conditions {
     let mut conditions = Conditions::now(machine);
-    if !enabled || cpus.is_empty() {
+    if !watch.enabled || watch.cpus.is_empty() {
         conditions.load_not_checked();
         return conditions;
     }
+    let cpus = &watch.cpus;
     progress.step(&format!("checking CPUs {cpus} for other load"));
-    let check = crate::counters::check_background_load(&machine.root, cpus, window);
+    let check = crate::counters::check_background_load(&machine.root, cpus, watch.window);
     if let (true, Some(r)) = (check.noisy, &check.reason) {
         progress.warn(&format!("{r}; results are marked noisy"));
     }
@@ -207,9 +213,12 @@ pub fn silent(_: Level, _: &str) {}
 
 /// Every experiment: validated settings in, one typed result out, its renderers beside it.
 ///
-/// The prologue is the same for all: settings were validated against the machine when they were
-/// made (the subcommand's `settings` function), `run` records the [`Conditions`] and checks for
-/// other load before measuring unless the settings say not to.
+/// The start is the same for all and lives in one place, [`Experiment::run`]: settings were
+/// validated against the machine when they were made (the subcommand's `settings` function);
+/// `run` records the [`Conditions`], checks the CPUs [`Experiment::load_watch`] names for
+/// other load, and hands the conditions to [`Experiment::measure`]. An experiment writes the
+/// two halves and never `run` (tests/architecture.rs checks that no implementation overrides
+/// it).
 pub trait Experiment {
     /// Validated settings; nothing below `run` re-validates.
     type Settings;
@@ -218,12 +227,31 @@ pub trait Experiment {
     /// Its `kind` in the result envelope.
     const KIND: Kind;
 
-    /// Measures on the live machine.
+    /// The CPUs the run will use and how long to watch them for other load first; `None` for
+    /// an experiment that judges other load its own way (`try` checks every round, `watch`
+    /// observes the load itself), whose conditions then carry no prologue check.
+    fn load_watch(machine: &Machine, settings: &Self::Settings) -> Result<Option<LoadWatch>>;
+
+    /// Measures on the live machine, under the conditions the prologue recorded.
+    fn measure(
+        machine: &Machine,
+        settings: &Self::Settings,
+        conditions: Conditions,
+        progress: &Progress,
+    ) -> Result<Self::Report>;
+
+    /// The prologue, then the measurement: the one way every experiment starts.
     fn run(
         machine: &Machine,
         settings: &Self::Settings,
         progress: &Progress,
-    ) -> Result<Self::Report>;
+    ) -> Result<Self::Report> {
+        let conditions = match Self::load_watch(machine, settings)? {
+            Some(w) => prologue(machine, &w, progress),
+            None => Conditions::now(machine),
+        };
+        Self::measure(machine, settings, conditions, progress)
+    }
 
     /// The conditions the result was taken under.
     fn conditions(report: &Self::Report) -> &Conditions;

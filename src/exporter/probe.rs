@@ -7,7 +7,7 @@
 //! a quarter of a percent of one CPU.
 
 use super::metrics::ProbeFigures;
-use crate::experiment::{Progress, silent};
+use crate::experiment::{Experiment, Progress, silent};
 use crate::machine::Machine;
 use crate::pingpong::{self, Method, PairSpec, PingpongSettings, Placement};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -51,7 +51,7 @@ pub fn run_once(machine: &Machine, last: &Mutex<Option<ProbeFigures>>) {
     let sink = silent;
     let s = settings(pairs(machine));
     let t0 = Instant::now();
-    let result = pingpong::run(machine, &s, &Progress::new(&sink));
+    let result = pingpong::Pingpong::run(machine, &s, &Progress::new(&sink));
     let Ok(mut slot) = last.lock() else { return };
     let mut fig = slot.take().unwrap_or_default();
     fig.runs += 1;

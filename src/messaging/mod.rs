@@ -175,8 +175,20 @@ impl Experiment for Messaging {
     type Report = MessagingReport;
     const KIND: Kind = Kind::Experiment("messaging");
 
-    fn run(machine: &Machine, s: &MessagingSettings, progress: &Progress) -> Result<Self::Report> {
-        run::run(machine, s, progress)
+    fn load_watch(
+        machine: &Machine,
+        settings: &MessagingSettings,
+    ) -> Result<Option<crate::experiment::LoadWatch>> {
+        Ok(Some(run::load_watch(machine, settings)))
+    }
+
+    fn measure(
+        machine: &Machine,
+        settings: &MessagingSettings,
+        conditions: Conditions,
+        progress: &Progress,
+    ) -> Result<MessagingReport> {
+        run::measure(machine, settings, conditions, progress)
     }
 
     fn conditions(r: &MessagingReport) -> &Conditions {

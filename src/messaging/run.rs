@@ -8,8 +8,8 @@
 //! started waited forever, and so did cpulab, deaf to Ctrl-C.
 
 use super::{Channel, MESSAGE_BYTES, MessagingReport, MessagingRun, MessagingSettings, Tasks};
-use crate::experiment::{Progress, prologue};
-use crate::machine::Machine;
+use crate::experiment::{LoadWatch, Progress};
+use crate::machine::{Conditions, Machine};
 use crate::stats::MeanCi;
 use anyhow::{Context, Result, anyhow};
 use nix::errno::Errno;
@@ -18,20 +18,24 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-/// Measures `settings.repeats` runs.
-pub fn run(
+/// The CPUs the tasks may run on (the allowed set unless the settings name some), watched for
+/// other load for 300 ms unless the settings say not to.
+pub fn load_watch(machine: &Machine, s: &MessagingSettings) -> LoadWatch {
+    LoadWatch {
+        cpus: s.cpus.clone().unwrap_or_else(|| machine.allowed.clone()),
+        window: Duration::from_millis(300),
+        enabled: s.check_load,
+    }
+}
+
+/// Measures `settings.repeats` runs under `conditions`.
+pub fn measure(
     machine: &Machine,
     s: &MessagingSettings,
+    conditions: Conditions,
     progress: &Progress,
 ) -> Result<MessagingReport> {
     let cpus = s.cpus.clone().unwrap_or_else(|| machine.allowed.clone());
-    let conditions = prologue(
-        machine,
-        &cpus,
-        Duration::from_millis(300),
-        s.check_load,
-        progress,
-    );
     let saved = crate::affinity::get(0)?;
     // Every task inherits this thread's affinity: the allowed set, placed by the scheduler.
     crate::affinity::set(0, &cpus)?;

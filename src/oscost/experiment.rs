@@ -19,12 +19,20 @@ impl Experiment for Oscost {
     type Report = OscostReport;
     const KIND: Kind = Kind::Experiment("oscost");
 
-    fn run(
+    fn load_watch(
         machine: &Machine,
         settings: &OscostSettings,
+    ) -> Result<Option<crate::experiment::LoadWatch>> {
+        super::load_watch(machine, settings).map(Some)
+    }
+
+    fn measure(
+        machine: &Machine,
+        settings: &OscostSettings,
+        conditions: Conditions,
         progress: &Progress,
     ) -> Result<OscostReport> {
-        super::run(machine, settings, progress)
+        super::measure(machine, settings, conditions, progress)
     }
 
     fn conditions(report: &OscostReport) -> &Conditions {

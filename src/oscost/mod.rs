@@ -25,7 +25,7 @@ pub mod switch;
 pub use experiment::Oscost;
 
 use crate::error::bad_input;
-use crate::experiment::{Progress, prologue};
+use crate::experiment::{LoadWatch, Progress};
 use crate::machine::{Conditions, Machine};
 use crate::stats::MeanCi;
 use anyhow::Result;
@@ -181,19 +181,31 @@ impl Drop for RestoreAffinity {
     }
 }
 
-/// Measures every primitive, then the frequency probe, pinned to one CPU.
-pub fn run(
-    machine: &Machine,
-    settings: &OscostSettings,
-    progress: &Progress,
-) -> Result<OscostReport> {
-    let cpu = settings
+/// The CPU the primitives run on: the one the settings name, else the first allowed.
+fn cpu_of(machine: &Machine, settings: &OscostSettings) -> Result<u32> {
+    settings
         .cpu
         .or_else(|| machine.allowed.first())
-        .ok_or_else(|| bad_input("no CPU is allowed to this process"))?;
-    let one = crate::cpulist::CpuSet::from_iter_u32([cpu]);
-    let window = Duration::from_millis(300);
-    let conditions = prologue(machine, &one, window, settings.check_load, progress);
+        .ok_or_else(|| bad_input("no CPU is allowed to this process"))
+}
+
+/// That one CPU, watched for other load for 300 ms unless the settings say not to.
+pub fn load_watch(machine: &Machine, settings: &OscostSettings) -> Result<LoadWatch> {
+    Ok(LoadWatch {
+        cpus: crate::cpulist::CpuSet::from_iter_u32([cpu_of(machine, settings)?]),
+        window: Duration::from_millis(300),
+        enabled: settings.check_load,
+    })
+}
+
+/// Measures every primitive, then the frequency probe, pinned to one CPU, under `conditions`.
+pub fn measure(
+    machine: &Machine,
+    settings: &OscostSettings,
+    conditions: Conditions,
+    progress: &Progress,
+) -> Result<OscostReport> {
+    let cpu = cpu_of(machine, settings)?;
     let _restore = RestoreAffinity(crate::affinity::get(0).ok());
     crate::affinity::pin_self(cpu)?;
 

@@ -19,8 +19,20 @@ impl Experiment for Pair {
     type Report = PairReport;
     const KIND: Kind = Kind::Experiment("pair");
 
-    fn run(machine: &Machine, settings: &PairSettings, progress: &Progress) -> Result<PairReport> {
-        super::run(machine, settings, progress)
+    fn load_watch(
+        machine: &Machine,
+        settings: &PairSettings,
+    ) -> Result<Option<crate::experiment::LoadWatch>> {
+        Ok(Some(super::load_watch(machine, settings)))
+    }
+
+    fn measure(
+        machine: &Machine,
+        settings: &PairSettings,
+        conditions: Conditions,
+        progress: &Progress,
+    ) -> Result<PairReport> {
+        super::measure(machine, settings, conditions, progress)
     }
 
     fn conditions(report: &PairReport) -> &Conditions {

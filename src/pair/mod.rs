@@ -42,8 +42,8 @@ pub use runner::RunResult;
 pub use settings::{PairSettings, Preset};
 
 use crate::cpulist::CpuSet;
-use crate::experiment::{Progress, prologue};
-use crate::machine::Machine;
+use crate::experiment::{LoadWatch, Progress};
+use crate::machine::{Conditions, Machine};
 use anyhow::Result;
 use settings::{Programs, Workload};
 use std::time::Duration;
@@ -119,20 +119,27 @@ fn run_notes(
     notes
 }
 
-/// Runs the experiment. `progress` receives one line per step (for a status line on stderr).
+/// The allowed CPUs, watched for other load for 500 ms unless the settings say not to.
+pub fn load_watch(machine: &Machine, settings: &PairSettings) -> LoadWatch {
+    LoadWatch {
+        cpus: machine.allowed.clone(),
+        window: Duration::from_millis(500),
+        enabled: settings.check_load,
+    }
+}
+
+/// Runs the experiment under `conditions`. `progress` receives one line per step (for a status
+/// line on stderr).
 ///
 /// Spawns every server and client from the calling thread, which must live until this returns
 /// (the kernel's parent-death signal fires when the spawning *thread* exits).
-pub fn run(machine: &Machine, settings: &PairSettings, progress: &Progress) -> Result<PairReport> {
+pub fn measure(
+    machine: &Machine,
+    settings: &PairSettings,
+    mut conditions: Conditions,
+    progress: &Progress,
+) -> Result<PairReport> {
     let placements = placement::plan(machine, &settings.placements);
-    let window = Duration::from_millis(500);
-    let mut conditions = prologue(
-        machine,
-        &machine.allowed,
-        window,
-        settings.check_load,
-        progress,
-    );
     if machine.allowed.len() < 2 {
         conditions.notes.push(
             "only one CPU may be used: no cross-CPU placement can be measured here".to_string(),

@@ -35,7 +35,7 @@ pub use settings::{Endpoints, Method, PairSpec, PingpongSettings, Placement, par
 
 use crate::cpulist::CpuSet;
 use crate::error::bad_input;
-use crate::experiment::{Experiment, Figure, Progress, prologue};
+use crate::experiment::{Experiment, Figure, LoadWatch, Progress};
 use crate::machine::{Conditions, Machine};
 use anyhow::{Result, bail};
 use measure::LoopLimits;
@@ -46,13 +46,8 @@ pub const PERF_OFF: &str = "perf counters were not opened (ask with --perf): a p
      task adds work to each of its context switches, which inflates blocking round trips; \
      context switches and migrations come from /proc, which costs nothing";
 
-/// Runs every method at every placement the settings name, and reports them with their
-/// counters and conditions. `progress` receives one step per run, notes and warnings.
-pub fn run(
-    machine: &Machine,
-    settings: &PingpongSettings,
-    progress: &Progress,
-) -> Result<PingpongReport> {
+/// The CPUs the settings allow (the allowed set unless they name some); none is bad input.
+fn cpus_of(machine: &Machine, settings: &PingpongSettings) -> Result<CpuSet> {
     let cpus = settings
         .cpus
         .clone()
@@ -60,6 +55,33 @@ pub fn run(
     if cpus.is_empty() {
         bail!("no CPUs to run on");
     }
+    Ok(cpus)
+}
+
+/// The CPUs the planned runs use, watched for other load for `load_check_s` (0: no check).
+pub fn load_watch(machine: &Machine, settings: &PingpongSettings) -> Result<LoadWatch> {
+    let cpus = cpus_of(machine, settings)?;
+    let (planned, _) = plan::plan(&machine.topology, &cpus, &settings.methods, &settings.pairs);
+    let window = seconds("load_check_s", settings.load_check_s)?;
+    Ok(LoadWatch {
+        cpus: planned
+            .iter()
+            .flat_map(|p| plan::cpus_in_use(p.placement, &cpus).to_vec())
+            .collect(),
+        window,
+        enabled: !window.is_zero(),
+    })
+}
+
+/// Runs every method at every placement the settings name, and reports them with their
+/// counters and `conditions`. `progress` receives one step per run, notes and warnings.
+pub fn measure(
+    machine: &Machine,
+    settings: &PingpongSettings,
+    mut conditions: Conditions,
+    progress: &Progress,
+) -> Result<PingpongReport> {
+    let cpus = cpus_of(machine, settings)?;
     let limits = LoopLimits {
         warmup: seconds("warmup_s", settings.warmup_s)?,
         max_time: seconds("max_time_s", settings.max_time_s)?,
@@ -69,12 +91,6 @@ pub fn run(
     };
     let (planned, mut skipped) =
         plan::plan(&machine.topology, &cpus, &settings.methods, &settings.pairs);
-    let in_use: CpuSet = planned
-        .iter()
-        .flat_map(|p| plan::cpus_in_use(p.placement, &cpus).to_vec())
-        .collect();
-    let window = seconds("load_check_s", settings.load_check_s)?;
-    let mut conditions = prologue(machine, &in_use, window, !window.is_zero(), progress);
     if cpus.len() == 1 {
         let note = format!(
             "only one CPU ({cpus}) is available: only the same-cpu and unpinned placements can \
@@ -175,12 +191,17 @@ impl Experiment for Pingpong {
     const KIND: crate::report::envelope::Kind =
         crate::report::envelope::Kind::Experiment("pingpong");
 
-    fn run(
+    fn load_watch(machine: &Machine, settings: &PingpongSettings) -> Result<Option<LoadWatch>> {
+        load_watch(machine, settings).map(Some)
+    }
+
+    fn measure(
         machine: &Machine,
         settings: &PingpongSettings,
+        conditions: Conditions,
         progress: &Progress,
     ) -> Result<PingpongReport> {
-        run(machine, settings, progress)
+        measure(machine, settings, conditions, progress)
     }
 
     fn conditions(report: &PingpongReport) -> &crate::machine::Conditions {
@@ -219,7 +240,7 @@ mod tests {
         s.load_check_s = 0.0;
         let lines = std::cell::RefCell::new(Vec::new());
         let sink = |_, l: &str| lines.borrow_mut().push(l.to_string());
-        let r = run(&machine, &s, &Progress::new(&sink)).unwrap();
+        let r = Pingpong::run(&machine, &s, &Progress::new(&sink)).unwrap();
         assert_eq!(r.runs.len(), 1);
         assert_eq!(
             r.runs[0].placement,
@@ -245,7 +266,7 @@ mod tests {
             load_check_s: 0.0,
             ..PingpongSettings::default()
         };
-        let r = run(&machine, &s, &Progress::new(&crate::experiment::silent)).unwrap();
+        let r = Pingpong::run(&machine, &s, &Progress::new(&crate::experiment::silent)).unwrap();
         assert_eq!(r.runs.len(), 2);
         assert!(r.runs[1].where_ran.as_ref().unwrap().samples > 0);
         assert_eq!(crate::affinity::get(0).unwrap(), before);
@@ -258,7 +279,8 @@ mod tests {
             warmup_s: -1.0,
             ..PingpongSettings::default()
         };
-        let e = run(&machine, &s, &Progress::new(&crate::experiment::silent)).unwrap_err();
+        let e =
+            Pingpong::run(&machine, &s, &Progress::new(&crate::experiment::silent)).unwrap_err();
         assert_eq!(crate::error::exit_code(&e), 2);
     }
 }

@@ -18,12 +18,20 @@ impl Experiment for Scale {
     type Report = ScaleReport;
     const KIND: Kind = Kind::Experiment("scale");
 
-    fn run(
+    fn load_watch(
         machine: &Machine,
         settings: &ScaleSettings,
+    ) -> Result<Option<crate::experiment::LoadWatch>> {
+        Ok(Some(super::load_watch(machine, settings)))
+    }
+
+    fn measure(
+        machine: &Machine,
+        settings: &ScaleSettings,
+        conditions: Conditions,
         progress: &Progress,
     ) -> Result<ScaleReport> {
-        super::run(machine, settings, progress)
+        super::measure(machine, settings, conditions, progress)
     }
 
     fn conditions(report: &ScaleReport) -> &Conditions {

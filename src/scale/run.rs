@@ -9,7 +9,7 @@ use super::workload::{self, TriadArrays};
 use super::{PolicyResult, ScalePoint, ScaleReport, ScaleSettings, Workload};
 use crate::counters::SystemSnapshot;
 use crate::cpulist::CpuSet;
-use crate::experiment::{Progress, prologue};
+use crate::experiment::{LoadWatch, Progress};
 use crate::load;
 use crate::machine::{Conditions, Machine};
 use crate::stats::MeanCi;
@@ -59,20 +59,23 @@ struct Sweeps {
     runs: usize,
 }
 
-/// Measures every (policy, thread count) of `settings`. Progress lines go to `progress`.
-pub fn run(
+/// The allowed CPUs, watched for other load for 300 ms unless the settings say not to.
+pub fn load_watch(machine: &Machine, settings: &ScaleSettings) -> LoadWatch {
+    LoadWatch {
+        cpus: machine.allowed.clone(),
+        window: Duration::from_millis(300),
+        enabled: settings.check_load,
+    }
+}
+
+/// Measures every (policy, thread count) of `settings`, under `conditions`. Progress lines go
+/// to `progress`.
+pub fn measure(
     machine: &Machine,
     settings: &ScaleSettings,
+    mut conditions: Conditions,
     progress: &Progress,
 ) -> Result<ScaleReport> {
-    let window = Duration::from_millis(300);
-    let mut conditions = prologue(
-        machine,
-        &machine.allowed,
-        window,
-        settings.check_load,
-        progress,
-    );
     let mut counts = settings.threads.clone();
     counts.push(1);
     counts.sort_unstable();

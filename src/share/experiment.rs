@@ -23,12 +23,20 @@ impl Experiment for Share {
     type Report = ShareReport;
     const KIND: Kind = Kind::Experiment("share");
 
-    fn run(
+    fn load_watch(
         machine: &Machine,
         settings: &ShareSettings,
+    ) -> Result<Option<crate::experiment::LoadWatch>> {
+        Ok(Some(super::load_watch(machine, settings)))
+    }
+
+    fn measure(
+        machine: &Machine,
+        settings: &ShareSettings,
+        conditions: Conditions,
         progress: &Progress,
     ) -> Result<ShareReport> {
-        super::run(machine, settings, progress)
+        super::measure(machine, settings, conditions, progress)
     }
 
     fn conditions(report: &ShareReport) -> &Conditions {

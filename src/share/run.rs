@@ -5,7 +5,7 @@ use super::cgroup::{CgroupCpu, ThrottleDelta};
 use super::model;
 use super::{ShareConfig, ShareReport, ShareRun, ShareSettings};
 use crate::counters::SystemSnapshot;
-use crate::experiment::{Progress, prologue};
+use crate::experiment::{LoadWatch, Progress};
 use crate::load::{self, Duty, Gate, OTHER_LOAD_NOISY_CPUS, WorkerOutcome};
 use crate::machine::{Conditions, Machine};
 use crate::stats::MeanCi;
@@ -27,20 +27,23 @@ impl Drop for StopOnDrop<'_> {
     }
 }
 
-/// Measures every configuration of `settings` on `machine`. Progress lines go to `progress`.
-pub fn run(
+/// The allowed CPUs, watched for other load for 300 ms unless the settings say not to.
+pub fn load_watch(machine: &Machine, settings: &ShareSettings) -> LoadWatch {
+    LoadWatch {
+        cpus: machine.allowed.clone(),
+        window: Duration::from_millis(300),
+        enabled: settings.check_load,
+    }
+}
+
+/// Measures every configuration of `settings` on `machine`, under `conditions`. Progress lines
+/// go to `progress`.
+pub fn measure(
     machine: &Machine,
     settings: &ShareSettings,
+    mut conditions: Conditions,
     progress: &Progress,
 ) -> Result<ShareReport> {
-    let window = Duration::from_millis(300);
-    let mut conditions = prologue(
-        machine,
-        &machine.allowed,
-        window,
-        settings.check_load,
-        progress,
-    );
     let cgroup = match CgroupCpu::read(&machine.root) {
         Ok(c) => Some(c),
         Err(e) => {
@@ -87,7 +90,7 @@ pub fn run(
                     rep + 1,
                     settings.repeats
                 ));
-                runs[i].push(measure(machine, settings, t, b, cgroup.as_ref())?);
+                runs[i].push(one_run(machine, settings, t, b, cgroup.as_ref())?);
             }
         }
         let alone_rates: Vec<f64> = runs[0]
@@ -141,7 +144,7 @@ fn rate(w: &WorkerOutcome) -> f64 {
 }
 
 /// One run: start `b` burners, let them settle, run `t` workers for the duration.
-fn measure(
+fn one_run(
     machine: &Machine,
     s: &ShareSettings,
     t: usize,

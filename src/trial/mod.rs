@@ -344,8 +344,17 @@ impl Experiment for Trial {
     type Report = TrialReport;
     const KIND: Kind = Kind::Try;
 
-    fn run(machine: &Machine, s: &TrialSettings, progress: &Progress) -> Result<TrialReport> {
-        let mut conditions = Conditions::now(machine);
+    /// None: a trial checks every round for other load itself (a round's load is its own).
+    fn load_watch(_: &Machine, _: &TrialSettings) -> Result<Option<crate::experiment::LoadWatch>> {
+        Ok(None)
+    }
+
+    fn measure(
+        machine: &Machine,
+        s: &TrialSettings,
+        mut conditions: Conditions,
+        progress: &Progress,
+    ) -> Result<TrialReport> {
         let changes: Vec<ChangeRecord> = s
             .changes
             .iter()

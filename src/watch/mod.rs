@@ -35,7 +35,7 @@ pub mod slots;
 pub mod source;
 pub mod targets;
 
-use crate::experiment::{Experiment, Figure, Progress};
+use crate::experiment::{Experiment, Figure, LoadWatch, Progress};
 use crate::machine::{Conditions, Machine};
 use crate::output::Style;
 use crate::report::envelope::Kind;
@@ -207,9 +207,14 @@ pub const BPF_TRACEPOINT_PERMISSION_LINE: &str = "cpulab watch --mechanism bpf-t
 
 /// Watches for the settings' window (or until Ctrl-C or SIGTERM, or the target is gone): one
 /// [`Session`] opened, enabled, read every poll interval, and closed into its report.
-pub fn run(machine: &Machine, s: &WatchSettings, progress: &Progress) -> Result<WatchReport> {
+pub fn measure(
+    machine: &Machine,
+    s: &WatchSettings,
+    conditions: Conditions,
+    progress: &Progress,
+) -> Result<WatchReport> {
     let mut session = Session::open(machine, s, progress)?;
-    session.enable(progress)?;
+    session.enable_under(conditions, progress)?;
     while session.read()?.is_none() {
         std::thread::sleep(session.poll_interval());
     }
@@ -224,12 +229,18 @@ impl Experiment for Watch {
     type Report = WatchReport;
     const KIND: Kind = Kind::Experiment("watch");
 
-    fn run(
+    /// None: the load a watch sees is what it observes, not something to check for first.
+    fn load_watch(_: &Machine, _: &WatchSettings) -> Result<Option<LoadWatch>> {
+        Ok(None)
+    }
+
+    fn measure(
         machine: &Machine,
         settings: &WatchSettings,
+        conditions: Conditions,
         progress: &Progress,
     ) -> Result<WatchReport> {
-        run(machine, settings, progress)
+        measure(machine, settings, conditions, progress)
     }
 
     fn conditions(report: &WatchReport) -> &Conditions {

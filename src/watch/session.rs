@@ -94,9 +94,13 @@ impl<'m> Session<'m> {
     /// Starts the window: the conditions and system counters' first sample, the events enabled,
     /// the command under watch started (after tracing began, so its first wakeups are seen).
     pub fn enable(&mut self, progress: &Progress) -> Result<()> {
+        self.enable_under(Conditions::now(self.machine), progress)
+    }
+
+    /// [`Session::enable`] under conditions recorded by the caller (the experiment's start).
+    pub fn enable_under(&mut self, conditions: Conditions, progress: &Progress) -> Result<()> {
         let machine = self.machine;
         let s = &self.settings;
-        let conditions = Conditions::now(machine);
         let before = crate::counters::SystemSnapshot::take(&machine.root);
         let started = Instant::now();
         self.source.enable()?;
