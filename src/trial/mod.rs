@@ -339,6 +339,57 @@ fn inert_notes(changes: &[Change]) -> Vec<String> {
         .collect()
 }
 
+/// What each change is: its setting, the value before, the value tried and the writes it takes.
+fn change_records(changes: &[Change]) -> Vec<ChangeRecord> {
+    changes
+        .iter()
+        .map(|c| ChangeRecord {
+            setting: c.setting.name(),
+            before: c
+                .setting
+                .current()
+                .unwrap_or_else(|e| format!("unreadable ({e:#})")),
+            value: c.value.clone(),
+            from: c.from.clone(),
+            writes: c
+                .setting
+                .plan(&c.value)
+                .map(|ops| ops.iter().map(ops::Op::shell).collect())
+                .unwrap_or_default(),
+            survives_reboot: c.setting.survives_reboot(),
+            permanent: c.setting.permanent(&c.value),
+        })
+        .collect()
+}
+
+/// The note naming the rounds that saw other programs' load before measuring, if any did.
+fn noisy_rounds(trial: &TrialRun) -> Option<String> {
+    let noisy: Vec<String> = trial
+        .rounds
+        .iter()
+        .filter(|r| r.noisy)
+        .map(|r| {
+            let side = if r.side == Side::Baseline {
+                "baseline"
+            } else {
+                "changed"
+            };
+            match r.load_before.as_ref().and_then(|l| l.reason.as_ref()) {
+                Some(why) => format!("round {} ({side}, {why})", r.index + 1),
+                None => format!("round {} ({side})", r.index + 1),
+            }
+        })
+        .collect();
+    (!noisy.is_empty()).then(|| {
+        format!(
+            "{} of {} rounds saw other programs' load before measuring (cpulab's own processes not counted): {}; figures may be spoiled",
+            noisy.len(),
+            trial.rounds.len(),
+            noisy.join("; ")
+        )
+    })
+}
+
 impl Experiment for Trial {
     type Settings = TrialSettings;
     type Report = TrialReport;
@@ -355,26 +406,7 @@ impl Experiment for Trial {
         mut conditions: Conditions,
         progress: &Progress,
     ) -> Result<TrialReport> {
-        let changes: Vec<ChangeRecord> = s
-            .changes
-            .iter()
-            .map(|c| ChangeRecord {
-                setting: c.setting.name(),
-                before: c
-                    .setting
-                    .current()
-                    .unwrap_or_else(|e| format!("unreadable ({e:#})")),
-                value: c.value.clone(),
-                from: c.from.clone(),
-                writes: c
-                    .setting
-                    .plan(&c.value)
-                    .map(|ops| ops.iter().map(ops::Op::shell).collect())
-                    .unwrap_or_default(),
-                survives_reboot: c.setting.survives_reboot(),
-                permanent: c.setting.permanent(&c.value),
-            })
-            .collect();
+        let changes = change_records(&s.changes);
         for note in inert_notes(&s.changes) {
             progress.note(&note);
             conditions.notes.push(note);
@@ -412,30 +444,9 @@ impl Experiment for Trial {
             restore.notes = session.finish()?;
             restore.restored = true;
         }
-        let noisy: Vec<String> = trial
-            .rounds
-            .iter()
-            .filter(|r| r.noisy)
-            .map(|r| {
-                let side = if r.side == Side::Baseline {
-                    "baseline"
-                } else {
-                    "changed"
-                };
-                match r.load_before.as_ref().and_then(|l| l.reason.as_ref()) {
-                    Some(why) => format!("round {} ({side}, {why})", r.index + 1),
-                    None => format!("round {} ({side})", r.index + 1),
-                }
-            })
-            .collect();
-        if !noisy.is_empty() {
+        if let Some(note) = noisy_rounds(&trial) {
             conditions.noisy = true;
-            conditions.notes.push(format!(
-                "{} of {} rounds saw other programs' load before measuring (cpulab's own processes not counted): {}; figures may be spoiled",
-                noisy.len(),
-                trial.rounds.len(),
-                noisy.join("; ")
-            ));
+            conditions.notes.push(note);
         }
         let mut report = TrialReport {
             conditions,

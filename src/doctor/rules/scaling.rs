@@ -19,6 +19,8 @@ impl Rule for ParallelContention {
         "parallel-contention"
     }
 
+    // About 100 lines: one finding whose figures (the two policies' speedups at each count)
+    // feed every part, its remedies recording their changes as data.
     fn check(&self, i: Inputs<'_>) -> Vec<Finding> {
         let pairs =
             i.m.scaling
