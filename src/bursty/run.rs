@@ -91,11 +91,12 @@ fn one_run(s: &BurstySettings, iterations: u64) -> Option<BurstyRun> {
 /// The CPUs the runs may use (the allowed set unless the settings name some), watched for
 /// other load for 300 ms unless the settings say not to.
 pub fn load_watch(machine: &Machine, s: &BurstySettings) -> LoadWatch {
-    LoadWatch {
-        cpus: s.cpus.clone().unwrap_or_else(|| machine.allowed.clone()),
-        window: Duration::from_millis(300),
-        enabled: s.check_load,
-    }
+    LoadWatch::on(
+        machine,
+        s.cpus.as_ref(),
+        Duration::from_millis(300),
+        s.check_load,
+    )
 }
 
 /// Measures `s.repeats` runs on the calling thread under `conditions`, its affinity the

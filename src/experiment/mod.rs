@@ -188,6 +188,23 @@ pub struct LoadWatch {
     pub enabled: bool,
 }
 
+impl LoadWatch {
+    /// `cpus`, or the allowed set when the settings name none, watched for `window` when
+    /// `enabled`.
+    pub fn on(
+        machine: &Machine,
+        cpus: Option<&crate::cpulist::CpuSet>,
+        window: std::time::Duration,
+        enabled: bool,
+    ) -> Self {
+        Self {
+            cpus: cpus.unwrap_or(&machine.allowed).clone(),
+            window,
+            enabled,
+        }
+    }
+}
+
 /// The prologue every experiment runs before measuring: the [`Conditions`] as they are now,
 /// then, unless the watch is disabled, its CPUs watched for other load for its window (a
 /// warning when there is some, the check recorded in the conditions); otherwise a note in the

@@ -21,11 +21,12 @@ use std::time::Duration;
 /// The CPUs the tasks may run on (the allowed set unless the settings name some), watched for
 /// other load for 300 ms unless the settings say not to.
 pub fn load_watch(machine: &Machine, s: &MessagingSettings) -> LoadWatch {
-    LoadWatch {
-        cpus: s.cpus.clone().unwrap_or_else(|| machine.allowed.clone()),
-        window: Duration::from_millis(300),
-        enabled: s.check_load,
-    }
+    LoadWatch::on(
+        machine,
+        s.cpus.as_ref(),
+        Duration::from_millis(300),
+        s.check_load,
+    )
 }
 
 /// Measures `settings.repeats` runs under `conditions`.

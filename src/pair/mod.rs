@@ -121,11 +121,12 @@ fn run_notes(
 
 /// The allowed CPUs, watched for other load for 500 ms unless the settings say not to.
 pub fn load_watch(machine: &Machine, settings: &PairSettings) -> LoadWatch {
-    LoadWatch {
-        cpus: machine.allowed.clone(),
-        window: Duration::from_millis(500),
-        enabled: settings.check_load,
-    }
+    LoadWatch::on(
+        machine,
+        None,
+        Duration::from_millis(500),
+        settings.check_load,
+    )
 }
 
 /// Runs the experiment under `conditions`. `progress` receives one line per step (for a status

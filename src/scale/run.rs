@@ -61,11 +61,12 @@ struct Sweeps {
 
 /// The allowed CPUs, watched for other load for 300 ms unless the settings say not to.
 pub fn load_watch(machine: &Machine, settings: &ScaleSettings) -> LoadWatch {
-    LoadWatch {
-        cpus: machine.allowed.clone(),
-        window: Duration::from_millis(300),
-        enabled: settings.check_load,
-    }
+    LoadWatch::on(
+        machine,
+        None,
+        Duration::from_millis(300),
+        settings.check_load,
+    )
 }
 
 /// Measures every (policy, thread count) of `settings`, under `conditions`. Progress lines go

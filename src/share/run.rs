@@ -29,11 +29,12 @@ impl Drop for StopOnDrop<'_> {
 
 /// The allowed CPUs, watched for other load for 300 ms unless the settings say not to.
 pub fn load_watch(machine: &Machine, settings: &ShareSettings) -> LoadWatch {
-    LoadWatch {
-        cpus: machine.allowed.clone(),
-        window: Duration::from_millis(300),
-        enabled: settings.check_load,
-    }
+    LoadWatch::on(
+        machine,
+        None,
+        Duration::from_millis(300),
+        settings.check_load,
+    )
 }
 
 /// Measures every configuration of `settings` on `machine`, under `conditions`. Progress lines
