@@ -25,6 +25,7 @@ use std::process::Command;
 use std::time::Duration;
 
 const WAKEUPS_RULE: &str = "target:cpulab_wakeups:rate5m";
+const COST_RULE: &str = "target:cpulab_placement_cost_seconds:mean_rate5m";
 
 /// Wall-clock seconds since the epoch, as Prometheus stamps its samples.
 fn now_s() -> f64 {
@@ -638,24 +639,19 @@ fn a_prometheus_without_cpulab_or_its_rules_and_a_wrong_url_are_refused() {
     assert_eq!(value(&p.query("count(up)")[0]), 1.0);
 }
 
-/// `--web.config.file` reaches a Prometheus behind TLS (its CA given) and basic auth (the
-/// password from a file): past both, this empty one says it has no cpulab series; without the
-/// CA the TLS line, without the password the refusal, each naming the fix.
-#[test]
-fn tls_and_basic_auth_reach_a_guarded_prometheus() {
-    if !prom::prometheus_installed(test_name!())
-        || !common::installed(test_name!(), &[("openssl", "openssl")])
-    {
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    // A CA, and the server's certificate for 127.0.0.1 signed by it.
-    let d = dir.path();
-    std::fs::write(d.join("ext.cnf"), "subjectAltName=IP:127.0.0.1\n").unwrap();
+/// The certificates of a guarded Prometheus, made in `d` with the openssl CLI: a CA, the
+/// server's certificate for 127.0.0.1 and a client certificate, both signed by it, and a
+/// self-signed client certificate the server does not trust.
+fn certificates(d: &Path) {
+    std::fs::write(d.join("server.cnf"), "subjectAltName=IP:127.0.0.1\n").unwrap();
+    std::fs::write(d.join("client.cnf"), "extendedKeyUsage=clientAuth\n").unwrap();
     for args in [
         "req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=cpulab-test-ca -keyout ca.key -out ca.crt",
         "req -newkey rsa:2048 -nodes -subj /CN=127.0.0.1 -keyout server.key -out server.csr",
-        "x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 1 -extfile ext.cnf -out server.crt",
+        "x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 1 -extfile server.cnf -out server.crt",
+        "req -newkey rsa:2048 -nodes -subj /CN=cpulab-fleet -keyout client.key -out client.csr",
+        "x509 -req -in client.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 1 -extfile client.cnf -out client.crt",
+        "req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=stranger -keyout stranger.key -out stranger.crt",
     ] {
         let made = Command::new("openssl")
             .current_dir(d)
@@ -664,24 +660,77 @@ fn tls_and_basic_auth_reach_a_guarded_prometheus() {
             .unwrap();
         common::assert_success(&made);
     }
-    let (key, cert) = (d.join("server.key"), d.join("server.crt"));
+}
+
+/// `--web.config.file` reaches a Prometheus behind TLS that requires and verifies a client
+/// certificate (its CA given, `cert_file` and `key_file`) and basic auth (the password from a
+/// file): past all three, fleet ranks the exporter it scrapes. Without the CA the TLS line,
+/// without a client certificate or with one the server does not trust the handshake's refusal,
+/// without the password the HTTP refusal, each naming the fix.
+#[test]
+fn client_certificates_tls_and_basic_auth_reach_a_guarded_prometheus() {
+    if !prom::prometheus_installed(test_name!())
+        || !common::installed(test_name!(), &[("openssl", "openssl")])
+    {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    certificates(d);
     let hash = bcrypt::hash("s3cret", 4).unwrap();
     let web = format!(
-        "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n\
+        "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n  \
+         client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: ca.crt\n\
          basic_auth_users:\n  ops: {hash}\n"
     );
-    let (k, c) = (std::fs::read(&key).unwrap(), std::fs::read(&cert).unwrap());
-    let files: [(&str, &[u8]); 2] = [("server.key", &k), ("server.crt", &c)];
-    let curl = ["-k", "-u", "ops:s3cret"].map(String::from).to_vec();
-    let p = Prometheus::start_with("scrape_configs: []\n", Some((&web, &files)), curl);
-    std::fs::write(dir.path().join("pw"), "s3cret\n").unwrap();
-    let client = dir.path().join("fleet-web.yml");
+    let read = |name: &str| std::fs::read(d.join(name)).unwrap();
+    let (k, c, ca) = (read("server.key"), read("server.crt"), read("ca.crt"));
+    let files: [(&str, &[u8]); 3] = [("server.key", &k), ("server.crt", &c), ("ca.crt", &ca)];
+    let path = |name: &str| d.join(name).to_str().unwrap().to_string();
+    let curl = vec![
+        "--cacert".into(),
+        path("ca.crt"),
+        "--cert".into(),
+        path("client.crt"),
+        "--key".into(),
+        path("client.key"),
+        "-u".into(),
+        "ops:s3cret".into(),
+    ];
+    let port = free_port();
+    let _e = exporter(port, &["--mechanism", "fake", "--no-history"]);
+    let rules = prom::rules_every_second(d);
+    let config = scrape_config(&[(port, "h1")], Some(&rules));
+    let p = Prometheus::start_with(&config, Some((&web, &files)), curl);
+    std::fs::write(d.join("pw"), "s3cret\n").unwrap();
+    let client = d.join("fleet-web.yml");
     let write = |text: &str| std::fs::write(&client, text).unwrap();
     let config = ["--web.config.file", client.to_str().unwrap()];
-    write("tls_config:\n  ca_file: ca.crt\nbasic_auth:\n  username: ops\n  password_file: pw\n");
-    refused(&fleet(&p.url(), &config), 2, "no cpulab series");
-    write("basic_auth:\n  username: ops\n  password_file: pw\n");
+    let (ca, cert) = (
+        "  ca_file: ca.crt\n",
+        "  cert_file: client.crt\n  key_file: client.key\n",
+    );
+    let stranger = "  cert_file: stranger.crt\n  key_file: stranger.key\n";
+    let auth = "basic_auth:\n  username: ops\n  password_file: pw\n";
+    write(&format!("tls_config:\n{cert}{auth}"));
     refused(&fleet(&p.url(), &config), 2, "TLS failed");
-    write("tls_config:\n  ca_file: ca.crt\n");
+    write(&format!("tls_config:\n{ca}{auth}"));
+    refused(
+        &fleet(&p.url(), &config),
+        2,
+        "the server requires a client certificate",
+    );
+    write(&format!("tls_config:\n{ca}{stranger}{auth}"));
+    refused(
+        &fleet(&p.url(), &config),
+        2,
+        "the server refused the client certificate",
+    );
+    write(&format!("tls_config:\n{ca}{cert}"));
     refused(&fleet(&p.url(), &config), 2, "refused the query (HTTP 401)");
+    write(&format!("tls_config:\n{ca}{cert}{auth}"));
+    // At a step of the report's window (a second with --since 5m), as its ranking reads it.
+    p.wait_for_n(&format!("count_over_time({COST_RULE}[300s:1s])"), 1);
+    let report = common::json_of(&fleet(&p.url(), &[&config[..], &["--json"]].concat()));
+    assert_eq!(ranked(&report, "h1")["target"], "fake", "{report:#}");
 }

@@ -188,6 +188,7 @@ impl Prometheus {
     pub fn query(&self, q: &str) -> Vec<Value> {
         let out = Command::new("curl")
             .args(["-s", "--max-time", "10", "-G"])
+            .args(&self.curl_args)
             .arg(format!("{}/api/v1/query", self.url()))
             .args(["--data-urlencode", &format!("query={q}")])
             .output()
