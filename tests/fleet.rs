@@ -10,6 +10,8 @@
 //!
 //! Two of the fake hosts read a history holding a doctor run, so they publish its findings.
 //! Then one host's exporter restarts on another fixture mid-test: the fleet reports the drift.
+//! The cost test's `moved` and `did-not-move` need points from 5 minutes after a change on, so
+//! they are reached on an hour of synthetic history backfilled into Prometheus with promtool.
 //! Bad input (not a URL, nothing listening, something that is not Prometheus, a Prometheus
 //! without cpulab series or without the rules, no answer in time, a failed query) is one line
 //! and exit 2, or 1 for the failed query, with nothing on stdout.
@@ -25,6 +27,7 @@ use std::process::Command;
 use std::time::Duration;
 
 const WAKEUPS_RULE: &str = "target:cpulab_wakeups:rate5m";
+const COST_RULE: &str = "target:cpulab_placement_cost_seconds:mean_rate5m";
 
 /// Wall-clock seconds since the epoch, as Prometheus stamps its samples.
 fn now_s() -> f64 {
@@ -116,8 +119,12 @@ fn scrape_config(targets: &[(u16, &str)], rules: Option<&Path>) -> String {
 }
 
 fn fleet(url: &str, extra: &[&str]) -> std::process::Output {
+    fleet_since(url, "5m", extra)
+}
+
+fn fleet_since(url: &str, since: &str, extra: &[&str]) -> std::process::Output {
     common::cpulab()
-        .args(["fleet", "--prometheus", url, "--since", "5m"])
+        .args(["fleet", "--prometheus", url, "--since", since])
         .args(extra)
         .timeout(Duration::from_secs(120))
         .output()
@@ -454,7 +461,7 @@ fn assert_findings(report: &Value, p: &Prometheus) {
 
 /// xen-1's facts changed: Xen to KVM, halt polling none to 200000, reported with the time and
 /// the cost test's verdict (not testable yet: a point within 5 minutes after the change mixes
-/// both sides).
+/// both sides; `a_backfilled_synthetic_history_gets_both_drift_verdicts` reaches the others).
 fn assert_drift(report: &Value) {
     let drift = report["drift"].as_array().unwrap();
     assert_eq!(drift.len(), 1, "{report:#}");
@@ -638,24 +645,19 @@ fn a_prometheus_without_cpulab_or_its_rules_and_a_wrong_url_are_refused() {
     assert_eq!(value(&p.query("count(up)")[0]), 1.0);
 }
 
-/// `--web.config.file` reaches a Prometheus behind TLS (its CA given) and basic auth (the
-/// password from a file): past both, this empty one says it has no cpulab series; without the
-/// CA the TLS line, without the password the refusal, each naming the fix.
-#[test]
-fn tls_and_basic_auth_reach_a_guarded_prometheus() {
-    if !prom::prometheus_installed(test_name!())
-        || !common::installed(test_name!(), &[("openssl", "openssl")])
-    {
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    // A CA, and the server's certificate for 127.0.0.1 signed by it.
-    let d = dir.path();
-    std::fs::write(d.join("ext.cnf"), "subjectAltName=IP:127.0.0.1\n").unwrap();
+/// The certificates of a guarded Prometheus, made in `d` with the openssl CLI: a CA, the
+/// server's certificate for 127.0.0.1 and a client certificate, both signed by it, and a
+/// self-signed client certificate the server does not trust.
+fn certificates(d: &Path) {
+    std::fs::write(d.join("server.cnf"), "subjectAltName=IP:127.0.0.1\n").unwrap();
+    std::fs::write(d.join("client.cnf"), "extendedKeyUsage=clientAuth\n").unwrap();
     for args in [
         "req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=cpulab-test-ca -keyout ca.key -out ca.crt",
         "req -newkey rsa:2048 -nodes -subj /CN=127.0.0.1 -keyout server.key -out server.csr",
-        "x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 1 -extfile ext.cnf -out server.crt",
+        "x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 1 -extfile server.cnf -out server.crt",
+        "req -newkey rsa:2048 -nodes -subj /CN=cpulab-fleet -keyout client.key -out client.csr",
+        "x509 -req -in client.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 1 -extfile client.cnf -out client.crt",
+        "req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=stranger -keyout stranger.key -out stranger.crt",
     ] {
         let made = Command::new("openssl")
             .current_dir(d)
@@ -664,24 +666,320 @@ fn tls_and_basic_auth_reach_a_guarded_prometheus() {
             .unwrap();
         common::assert_success(&made);
     }
-    let (key, cert) = (d.join("server.key"), d.join("server.crt"));
+}
+
+/// `--web.config.file` reaches a Prometheus behind TLS that requires and verifies a client
+/// certificate (its CA given, `cert_file` and `key_file`) and basic auth (the password from a
+/// file): past all three, fleet ranks the exporter it scrapes. Without the CA the TLS line,
+/// without a client certificate or with one the server does not trust the handshake's refusal,
+/// without the password the HTTP refusal, each naming the fix.
+#[test]
+fn client_certificates_tls_and_basic_auth_reach_a_guarded_prometheus() {
+    if !prom::prometheus_installed(test_name!())
+        || !common::installed(test_name!(), &[("openssl", "openssl")])
+    {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    certificates(d);
     let hash = bcrypt::hash("s3cret", 4).unwrap();
     let web = format!(
-        "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n\
+        "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n  \
+         client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: ca.crt\n\
          basic_auth_users:\n  ops: {hash}\n"
     );
-    let (k, c) = (std::fs::read(&key).unwrap(), std::fs::read(&cert).unwrap());
-    let files: [(&str, &[u8]); 2] = [("server.key", &k), ("server.crt", &c)];
-    let curl = ["-k", "-u", "ops:s3cret"].map(String::from).to_vec();
-    let p = Prometheus::start_with("scrape_configs: []\n", Some((&web, &files)), curl);
-    std::fs::write(dir.path().join("pw"), "s3cret\n").unwrap();
-    let client = dir.path().join("fleet-web.yml");
+    let read = |name: &str| std::fs::read(d.join(name)).unwrap();
+    let (k, c, ca) = (read("server.key"), read("server.crt"), read("ca.crt"));
+    let files: [(&str, &[u8]); 3] = [("server.key", &k), ("server.crt", &c), ("ca.crt", &ca)];
+    let path = |name: &str| d.join(name).to_str().unwrap().to_string();
+    let curl = vec![
+        "--cacert".into(),
+        path("ca.crt"),
+        "--cert".into(),
+        path("client.crt"),
+        "--key".into(),
+        path("client.key"),
+        "-u".into(),
+        "ops:s3cret".into(),
+    ];
+    let port = free_port();
+    let _e = exporter(port, &["--mechanism", "fake", "--no-history"]);
+    let rules = prom::rules_every_second(d);
+    let config = scrape_config(&[(port, "h1")], Some(&rules));
+    let p = Prometheus::start_with(&config, Some((&web, &files)), curl);
+    std::fs::write(d.join("pw"), "s3cret\n").unwrap();
+    let client = d.join("fleet-web.yml");
     let write = |text: &str| std::fs::write(&client, text).unwrap();
     let config = ["--web.config.file", client.to_str().unwrap()];
-    write("tls_config:\n  ca_file: ca.crt\nbasic_auth:\n  username: ops\n  password_file: pw\n");
-    refused(&fleet(&p.url(), &config), 2, "no cpulab series");
-    write("basic_auth:\n  username: ops\n  password_file: pw\n");
+    let (ca, cert) = (
+        "  ca_file: ca.crt\n",
+        "  cert_file: client.crt\n  key_file: client.key\n",
+    );
+    let stranger = "  cert_file: stranger.crt\n  key_file: stranger.key\n";
+    let auth = "basic_auth:\n  username: ops\n  password_file: pw\n";
+    write(&format!("tls_config:\n{cert}{auth}"));
     refused(&fleet(&p.url(), &config), 2, "TLS failed");
-    write("tls_config:\n  ca_file: ca.crt\n");
+    write(&format!("tls_config:\n{ca}{auth}"));
+    refused(
+        &fleet(&p.url(), &config),
+        2,
+        "the server requires a client certificate",
+    );
+    write(&format!("tls_config:\n{ca}{stranger}{auth}"));
+    refused(
+        &fleet(&p.url(), &config),
+        2,
+        "the server refused the client certificate",
+    );
+    write(&format!("tls_config:\n{ca}{cert}"));
     refused(&fleet(&p.url(), &config), 2, "refused the query (HTTP 401)");
+    write(&format!("tls_config:\n{ca}{cert}{auth}"));
+    // At a step of the report's window (a second with --since 5m), as its ranking reads it.
+    p.wait_for_n(&format!("count_over_time({COST_RULE}[300s:1s])"), 1);
+    let report = common::json_of(&fleet(&p.url(), &[&config[..], &["--json"]].concat()));
+    assert_eq!(ranked(&report, "h1")["target"], "fake", "{report:#}");
+}
+
+/// A synthetic host of the backfilled history: its instance, the fake's class weights before and
+/// after its facts change, and the cost each mix makes (class i waits 4 us x 4^i, as the fake).
+struct SyntheticHost {
+    instance: &'static str,
+    weights: [[f64; 3]; 2],
+    cost_s: [f64; 2],
+    /// The fact that changes, its value before and after.
+    fact: (&'static str, &'static str, &'static str),
+}
+
+/// One moves: halt polling turned on and its mix from (1,1,1) (24 us) to (3,1,0) (3 us). One
+/// does not: a new kernel, the same (1,1,0) mix (6 us) on both sides.
+const SYNTHETIC: [SyntheticHost; 2] = [
+    SyntheticHost {
+        instance: "synthetic-moved",
+        weights: [[1.0, 1.0, 1.0], [3.0, 1.0, 0.0]],
+        cost_s: [24e-6, 3e-6],
+        fact: ("guest_halt_poll_ns", "0", "200000"),
+    },
+    SyntheticHost {
+        instance: "synthetic-flat",
+        weights: [[1.0, 1.0, 0.0], [1.0, 1.0, 0.0]],
+        cost_s: [6e-6, 6e-6],
+        fact: ("kernel", "6.1.0-26-amd64", "6.1.0-27-amd64"),
+    },
+];
+
+const SYNTHETIC_CLASSES: [&str; 3] = ["same-cpu", "shared-llc", "cross-llc"];
+
+/// The raw series a cpulab exporter publishes for `h` (build info, machine facts, wakeups and
+/// their latency sums and counts by class), every 15 s from `t0` to `t1` with the facts changing
+/// at `at`, as OpenMetrics text for `promtool tsdb create-blocks-from openmetrics`. Made up,
+/// labelled `job="synthetic"`: each class's wakeups per step are 100 x its weight, give or take
+/// 5% (a fixed pseudo-random sequence), each waiting exactly 4 us x 4^i.
+fn synthetic_openmetrics(h: &SyntheticHost, t0: i64, at: i64, t1: i64, out: &mut String) {
+    use std::fmt::Write as _;
+    let id = format!("instance=\"{}\",job=\"synthetic\"", h.instance);
+    let steps: Vec<i64> = (t0..=t1).step_by(15).collect();
+    for t in &steps {
+        let _ = writeln!(
+            out,
+            "cpulab_exporter_build_info{{{id},version=\"synthetic\"}} 1 {t}"
+        );
+    }
+    let (fact, before, after) = h.fact;
+    for t in &steps {
+        let mut facts: Vec<(&str, &str)> = vec![
+            ("kernel", "6.1.0-26-amd64"),
+            ("virtualization", "KVM"),
+            ("idle_driver", "haltpoll"),
+            ("idle_governor", "haltpoll"),
+            ("guest_halt_poll_ns", "0"),
+            ("cpufreq_governor", "none"),
+            ("smt", "notsupported"),
+            ("mitigations", "synthetic"),
+            ("boot_options", "none"),
+        ];
+        for f in facts.iter_mut().filter(|f| f.0 == fact) {
+            f.1 = if *t < at { before } else { after };
+        }
+        let labels: Vec<String> = facts.iter().map(|(k, v)| format!("{k}=\"{v}\"")).collect();
+        let _ = writeln!(
+            out,
+            "cpulab_machine_info{{{id},{}}} 1 {t}",
+            labels.join(",")
+        );
+    }
+    let mut seed: u64 = 0x9e37_79b9_7f4a_7c15 ^ h.instance.len() as u64;
+    let mut lines: [Vec<String>; 3] = Default::default();
+    for (i, class) in SYNTHETIC_CLASSES.iter().enumerate() {
+        let l = format!("{id},target=\"synthetic-app\",class=\"{class}\"");
+        let wait_s = 4e-6 * 4f64.powi(i as i32);
+        let (mut n, mut sum) = (0.0, 0.0);
+        for t in &steps {
+            seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+            let jitter = (seed >> 11) as f64 / (1u64 << 53) as f64 * 0.1 - 0.05;
+            let w = h.weights[usize::from(*t >= at)][i];
+            let step = (100.0 * w * (1.0 + jitter)).round();
+            n += step;
+            sum += step * wait_s;
+            lines[0].push(format!("cpulab_wakeups_total{{{l}}} {n} {t}"));
+            lines[1].push(format!(
+                "cpulab_wakeup_latency_seconds_count{{{l}}} {n} {t}"
+            ));
+            lines[2].push(format!(
+                "cpulab_wakeup_latency_seconds_sum{{{l}}} {sum:e} {t}"
+            ));
+        }
+    }
+    for l in lines.iter().flatten() {
+        let _ = writeln!(out, "{l}");
+    }
+}
+
+/// Runs promtool (Prometheus's own tool) with `args`, within 5 minutes.
+fn promtool(args: &[&str]) {
+    let out = assert_cmd::Command::new("promtool")
+        .args(args)
+        .timeout(Duration::from_secs(300))
+        .output()
+        .unwrap();
+    common::assert_success(&out);
+}
+
+/// The drift verdicts end to end against a real Prometheus: a synthetic hour of two hosts'
+/// raw exporter series is backfilled (`promtool tsdb create-blocks-from openmetrics`), the
+/// shipped recording rules are evaluated over it by Prometheus's own backfiller (`promtool tsdb
+/// create-blocks-from rules`, in three passes, since a pass does not see the rules it is
+/// recording), and `cpulab fleet` reads the result through the same queries as on a live fleet.
+/// The mixes are known, so are the costs and the verdicts: `moved` from 24 to 3 us, and
+/// `did-not-move` at 6 us.
+#[test]
+fn a_backfilled_synthetic_history_gets_both_drift_verdicts() {
+    if !prom::prometheus_installed(test_name!())
+        || !common::installed(test_name!(), &[("promtool", "prometheus")])
+    {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // An hour: 5 minutes before the window for the first rates, the change 32 minutes in.
+    let now = (now_s() as i64) / 30 * 30;
+    let (t0, at, t1) = (now - 65 * 60, now - 33 * 60, now - 60);
+    let mut text = String::new();
+    for h in &SYNTHETIC {
+        synthetic_openmetrics(h, t0, at, t1, &mut text);
+    }
+    // Each metric's series together, as OpenMetrics groups a family (stable: time order kept).
+    let mut lines: Vec<&str> = text.lines().collect();
+    lines.sort_by_key(|l| l.split('{').next().unwrap_or(""));
+    let om = d.join("synthetic.om");
+    std::fs::write(&om, format!("{}\n# EOF\n", lines.join("\n"))).unwrap();
+    let blocks = d.join("blocks");
+    let (om_s, blocks_s) = (om.to_str().unwrap(), blocks.to_str().unwrap());
+    promtool(&["tsdb", "create-blocks-from", "openmetrics", om_s, blocks_s]);
+    // The shipped rules, unchanged (evaluated every 30 s).
+    let rules = prom::contrib().join("cpulab.rules.yml");
+    let mut p = Prometheus::start(&scrape_config(&[], Some(&rules)));
+    p.add_blocks(&blocks);
+    let (start, end) = (t0.to_string(), t1.to_string());
+    for _pass in ["rates and means", "the targets' costs", "the hosts' costs"] {
+        promtool(&[
+            "tsdb",
+            "create-blocks-from",
+            "rules",
+            "--quiet",
+            "--url",
+            &p.url(),
+            "--start",
+            &start,
+            "--end",
+            &end,
+            "--output-dir",
+            blocks_s,
+            rules.to_str().unwrap(),
+        ]);
+        p.add_blocks(&blocks);
+    }
+    let report = common::json_of(&fleet_since(&p.url(), "1h", &["--json"]));
+    assert_eq!(report["hosts_seen"], 2, "{report:#}");
+    assert_eq!(report["window"]["step_s"], 30, "{report:#}");
+    for h in &SYNTHETIC {
+        assert_synthetic_drift(&report, h, at as f64, t1 as f64);
+    }
+    let text = fleet_since(&p.url(), "1h", &[]);
+    common::assert_success(&text);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains("placement cost moved: 24"), "{text}");
+    assert!(text.contains("placement cost did-not-move: 6"), "{text}");
+}
+
+/// `h`'s drift: its one fact changed at `at`, and the cost test's verdict with both means as
+/// its mixes make them (within the 5% jitter of the made-up counts); its data ends at
+/// `data_end`.
+fn assert_synthetic_drift(report: &Value, h: &SyntheticHost, at: f64, data_end: f64) {
+    let d = report["drift"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["instance"] == h.instance)
+        .unwrap_or_else(|| panic!("{}: no drift: {report:#}", h.instance));
+    let changes = d["changes"].as_array().unwrap();
+    assert_eq!(changes.len(), 1, "{d:#}");
+    let (fact, before, after) = h.fact;
+    assert_eq!(changes[0]["fact"], fact);
+    assert_eq!(
+        (changes[0]["before"].as_str(), changes[0]["after"].as_str()),
+        (Some(before), Some(after))
+    );
+    // The facts are read at a 1 s step over the hour.
+    let changed = d["changed_at_unix_s"].as_f64().unwrap();
+    assert!((at..at + 1.0).contains(&changed), "{changed} vs {at}");
+    let c = &d["cost"];
+    let moved = h.cost_s[0] != h.cost_s[1];
+    assert_eq!(
+        c["verdict"],
+        if moved { "moved" } else { "did-not-move" },
+        "{c:#}"
+    );
+    for (key, cost) in [
+        ("before_mean_s", h.cost_s[0]),
+        ("after_mean_s", h.cost_s[1]),
+    ] {
+        let m = c[key].as_f64().unwrap();
+        assert!(
+            (m - cost).abs() < 0.05 * cost,
+            "{}: {key} {m}, expected {cost}",
+            h.instance
+        );
+    }
+    // A point at every 30 s step of the window while the rules' last value (at the data's end)
+    // is within Prometheus's 5-minute lookback: before the change, and after it from 5 minutes
+    // on (a nearer one mixes both sides). Counted from the window the report states (its start
+    // moves with how long the backfill took), give or take the step at either edge.
+    let w = &report["window"];
+    let (start, end) = (
+        w["start_unix_s"].as_f64().unwrap(),
+        w["end_unix_s"].as_f64().unwrap(),
+    );
+    let steps: Vec<f64> = (0..)
+        .map(|k| start + 30.0 * f64::from(k))
+        .take_while(|s| *s <= end.min(data_end + 300.0))
+        .collect();
+    let before = steps.iter().filter(|s| **s < at).count() as i64;
+    let after = steps.iter().filter(|s| **s >= at + 300.0).count() as i64;
+    let (nb, na) = (
+        c["points_before"].as_i64().unwrap(),
+        c["points_after"].as_i64().unwrap(),
+    );
+    assert!(
+        (nb - before).abs() <= 1 && before > 40,
+        "{before} expected: {c:#}"
+    );
+    assert!(
+        (na - after).abs() <= 1 && after > 40,
+        "{after} expected: {c:#}"
+    );
+    if moved {
+        assert_eq!(c["test"], "welch", "{c:#}");
+        assert!(c["p_value"].as_f64().unwrap() < 0.01, "{c:#}");
+    }
 }

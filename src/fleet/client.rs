@@ -44,6 +44,7 @@ pub struct Prometheus {
     agent: ureq::Agent,
     base: String,
     authorization: Option<String>,
+    client_cert: Option<String>,
     timeout: Duration,
     /// Queries sent, and series they returned.
     pub log: std::cell::RefCell<Vec<(String, usize)>>,
@@ -80,6 +81,7 @@ impl Prometheus {
             agent: config.into(),
             base,
             authorization: access.authorization.clone(),
+            client_cert: access.client_cert.clone(),
             timeout,
             log: Default::default(),
         })
@@ -159,21 +161,15 @@ impl Prometheus {
                 "--prometheus {base}: not a usable URL ({why}); give one such as \
                  http://prometheus:9090"
             )),
-            ureq::Error::Io(io)
-                if io
-                    .get_ref()
-                    .is_some_and(|i| i.downcast_ref::<rustls::Error>().is_some()) =>
-            {
-                bad_input(format!(
-                    "--prometheus {base}: TLS failed ({io}); give the server's CA as \
-                     tls_config.ca_file in --web.config.file"
-                ))
+            ureq::Error::Io(io) if io.get_ref().is_some_and(|i| i.is::<rustls::Error>()) => {
+                let tls = io.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>());
+                bad_input(tls_line(base, tls, &io, self.client_cert.as_deref()))
             }
-            ureq::Error::Tls(_) | ureq::Error::Rustls(_) | ureq::Error::Pem(_) => {
-                bad_input(format!(
-                    "--prometheus {base}: TLS failed ({e}); give the server's CA as \
-                     tls_config.ca_file in --web.config.file"
-                ))
+            ureq::Error::Rustls(ref tls) => {
+                bad_input(tls_line(base, Some(tls), &e, self.client_cert.as_deref()))
+            }
+            ureq::Error::Tls(_) | ureq::Error::Pem(_) => {
+                bad_input(tls_line(base, None, &e, self.client_cert.as_deref()))
             }
             other => bad_input(format!(
                 "--prometheus {base}: cannot reach the server ({other}); check the address and \
@@ -230,6 +226,47 @@ impl Prometheus {
              give a Prometheus server's base URL",
             self.base
         ))
+    }
+}
+
+/// The one line for a TLS failure (pure): a handshake the server ended over the client's
+/// certificate (an alert about a certificate, which only the server sends about the client's)
+/// names the client certificate and its fix; any other failure is the server's certificate, so
+/// its CA is the fix. `sent` is the client certificate given, if any.
+pub fn tls_line(
+    base: &str,
+    tls: Option<&rustls::Error>,
+    shown: &dyn std::fmt::Display,
+    sent: Option<&str>,
+) -> String {
+    use rustls::AlertDescription as A;
+    let about_client_cert = matches!(
+        tls,
+        Some(rustls::Error::AlertReceived(
+            A::CertificateRequired
+                | A::BadCertificate
+                | A::UnknownCA
+                | A::CertificateUnknown
+                | A::CertificateExpired
+                | A::CertificateRevoked
+                | A::UnsupportedCertificate
+        ))
+    );
+    match (about_client_cert, sent) {
+        (true, None) => format!(
+            "--prometheus {base}: the server requires a client certificate and ended the TLS \
+             handshake ({shown}); give one as tls_config.cert_file and key_file in \
+             --web.config.file"
+        ),
+        (true, Some(cert)) => format!(
+            "--prometheus {base}: the server refused the client certificate {cert} in the TLS \
+             handshake ({shown}); give one signed by a CA the server trusts (its \
+             tls_server_config.client_ca_file) and not expired, as tls_config.cert_file"
+        ),
+        (false, _) => format!(
+            "--prometheus {base}: TLS failed ({shown}); give the server's CA as \
+             tls_config.ca_file in --web.config.file"
+        ),
     }
 }
 
@@ -342,5 +379,34 @@ mod tests {
         assert!(parse_vector(&json!({"resultType": "matrix", "result": []})).is_none());
         assert!(parse_vector(&json!({"result": []})).is_none());
         assert!(parse_matrix(&json!({"resultType": "matrix"})).is_none());
+    }
+
+    #[test]
+    fn a_refused_client_certificate_is_told_apart_from_an_unknown_server() {
+        use rustls::{AlertDescription as A, CertificateError, Error};
+        let base = "https://p:9090";
+        let line = |e: Error, sent| tls_line(base, Some(&e), &e, sent);
+        // Go's server alerts BadCertificate (TLS 1.2) or CertificateRequired (1.3) when none
+        // came, BadCertificate when it does not trust the one that came.
+        for a in [A::BadCertificate, A::CertificateRequired] {
+            let l = line(Error::AlertReceived(a), None);
+            assert!(l.contains("requires a client certificate"), "{l}");
+            assert!(l.contains("tls_config.cert_file and key_file"), "{l}");
+        }
+        let l = line(Error::AlertReceived(A::BadCertificate), Some("c.crt"));
+        assert!(l.contains("refused the client certificate c.crt"), "{l}");
+        assert!(l.contains("client_ca_file"), "{l}");
+        // The client's own check of the server's certificate: the CA is the fix.
+        let unknown = Error::InvalidCertificate(CertificateError::UnknownIssuer);
+        for sent in [None, Some("c.crt")] {
+            let l = line(unknown.clone(), sent);
+            assert!(
+                l.contains("TLS failed") && l.contains("tls_config.ca_file"),
+                "{l}"
+            );
+        }
+        let l = line(Error::AlertReceived(A::HandshakeFailure), None);
+        assert!(l.contains("TLS failed"), "{l}");
+        assert!(!l.contains('\n'));
     }
 }

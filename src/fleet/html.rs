@@ -3,6 +3,7 @@
 //! and the drift table. Built from `report::html`'s primitives and `report::svg`'s charts, so it
 //! loads nothing from the network. Pure.
 
+use super::notes::Footnotes;
 use super::{Reading, Report};
 use crate::report::{html as page, svg};
 use crate::units::fmt_ns;
@@ -22,27 +23,38 @@ fn num(r: &Reading) -> String {
 }
 
 fn ranking(r: &Report) -> Markup {
+    // Each reason a figure is missing is said once, below the table, and referred to by number.
+    let mut notes = Footnotes::default();
     let rows: Vec<Vec<String>> = r
         .ranking
         .iter()
         .map(|x| {
+            let mut cell = |f: &Reading, shown: String| notes.cell(f, shown);
             vec![
                 x.rank.to_string(),
                 x.instance.clone(),
                 x.target.clone(),
-                secs(&x.cost_s),
-                x.cross_share
-                    .mean
-                    .map_or("n/a".into(), |m| format!("{:.0}%", m * 100.0)),
-                secs(&x.cross_latency_s),
-                secs(&x.same_latency_s),
-                num(&x.wakeups_per_s),
-                num(&x.halts_per_wakeup),
-                num(&x.ipis_per_wakeup),
-                num(&x.probe_cross_over_same),
+                cell(&x.cost_s, secs(&x.cost_s)),
+                cell(
+                    &x.cross_share,
+                    x.cross_share
+                        .mean
+                        .map_or("n/a".into(), |m| format!("{:.0}%", m * 100.0)),
+                ),
+                cell(&x.cross_latency_s, secs(&x.cross_latency_s)),
+                cell(&x.same_latency_s, secs(&x.same_latency_s)),
+                cell(&x.wakeups_per_s, num(&x.wakeups_per_s)),
+                cell(&x.halts_per_wakeup, num(&x.halts_per_wakeup)),
+                cell(&x.ipis_per_wakeup, num(&x.ipis_per_wakeup)),
+                cell(&x.probe_cross_over_same, num(&x.probe_cross_over_same)),
                 x.findings.join(", "),
             ]
         })
+        .collect();
+    let unranked: Vec<(&super::rank::Unranked, usize)> = r
+        .without_cost
+        .iter()
+        .map(|u| (u, notes.number(&u.not_available)))
         .collect();
     html! {
         section {
@@ -54,8 +66,11 @@ fn ranking(r: &Report) -> Markup {
                 &rows,
                 3,
             ))
-            @for u in &r.without_cost {
-                p.note { "Not ranked: " (u.instance) " " (u.target) ": " (u.not_available) "." }
+            @for (u, n) in &unranked {
+                p.note { "Not ranked: " (u.instance) " " (u.target) ": no cost [" (n) "]." }
+            }
+            @for line in notes.lines() {
+                p.note.footnote { (line) }
             }
         }
     }

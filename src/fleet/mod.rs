@@ -26,6 +26,7 @@ pub mod client;
 pub mod drift;
 pub mod findings;
 pub mod html;
+pub mod notes;
 pub mod queries;
 pub mod rank;
 pub mod text;

@@ -1,6 +1,7 @@
 //! The report for the terminal: the conditions first (window, hosts that answered), then the
 //! ranking, the findings, the drift and where to look closer. Pure.
 
+use super::notes::Footnotes;
 use super::{Reading, Report};
 use crate::units::fmt_ns;
 use std::fmt::Write;
@@ -63,47 +64,38 @@ fn ranking(r: &Report, s: &mut String) {
         "probe x/s",
         "findings",
     ]);
+    // Each reason a figure is missing is printed once, below, and referred to by number.
+    let mut notes = Footnotes::default();
     for x in &r.ranking {
+        let mut cell = |f: &Reading, shown: String| notes.cell(f, shown);
         t.add_row([
             x.rank.to_string(),
             x.instance.clone(),
             x.target.clone(),
-            secs(&x.cost_s),
-            pct(&x.cross_share),
-            secs(&x.cross_latency_s),
-            secs(&x.same_latency_s),
-            num(&x.wakeups_per_s, 1),
-            num(&x.halts_per_wakeup, 2),
-            num(&x.ipis_per_wakeup, 2),
-            num(&x.probe_cross_over_same, 2),
+            cell(&x.cost_s, secs(&x.cost_s)),
+            cell(&x.cross_share, pct(&x.cross_share)),
+            cell(&x.cross_latency_s, secs(&x.cross_latency_s)),
+            cell(&x.same_latency_s, secs(&x.same_latency_s)),
+            cell(&x.wakeups_per_s, num(&x.wakeups_per_s, 1)),
+            cell(&x.halts_per_wakeup, num(&x.halts_per_wakeup, 2)),
+            cell(&x.ipis_per_wakeup, num(&x.ipis_per_wakeup, 2)),
+            cell(&x.probe_cross_over_same, num(&x.probe_cross_over_same, 2)),
             x.findings.len().to_string(),
         ]);
     }
     if !r.ranking.is_empty() {
         let _ = writeln!(s, "{t}");
     }
-    let mut reasons: Vec<(String, &str)> = Vec::new();
-    for x in &r.ranking {
-        for (name, f) in [
-            ("halts/wk", &x.halts_per_wakeup),
-            ("IPIs/wk", &x.ipis_per_wakeup),
-            ("probe x/s", &x.probe_cross_over_same),
-        ] {
-            if let Some(why) = &f.not_available {
-                reasons.push((format!("{name} n/a on {}", x.instance), why));
-            }
-        }
-    }
-    reasons.dedup();
-    for (what, why) in reasons {
-        let _ = writeln!(s, "  {what}: {why}");
-    }
     for u in &r.without_cost {
+        let n = notes.number(&u.not_available);
         let _ = writeln!(
             s,
-            "  not ranked: {} {} ({:.1} wakeups/s): {}",
-            u.instance, u.target, u.wakeups_per_s, u.not_available
+            "  not ranked: {} {} ({:.1} wakeups/s): no cost [{n}]",
+            u.instance, u.target, u.wakeups_per_s
         );
+    }
+    for line in notes.lines() {
+        let _ = writeln!(s, "  {line}");
     }
 }
 

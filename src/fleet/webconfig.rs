@@ -61,6 +61,9 @@ pub struct BasicAuth {
 pub struct Access {
     pub tls: ureq::tls::TlsConfig,
     pub authorization: Option<String>,
+    /// The client certificate sent (`tls_config.cert_file` as written), to name it when the
+    /// server refuses it.
+    pub client_cert: Option<String>,
 }
 
 /// Parses the YAML text (pure). `what` names the file in errors.
@@ -171,7 +174,16 @@ pub fn load(path: &Path) -> Result<Access> {
         }
         None => None,
     };
-    Ok(Access { tls, authorization })
+    let client_cert = f
+        .tls_config
+        .as_ref()
+        .and_then(|t| t.cert_file.as_ref())
+        .map(|c| c.display().to_string());
+    Ok(Access {
+        tls,
+        authorization,
+        client_cert,
+    })
 }
 
 #[cfg(test)]

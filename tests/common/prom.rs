@@ -93,6 +93,8 @@ pub struct Prometheus {
     /// What curl needs to reach it (`-k`, `-u user:password` behind TLS and basic auth).
     pub curl_args: Vec<String>,
     pub scheme: &'static str,
+    /// Its command line, to restart it on the same storage.
+    args: Vec<String>,
 }
 
 impl Prometheus {
@@ -113,14 +115,12 @@ impl Prometheus {
         let path = dir.path().join("prometheus.yml");
         std::fs::write(&path, Self::with_globals(config)).unwrap();
         let port = free_port();
-        let mut c = Command::new("prometheus");
-        c.arg(format!("--config.file={}", path.display()))
-            .arg(format!(
-                "--storage.tsdb.path={}",
-                dir.path().join("data").display()
-            ))
-            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-            .arg("--web.enable-lifecycle");
+        let mut args = vec![
+            format!("--config.file={}", path.display()),
+            format!("--storage.tsdb.path={}", dir.path().join("data").display()),
+            format!("--web.listen-address=127.0.0.1:{port}"),
+            "--web.enable-lifecycle".to_string(),
+        ];
         let mut scheme = "http";
         if let Some((text, files)) = web_config {
             for (name, bytes) in files {
@@ -128,22 +128,49 @@ impl Prometheus {
             }
             let web = dir.path().join("web.yml");
             std::fs::write(&web, text).unwrap();
-            c.arg(format!("--web.config.file={}", web.display()));
+            args.push(format!("--web.config.file={}", web.display()));
             if text.contains("tls_server_config") {
                 scheme = "https";
             }
         }
-        let child = spawn(c);
-        wait_listening(port, "prometheus");
+        let child = Self::spawn_on(&args, port);
         let p = Self {
             dir,
             child,
             port,
             curl_args,
             scheme,
+            args,
         };
         p.wait_ready();
         p
+    }
+
+    fn spawn_on(args: &[String], port: u16) -> Killed {
+        let mut c = Command::new("prometheus");
+        c.args(args);
+        let child = spawn(c);
+        wait_listening(port, "prometheus");
+        child
+    }
+
+    /// Its TSDB directory.
+    pub fn data(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    /// Moves the TSDB blocks in `blocks` (promtool's output) into its storage and restarts it
+    /// on the same port and storage, so it serves them at once (it would pick them up by itself
+    /// at its next reload of blocks, within a minute).
+    pub fn add_blocks(&mut self, blocks: &Path) {
+        for b in std::fs::read_dir(blocks).unwrap().flatten() {
+            std::fs::rename(b.path(), self.data().join(b.file_name())).unwrap();
+        }
+        let _ = self.child.0.kill();
+        let _ = self.child.0.wait();
+        wait_until_free(self.port);
+        self.child = Self::spawn_on(&self.args, self.port);
+        self.wait_ready();
     }
 
     fn with_globals(config: &str) -> String {
@@ -188,6 +215,7 @@ impl Prometheus {
     pub fn query(&self, q: &str) -> Vec<Value> {
         let out = Command::new("curl")
             .args(["-s", "--max-time", "10", "-G"])
+            .args(&self.curl_args)
             .arg(format!("{}/api/v1/query", self.url()))
             .args(["--data-urlencode", &format!("query={q}")])
             .output()
