@@ -5,11 +5,9 @@
 
 mod common;
 
-use common::prom::{Killed, contrib, exporter, free_port, label, spawn, value, wait_listening};
-use serde_json::Value;
+use common::prom::{Prometheus, contrib, exporter, free_port, label, spawn, value};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
 fn curl(url: &str, query: Option<&str>) -> String {
     let mut c = Command::new("curl");
@@ -20,98 +18,25 @@ fn curl(url: &str, query: Option<&str>) -> String {
     String::from_utf8_lossy(&c.output().unwrap().stdout).to_string()
 }
 
-/// A private Prometheus scraping `target` every second, with the recording rules loaded.
-struct Prometheus {
-    _dir: tempfile::TempDir,
-    _child: Killed,
-    port: u16,
+/// A private Prometheus scraping `target` every second, with the recording rules loaded and
+/// the console templates served.
+fn start_prometheus(target_port: u16) -> Prometheus {
+    Prometheus::start_with_consoles(
+        &format!(
+            "rule_files:\n  - {}\nscrape_configs:\n  - job_name: cpulab\n    static_configs:\n      \
+             - targets: ['127.0.0.1:{target_port}']\n",
+            contrib().join("cpulab.rules.yml").display()
+        ),
+        &contrib().join("consoles"),
+    )
 }
 
-impl Prometheus {
-    fn start(target_port: u16) -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let config = dir.path().join("prometheus.yml");
-        std::fs::write(
-            &config,
-            format!(
-                "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nrule_files:\n  - {}\n\
-                 scrape_configs:\n  - job_name: cpulab\n    static_configs:\n      - targets: \
-                 ['127.0.0.1:{target_port}']\n",
-                contrib().join("cpulab.rules.yml").display()
-            ),
-        )
-        .unwrap();
-        let port = free_port();
-        let mut c = Command::new("prometheus");
-        c.arg(format!("--config.file={}", config.display()))
-            .arg(format!(
-                "--storage.tsdb.path={}",
-                dir.path().join("data").display()
-            ))
-            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-            .arg(format!(
-                "--web.console.templates={}",
-                contrib().join("consoles").display()
-            ));
-        // No console libraries: Prometheus 3 ships none, so the page must render without them.
-        let libs = dir.path().join("console_libraries");
-        std::fs::create_dir(&libs).unwrap();
-        c.arg(format!("--web.console.libraries={}", libs.display()));
-        let child = spawn(c);
-        wait_listening(port, "prometheus");
-        // Listening is not ready: until its storage is open Prometheus answers queries with
-        // 503 Service Unavailable. `/-/ready` says 200 once it serves them.
-        let until = Instant::now() + Duration::from_secs(90);
-        loop {
-            let ready = Command::new("curl")
-                .args(["-sf", "--max-time", "5", "-o", "/dev/null"])
-                .arg(format!("http://127.0.0.1:{port}/-/ready"))
-                .status()
-                .is_ok_and(|s| s.success());
-            if ready {
-                break;
-            }
-            assert!(Instant::now() < until, "prometheus never became ready");
-            std::thread::sleep(Duration::from_millis(200));
-        }
-        Self {
-            _dir: dir,
-            _child: child,
-            port,
-        }
-    }
-
-    /// The result vector of an instant query.
-    fn query(&self, q: &str) -> Vec<Value> {
-        let body = curl(
-            &format!("http://127.0.0.1:{}/api/v1/query", self.port),
-            Some(q),
-        );
-        let v: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
-        assert_eq!(v["status"], "success", "{q}: {body}");
-        v["data"]["result"].as_array().cloned().unwrap_or_default()
-    }
-
-    /// Waits until Prometheus has stored a scrape of the exporter taken after `t` (seconds since
-    /// the epoch) and returns that scrape's time: each scrape reads the source afresh, so
-    /// everything counted before `t` is in what Prometheus holds up to then.
-    fn scraped_after(&self, t: f64) -> f64 {
-        let r = self.wait_for(&format!("timestamp(up{{job=\"cpulab\"}}) > {t:.3}"));
-        value(&r[0])
-    }
-
-    /// Waits until `q` returns at least one sample.
-    fn wait_for(&self, q: &str) -> Vec<Value> {
-        let until = Instant::now() + Duration::from_secs(90);
-        loop {
-            let r = self.query(q);
-            if !r.is_empty() {
-                return r;
-            }
-            assert!(Instant::now() < until, "no samples for {q}");
-            std::thread::sleep(Duration::from_millis(500));
-        }
-    }
+/// Waits until Prometheus has stored a scrape of the exporter taken after `t` (seconds since
+/// the epoch) and returns that scrape's time: each scrape reads the source afresh, so
+/// everything counted before `t` is in what Prometheus holds up to then.
+fn scraped_after(prom: &Prometheus, t: f64) -> f64 {
+    let r = prom.wait_for(&format!("timestamp(up{{job=\"cpulab\"}}) > {t:.3}"));
+    value(&r[0])
 }
 
 /// Wall-clock seconds since the epoch, as Prometheus stamps its samples.
@@ -267,7 +192,7 @@ fn a_real_prometheus_scrapes_well_formed_metrics() {
     }
     let port = free_port();
     let _e = exporter(port, &["--mechanism", "fake", "--comm", "postgres,nginx"]);
-    let prom = Prometheus::start(port);
+    let prom = start_prometheus(port);
     let up = prom.wait_for("up{job=\"cpulab\"} == 1");
     assert_eq!(up.len(), 1);
     // Two scrapes at least, so rates exist.
@@ -369,7 +294,7 @@ fn placement_classes_follow_a_pinned_pair() {
     // Always attached: a pingpong run is often over within a second, which one second in four
     // (the default) may miss or count four times.
     let _e = exporter(port, &["--comm", "cpulab-pair", "--attach-every", "1"]);
-    let prom = Prometheus::start(port);
+    let prom = start_prometheus(port);
     prom.wait_for("up{job=\"cpulab\"} == 1");
     // Each run is read as the difference between two scrapes: one taken after it starts to
     // be possible (after the previous run ended) and the first one after it ends. A range
@@ -377,7 +302,7 @@ fn placement_classes_follow_a_pinned_pair() {
     // scrape and extrapolated to the window's edges: a CI run saw 21,694 same-CPU wakeups in
     // the second window, all of them the first run's.
     let run = |pairs: &str| {
-        let before = prom.scraped_after(now_s());
+        let before = scraped_after(&prom, now_s());
         let out = Command::new(&pair)
             .env("CPULAB_HISTORY", "off")
             .args([
@@ -387,7 +312,7 @@ fn placement_classes_follow_a_pinned_pair() {
             .output()
             .unwrap();
         common::assert_success(&out);
-        let after = prom.scraped_after(now_s());
+        let after = scraped_after(&prom, now_s());
         (before, after)
     };
     let t1 = run("0:0");
@@ -459,7 +384,7 @@ fn the_default_estimate_reaches_prometheus() {
     std::fs::copy("/bin/sh", &busy).unwrap();
     let port = free_port();
     let _e = exporter(port, &["--comm", "cpulab-est"]);
-    let prom = Prometheus::start(port);
+    let prom = start_prometheus(port);
     prom.wait_for("up{job=\"cpulab\"} == 1");
     // A shell that waits for one short process after another for 12 s: each exit wakes it.
     let out = Command::new(&busy)
@@ -470,7 +395,7 @@ fn the_default_estimate_reaches_prometheus() {
         .output()
         .unwrap();
     assert!(out.status.success());
-    prom.scraped_after(now_s());
+    scraped_after(&prom, now_s());
     let ratio = prom.wait_for("cpulab_exporter_attached_ratio");
     assert_eq!(value(&ratio[0]), 0.25);
     let counts = prom.wait_for("cpulab_wakeups_total{target=\"cpulab-est\"} > 0");
@@ -563,7 +488,7 @@ fn assert_a_changed_fact_is_seen(prom: &Prometheus, param: &Path, new: &str) {
     ));
     // The scrape after that one no longer has the old series: Prometheus marks it stale, so
     // an instant query sees exactly one info series, the new one.
-    prom.scraped_after(now_s());
+    scraped_after(prom, now_s());
     let all = prom.query("cpulab_machine_info");
     assert_eq!(all.len(), 1, "{all:?}");
     assert_eq!(label(&all[0], "guest_halt_poll_ns"), new);
@@ -593,7 +518,7 @@ fn self_health_arrives_and_a_rewritten_halt_poll_window_changes_machine_info() {
             root.path().to_str().unwrap(),
         ],
     );
-    let prom = Prometheus::start(port);
+    let prom = start_prometheus(port);
     assert_self_health_arrives(&prom);
     // This fixture has no /proc/interrupts: that collector says it failed, and why.
     let failed = prom.wait_for("cpulab_exporter_collector_success{collector=\"interrupts\"} == 0");
@@ -644,7 +569,7 @@ fn a_live_halt_poll_window_change_is_seen_through_prometheus() {
     }
     let port = free_port();
     let _e = exporter(port, &["--mechanism", "fake", "--facts-interval", "1s"]);
-    let prom = Prometheus::start(port);
+    let prom = start_prometheus(port);
     assert_a_changed_fact_is_seen(&prom, &param, &(old_ns + 1).to_string());
 }
 
@@ -698,7 +623,7 @@ fn default_targets_name_a_busy_pair_started_later_and_never_a_kernel_thread() {
     std::fs::copy(common::cpulab_path(), &pair).unwrap();
     let port = free_port();
     let _e = exporter(port, &[]);
-    let prom = Prometheus::start(port);
+    let prom = start_prometheus(port);
     prom.wait_for("up{job=\"cpulab\"} == 1");
     let started = now_s();
     let mut c = Command::new(&pair);
@@ -719,7 +644,7 @@ fn default_targets_name_a_busy_pair_started_later_and_never_a_kernel_thread() {
     );
     prom.wait_for("sum(cpulab_wakeups_total{target=\"cpulab-busy\"}) > 0");
     drop(busy);
-    let t = prom.scraped_after(now_s());
+    let t = scraped_after(&prom, now_s());
     let labels: Vec<String> = prom
         .query(&format!(
             "count by (target) (count_over_time(cpulab_wakeups_total[10m] @ {t:.3}))"

@@ -111,6 +111,21 @@ impl Prometheus {
         web_config: Option<(&str, &[WebFile])>,
         curl_args: Vec<String>,
     ) -> Self {
+        Self::start_full(config, web_config, curl_args, None)
+    }
+
+    /// Starts one serving the console templates in `templates`, with an empty console
+    /// libraries directory: Prometheus 3 ships none, so a page must render without them.
+    pub fn start_with_consoles(config: &str, templates: &Path) -> Self {
+        Self::start_full(config, None, Vec::new(), Some(templates))
+    }
+
+    fn start_full(
+        config: &str,
+        web_config: Option<(&str, &[WebFile])>,
+        curl_args: Vec<String>,
+        consoles: Option<&Path>,
+    ) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("prometheus.yml");
         std::fs::write(&path, Self::with_globals(config)).unwrap();
@@ -121,6 +136,12 @@ impl Prometheus {
             format!("--web.listen-address=127.0.0.1:{port}"),
             "--web.enable-lifecycle".to_string(),
         ];
+        if let Some(templates) = consoles {
+            let libs = dir.path().join("console_libraries");
+            std::fs::create_dir(&libs).unwrap();
+            args.push(format!("--web.console.templates={}", templates.display()));
+            args.push(format!("--web.console.libraries={}", libs.display()));
+        }
         let mut scheme = "http";
         if let Some((text, files)) = web_config {
             for (name, bytes) in files {
@@ -224,6 +245,11 @@ impl Prometheus {
         let v: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
         assert_eq!(v["status"], "success", "{q}: {body}");
         v["data"]["result"].as_array().cloned().unwrap_or_default()
+    }
+
+    /// Waits (at most 120 s) until `q` returns at least one sample.
+    pub fn wait_for(&self, q: &str) -> Vec<Value> {
+        self.wait_for_n(q, 1)
     }
 
     /// Waits (at most 120 s) until `q` returns at least `n` samples.
