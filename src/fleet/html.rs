@@ -60,11 +60,12 @@ fn ranking(r: &Report) -> Markup {
         section {
             h2 { "Placement cost per wakeup" }
             p.note { (super::METHOD) "." }
-            (page::table(
+            // The findings are words: they wrap, so the table stays within the page.
+            (page::table_between(
                 &["#", "host", "target", "cost", "cross", "cross latency", "same latency",
                   "wakeups/s", "halts/wakeup", "IPIs/wakeup", "probe cross/same", "findings"],
                 &rows,
-                3,
+                3..11,
             ))
             @for (u, n) in &unranked {
                 p.note { "Not ranked: " (u.instance) " " (u.target) ": no cost [" (n) "]." }

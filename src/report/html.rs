@@ -120,13 +120,23 @@ pub fn conditions(c: &Conditions, skipped: &[(String, String)]) -> Markup {
 /// A table of rows of cells, the first row the header; numbers right-aligned by the caller's
 /// choice of `num` columns.
 pub fn table(header: &[&str], rows: &[Vec<String>], num_from: usize) -> Markup {
+    table_between(header, rows, num_from..header.len())
+}
+
+/// [`table`] whose numbers are the columns in `numeric` only: the text columns after them
+/// (a list of findings) wrap instead of stretching the page.
+pub fn table_between(
+    header: &[&str],
+    rows: &[Vec<String>],
+    numeric: std::ops::Range<usize>,
+) -> Markup {
     html! {
         table {
             tr { @for h in header { th { (h) } } }
             @for r in rows {
                 tr {
                     @for (i, cell) in r.iter().enumerate() {
-                        @if i >= num_from { td.num { (cell) } } @else { td { (cell) } }
+                        @if numeric.contains(&i) { td.num { (cell) } } @else { td { (cell) } }
                     }
                 }
             }
@@ -145,5 +155,18 @@ mod tests {
         assert!(p.contains("<title>a &lt;b&gt; &amp; c</title>"));
         assert!(p.contains("x &lt; y"));
         assert!(p.trim_end().ends_with("</html>"));
+    }
+
+    /// Only the numeric columns keep to one line; a text column after them wraps.
+    #[test]
+    fn only_the_numeric_columns_are_numbers() {
+        let rows = vec![vec!["h".to_string(), "1.0".into(), "a, b, c".into()]];
+        let t = table_between(&["host", "cost", "findings"], &rows, 1..2).into_string();
+        assert!(
+            t.contains(r#"<td>h</td><td class="num">1.0</td><td>a, b, c</td>"#),
+            "{t}"
+        );
+        let t = table(&["host", "cost", "findings"], &rows, 1).into_string();
+        assert!(t.contains(r#"<td class="num">a, b, c</td>"#), "{t}");
     }
 }
