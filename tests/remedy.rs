@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{cpulab, json_of};
+use common::{cpulab, json_of, pgpair};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
@@ -793,4 +793,172 @@ fn the_halt_polling_remedy_applies_verifies_and_undoes_on_this_machine() {
     assert_eq!(o.status.code(), Some(1));
     drop(_restore);
     assert_eq!(std::fs::read_to_string(HALT_POLL).unwrap(), original);
+}
+
+/// A cgroup named like a systemd service, `cpulab-test.slice/cpulab-pgtest-PID.service`, made
+/// in every hierarchy systemd would manage here (the v1 `name=systemd` one of a hybrid layout
+/// and the unified one), below this process's own group. This machine has no systemd as PID 1,
+/// so `systemd-run --scope` cannot make one. Dropped, it moves whatever still runs in it back
+/// to this process's group and removes the directories, however the test ends.
+struct UnitCgroup {
+    /// (the service's directory, the group its processes go back to) per hierarchy.
+    dirs: Vec<(PathBuf, PathBuf)>,
+    unit: String,
+}
+
+impl UnitCgroup {
+    /// The hierarchies systemd manages here, or why there is none to use.
+    fn make() -> Result<Self, String> {
+        use cpulab::probe::cgroup::{parse_mountinfo, parse_proc_cgroup};
+        let mounts = parse_mountinfo(&std::fs::read_to_string("/proc/self/mountinfo").unwrap());
+        let own = parse_proc_cgroup(&std::fs::read_to_string("/proc/self/cgroup").unwrap());
+        let unit = format!("cpulab-pgtest-{}.service", std::process::id());
+        let mut g = Self {
+            dirs: vec![],
+            unit: unit.clone(),
+        };
+        for m in mounts.iter().filter(|m| m.root == "/") {
+            let named = m.options.iter().any(|o| o == "name=systemd");
+            let mine = own.iter().find(|l| {
+                if m.v2 {
+                    l.hierarchy == 0 && l.controllers.is_empty()
+                } else {
+                    named && l.controllers.iter().any(|c| c == "name=systemd")
+                }
+            });
+            let Some(mine) = mine else { continue };
+            let home = Path::new(&m.point).join(mine.path.trim_start_matches('/'));
+            let dir = home.join("cpulab-test.slice").join(&unit);
+            std::fs::create_dir_all(&dir).map_err(|e| format!("mkdir {}: {e}", dir.display()))?;
+            g.dirs.push((dir, home));
+        }
+        if g.dirs.is_empty() {
+            return Err("no name=systemd or cgroup2 hierarchy is mounted".into());
+        }
+        Ok(g)
+    }
+
+    /// The `cgroup.procs` files a process writes its pid into to join the unit.
+    fn procs(&self) -> Vec<PathBuf> {
+        self.dirs
+            .iter()
+            .map(|(d, _)| d.join("cgroup.procs"))
+            .collect()
+    }
+}
+
+impl Drop for UnitCgroup {
+    fn drop(&mut self) {
+        for (dir, home) in &self.dirs {
+            // A process that is still exiting may hold the group a moment: try for 5 s.
+            for _ in 0..50 {
+                let pids = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
+                for pid in pids.lines() {
+                    let _ = std::fs::write(home.join("cgroup.procs"), pid);
+                }
+                if std::fs::remove_dir(dir).is_ok() || !dir.exists() {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+            if let Some(slice) = dir.parent() {
+                let _ = std::fs::remove_dir(slice); // another test's unit may still be in it
+            }
+        }
+    }
+}
+
+/// A live PostgreSQL + pgbench pair running in a unit's cgroup, watched by the doctor: the
+/// doctor reads the unit from the pair's `/proc/PID/cgroup`, and `remedy --format systemd`
+/// writes the drop-in for that unit (never `UNIT-NOT-NAMED`), with the watched pids in its
+/// changes. The cross-CPU remedies are checked on the live run replayed with a known penalty,
+/// so a quiet crossing (physics beside a busy pair) cannot skip the check.
+#[test]
+fn a_live_pair_in_a_named_unit_gets_its_drop_in_for_that_unit() {
+    let test = test_name!();
+    if !common::postgres_installed(test) {
+        return;
+    }
+    if !nix::unistd::geteuid().is_root() {
+        common::skipped(
+            test,
+            "making cgroups and the doctor's watch need root; CI runs as root",
+        );
+        return;
+    }
+    let group = match UnitCgroup::make() {
+        Ok(g) => g,
+        Err(why) => return common::skipped(test, &why),
+    };
+    // The shell joins the unit's groups, then becomes the pair: every server and client it
+    // starts is born in the unit, as a service's processes are.
+    let mut join = String::new();
+    for p in group.procs() {
+        join.push_str(&format!("echo $$ > '{}' || exit 97; ", p.display()));
+    }
+    let mut sh = std::process::Command::new("sh");
+    sh.env("CPULAB_HISTORY", "off")
+        .args(["-c", &format!("{join}exec \"$@\""), "sh"])
+        .arg(common::cpulab_path())
+        .args(pgpair::PAIR_ARGS);
+    let pair = pgpair::start(sh);
+    let seen = pgpair::pgbench_seen();
+    let live = pgpair::doctor_watching_the_pair();
+    drop(pair);
+    assert!(seen, "pgbench never started");
+    let watched = pgpair::watched_pids(&live);
+    let units: Vec<&Value> = live["measurements"]["app_watch"]["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| &p["unit"])
+        .collect();
+    assert!(
+        units
+            .iter()
+            .any(|u| u.as_str() == Some(group.unit.as_str())),
+        "the doctor read the unit from the pair's cgroup: {units:?}"
+    );
+    let replayed = pgpair::replay_with_penalty(&live);
+    let tmp = tempfile::tempdir().unwrap();
+    let result = tmp.path().join("doctor.json");
+    std::fs::write(&result, replayed.to_string()).unwrap();
+    let out = tmp.path().join("out");
+    let plan = remedy_json(&result, &out, &["--format", "systemd"]);
+    let d = deployment(&plan, "pin");
+    let pin = d["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["kind"] == "pin")
+        .unwrap();
+    let pids = pin["workload"]["pids"].as_array().unwrap();
+    assert!(!pids.is_empty(), "the pin names the watched pids: {pin}");
+    for p in pids {
+        assert!(
+            watched.contains(&p.as_i64().unwrap()),
+            "{p} not watched: {watched:?}"
+        );
+    }
+    let files = form(d, "systemd")["files"].as_array().unwrap();
+    let ours = files
+        .iter()
+        .find(|f| {
+            f["install_to"].as_str().is_some_and(|t| {
+                t.starts_with(&format!("/etc/systemd/system/{}.d/50-cpulab-", group.unit))
+            })
+        })
+        .unwrap_or_else(|| panic!("a drop-in for {}: {files:?}", group.unit));
+    assert!(ours["placeholder"].is_null(), "{ours}");
+    let text = std::fs::read_to_string(out.join(ours["path"].as_str().unwrap())).unwrap();
+    assert!(
+        text.contains("[Service]\nCPUAffinity=") && !text.contains("PLACEHOLDER"),
+        "{text}"
+    );
+    for f in files {
+        assert!(
+            !f["path"].as_str().unwrap().contains("UNIT-NOT-NAMED"),
+            "every watched process ran in the unit: {f}"
+        );
+    }
 }
