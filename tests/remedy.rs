@@ -962,3 +962,144 @@ fn a_live_pair_in_a_named_unit_gets_its_drop_in_for_that_unit() {
         );
     }
 }
+
+/// This machine's host name, as the doctor and `try` record it.
+fn this_host() -> String {
+    nix::sys::utsname::uname()
+        .unwrap()
+        .nodename()
+        .to_string_lossy()
+        .to_string()
+}
+
+const HALT_POLL_TRY: &str = "cpulab try haltpoll.guest_halt_poll_ns=200000";
+
+/// `tests/fixtures/try-rate.json` (a `cpulab try haltpoll.guest_halt_poll_ns=200000`) imported
+/// into the history `history` as run on `host` at Unix time `t`.
+fn import_trial(dir: &Path, history: &Path, host: &str, t: i64) {
+    let mut doc: Value =
+        serde_json::from_str(&std::fs::read_to_string(common::fixture("try-rate.json")).unwrap())
+            .unwrap();
+    doc["conditions"]["hostname"] = Value::from(host);
+    doc["conditions"]["started_unix_s"] = Value::from(t);
+    let file = dir.join(format!("try-{t}.json"));
+    std::fs::write(&file, doc.to_string()).unwrap();
+    cpulab()
+        .arg("--history")
+        .arg(history)
+        .args(["history", "import", "-q"])
+        .arg(&file)
+        .assert()
+        .success();
+}
+
+/// The haltpoll remedy of `remedy --history HISTORY` on the fixture as this host's, with the
+/// `cpulab try` line the rule writes where the cpuidle driver is haltpoll; the plan and the
+/// text output.
+fn remedy_with_history(dir: &Path, history: &Path) -> (Value, String) {
+    let mut doc = fixture_doc("kvm-guest-remedies-doctor.json");
+    doc["conditions"]["hostname"] = Value::from(this_host());
+    // The remedy the rule adds where the cpuidle driver is haltpoll: the sysfs value now, with
+    // its try line (the fixture's guest has no such driver, so it has the boot options only).
+    let wakeup = doc["findings"]
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .find(|f| f["id"] == "cross-cpu-wakeup")
+        .unwrap();
+    let remedies = wakeup["remedies"].as_array_mut().unwrap();
+    let mut now = remedies
+        .iter()
+        .find(|r| {
+            r["command"]
+                .as_str()
+                .unwrap()
+                .contains("guest_halt_poll_ns=200000")
+        })
+        .expect("the fixture's guest halt polling remedy")
+        .clone();
+    now["command"] =
+        Value::from("echo 200000 > /sys/module/haltpoll/parameters/guest_halt_poll_ns");
+    now["try_command"] = Value::from(HALT_POLL_TRY);
+    now["changes"] = serde_json::json!([{"kind": "module-param", "module": "haltpoll",
+        "param": "guest_halt_poll_ns", "value": "200000"}]);
+    remedies.insert(0, now);
+    let result = dir.join("doctor.json");
+    std::fs::write(&result, doc.to_string()).unwrap();
+    let run = |json: bool| {
+        let out = dir.join(if json { "out-json" } else { "out-text" });
+        let mut c = cpulab();
+        c.arg("--history").arg(history).arg("remedy").arg(&result);
+        c.arg("--out").arg(&out).args(["--format", "modprobe"]);
+        if json {
+            c.arg("--json");
+        }
+        let o = c.output().unwrap();
+        common::assert_success(&o);
+        o.stdout
+    };
+    let plan: Value = serde_json::from_slice(&run(true)).unwrap();
+    let text = String::from_utf8(run(false)).unwrap();
+    (plan, text)
+}
+
+fn halt_poll_deployment(plan: &Value) -> &Value {
+    plan["deployments"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| {
+            d["changes"].as_array().unwrap().len() == 1 && d["changes"][0]["module"] == "haltpoll"
+        })
+        .unwrap_or_else(|| panic!("the guest halt polling remedy: {plan}"))
+}
+
+/// A remedy shows the newest `cpulab try` of its settings on this host from the history, with
+/// its interval and date, in the JSON, the text and the README; a trial of another host is not
+/// this host's, and without one the remedy names the line that measures it.
+#[test]
+fn a_trial_in_the_history_is_what_the_remedy_buys_measured_here() {
+    let tmp = tempfile::tempdir().unwrap();
+    let history = tmp.path().join("history.sqlite");
+    let (t_old, t_new) = (1_700_000_000, 1_800_000_000);
+    import_trial(tmp.path(), &history, &this_host(), t_old);
+    import_trial(tmp.path(), &history, &this_host(), t_new);
+    import_trial(tmp.path(), &history, "some-other-host", t_new + 100);
+    let (plan, text) = remedy_with_history(tmp.path(), &history);
+    let t = &halt_poll_deployment(&plan)["tried_here"];
+    assert_eq!(t["time_unix_s"], t_new, "the newest of this host's: {t}");
+    let run = t["run"].as_i64().expect("the history run");
+    let words = t["text"].as_str().unwrap();
+    assert!(words.contains(&format!("history @{run}")), "{words}");
+    assert!(
+        words.contains("2027-01-15 08:00 UTC") && words.contains(HALT_POLL_TRY),
+        "{words}"
+    );
+    // The headline figure with its interval, as the trial recorded it.
+    let r = &t["figures"][0]["ratio"];
+    let (lo, mean, hi) = (
+        r["ci95_low"].as_f64().unwrap(),
+        r["mean"].as_f64().unwrap(),
+        r["ci95_high"].as_f64().unwrap(),
+    );
+    assert!(lo <= mean && mean <= hi && lo < hi, "{r}");
+    assert!(
+        words.contains(&format!("{mean:.2}x [{lo:.2}, {hi:.2}]")),
+        "{words}"
+    );
+    assert!(text.contains(&format!("tried here: {words}")), "{text}");
+    let readme = std::fs::read_to_string(tmp.path().join("out-text/README.md")).unwrap();
+    assert!(readme.contains(words), "{readme}");
+
+    // Only another host's trial: none recorded here, and the line that measures it.
+    let other = tempfile::tempdir().unwrap();
+    let history = other.path().join("history.sqlite");
+    import_trial(other.path(), &history, "some-other-host", t_new);
+    let (plan, _) = remedy_with_history(other.path(), &history);
+    let t = &halt_poll_deployment(&plan)["tried_here"];
+    assert!(t.get("run").is_none(), "{t}");
+    assert_eq!(
+        t["text"],
+        format!("no trial recorded on this host; run: {HALT_POLL_TRY}")
+    );
+}

@@ -27,6 +27,7 @@ pub mod libvirt;
 pub mod readme;
 pub mod systemd;
 pub mod text;
+pub mod trials;
 pub mod tuned;
 
 use crate::doctor::findings::{Change, Finding, Remedy, Site};
@@ -62,6 +63,9 @@ pub struct Context {
     /// when the result is this host's; empty when not known.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub bootloaders: Vec<String>,
+    /// This host's `cpulab try` runs from the history, or why they were not read.
+    #[serde(skip)]
+    pub trials: trials::Trials,
 }
 
 impl Context {
@@ -179,6 +183,9 @@ pub struct Deployment {
     /// What `cpulab doctor --try` or `cpulab try` measured of it here, when a trial ran.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub measured: Option<String>,
+    /// What the newest `cpulab try` of the same settings on this host measured, from the
+    /// history, or that none was recorded (with the line that measures it).
+    pub tried_here: trials::TriedHere,
     pub costs: String,
     pub changes: Vec<Change>,
     pub forms: Vec<Form>,
@@ -325,6 +332,7 @@ fn deployment(
         buys: vec![format!("{}: {}", f.id, f.magnitude.text)],
         effect: r.effect.clone(),
         measured: r.measured.clone(),
+        tried_here: trials::tried(r.try_command.as_deref(), &ctx.trials),
         costs: r.cost_caveat.clone(),
         changes: changes.to_vec(),
         forms,
