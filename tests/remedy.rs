@@ -681,6 +681,88 @@ fn virt_xml_validate_accepts_the_cputune_in_a_domain() {
     );
 }
 
+/// A guest's cross-socket wakeup gets the host's one-node placement: the fixture's crossing
+/// (vCPUs 0:1, shared LLC) relabelled as between the guest's NUMA nodes and replayed through
+/// the rules, `remedy --format libvirt`, and `virt-xml-validate` on a domain holding both the
+/// `<cputune>` and the `<numatune>`: refused with the placeholders, accepted once a host node and
+/// its CPUs replace them.
+#[test]
+fn virt_xml_validate_accepts_the_numatune_of_a_cross_node_finding() {
+    if !common::installed(test_name!(), &[("virt-xml-validate", "libvirt-clients")]) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let mut doc = fixture_doc("kvm-guest-remedies-doctor.json");
+    let mut relabelled = 0;
+    for w in doc["measurements"]["wakeup"].as_array_mut().unwrap() {
+        if w["class"] == "shared-llc" {
+            w["class"] = Value::from("cross-node");
+            relabelled += 1;
+        }
+    }
+    assert!(relabelled > 0, "the fixture measured a crossing");
+    let saved = tmp.path().join("measured.json");
+    std::fs::write(&saved, doc.to_string()).unwrap();
+    let replayed = json_of(
+        &cpulab()
+            .args(["doctor", "--json", "--no-history", "--replay"])
+            .arg(&saved)
+            .output()
+            .unwrap(),
+    );
+    let result = tmp.path().join("doctor.json");
+    std::fs::write(&result, replayed.to_string()).unwrap();
+    let out = tmp.path().join("out");
+    let plan = remedy_json(&result, &out, &["--format", "libvirt"]);
+    let d = plan["deployments"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["changes"][0]["one_node"] == true)
+        .unwrap_or_else(|| panic!("a one-node deployment: {plan}"));
+    assert_eq!(d["site"], "host");
+    assert_eq!(d["findings"][0], "cross-cpu-wakeup");
+    let f = form(d, "libvirt");
+    assert_eq!(f["needs"], "guest-restart");
+    let read = |suffix: &str| {
+        let file = file_of(f, suffix);
+        assert!(file["placeholder"].is_string(), "{file}");
+        std::fs::read_to_string(out.join(file["path"].as_str().unwrap())).unwrap()
+    };
+    let both = format!("{}{}", read("cputune.xml"), read("numatune.xml"));
+    let validate = |tune: &str| {
+        let path = tmp.path().join("domain.xml");
+        std::fs::write(
+            &path,
+            format!(
+                "<domain type='kvm'>\n<name>guest</name>\n<memory unit='MiB'>512</memory>\n\
+                 <vcpu placement='static'>2</vcpu>\n{tune}<os><type arch='x86_64'>hvm</type></os>\n</domain>\n"
+            ),
+        )
+        .unwrap();
+        std::process::Command::new("virt-xml-validate")
+            .arg(&path)
+            .arg("domain")
+            .output()
+            .unwrap()
+    };
+    let cpus_only = both
+        .replace("HOST_CPU_0", "2")
+        .replace("HOST_CPU_1", "3")
+        .replace("HOST_CPUS_EMULATOR", "0-1");
+    assert!(
+        !validate(&cpus_only).status.success(),
+        "HOST_NODE is not a node"
+    );
+    let o = validate(&cpus_only.replace("HOST_NODE", "0"));
+    assert!(
+        o.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
 const HALT_POLL: &str = "/sys/module/haltpoll/parameters/guest_halt_poll_ns";
 const MODPROBE_FILE: &str = "/etc/modprobe.d/cpulab-haltpoll.conf";
 
