@@ -384,12 +384,19 @@ mod tests {
     #[test]
     fn one_change_offered_by_several_findings_is_one_deployment_naming_each() {
         let p = plan_of_everything_wrong();
-        let pins: Vec<&Deployment> = p
-            .deployments
-            .iter()
-            .filter(|d| d.changes.iter().any(|c| c.kind() == "pin"))
-            .collect();
-        // The same CPU and workload: one deployment, every finding that offers it.
+        let on = |cpus: &str| -> Vec<&Deployment> {
+            p.deployments
+                .iter()
+                .filter(|d| {
+                    d.changes
+                        .iter()
+                        .any(|c| matches!(c, Change::Pin { cpus: x, .. } if x == cpus))
+                })
+                .collect()
+        };
+        // The same CPU and workload: one deployment, every finding that offers it (the
+        // trade-off's co-location among them); spreading is another placement, apart.
+        let pins = on("0");
         assert_eq!(
             pins.len(),
             1,
@@ -397,6 +404,16 @@ mod tests {
             pins.iter().map(|d| &d.id).collect::<Vec<_>>()
         );
         assert!(pins[0].findings.len() >= 2, "{:?}", pins[0].findings);
+        assert!(
+            pins[0]
+                .findings
+                .contains(&"latency-throughput-tradeoff".to_string()),
+            "{:?}",
+            pins[0].findings
+        );
+        let spread = on("0-1");
+        assert_eq!(spread.len(), 1);
+        assert_eq!(spread[0].findings, ["latency-throughput-tradeoff"]);
         assert_eq!(
             pins[0].verify_finding,
             format!(
