@@ -1185,3 +1185,91 @@ fn a_trial_in_the_history_is_what_the_remedy_buys_measured_here() {
         format!("no trial recorded on this host; run: {HALT_POLL_TRY}")
     );
 }
+
+const SWAPPINESS: &str = "/proc/sys/vm/swappiness";
+
+/// Writes vm.swappiness back however the test ends (applying the file writes the same value,
+/// so this only matters if something went wrong).
+struct RestoreSysctl(String);
+
+impl Drop for RestoreSysctl {
+    fn drop(&mut self) {
+        if std::fs::read_to_string(SWAPPINESS).ok().as_deref() != Some(self.0.as_str()) {
+            let _ = std::fs::write(SWAPPINESS, self.0.trim());
+        }
+    }
+}
+
+/// `sysctl -p` reads the generated `sysctl.d` file. No rule proposes a sysctl yet, so the
+/// result gets a synthetic remedy setting `vm.swappiness` to its current value: applying the
+/// file (from the output directory; nothing is installed in /etc) changes nothing, sysctl
+/// accepts it and prints the setting, the form's verify line exits 0, and the value is the same
+/// after. As a control, a copy naming a key the kernel lacks is refused, so the file was read.
+#[test]
+fn sysctl_p_accepts_the_generated_file_and_changes_nothing() {
+    let test = test_name!();
+    if !common::installed(test, &[("sysctl", "procps")]) {
+        return;
+    }
+    if !nix::unistd::geteuid().is_root() {
+        common::skipped(
+            test,
+            "sysctl -p writes /proc/sys, which needs root; CI runs as root",
+        );
+        return;
+    }
+    let Ok(before) = std::fs::read_to_string(SWAPPINESS) else {
+        return common::skipped(test, "no /proc/sys/vm/swappiness here");
+    };
+    let _restore = RestoreSysctl(before.clone());
+    let current = before.trim().to_string();
+    let tmp = tempfile::tempdir().unwrap();
+    let mut doc = fixture_doc("kvm-guest-remedies-doctor.json");
+    doc["findings"][0]["remedies"]
+        .as_array_mut()
+        .unwrap()
+        .push(serde_json::json!({
+            "command": format!("sysctl -w vm.swappiness={current}"),
+            "effect": "A synthetic remedy that sets a value to what it is.",
+            "cost_caveat": "None.",
+            "site": "this-machine",
+            "changes": [{"kind": "sysctl", "key": "vm.swappiness", "value": current}]
+        }));
+    let result = tmp.path().join("doctor.json");
+    std::fs::write(&result, doc.to_string()).unwrap();
+    let out = tmp.path().join("out");
+    let plan = remedy_json(&result, &out, &["--format", "sysctl"]);
+    let f = form(deployment(&plan, "sysctl"), "sysctl");
+    assert!(
+        f["apply"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|a| a.as_str().unwrap().starts_with("sysctl -p /etc/sysctl.d/")),
+        "{f}"
+    );
+    let file = out.join(f["files"][0]["path"].as_str().unwrap());
+    let o = std::process::Command::new("sysctl")
+        .arg("-p")
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout).trim(),
+        format!("vm.swappiness = {current}")
+    );
+    assert_eq!(run_lines(&f["verify"], &out), [true]);
+    assert_eq!(std::fs::read_to_string(SWAPPINESS).unwrap(), before);
+    // The control: a key this kernel lacks is refused.
+    let bad = tmp.path().join("bad.conf");
+    let text = std::fs::read_to_string(&file).unwrap();
+    std::fs::write(&bad, text.replace("vm.swappiness", "vm.cpulab_no_such_key")).unwrap();
+    let o = std::process::Command::new("sysctl")
+        .arg("-p")
+        .arg(&bad)
+        .output()
+        .unwrap();
+    assert!(!o.status.success(), "sysctl read the file");
+    assert_eq!(std::fs::read_to_string(SWAPPINESS).unwrap(), before);
+}
