@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{cpulab, json_of};
+use common::{cpulab, json_of, pgpair};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
@@ -681,6 +681,88 @@ fn virt_xml_validate_accepts_the_cputune_in_a_domain() {
     );
 }
 
+/// A guest's cross-socket wakeup gets the host's one-node placement: the fixture's crossing
+/// (vCPUs 0:1, shared LLC) relabelled as between the guest's NUMA nodes and replayed through
+/// the rules, `remedy --format libvirt`, and `virt-xml-validate` on a domain holding both the
+/// `<cputune>` and the `<numatune>`: refused with the placeholders, accepted once a host node and
+/// its CPUs replace them.
+#[test]
+fn virt_xml_validate_accepts_the_numatune_of_a_cross_node_finding() {
+    if !common::installed(test_name!(), &[("virt-xml-validate", "libvirt-clients")]) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let mut doc = fixture_doc("kvm-guest-remedies-doctor.json");
+    let mut relabelled = 0;
+    for w in doc["measurements"]["wakeup"].as_array_mut().unwrap() {
+        if w["class"] == "shared-llc" {
+            w["class"] = Value::from("cross-node");
+            relabelled += 1;
+        }
+    }
+    assert!(relabelled > 0, "the fixture measured a crossing");
+    let saved = tmp.path().join("measured.json");
+    std::fs::write(&saved, doc.to_string()).unwrap();
+    let replayed = json_of(
+        &cpulab()
+            .args(["doctor", "--json", "--no-history", "--replay"])
+            .arg(&saved)
+            .output()
+            .unwrap(),
+    );
+    let result = tmp.path().join("doctor.json");
+    std::fs::write(&result, replayed.to_string()).unwrap();
+    let out = tmp.path().join("out");
+    let plan = remedy_json(&result, &out, &["--format", "libvirt"]);
+    let d = plan["deployments"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["changes"][0]["one_node"] == true)
+        .unwrap_or_else(|| panic!("a one-node deployment: {plan}"));
+    assert_eq!(d["site"], "host");
+    assert_eq!(d["findings"][0], "cross-cpu-wakeup");
+    let f = form(d, "libvirt");
+    assert_eq!(f["needs"], "guest-restart");
+    let read = |suffix: &str| {
+        let file = file_of(f, suffix);
+        assert!(file["placeholder"].is_string(), "{file}");
+        std::fs::read_to_string(out.join(file["path"].as_str().unwrap())).unwrap()
+    };
+    let both = format!("{}{}", read("cputune.xml"), read("numatune.xml"));
+    let validate = |tune: &str| {
+        let path = tmp.path().join("domain.xml");
+        std::fs::write(
+            &path,
+            format!(
+                "<domain type='kvm'>\n<name>guest</name>\n<memory unit='MiB'>512</memory>\n\
+                 <vcpu placement='static'>2</vcpu>\n{tune}<os><type arch='x86_64'>hvm</type></os>\n</domain>\n"
+            ),
+        )
+        .unwrap();
+        std::process::Command::new("virt-xml-validate")
+            .arg(&path)
+            .arg("domain")
+            .output()
+            .unwrap()
+    };
+    let cpus_only = both
+        .replace("HOST_CPU_0", "2")
+        .replace("HOST_CPU_1", "3")
+        .replace("HOST_CPUS_EMULATOR", "0-1");
+    assert!(
+        !validate(&cpus_only).status.success(),
+        "HOST_NODE is not a node"
+    );
+    let o = validate(&cpus_only.replace("HOST_NODE", "0"));
+    assert!(
+        o.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
 const HALT_POLL: &str = "/sys/module/haltpoll/parameters/guest_halt_poll_ns";
 const MODPROBE_FILE: &str = "/etc/modprobe.d/cpulab-haltpoll.conf";
 
@@ -793,4 +875,401 @@ fn the_halt_polling_remedy_applies_verifies_and_undoes_on_this_machine() {
     assert_eq!(o.status.code(), Some(1));
     drop(_restore);
     assert_eq!(std::fs::read_to_string(HALT_POLL).unwrap(), original);
+}
+
+/// A cgroup named like a systemd service, `cpulab-test.slice/cpulab-pgtest-PID.service`, made
+/// in every hierarchy systemd would manage here (the v1 `name=systemd` one of a hybrid layout
+/// and the unified one), below this process's own group. This machine has no systemd as PID 1,
+/// so `systemd-run --scope` cannot make one. Dropped, it moves whatever still runs in it back
+/// to this process's group and removes the directories, however the test ends.
+struct UnitCgroup {
+    /// (the service's directory, the group its processes go back to) per hierarchy.
+    dirs: Vec<(PathBuf, PathBuf)>,
+    unit: String,
+}
+
+impl UnitCgroup {
+    /// The hierarchies systemd manages here, or why there is none to use.
+    fn make() -> Result<Self, String> {
+        use cpulab::probe::cgroup::{parse_mountinfo, parse_proc_cgroup};
+        let mounts = parse_mountinfo(&std::fs::read_to_string("/proc/self/mountinfo").unwrap());
+        let own = parse_proc_cgroup(&std::fs::read_to_string("/proc/self/cgroup").unwrap());
+        let unit = format!("cpulab-pgtest-{}.service", std::process::id());
+        let mut g = Self {
+            dirs: vec![],
+            unit: unit.clone(),
+        };
+        for m in mounts.iter().filter(|m| m.root == "/") {
+            let named = m.options.iter().any(|o| o == "name=systemd");
+            let mine = own.iter().find(|l| {
+                if m.v2 {
+                    l.hierarchy == 0 && l.controllers.is_empty()
+                } else {
+                    named && l.controllers.iter().any(|c| c == "name=systemd")
+                }
+            });
+            let Some(mine) = mine else { continue };
+            let home = Path::new(&m.point).join(mine.path.trim_start_matches('/'));
+            let dir = home.join("cpulab-test.slice").join(&unit);
+            std::fs::create_dir_all(&dir).map_err(|e| format!("mkdir {}: {e}", dir.display()))?;
+            g.dirs.push((dir, home));
+        }
+        if g.dirs.is_empty() {
+            return Err("no name=systemd or cgroup2 hierarchy is mounted".into());
+        }
+        Ok(g)
+    }
+
+    /// The `cgroup.procs` files a process writes its pid into to join the unit.
+    fn procs(&self) -> Vec<PathBuf> {
+        self.dirs
+            .iter()
+            .map(|(d, _)| d.join("cgroup.procs"))
+            .collect()
+    }
+}
+
+impl Drop for UnitCgroup {
+    fn drop(&mut self) {
+        for (dir, home) in &self.dirs {
+            // A process that is still exiting may hold the group a moment: try for 5 s.
+            for _ in 0..50 {
+                let pids = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
+                for pid in pids.lines() {
+                    let _ = std::fs::write(home.join("cgroup.procs"), pid);
+                }
+                if std::fs::remove_dir(dir).is_ok() || !dir.exists() {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+            if let Some(slice) = dir.parent() {
+                let _ = std::fs::remove_dir(slice); // another test's unit may still be in it
+            }
+        }
+    }
+}
+
+/// A live PostgreSQL + pgbench pair running in a unit's cgroup, watched by the doctor: the
+/// doctor reads the unit from the pair's `/proc/PID/cgroup`, and `remedy --format systemd`
+/// writes the drop-in for that unit (never `UNIT-NOT-NAMED`), with the watched pids in its
+/// changes. The cross-CPU remedies are checked on the live run replayed with a known penalty,
+/// so a quiet crossing (physics beside a busy pair) cannot skip the check.
+#[test]
+fn a_live_pair_in_a_named_unit_gets_its_drop_in_for_that_unit() {
+    let test = test_name!();
+    if !common::postgres_installed(test) {
+        return;
+    }
+    if !nix::unistd::geteuid().is_root() {
+        common::skipped(
+            test,
+            "making cgroups and the doctor's watch need root; CI runs as root",
+        );
+        return;
+    }
+    let group = match UnitCgroup::make() {
+        Ok(g) => g,
+        Err(why) => return common::skipped(test, &why),
+    };
+    // The shell joins the unit's groups, then becomes the pair: every server and client it
+    // starts is born in the unit, as a service's processes are.
+    let mut join = String::new();
+    for p in group.procs() {
+        join.push_str(&format!("echo $$ > '{}' || exit 97; ", p.display()));
+    }
+    let mut sh = std::process::Command::new("sh");
+    sh.env("CPULAB_HISTORY", "off")
+        .args(["-c", &format!("{join}exec \"$@\""), "sh"])
+        .arg(common::cpulab_path())
+        .args(pgpair::PAIR_ARGS);
+    let pair = pgpair::start(sh);
+    let seen = pgpair::pgbench_seen();
+    let live = pgpair::doctor_watching_the_pair();
+    drop(pair);
+    assert!(seen, "pgbench never started");
+    let watched = pgpair::watched_pids(&live);
+    let units: Vec<&Value> = live["measurements"]["app_watch"]["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| &p["unit"])
+        .collect();
+    assert!(
+        units
+            .iter()
+            .any(|u| u.as_str() == Some(group.unit.as_str())),
+        "the doctor read the unit from the pair's cgroup: {units:?}"
+    );
+    let replayed = pgpair::replay_with_penalty(&live);
+    let tmp = tempfile::tempdir().unwrap();
+    let result = tmp.path().join("doctor.json");
+    std::fs::write(&result, replayed.to_string()).unwrap();
+    let out = tmp.path().join("out");
+    let plan = remedy_json(&result, &out, &["--format", "systemd"]);
+    let d = deployment(&plan, "pin");
+    let pin = d["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["kind"] == "pin")
+        .unwrap();
+    let pids = pin["workload"]["pids"].as_array().unwrap();
+    assert!(!pids.is_empty(), "the pin names the watched pids: {pin}");
+    for p in pids {
+        assert!(
+            watched.contains(&p.as_i64().unwrap()),
+            "{p} not watched: {watched:?}"
+        );
+    }
+    let files = form(d, "systemd")["files"].as_array().unwrap();
+    let ours = files
+        .iter()
+        .find(|f| {
+            f["install_to"].as_str().is_some_and(|t| {
+                t.starts_with(&format!("/etc/systemd/system/{}.d/50-cpulab-", group.unit))
+            })
+        })
+        .unwrap_or_else(|| panic!("a drop-in for {}: {files:?}", group.unit));
+    assert!(ours["placeholder"].is_null(), "{ours}");
+    let text = std::fs::read_to_string(out.join(ours["path"].as_str().unwrap())).unwrap();
+    assert!(
+        text.contains("[Service]\nCPUAffinity=") && !text.contains("PLACEHOLDER"),
+        "{text}"
+    );
+    for f in files {
+        assert!(
+            !f["path"].as_str().unwrap().contains("UNIT-NOT-NAMED"),
+            "every watched process ran in the unit: {f}"
+        );
+    }
+}
+
+/// This machine's host name, as the doctor and `try` record it.
+fn this_host() -> String {
+    nix::sys::utsname::uname()
+        .unwrap()
+        .nodename()
+        .to_string_lossy()
+        .to_string()
+}
+
+const HALT_POLL_TRY: &str = "cpulab try haltpoll.guest_halt_poll_ns=200000";
+
+/// `tests/fixtures/try-rate.json` (a `cpulab try haltpoll.guest_halt_poll_ns=200000`) imported
+/// into the history `history` as run on `host` at Unix time `t`.
+fn import_trial(dir: &Path, history: &Path, host: &str, t: i64) {
+    let mut doc: Value =
+        serde_json::from_str(&std::fs::read_to_string(common::fixture("try-rate.json")).unwrap())
+            .unwrap();
+    doc["conditions"]["hostname"] = Value::from(host);
+    doc["conditions"]["started_unix_s"] = Value::from(t);
+    let file = dir.join(format!("try-{t}.json"));
+    std::fs::write(&file, doc.to_string()).unwrap();
+    cpulab()
+        .arg("--history")
+        .arg(history)
+        .args(["history", "import", "-q"])
+        .arg(&file)
+        .assert()
+        .success();
+}
+
+/// The haltpoll remedy of `remedy --history HISTORY` on the fixture as this host's, with the
+/// `cpulab try` line the rule writes where the cpuidle driver is haltpoll; the plan and the
+/// text output.
+fn remedy_with_history(dir: &Path, history: &Path) -> (Value, String) {
+    let mut doc = fixture_doc("kvm-guest-remedies-doctor.json");
+    doc["conditions"]["hostname"] = Value::from(this_host());
+    // The remedy the rule adds where the cpuidle driver is haltpoll: the sysfs value now, with
+    // its try line (the fixture's guest has no such driver, so it has the boot options only).
+    let wakeup = doc["findings"]
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .find(|f| f["id"] == "cross-cpu-wakeup")
+        .unwrap();
+    let remedies = wakeup["remedies"].as_array_mut().unwrap();
+    let mut now = remedies
+        .iter()
+        .find(|r| {
+            r["command"]
+                .as_str()
+                .unwrap()
+                .contains("guest_halt_poll_ns=200000")
+        })
+        .expect("the fixture's guest halt polling remedy")
+        .clone();
+    now["command"] =
+        Value::from("echo 200000 > /sys/module/haltpoll/parameters/guest_halt_poll_ns");
+    now["try_command"] = Value::from(HALT_POLL_TRY);
+    now["changes"] = serde_json::json!([{"kind": "module-param", "module": "haltpoll",
+        "param": "guest_halt_poll_ns", "value": "200000"}]);
+    remedies.insert(0, now);
+    let result = dir.join("doctor.json");
+    std::fs::write(&result, doc.to_string()).unwrap();
+    let run = |json: bool| {
+        let out = dir.join(if json { "out-json" } else { "out-text" });
+        let mut c = cpulab();
+        c.arg("--history").arg(history).arg("remedy").arg(&result);
+        c.arg("--out").arg(&out).args(["--format", "modprobe"]);
+        if json {
+            c.arg("--json");
+        }
+        let o = c.output().unwrap();
+        common::assert_success(&o);
+        o.stdout
+    };
+    let plan: Value = serde_json::from_slice(&run(true)).unwrap();
+    let text = String::from_utf8(run(false)).unwrap();
+    (plan, text)
+}
+
+fn halt_poll_deployment(plan: &Value) -> &Value {
+    plan["deployments"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| {
+            d["changes"].as_array().unwrap().len() == 1 && d["changes"][0]["module"] == "haltpoll"
+        })
+        .unwrap_or_else(|| panic!("the guest halt polling remedy: {plan}"))
+}
+
+/// A remedy shows the newest `cpulab try` of its settings on this host from the history, with
+/// its interval and date, in the JSON, the text and the README; a trial of another host is not
+/// this host's, and without one the remedy names the line that measures it.
+#[test]
+fn a_trial_in_the_history_is_what_the_remedy_buys_measured_here() {
+    let tmp = tempfile::tempdir().unwrap();
+    let history = tmp.path().join("history.sqlite");
+    let (t_old, t_new) = (1_700_000_000, 1_800_000_000);
+    import_trial(tmp.path(), &history, &this_host(), t_old);
+    import_trial(tmp.path(), &history, &this_host(), t_new);
+    import_trial(tmp.path(), &history, "some-other-host", t_new + 100);
+    let (plan, text) = remedy_with_history(tmp.path(), &history);
+    let t = &halt_poll_deployment(&plan)["tried_here"];
+    assert_eq!(t["time_unix_s"], t_new, "the newest of this host's: {t}");
+    let run = t["run"].as_i64().expect("the history run");
+    let words = t["text"].as_str().unwrap();
+    assert!(words.contains(&format!("history @{run}")), "{words}");
+    assert!(
+        words.contains("2027-01-15 08:00 UTC") && words.contains(HALT_POLL_TRY),
+        "{words}"
+    );
+    // The headline figure with its interval, as the trial recorded it.
+    let r = &t["figures"][0]["ratio"];
+    let (lo, mean, hi) = (
+        r["ci95_low"].as_f64().unwrap(),
+        r["mean"].as_f64().unwrap(),
+        r["ci95_high"].as_f64().unwrap(),
+    );
+    assert!(lo <= mean && mean <= hi && lo < hi, "{r}");
+    assert!(
+        words.contains(&format!("{mean:.2}x [{lo:.2}, {hi:.2}]")),
+        "{words}"
+    );
+    assert!(text.contains(&format!("tried here: {words}")), "{text}");
+    let readme = std::fs::read_to_string(tmp.path().join("out-text/README.md")).unwrap();
+    assert!(readme.contains(words), "{readme}");
+
+    // Only another host's trial: none recorded here, and the line that measures it.
+    let other = tempfile::tempdir().unwrap();
+    let history = other.path().join("history.sqlite");
+    import_trial(other.path(), &history, "some-other-host", t_new);
+    let (plan, _) = remedy_with_history(other.path(), &history);
+    let t = &halt_poll_deployment(&plan)["tried_here"];
+    assert!(t.get("run").is_none(), "{t}");
+    assert_eq!(
+        t["text"],
+        format!("no trial recorded on this host; run: {HALT_POLL_TRY}")
+    );
+}
+
+const SWAPPINESS: &str = "/proc/sys/vm/swappiness";
+
+/// Writes vm.swappiness back however the test ends (applying the file writes the same value,
+/// so this only matters if something went wrong).
+struct RestoreSysctl(String);
+
+impl Drop for RestoreSysctl {
+    fn drop(&mut self) {
+        if std::fs::read_to_string(SWAPPINESS).ok().as_deref() != Some(self.0.as_str()) {
+            let _ = std::fs::write(SWAPPINESS, self.0.trim());
+        }
+    }
+}
+
+/// `sysctl -p` reads the generated `sysctl.d` file. No rule proposes a sysctl yet, so the
+/// result gets a synthetic remedy setting `vm.swappiness` to its current value: applying the
+/// file (from the output directory; nothing is installed in /etc) changes nothing, sysctl
+/// accepts it and prints the setting, the form's verify line exits 0, and the value is the same
+/// after. As a control, a copy naming a key the kernel lacks is refused, so the file was read.
+#[test]
+fn sysctl_p_accepts_the_generated_file_and_changes_nothing() {
+    let test = test_name!();
+    if !common::installed(test, &[("sysctl", "procps")]) {
+        return;
+    }
+    if !nix::unistd::geteuid().is_root() {
+        common::skipped(
+            test,
+            "sysctl -p writes /proc/sys, which needs root; CI runs as root",
+        );
+        return;
+    }
+    let Ok(before) = std::fs::read_to_string(SWAPPINESS) else {
+        return common::skipped(test, "no /proc/sys/vm/swappiness here");
+    };
+    let _restore = RestoreSysctl(before.clone());
+    let current = before.trim().to_string();
+    let tmp = tempfile::tempdir().unwrap();
+    let mut doc = fixture_doc("kvm-guest-remedies-doctor.json");
+    doc["findings"][0]["remedies"]
+        .as_array_mut()
+        .unwrap()
+        .push(serde_json::json!({
+            "command": format!("sysctl -w vm.swappiness={current}"),
+            "effect": "A synthetic remedy that sets a value to what it is.",
+            "cost_caveat": "None.",
+            "site": "this-machine",
+            "changes": [{"kind": "sysctl", "key": "vm.swappiness", "value": current}]
+        }));
+    let result = tmp.path().join("doctor.json");
+    std::fs::write(&result, doc.to_string()).unwrap();
+    let out = tmp.path().join("out");
+    let plan = remedy_json(&result, &out, &["--format", "sysctl"]);
+    let f = form(deployment(&plan, "sysctl"), "sysctl");
+    assert!(
+        f["apply"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|a| a.as_str().unwrap().starts_with("sysctl -p /etc/sysctl.d/")),
+        "{f}"
+    );
+    let file = out.join(f["files"][0]["path"].as_str().unwrap());
+    let o = std::process::Command::new("sysctl")
+        .arg("-p")
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout).trim(),
+        format!("vm.swappiness = {current}")
+    );
+    assert_eq!(run_lines(&f["verify"], &out), [true]);
+    assert_eq!(std::fs::read_to_string(SWAPPINESS).unwrap(), before);
+    // The control: a key this kernel lacks is refused.
+    let bad = tmp.path().join("bad.conf");
+    let text = std::fs::read_to_string(&file).unwrap();
+    std::fs::write(&bad, text.replace("vm.swappiness", "vm.cpulab_no_such_key")).unwrap();
+    let o = std::process::Command::new("sysctl")
+        .arg("-p")
+        .arg(&bad)
+        .output()
+        .unwrap();
+    assert!(!o.status.success(), "sysctl read the file");
+    assert_eq!(std::fs::read_to_string(SWAPPINESS).unwrap(), before);
 }

@@ -5,8 +5,10 @@ use super::Global;
 use crate::doctor::findings::Finding;
 use crate::emit::{Emitted, Emitter};
 use crate::error::bad_input;
+use crate::remedy::trials::{Trials, TriedHere};
 use crate::remedy::{self, Context, Format, Plan};
 use crate::report::envelope::Kind;
+use crate::trial::recorded::Stored;
 use anyhow::{Context as _, Result};
 use std::path::{Path, PathBuf};
 
@@ -134,6 +136,7 @@ fn context(s: &Source, root: &Path) -> Context {
         tuned_profile: facts["tuned_profile"].as_str().map(str::to_string),
         ..Context::default()
     };
+    ctx.trials = trials_here(this_host, &s.findings);
     if !this_host {
         return ctx;
     }
@@ -156,6 +159,79 @@ fn context(s: &Source, root: &Path) -> Context {
         .map(|t| t.to_string())
         .collect();
     ctx
+}
+
+/// The newest trial on this host of each remedy's `cpulab try` line, from the history, when the
+/// result is this host's: a trial here says nothing of another host.
+fn trials_here(this_host: bool, findings: &[Finding]) -> Trials {
+    if !this_host {
+        return Trials::NotRead(
+            "the result is another host's, and trials recorded on this host say nothing of it"
+                .into(),
+        );
+    }
+    let crate::history::Location::At(path) = crate::history::location() else {
+        return Trials::NotRead("the history is off (--no-history or CPULAB_HISTORY=off)".into());
+    };
+    if !path.exists() {
+        return Trials::Read(vec![]);
+    }
+    let stored = match stored_trials(&path) {
+        Ok(s) => s,
+        Err(e) => {
+            return Trials::NotRead(format!(
+                "the history {} does not read ({})",
+                path.display(),
+                format!("{e:#}").replace('\n', " ")
+            ));
+        }
+    };
+    let mut found: Vec<(String, TriedHere)> = Vec::new();
+    let lines = findings
+        .iter()
+        .flat_map(|f| f.remedies.iter().filter_map(|r| r.try_command.clone()));
+    for line in lines {
+        if found.iter().any(|(l, _)| *l == line) {
+            continue;
+        }
+        if let Some((s, report)) = crate::trial::recorded::newest(&line, &stored) {
+            let text = format!(
+                "{} (`{line}`, {}, history @{})",
+                crate::trial::doctor::measured_line(&report),
+                crate::history::when::utc(s.time_unix_s),
+                s.run
+            );
+            let tried = TriedHere {
+                run: Some(s.run),
+                time_unix_s: Some(s.time_unix_s),
+                figures: crate::trial::doctor::measured_figures(&report),
+                text,
+            };
+            found.push((line, tried));
+        }
+    }
+    Trials::Read(found)
+}
+
+/// This host's `try` runs in the history at `path`.
+fn stored_trials(path: &Path) -> Result<Vec<Stored>> {
+    let store = crate::history::store::Store::open_read_only(path)?;
+    let filter = crate::history::store::Filter {
+        kind: Some(Kind::Try.as_str().to_string()),
+        host: Some(hostname()),
+        ..Default::default()
+    };
+    let mut runs = Vec::new();
+    for run in store.list(&filter)? {
+        if let Some(document) = store.document(run.id)? {
+            runs.push(Stored {
+                run: run.id,
+                time_unix_s: run.time_unix_s,
+                document,
+            });
+        }
+    }
+    Ok(runs)
 }
 
 fn on_path(tool: &str) -> bool {

@@ -75,7 +75,13 @@ pub enum Change {
     IdleLatency { max_us: u32 },
     /// On the hypervisor host: each of the guest's `vcpus` vCPUs on a physical CPU of its own
     /// (libvirt `<vcpupin>`, `<emulatorpin>`). The host's CPU numbers are the host's to choose.
-    VcpuPin { vcpus: u32 },
+    /// With `one_node`, those CPUs and the guest's memory are all of one host NUMA node
+    /// (libvirt `<numatune>`): for a finding that points at the guest's socket or node layout.
+    VcpuPin {
+        vcpus: u32,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        one_node: bool,
+    },
 }
 
 impl Change {

@@ -517,6 +517,16 @@ mod tests {
             systemd_unit(&docker).as_deref(),
             Some("docker-0123456789ab.scope")
         );
+        // The unit tests/remedy.rs makes on a machine without systemd as PID 1: a hybrid
+        // layout with the group in name=systemd and the unified hierarchy, nothing elsewhere.
+        let made = parse_proc_cgroup(
+            "9:name=systemd:/cpulab-test.slice/cpulab-pgtest-812.service\n3:cpuset:/\n\
+             0::/cpulab-test.slice/cpulab-pgtest-812.service\n",
+        );
+        assert_eq!(
+            systemd_unit(&made).as_deref(),
+            Some("cpulab-pgtest-812.service")
+        );
         assert_eq!(systemd_unit(&parse_proc_cgroup("0::/\n")), None);
         assert_eq!(systemd_unit(&parse_proc_cgroup("0::/user.slice\n")), None);
     }

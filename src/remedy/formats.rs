@@ -218,6 +218,16 @@ mod tests {
             "{e}"
         );
         assert!(unfit(Format::Cmdline, &c, Site::ThisMachine).is_none());
-        assert!(unfit(Format::Libvirt, &Change::VcpuPin { vcpus: 2 }, Site::Host).is_none());
+        assert!(
+            unfit(
+                Format::Libvirt,
+                &Change::VcpuPin {
+                    vcpus: 2,
+                    one_node: false
+                },
+                Site::Host
+            )
+            .is_none()
+        );
     }
 }

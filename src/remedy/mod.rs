@@ -27,6 +27,7 @@ pub mod libvirt;
 pub mod readme;
 pub mod systemd;
 pub mod text;
+pub mod trials;
 pub mod tuned;
 
 use crate::doctor::findings::{Change, Finding, Remedy, Site};
@@ -62,6 +63,9 @@ pub struct Context {
     /// when the result is this host's; empty when not known.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub bootloaders: Vec<String>,
+    /// This host's `cpulab try` runs from the history, or why they were not read.
+    #[serde(skip)]
+    pub trials: trials::Trials,
 }
 
 impl Context {
@@ -179,6 +183,9 @@ pub struct Deployment {
     /// What `cpulab doctor --try` or `cpulab try` measured of it here, when a trial ran.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub measured: Option<String>,
+    /// What the newest `cpulab try` of the same settings on this host measured, from the
+    /// history, or that none was recorded (with the line that measures it).
+    pub tried_here: trials::TriedHere,
     pub costs: String,
     pub changes: Vec<Change>,
     pub forms: Vec<Form>,
@@ -325,6 +332,7 @@ fn deployment(
         buys: vec![format!("{}: {}", f.id, f.magnitude.text)],
         effect: r.effect.clone(),
         measured: r.measured.clone(),
+        tried_here: trials::tried(r.try_command.as_deref(), &ctx.trials),
         costs: r.cost_caveat.clone(),
         changes: changes.to_vec(),
         forms,
@@ -376,12 +384,19 @@ mod tests {
     #[test]
     fn one_change_offered_by_several_findings_is_one_deployment_naming_each() {
         let p = plan_of_everything_wrong();
-        let pins: Vec<&Deployment> = p
-            .deployments
-            .iter()
-            .filter(|d| d.changes.iter().any(|c| c.kind() == "pin"))
-            .collect();
-        // The same CPU and workload: one deployment, every finding that offers it.
+        let on = |cpus: &str| -> Vec<&Deployment> {
+            p.deployments
+                .iter()
+                .filter(|d| {
+                    d.changes
+                        .iter()
+                        .any(|c| matches!(c, Change::Pin { cpus: x, .. } if x == cpus))
+                })
+                .collect()
+        };
+        // The same CPU and workload: one deployment, every finding that offers it (the
+        // trade-off's co-location among them); spreading is another placement, apart.
+        let pins = on("0");
         assert_eq!(
             pins.len(),
             1,
@@ -389,6 +404,16 @@ mod tests {
             pins.iter().map(|d| &d.id).collect::<Vec<_>>()
         );
         assert!(pins[0].findings.len() >= 2, "{:?}", pins[0].findings);
+        assert!(
+            pins[0]
+                .findings
+                .contains(&"latency-throughput-tradeoff".to_string()),
+            "{:?}",
+            pins[0].findings
+        );
+        let spread = on("0-1");
+        assert_eq!(spread.len(), 1);
+        assert_eq!(spread[0].findings, ["latency-throughput-tradeoff"]);
         assert_eq!(
             pins[0].verify_finding,
             format!(

@@ -83,11 +83,12 @@ fn deployment(out: &mut String, d: &Deployment) {
         out.push_str(&format!("- {b}\n"));
     }
     out.push_str(&format!(
-        "- measured by a trial here: {}\n\nWhat it costs: {}\n\n",
+        "- measured by `cpulab doctor --try` in that run: {}\n- measured by `cpulab try` on this host (the history): {}\n\nWhat it costs: {}\n\n",
         d.measured.as_deref().unwrap_or(
-            "not available, because no `cpulab try` of it was recorded (`cpulab doctor --try` \
+            "not available, because that doctor run did not try it (`cpulab doctor --try` \
              measures it)"
         ),
+        d.tried_here.text,
         d.costs
     ));
     for f in &d.forms {

@@ -32,6 +32,7 @@ pub fn render(p: &Plan) -> String {
             },
             d.findings.join(", ")
         ));
+        out.push_str(&format!("  tried here: {}\n", d.tried_here.text));
         for f in &d.forms {
             out.push_str(&format!(
                 "  {:<10} {} file(s), {}{}\n",

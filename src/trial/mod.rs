@@ -25,6 +25,7 @@ pub mod lockdown;
 pub mod measure;
 pub mod ops;
 pub mod precision;
+pub mod recorded;
 pub mod render;
 pub mod session;
 pub mod setting;

@@ -335,4 +335,5 @@ pub fn doctor_history(dir: &std::path::Path) -> (PathBuf, Value) {
     (history, doc)
 }
 pub mod chromium;
+pub mod pgpair;
 pub mod prom;

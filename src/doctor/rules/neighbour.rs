@@ -138,7 +138,10 @@ fn remedies(c: &Culprits, vcpus: u32) -> Vec<Remedy> {
             "Dedicated cores cost more; a busy neighbour can come back after a migration.",
         )
         .on_host("the hypervisor host's administrator, or the provider")
-        .changing(crate::doctor::findings::Change::VcpuPin { vcpus }));
+        .changing(crate::doctor::findings::Change::VcpuPin {
+            vcpus,
+            one_node: false,
+        }));
         r.push(Remedy::new(
             "cpulab share --threads N --burners 0   (at different times of day)",
             "Shows whether the shortfall follows the neighbour's schedule.",

@@ -84,6 +84,27 @@ fn cgroup_dir(path: &str, v1: bool) -> String {
     }
 }
 
+/// For a guest whose costly wakeups cross a socket or NUMA node of its own topology: the host
+/// keeps the whole guest on one physical node, its `vcpus` vCPUs on that node's cores and its
+/// memory from that node (libvirt `<vcpupin>` and `<numatune>`), so a crossing in the guest's
+/// layout no longer crosses a socket, and memory stays local.
+pub fn one_host_node(vcpus: u32) -> Remedy {
+    Remedy::new(
+        "for a VM: on the host, keep the guest on one NUMA node: each vCPU pinned to a core of \
+         that node and its memory from that node (libvirt <vcpupin> and <numatune>)",
+        "A wakeup between vCPUs the guest sees on different sockets or nodes then stays within \
+         one physical socket, and memory stays local, whatever layout the guest is shown.",
+        "The guest must fit in one host node (its vCPUs in the node's cores, its memory in the \
+         node's memory); fewer guests fit per node, and the memory placement takes effect when \
+         the guest starts again.",
+    )
+    .on_host("the hypervisor host's administrator; not a cloud customer")
+    .changing(Change::VcpuPin {
+        vcpus,
+        one_node: true,
+    })
+}
+
 /// Put both ends of a request/response pair on one CPU; the watched application's own pids and
 /// cgroups when the doctor watched one.
 pub fn colocate(cpu: u32, facts: &Facts, app: Option<&AppWatch>) -> Vec<Remedy> {

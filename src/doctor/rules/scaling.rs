@@ -113,6 +113,7 @@ impl Rule for ParallelContention {
                         r.on_host("the hypervisor host's administrator; not a cloud customer")
                             .changing(crate::doctor::findings::Change::VcpuPin {
                                 vcpus: i.facts.online_cpus.len() as u32,
+                                one_node: false,
                             })
                     } else {
                         r

@@ -12,8 +12,8 @@ use super::rule::{
     Effect, Inputs, Rule, cost_effect, ns_ci, rate_ci, rate_effect_banded, uncertainty,
 };
 use super::wakeup::primary_method;
-use crate::doctor::findings::{Confidence, Evidence, Finding, Magnitude, Remedy, Severity};
-use crate::doctor::measurements::ThroughputRun;
+use crate::doctor::findings::{Change, Confidence, Evidence, Finding, Magnitude, Remedy, Severity};
+use crate::doctor::measurements::{AppWatch, ThroughputRun};
 use crate::output::fmt_ns;
 use crate::topology::PlacementClass;
 use crate::units::thousands;
@@ -118,7 +118,7 @@ impl Rule for LatencyThroughput {
             .as_deref()
             .and_then(|c| c.split(':').next()?.parse().ok())
             .unwrap_or(0);
-        let remedies = remedies(cpu, &lat, &thr, spread);
+        let remedies = remedies(cpu, &lat, &thr, spread, i.m.app_watch.as_ref());
         vec![Finding {
             id: self.id().into(),
             title:
@@ -211,8 +211,20 @@ fn doubts(
     (!reasons.is_empty()).then(|| reasons.join("; "))
 }
 
-/// Co-locating a latency-bound pair, spreading a throughput-bound group.
-fn remedies(cpu: u32, lat: &Effect, thr: &Effect, spread: &ThroughputRun) -> Vec<Remedy> {
+/// Co-locating a latency-bound pair, spreading a throughput-bound group: each a placement of
+/// the workload (the watched application's when the doctor watched one), so `cpulab remedy`
+/// deploys either; which one is the user's choice, by the workload's kind.
+fn remedies(
+    cpu: u32,
+    lat: &Effect,
+    thr: &Effect,
+    spread: &ThroughputRun,
+    app: Option<&AppWatch>,
+) -> Vec<Remedy> {
+    let pin = |cpus: String| Change::Pin {
+        cpus,
+        workload: super::remedies::workload(app),
+    };
     vec![
         Remedy::new(
             format!("taskset -c {cpu} <server>; taskset -c {cpu} <client>"),
@@ -224,7 +236,8 @@ fn remedies(cpu: u32, lat: &Effect, thr: &Effect, spread: &ThroughputRun) -> Vec
             ),
             "Only while the pair takes turns; with more clients than that, measure again \
              with `cpulab pair`.",
-        ),
+        )
+        .changing(pin(cpu.to_string())),
         Remedy::new(
             format!(
                 "taskset -c {} <command>   (or no pinning at all)",
@@ -236,7 +249,8 @@ fn remedies(cpu: u32, lat: &Effect, thr: &Effect, spread: &ThroughputRun) -> Vec
                 spread.cpus, thr.ratio
             ),
             "Each message pays the cross-CPU wakeup; latency per request is higher.",
-        ),
+        )
+        .changing(pin(spread.cpus.to_string())),
     ]
 }
 
@@ -244,6 +258,41 @@ fn remedies(cpu: u32, lat: &Effect, thr: &Effect, spread: &ThroughputRun) -> Vec
 mod tests {
     use super::super::fixtures::*;
     use super::*;
+
+    /// Both remedies are placements `cpulab remedy` can deploy: co-location on the same-CPU
+    /// run's CPU, spreading over the spread run's CPUs, each for the workload the doctor knew.
+    #[test]
+    fn each_remedy_carries_its_placement_as_a_change() {
+        let (facts, m) = everything_wrong();
+        let f = LatencyThroughput.check(Inputs {
+            facts: &facts,
+            m: &m,
+        });
+        let pins: Vec<String> = f[0]
+            .remedies
+            .iter()
+            .map(|r| match r.changes.as_deref() {
+                Some([Change::Pin { cpus, workload }]) => {
+                    assert!(workload.unnamed.is_some() || !workload.units.is_empty());
+                    cpus.clone()
+                }
+                other => panic!("{}: {other:?}", r.command),
+            })
+            .collect();
+        let spread = m
+            .throughput
+            .iter()
+            .filter(|t| t.placement != "packed" && t.cpus.len() > 1)
+            .max_by(|a, b| a.messages_per_s.mean.total_cmp(&b.messages_per_s.mean))
+            .unwrap();
+        assert!(
+            f[0].remedies[0]
+                .command
+                .starts_with(&format!("taskset -c {} ", pins[0]))
+        );
+        assert_eq!(pins[1], spread.cpus.to_string());
+        assert_ne!(pins[0], pins[1], "co-location and spreading differ");
+    }
 
     #[test]
     fn disagreement_needs_both_effects() {

@@ -137,6 +137,19 @@ impl Rule for CrossCpuWakeup {
             .unwrap_or(0);
         let mut remedies = remedies::colocate(cpu, i.facts, i.m.app_watch.as_ref());
         remedies.extend(extra);
+        // A guest's sockets and nodes are what its host shows it: a KVM host (libvirt) can keep
+        // them on one. Other hypervisors have their own NUMA affinity settings, not written here.
+        if i.facts
+            .hypervisor
+            .as_deref()
+            .is_some_and(|h| h.contains("KVM"))
+            && matches!(
+                worst.class,
+                PlacementClass::CrossNode | PlacementClass::CrossPackage
+            )
+        {
+            remedies.push(remedies::one_host_node(i.facts.online_cpus.len() as u32));
+        }
         vec![Finding {
             id: self.id().into(),
             title: format!(
@@ -536,6 +549,54 @@ mod tests {
             "{}",
             host.cost_caveat
         );
+    }
+
+    /// A guest whose costly crossing is between its (virtual) sockets or nodes gets the host's
+    /// one-node placement with its memory (`<numatune>`); a crossing within a socket, or any
+    /// crossing on bare metal, does not.
+    #[test]
+    fn a_guests_cross_node_wakeup_offers_one_host_node() {
+        let one_node = |f: &[Finding]| {
+            f[0].remedies.iter().any(|r| {
+                r.changes.iter().flatten().any(|c| {
+                    matches!(
+                        c,
+                        crate::doctor::findings::Change::VcpuPin { one_node: true, .. }
+                    )
+                })
+            })
+        };
+        let (facts, mut m) = everything_wrong();
+        fn check(
+            facts: &crate::doctor::measurements::Facts,
+            m: &crate::doctor::measurements::Measurements,
+        ) -> Vec<Finding> {
+            CrossCpuWakeup.check(Inputs { facts, m })
+        }
+        assert!(!one_node(&check(&facts, &m)), "shared-llc is one socket");
+        for class in [PlacementClass::CrossNode, PlacementClass::CrossPackage] {
+            for w in m
+                .wakeup
+                .iter_mut()
+                .filter(|w| !matches!(w.class, PlacementClass::SameCpu | PlacementClass::Unpinned))
+            {
+                w.class = class;
+            }
+            let f = check(&facts, &m);
+            assert!(one_node(&f), "{class}");
+            let r = f[0]
+                .remedies
+                .iter()
+                .find(|r| r.command.contains("numatune"))
+                .unwrap();
+            assert_eq!(r.site, crate::doctor::findings::Site::Host);
+        }
+        let mut metal = facts.clone();
+        metal.hypervisor = None;
+        assert!(!one_node(&check(&metal, &m)), "bare metal has no host");
+        let mut vmware = facts.clone();
+        vmware.hypervisor = Some("VMware".into());
+        assert!(!one_node(&check(&vmware, &m)), "libvirt is KVM's");
     }
 
     #[test]
