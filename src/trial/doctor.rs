@@ -98,26 +98,6 @@ pub fn goal_for(m: &crate::doctor::findings::Magnitude) -> Goal {
     goal
 }
 
-/// The words of a printed `cpulab try` line that name changes: `cpulab try` itself, `--each`
-/// and `--detect PCT` (the goal comes from the finding) left out.
-fn change_words(line: &str) -> (Vec<String>, bool) {
-    let words = shell_words::split(line).unwrap_or_default();
-    let each = words.iter().any(|w| w == "--each");
-    let mut args = Vec::new();
-    let mut it = words.into_iter().skip(2);
-    while let Some(w) = it.next() {
-        match w.as_str() {
-            "--each" => {}
-            "--detect" => {
-                it.next();
-            }
-            _ if w.starts_with("--detect=") => {}
-            _ => args.push(w),
-        }
-    }
-    (args, each)
-}
-
 /// Runs the trial of every remedy that carries a `cpulab try` line (each distinct line once).
 pub fn try_remedies(
     machine: &Machine,
@@ -146,7 +126,7 @@ pub fn try_remedies(
                 continue;
             }
             crate::output::status(quiet, &format!("doctor --try: {line}"));
-            let (args, each) = change_words(&line);
+            let (args, each) = super::recorded::change_words(&line);
             let roots = Roots::new(root, None);
             let (measured, figures) = match parse_changes(&roots, &args) {
                 Ok((changes, skipped)) => {
@@ -248,18 +228,5 @@ mod tests {
         assert_eq!(goal_for(&magnitude(Some(1.01))).target_rel, 0.02);
         // No ratio: the standalone default.
         assert_eq!(goal_for(&magnitude(None)), Goal::default_with(3));
-    }
-
-    /// The line the doctor prints carries `--detect`; its trial under `doctor --try` reads only
-    /// the changes from it (the goal is the finding's), and `--each` still counts.
-    #[test]
-    fn a_printed_try_line_gives_its_changes_without_the_target() {
-        let (args, each) =
-            change_words("cpulab try pid:12.affinity=0 pid:13.affinity=0 --detect 45 --each");
-        assert_eq!(args, ["pid:12.affinity=0", "pid:13.affinity=0"]);
-        assert!(each);
-        let (args, each) = change_words("cpulab try --detect=8 haltpoll.guest_halt_poll_ns=0");
-        assert_eq!(args, ["haltpoll.guest_halt_poll_ns=0"]);
-        assert!(!each);
     }
 }

@@ -6,6 +6,26 @@
 use super::TrialReport;
 use serde_json::Value;
 
+/// The words of a printed `cpulab try` line that name changes: `cpulab try` itself, `--each`
+/// and `--detect PCT` (the goal comes from the finding) left out.
+pub fn change_words(line: &str) -> (Vec<String>, bool) {
+    let words = shell_words::split(line).unwrap_or_default();
+    let each = words.iter().any(|w| w == "--each");
+    let mut args = Vec::new();
+    let mut it = words.into_iter().skip(2);
+    while let Some(w) = it.next() {
+        match w.as_str() {
+            "--each" => {}
+            "--detect" => {
+                it.next();
+            }
+            _ if w.starts_with("--detect=") => {}
+            _ => args.push(w),
+        }
+    }
+    (args, each)
+}
+
 /// The settings a `cpulab try` line asks for, sorted; `None` for a line that is not one or
 /// holds a placeholder (`pid:<server pid>`) the user fills in.
 pub fn settings_of(try_command: &str) -> Option<Vec<String>> {
@@ -13,11 +33,7 @@ pub fn settings_of(try_command: &str) -> Option<Vec<String>> {
     if words.get(..2)? != ["cpulab", "try"] || try_command.contains('<') {
         return None;
     }
-    let mut s: Vec<String> = words
-        .into_iter()
-        .skip(2)
-        .filter(|w| !w.starts_with('-'))
-        .collect();
+    let (mut s, _) = change_words(try_command);
     s.sort();
     s.dedup();
     (!s.is_empty()).then_some(s)
@@ -118,5 +134,23 @@ mod tests {
             Some(11)
         );
         assert_eq!(newest(line, &all).map(|(s, _)| s.run), Some(11));
+    }
+
+    /// The line the doctor prints carries `--detect`; its trial under `doctor --try` reads only
+    /// the changes from it (the goal is the finding's), and `--each` still counts.
+    #[test]
+    fn a_printed_try_line_gives_its_changes_without_the_target() {
+        let (args, each) =
+            change_words("cpulab try pid:12.affinity=0 pid:13.affinity=0 --detect 45 --each");
+        assert_eq!(args, ["pid:12.affinity=0", "pid:13.affinity=0"]);
+        assert!(each);
+        let (args, each) = change_words("cpulab try --detect=8 haltpoll.guest_halt_poll_ns=0");
+        assert_eq!(args, ["haltpoll.guest_halt_poll_ns=0"]);
+        assert!(!each);
+        // A remedy's trial found in the history by its settings, not by its target.
+        assert_eq!(
+            settings_of("cpulab try b=1 a=2 --detect 45").unwrap(),
+            ["a=2", "b=1"]
+        );
     }
 }
