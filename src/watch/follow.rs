@@ -216,7 +216,7 @@ impl Follow {
             let pid = t.pid;
             let path = self.root.join(format!("proc/{pid}/task/{tid}/status"));
             let read = self.held.read(Key::Status(tid), &path);
-            let Some(now) = read.as_deref().and_then(groups::voluntary_switches) else {
+            let Some(now) = read.and_then(groups::voluntary_switches) else {
                 if let Some(p) = self.procs.get_mut(&pid) {
                     p.stale = true;
                 }
@@ -249,8 +249,10 @@ impl Follow {
             }
         }
         for t in self.threads.values() {
-            if let Some(g) = self.procs.get(&t.pid).and_then(|p| p.group.as_ref()) {
-                *activity.entry(g.clone()).or_insert(0) += t.rate;
+            let g = self.procs.get(&t.pid).and_then(|p| p.group.as_ref());
+            // Every group is in `activity` already: no name copied per thread.
+            if let Some(a) = g.and_then(|g| activity.get_mut(g)) {
+                *a += t.rate;
             }
         }
         let named = self.ranking.step(&activity);

@@ -69,25 +69,26 @@ impl Held {
         self.files.len()
     }
 
-    /// The file `key` names (at `path`) as it is now: from the descriptor held, else opened
-    /// (and held, room permitting). None: it cannot be read, or its held descriptor no longer
-    /// can (closed then).
-    pub fn read(&mut self, key: Key, path: &Path) -> Option<String> {
-        if let Some(f) = self.files.get(&key) {
-            let n = f.read_at(&mut self.buf, 0);
-            return match n {
-                Ok(n) => Some(String::from_utf8_lossy(&self.buf[..n]).into_owned()),
+    /// The bytes of the file `key` names (at `path`) as it is now: from the descriptor held,
+    /// else opened (and held, room permitting). Bytes, not text: a thread's name may be any
+    /// bytes, and checking 1.5 KiB for UTF-8 cost more than the parse. None: it cannot be read,
+    /// or its held descriptor no longer can (closed then).
+    pub fn read(&mut self, key: Key, path: &Path) -> Option<&[u8]> {
+        let n = if let Some(f) = self.files.get(&key) {
+            match f.read_at(&mut self.buf, 0) {
+                Ok(n) => n,
                 Err(_) => {
                     self.files.remove(&key);
-                    None
+                    return None;
                 }
-            };
-        }
-        let f = File::open(path).ok()?;
-        let n = f.read_at(&mut self.buf, 0).ok()?;
-        let text = String::from_utf8_lossy(&self.buf[..n]).into_owned();
-        self.hold(key, f);
-        Some(text)
+            }
+        } else {
+            let f = File::open(path).ok()?;
+            let n = f.read_at(&mut self.buf, 0).ok()?;
+            self.hold(key, f);
+            n
+        };
+        self.buf.get(..n)
     }
 
     /// The link count of the directory `key` names (at `path`): for `/proc/PID/task`, 2 and
@@ -125,22 +126,22 @@ mod tests {
         std::fs::write(&a, "one").unwrap();
         std::fs::write(&b, "two").unwrap();
         let mut h = Held::with_cap(1);
-        assert_eq!(h.read(Key::Status(1), &a).as_deref(), Some("one"));
-        assert_eq!(h.read(Key::Status(2), &b).as_deref(), Some("two"));
+        assert_eq!(h.read(Key::Status(1), &a), Some(&b"one"[..]));
+        assert_eq!(h.read(Key::Status(2), &b), Some(&b"two"[..]));
         assert_eq!(h.count(), 1, "the cap");
         assert_eq!(h.clone().count(), 0, "a copy holds nothing");
         std::fs::write(&a, "three").unwrap();
         std::fs::write(&b, "four").unwrap();
-        assert_eq!(h.read(Key::Status(1), &a).as_deref(), Some("three"));
-        assert_eq!(h.read(Key::Status(2), &b).as_deref(), Some("four"));
+        assert_eq!(h.read(Key::Status(1), &a), Some(&b"three"[..]));
+        assert_eq!(h.read(Key::Status(2), &b), Some(&b"four"[..]));
         // Held: the path no longer matters (a /proc descriptor keeps reading its own thread).
-        assert_eq!(h.read(Key::Status(1), &b).as_deref(), Some("three"));
+        assert_eq!(h.read(Key::Status(1), &b), Some(&b"three"[..]));
         assert_eq!(h.read(Key::Status(3), &d.path().join("none")), None);
         h.retain(|k| *k != Key::Status(1));
         assert_eq!(h.count(), 0);
         assert_eq!(
-            Held::with_cap(0).read(Key::Status(1), &a).as_deref(),
-            Some("three")
+            Held::with_cap(0).read(Key::Status(1), &a),
+            Some(&b"three"[..])
         );
     }
 
