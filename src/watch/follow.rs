@@ -137,6 +137,11 @@ impl Follow {
             };
             let task = self.root.join("proc").join(pid.to_string()).join("task");
             let links = self.held.links(Key::Tasks(pid), &task);
+            if links.is_some_and(|l| l < 3) {
+                // A live process has a thread: a held task/ with none is of a process that
+                // ended, its pid since taken by another. Opened afresh at the next refresh.
+                self.held.forget(Key::Tasks(pid));
+            }
             // A filesystem that gives a directory one link does not count its subdirectories.
             let counted = links.is_some_and(|l| l >= 2);
             if due || p.stale || !counted || p.links != links {
@@ -367,6 +372,33 @@ mod tests {
             0,
             "an ended process's descriptors are closed"
         );
+    }
+
+    #[test]
+    fn a_pid_taken_by_a_new_process_has_its_task_opened_afresh() {
+        let t = tempfile::tempdir().unwrap();
+        if !links_counted(
+            "a_pid_taken_by_a_new_process_has_its_task_opened_afresh",
+            t.path(),
+        ) {
+            return;
+        }
+        write(t.path(), &[service(&[(500, 3), (501, 3)])]);
+        let mut f = Follow::with_held(t.path(), 2, GroupBy::Auto, 64);
+        settle(&mut f);
+        // Between two refreshes the process ends and another takes its pid: the held task/
+        // is of the one that ended, and counts no thread (2 links, as /proc gives it).
+        let gone = t.path().join("gone");
+        std::fs::rename(t.path().join("proc/500"), &gone).unwrap();
+        for tid in [500, 501] {
+            std::fs::remove_dir_all(gone.join(format!("task/{tid}"))).unwrap();
+        }
+        write(t.path(), &[service(&[(500, 3), (502, 0)])]);
+        assert!(f.refresh().is_empty());
+        // It starts a thread: seen through its own task/, not the ended one's.
+        write(t.path(), &[service(&[(500, 3), (502, 0), (503, 900)])]);
+        let m = f.refresh();
+        assert_eq!(m.get(&500).map(String::as_str), Some("service.service"));
     }
 
     #[test]

@@ -103,6 +103,11 @@ impl Held {
         Some(links)
     }
 
+    /// Closes the descriptor of `key`, if held: the next use opens its path again.
+    pub fn forget(&mut self, key: Key) {
+        self.files.remove(&key);
+    }
+
     fn hold(&mut self, key: Key, f: File) {
         if self.files.len() < self.cap {
             self.files.insert(key, f);
