@@ -17,8 +17,15 @@
 //! two refreshes (a process is moved into its unit's or container's cgroup, and `exec`s, just
 //! after it is born) and every [`REREAD_EVERY`] refreshes after. Kernel threads are never read
 //! beyond their `stat`, and never named.
+//!
+//! A process's `task/` is listed again only when its thread count changed (the directory's
+//! link count, one `fstat`), when one of its threads could not be read at the last refresh (it
+//! ended: a thread born in the same second is then found a refresh later), and when its `stat`
+//! is re-read; and the `status` and `task/` descriptors are held open between refreshes
+//! (`crate::watch::held`), so a refresh costs mostly `pread`s and `fstat`s, not opens.
 
 use super::groups::{self, group_name};
+use super::held::{self, Held, Key};
 use super::rank::Ranking;
 use crate::wakeups::GroupBy;
 use std::collections::{BTreeMap, HashMap};
@@ -35,6 +42,11 @@ struct Proc {
     group: Option<String>,
     first_seen: u64,
     seen: u64,
+    /// Its threads at the last listing of its `task/`, and that directory's link count then.
+    tids: Vec<i32>,
+    links: Option<u64>,
+    /// One of its threads could not be read (it ended): list `task/` again.
+    stale: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -59,6 +71,8 @@ pub struct Follow {
     step: u64,
     /// The watcher's own process, left out.
     me: i32,
+    /// Descriptors kept open between refreshes.
+    held: Held,
 }
 
 fn read(path: &Path) -> Option<String> {
@@ -86,6 +100,15 @@ impl Follow {
             threads: HashMap::new(),
             step: 0,
             me: std::process::id() as i32,
+            held: Held::with_cap(held::default_cap()),
+        }
+    }
+
+    /// The same, holding at most `cap` descriptors open.
+    pub fn with_held(root: &Path, max: usize, by: GroupBy, cap: usize) -> Self {
+        Self {
+            held: Held::with_cap(cap),
+            ..Self::new(root, max, by)
         }
     }
 
@@ -108,29 +131,25 @@ impl Follow {
             if pid == self.me {
                 continue;
             }
-            let due = self.procs.get(&pid).is_none_or(|p| {
-                let age = step - p.first_seen;
-                age <= 2 || age.is_multiple_of(REREAD_EVERY)
-            });
-            if due {
-                let group = self.group_of(pid);
-                let first_seen = self.procs.get(&pid).map_or(step, |p| p.first_seen);
-                self.procs.insert(
-                    pid,
-                    Proc {
-                        group,
-                        first_seen,
-                        seen: step,
-                    },
-                );
-            } else if let Some(p) = self.procs.get_mut(&pid) {
-                p.seen = step;
-            }
-            if self.procs.get(&pid).is_none_or(|p| p.group.is_none()) {
+            let due = self.visit(pid);
+            let Some(p) = self.procs.get_mut(&pid).filter(|p| p.group.is_some()) else {
                 continue;
-            }
+            };
             let task = self.root.join("proc").join(pid.to_string()).join("task");
-            for tid in ids(&task) {
+            let links = self.held.links(Key::Tasks(pid), &task);
+            if links.is_some_and(|l| l < 3) {
+                // A live process has a thread: a held task/ with none is of a process that
+                // ended, its pid since taken by another. Opened afresh at the next refresh.
+                self.held.forget(Key::Tasks(pid));
+            }
+            // A filesystem that gives a directory one link does not count its subdirectories.
+            let counted = links.is_some_and(|l| l >= 2);
+            if due || p.stale || !counted || p.links != links {
+                p.tids = ids(&task);
+                p.links = links;
+                p.stale = false;
+            }
+            for &tid in &p.tids {
                 let t = self.threads.entry(tid).or_insert(Thread {
                     pid,
                     first_listed: step,
@@ -143,6 +162,39 @@ impl Follow {
         }
         self.procs.retain(|_, p| p.seen == step);
         self.threads.retain(|_, t| t.listed == step);
+        let (procs, threads) = (&self.procs, &self.threads);
+        self.held.retain(|k| match k {
+            Key::Tasks(pid) => procs.contains_key(pid),
+            Key::Status(tid) => threads.contains_key(tid),
+        });
+    }
+
+    /// Marks process `pid` seen at this refresh, reading its group when due (first seen, its
+    /// next two refreshes, every [`REREAD_EVERY`]); true when it was.
+    fn visit(&mut self, pid: i32) -> bool {
+        let step = self.step;
+        let due = self.procs.get(&pid).is_none_or(|p| {
+            let age = step - p.first_seen;
+            age <= 2 || age.is_multiple_of(REREAD_EVERY)
+        });
+        if !due {
+            if let Some(p) = self.procs.get_mut(&pid) {
+                p.seen = step;
+            }
+            return false;
+        }
+        let group = self.group_of(pid);
+        let p = self.procs.entry(pid).or_insert(Proc {
+            group: None,
+            first_seen: step,
+            seen: step,
+            tids: Vec::new(),
+            links: None,
+            stale: false,
+        });
+        p.group = group;
+        p.seen = step;
+        true
     }
 
     /// Reads at most [`THREAD_READS`] threads' switches: the newly listed first, then those
@@ -166,8 +218,13 @@ impl Follow {
             let Some(t) = self.threads.get(&tid) else {
                 continue;
             };
-            let path = self.root.join(format!("proc/{}/task/{tid}/status", t.pid));
-            let Some(now) = read(&path).as_deref().and_then(groups::voluntary_switches) else {
+            let pid = t.pid;
+            let path = self.root.join(format!("proc/{pid}/task/{tid}/status"));
+            let read = self.held.read(Key::Status(tid), &path);
+            let Some(now) = read.and_then(groups::voluntary_switches) else {
+                if let Some(p) = self.procs.get_mut(&pid) {
+                    p.stale = true;
+                }
                 continue;
             };
             let Some(t) = self.threads.get_mut(&tid) else {
@@ -197,8 +254,10 @@ impl Follow {
             }
         }
         for t in self.threads.values() {
-            if let Some(g) = self.procs.get(&t.pid).and_then(|p| p.group.as_ref()) {
-                *activity.entry(g.clone()).or_insert(0) += t.rate;
+            let g = self.procs.get(&t.pid).and_then(|p| p.group.as_ref());
+            // Every group is in `activity` already: no name copied per thread.
+            if let Some(a) = g.and_then(|g| activity.get_mut(g)) {
+                *a += t.rate;
             }
         }
         let named = self.ranking.step(&activity);
@@ -219,12 +278,31 @@ mod tests {
     /// One process of a fixture: (pid, command, ppid, flags, cgroup path, [(tid, switches)]).
     type Fixture<'a> = (i32, &'a str, i32, u64, &'a str, &'a [(i32, u64)]);
 
-    /// A /proc tree of these processes.
+    /// A /proc tree of these processes. Files are written over in place, as a held descriptor
+    /// of a /proc file reads the file as it is now; what is no longer there is removed.
     fn write(root: &Path, procs: &[Fixture]) {
-        let _ = std::fs::remove_dir_all(root.join("proc"));
+        let dirs = |d: &Path| -> Vec<PathBuf> {
+            std::fs::read_dir(d)
+                .map_or_else(|_| Vec::new(), |r| r.flatten().map(|e| e.path()).collect())
+        };
+        for old in dirs(&root.join("proc")) {
+            let pid = old
+                .file_name()
+                .and_then(|n| n.to_str()?.parse::<i32>().ok());
+            let Some(new) = procs.iter().find(|p| Some(p.0) == pid) else {
+                std::fs::remove_dir_all(&old).unwrap();
+                continue;
+            };
+            for t in dirs(&old.join("task")) {
+                let tid = t.file_name().and_then(|n| n.to_str()?.parse::<i32>().ok());
+                if !new.5.iter().any(|(id, _)| Some(*id) == tid) {
+                    std::fs::remove_dir_all(&t).unwrap();
+                }
+            }
+        }
         for (pid, comm, ppid, flags, cgroup, threads) in procs {
             let d = root.join(format!("proc/{pid}"));
-            std::fs::create_dir_all(&d).unwrap();
+            std::fs::create_dir_all(d.join("task")).unwrap();
             let stat = format!("{pid} ({comm}) S {ppid} {pid} {pid} 0 -1 {flags} 0 0 0 0");
             std::fs::write(d.join("stat"), stat).unwrap();
             std::fs::write(d.join("cgroup"), format!("0::{cgroup}\n")).unwrap();
@@ -235,6 +313,117 @@ mod tests {
                 std::fs::write(t.join("status"), status).unwrap();
             }
         }
+    }
+
+    /// True when directories here count their subdirectories in their links (the ranking's
+    /// cue to list a process's `task/` again); skipped otherwise.
+    fn links_counted(test: &str, root: &Path) -> bool {
+        let d = root.join("links");
+        std::fs::create_dir_all(d.join("sub")).unwrap();
+        let n = std::os::unix::fs::MetadataExt::nlink(&std::fs::metadata(&d).unwrap());
+        std::fs::remove_dir_all(&d).unwrap();
+        if n < 3 {
+            crate::testing::skipped(test, "directories here do not count subdirectories");
+        }
+        n >= 3
+    }
+
+    /// A process in `service.service` past its first refreshes, with these threads.
+    fn service(threads: &[(i32, u64)]) -> Fixture<'_> {
+        (
+            500,
+            "svc",
+            1,
+            0x400100,
+            "/system.slice/service.service",
+            threads,
+        )
+    }
+
+    /// Refreshes `f` until the service is past the re-reads of its first refreshes.
+    fn settle(f: &mut Follow) {
+        for _ in 0..4 {
+            assert!(f.refresh().is_empty(), "an idle service is never named");
+        }
+    }
+
+    #[test]
+    fn a_thread_born_into_a_known_process_is_listed_and_counted_from_its_birth() {
+        let t = tempfile::tempdir().unwrap();
+        let test = "a_thread_born_into_a_known_process_is_listed_and_counted_from_its_birth";
+        if !links_counted(test, t.path()) {
+            return;
+        }
+        write(t.path(), &[service(&[(500, 3), (501, 3)])]);
+        let mut f = Follow::with_held(t.path(), 2, GroupBy::Auto, 64);
+        settle(&mut f);
+        write(t.path(), &[service(&[(500, 3), (501, 3), (502, 900)])]);
+        let m = f.refresh();
+        assert_eq!(m.get(&500).map(String::as_str), Some("service.service"));
+        assert!(
+            f.held.count() >= 4,
+            "task/ and three status held: {}",
+            f.held.count()
+        );
+        write(t.path(), &[]);
+        assert!(f.refresh().is_empty());
+        assert_eq!(
+            f.held.count(),
+            0,
+            "an ended process's descriptors are closed"
+        );
+    }
+
+    #[test]
+    fn a_pid_taken_by_a_new_process_has_its_task_opened_afresh() {
+        let t = tempfile::tempdir().unwrap();
+        if !links_counted(
+            "a_pid_taken_by_a_new_process_has_its_task_opened_afresh",
+            t.path(),
+        ) {
+            return;
+        }
+        write(t.path(), &[service(&[(500, 3), (501, 3)])]);
+        let mut f = Follow::with_held(t.path(), 2, GroupBy::Auto, 64);
+        settle(&mut f);
+        // Between two refreshes the process ends and another takes its pid: the held task/
+        // is of the one that ended, and counts no thread (2 links, as /proc gives it).
+        let gone = t.path().join("gone");
+        std::fs::rename(t.path().join("proc/500"), &gone).unwrap();
+        for tid in [500, 501] {
+            std::fs::remove_dir_all(gone.join(format!("task/{tid}"))).unwrap();
+        }
+        write(t.path(), &[service(&[(500, 3), (502, 0)])]);
+        assert!(f.refresh().is_empty());
+        // It starts a thread: seen through its own task/, not the ended one's.
+        write(t.path(), &[service(&[(500, 3), (502, 0), (503, 900)])]);
+        let m = f.refresh();
+        assert_eq!(m.get(&500).map(String::as_str), Some("service.service"));
+    }
+
+    #[test]
+    fn task_is_listed_again_when_a_thread_cannot_be_read_not_while_the_count_holds() {
+        let t = tempfile::tempdir().unwrap();
+        let test = "task_is_listed_again_when_a_thread_cannot_be_read_not_while_the_count_holds";
+        if !links_counted(test, t.path()) {
+            return;
+        }
+        write(t.path(), &[service(&[(500, 3), (501, 3)])]);
+        // Nothing held: a thread that ended reads an error, as a held /proc descriptor would.
+        let mut f = Follow::with_held(t.path(), 2, GroupBy::Auto, 0);
+        settle(&mut f);
+        // 501 ends and 502 is born between two refreshes: the same count.
+        write(t.path(), &[service(&[(500, 3), (502, 900)])]);
+        assert!(
+            f.refresh().is_empty(),
+            "the count held: task/ not listed, 502 unseen, 501 unreadable"
+        );
+        let m = f.refresh();
+        assert_eq!(
+            m.get(&500).map(String::as_str),
+            Some("service.service"),
+            "listed again: 502 counted from its birth"
+        );
     }
 
     #[test]

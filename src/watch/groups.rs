@@ -145,12 +145,13 @@ pub fn parse_stat(text: &str) -> Option<Stat> {
     })
 }
 
-/// `voluntary_ctxt_switches` of a `/proc/PID/task/TID/status`.
-pub fn voluntary_switches(status: &str) -> Option<u64> {
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
-        .and_then(|v| v.trim().parse().ok())
+/// `voluntary_ctxt_switches` of a `/proc/PID/task/TID/status`, as the file's bytes (its
+/// `Name:` may be any bytes). Lines are searched from the end, where the kernel writes it.
+pub fn voluntary_switches(status: &[u8]) -> Option<u64> {
+    let v = status
+        .rsplit(|&b| b == b'\n')
+        .find_map(|l| l.strip_prefix(b"voluntary_ctxt_switches:"))?;
+    std::str::from_utf8(v.trim_ascii()).ok()?.parse().ok()
 }
 
 #[cfg(test)]
@@ -322,8 +323,15 @@ mod tests {
     #[test]
     fn voluntary_switches_are_read_from_status() {
         let status =
-            "Name:\tpostgres\nvoluntary_ctxt_switches:\t1523\nnonvoluntary_ctxt_switches:\t12\n";
+            b"Name:\tpostgres\nvoluntary_ctxt_switches:\t1523\nnonvoluntary_ctxt_switches:\t12\n";
         assert_eq!(voluntary_switches(status), Some(1523));
-        assert_eq!(voluntary_switches("Name:\tx\n"), None);
+        assert_eq!(voluntary_switches(b"Name:\tx\n"), None);
+        // A name that is not UTF-8 does not hide the count.
+        let odd = b"Name:\t\xff\xfe\nvoluntary_ctxt_switches:\t7\nnonvoluntary_ctxt_switches:\t1\n";
+        assert_eq!(voluntary_switches(odd), Some(7));
+        assert_eq!(
+            voluntary_switches(b"voluntary_ctxt_switches:\tmany\n"),
+            None
+        );
     }
 }

@@ -22,6 +22,7 @@ pub mod fake;
 pub mod follow;
 pub mod format;
 pub mod groups;
+pub mod held;
 pub mod ledger;
 pub mod mechanism;
 pub mod open;
