@@ -928,4 +928,114 @@ mod tests {
         assert_eq!(sample(&t, "cpulab_exporter_collector_success{").len(), 2);
         assert_eq!(sample(&t, "cpulab_exporter_read_errors_total{").len(), 2);
     }
+
+    #[test]
+    fn only_lines_that_are_neither_empty_nor_comments_are_samples() {
+        let t = "# HELP x An x.\n# TYPE x counter\nx_total 1\n\ny{a=\"b\"} 2\n# EOF\n";
+        assert_eq!(count_samples(t), 2);
+        assert_eq!(count_samples("# EOF\n\n"), 0);
+    }
+
+    #[test]
+    fn each_format_names_its_own_content_type() {
+        assert_eq!(
+            Format::Prometheus.content_type(),
+            "text/plain; version=0.0.4; charset=utf-8"
+        );
+        assert_eq!(
+            Format::OpenMetrics.content_type(),
+            "application/openmetrics-text; version=1.0.0; charset=utf-8"
+        );
+    }
+
+    #[test]
+    fn the_latency_sum_is_the_class_sum_in_seconds() {
+        // The class holds 40 us of latencies in all.
+        let t = encode(&frame(), Format::Prometheus);
+        let sums: Vec<f64> = t
+            .lines()
+            .filter(|l| {
+                l.starts_with(
+                    "cpulab_wakeup_latency_seconds_sum{target=\"postgres\",class=\"same-cpu\"}",
+                )
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse().ok())
+            .collect();
+        assert_eq!(sums, [4e-5], "{t}");
+    }
+
+    #[test]
+    fn the_probe_publishes_each_class_p50_and_p99_apart() {
+        let mut f = frame();
+        let t = encode(&f, Format::Prometheus);
+        assert!(!t.contains("cpulab_probe"), "{t}");
+        f.probe = Some(ProbeFigures {
+            round_trips: vec![("same-cpu".into(), 0.25, 0.75)],
+            finished_unix_s: 1.5e9,
+            runs: 3,
+            failures: 1,
+            last_ok: true,
+            last_duration_s: 0.5,
+        });
+        let t = encode(&f, Format::Prometheus);
+        for line in [
+            "cpulab_probe_round_trip_p50_seconds{class=\"same-cpu\"} 0.25\n",
+            "cpulab_probe_round_trip_p99_seconds{class=\"same-cpu\"} 0.75\n",
+            "cpulab_probe_last_run_timestamp_seconds 1500000000.0\n",
+            "cpulab_probe_runs_total 3\n",
+            "cpulab_probe_failures_total 1\n",
+        ] {
+            assert!(t.contains(line), "{line}\n{t}");
+        }
+    }
+
+    #[test]
+    fn the_newest_doctor_run_is_published_with_its_findings_and_ratios() {
+        use super::super::doctor::{DoctorRun, FindingFigure, State};
+        use crate::doctor::findings::Severity;
+        let mut f = frame();
+        let t = encode(&f, Format::Prometheus);
+        assert!(
+            t.contains("cpulab_doctor_history_info{state=\"off\"} 1\n"),
+            "{t}"
+        );
+        assert!(!t.contains("cpulab_doctor_finding"), "{t}");
+        f.doctor = DoctorFigures {
+            state: State::Ok,
+            run: Some(DoctorRun {
+                history_id: 42,
+                started_unix_s: 1_700_000_000,
+                mode: "quick".into(),
+                findings: vec![
+                    FindingFigure {
+                        id: "cross-cpu-wakeup".into(),
+                        severity: Severity::High,
+                        ratio: Some(3.5),
+                    },
+                    FindingFigure {
+                        id: "no-idle-halt".into(),
+                        severity: Severity::Low,
+                        ratio: None,
+                    },
+                ],
+                dropped: 2,
+            }),
+        };
+        let t = encode(&f, Format::Prometheus);
+        for line in [
+            "cpulab_doctor_history_info{state=\"ok\"} 1\n",
+            "cpulab_doctor_run_info{history_id=\"42\",mode=\"quick\"} 1\n",
+            "cpulab_doctor_last_run_timestamp_seconds 1700000000\n",
+            "cpulab_doctor_finding{id=\"cross-cpu-wakeup\",severity=\"high\"} 1\n",
+            "cpulab_doctor_finding{id=\"no-idle-halt\",severity=\"low\"} 1\n",
+            "cpulab_doctor_finding_ratio{id=\"cross-cpu-wakeup\"} 3.5\n",
+            "cpulab_exporter_doctor_findings_dropped 2\n",
+        ] {
+            assert!(t.contains(line), "{line}\n{t}");
+        }
+        assert!(
+            !t.contains("cpulab_doctor_finding_ratio{id=\"no-idle-halt\"}"),
+            "{t}"
+        );
+    }
 }

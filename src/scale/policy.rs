@@ -279,4 +279,14 @@ mod tests {
         assert_eq!(select(&t, &t.online, 0, &Policy::Compact), Some(vec![]));
         assert_eq!(placement_order(&t, &none, true), Vec::<u32>::new());
     }
+
+    /// With more than one LLC per package, scatter goes to the other package before the other
+    /// LLC of the same one: the top-level group is the package, not the LLC.
+    #[test]
+    fn scatter_spreads_over_packages_before_llcs_within_one() {
+        let t = two_sockets_of_two_ccx();
+        assert_eq!(pick(&t, 2, Policy::Scatter), vec![0, 4]);
+        assert_eq!(pick(&t, 4, Policy::Scatter), vec![0, 4, 2, 6]);
+        assert_eq!(pick(&t, 4, Policy::Compact), vec![0, 1, 2, 3]);
+    }
 }

@@ -116,3 +116,24 @@ pub fn two_ccx() -> Topology {
         .collect();
     assemble(cpus)
 }
+
+/// Two packages (one NUMA node each), each with two LLCs (CCXs) of 2 cores; no SMT, private L2.
+/// CPUs 0-3 on package 0 (LLCs 0-1 and 2-3), 4-7 on package 1 (4-5 and 6-7).
+pub fn two_sockets_of_two_ccx() -> Topology {
+    let cpus = (0..8u32)
+        .map(|i| {
+            let p = i / 4;
+            let ccx = i / 2;
+            Cpu {
+                id: i,
+                package: p,
+                die: 0,
+                core_id: i % 4,
+                node: Some(p),
+                smt_siblings: CpuSet::from_iter_u32([i]),
+                caches: vec![cache(1, [i]), cache(2, [i]), cache(3, ccx * 2..ccx * 2 + 2)],
+            }
+        })
+        .collect();
+    assemble(cpus)
+}

@@ -947,4 +947,60 @@ mod tests {
         a.record(0);
         assert_eq!(a.latency.len(), 3, "a zero latency is recorded as 1 ns");
     }
+
+    /// A wakee seen running without its switch-in, whose delivered sched_wakeup named another
+    /// CPU than the one it last ran on: the record is a check that disagreed, not the answer.
+    #[test]
+    fn a_wakee_seen_running_unswitched_with_a_wakeup_naming_another_cpu_disagrees() {
+        let topo = topo();
+        let mut a = Analysis::new(&topo);
+        a.feed(&switch(0, 1, 100, false, 0), &mut Table);
+        a.feed(&waking(10, 200, 0, 100), &mut Table);
+        a.feed(&wakeup(11, 100, 0), &mut Table);
+        a.feed(&switch(40, 1, 100, true, 0), &mut Table);
+        assert_eq!(
+            a.checks,
+            PlacementChecks {
+                from_last_cpu: 1,
+                switch_in_missing: 1,
+                wakeup_differs: 1,
+                ..PlacementChecks::default()
+            }
+        );
+        let c = &a.processes[&100].classes[&topo.class(0, 1)];
+        assert_eq!((c.wakeups, c.latency.len()), (1, 0));
+    }
+
+    /// A waking from the idle task's context (tid 0) outside an interrupt has no waker process,
+    /// even when the resolver names one for tid 0: it is filed under "(interrupt)", process 0.
+    #[test]
+    fn a_waking_by_tid_zero_has_no_waker_process() {
+        struct Everyone;
+        impl Tasks for Everyone {
+            fn lookup(&mut self, tid: i32) -> Option<TaskInfo> {
+                let (tgid, comm) = if tid == 0 {
+                    (7, "swapper")
+                } else {
+                    (100, "server")
+                };
+                Some(TaskInfo {
+                    tgid,
+                    comm: comm.into(),
+                    watched: true,
+                })
+            }
+        }
+        let topo = topo();
+        let mut a = Analysis::new(&topo);
+        a.feed(&waking(10, 0, 1, 100), &mut Everyone);
+        a.feed(&switch(30, 1, 0, false, 100), &mut Everyone);
+        let keys: Vec<(i32, i32)> = a.pairs.keys().copied().collect();
+        assert_eq!(keys, [(0, 100)]);
+        let p = &a.pairs[&(0, 100)];
+        assert_eq!(
+            (p.waker_comm.as_str(), p.wakee_comm.as_str()),
+            ("(interrupt)", "server")
+        );
+        assert_eq!(p.classes[&PlacementClass::SameCpu].wakeups, 1);
+    }
 }
