@@ -146,7 +146,12 @@ impl Experiment for Bursty {
         machine: &Machine,
         settings: &BurstySettings,
     ) -> Result<Option<crate::experiment::LoadWatch>> {
-        Ok(Some(run::load_watch(machine, settings)))
+        Ok(Some(crate::experiment::LoadWatch::on(
+            machine,
+            settings.cpus.as_ref(),
+            std::time::Duration::from_millis(300),
+            settings.check_load,
+        )))
     }
 
     fn measure(

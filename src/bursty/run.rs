@@ -2,7 +2,7 @@
 //! the bursts after each sleep.
 
 use super::{BurstyReport, BurstyRun, BurstySettings};
-use crate::experiment::{LoadWatch, Progress};
+use crate::experiment::Progress;
 use crate::machine::{Conditions, Machine};
 use crate::stats::{MeanCi, percentile};
 use anyhow::{Context, Result};
@@ -86,17 +86,6 @@ fn one_run(s: &BurstySettings, iterations: u64) -> Option<BurstyRun> {
         burst_ns.push(t.elapsed().as_nanos() as f64);
     }
     summarise(burst_ns, burst_cpu_ns, warm_ns)
-}
-
-/// The CPUs the runs may use (the allowed set unless the settings name some), watched for
-/// other load for 300 ms unless the settings say not to.
-pub fn load_watch(machine: &Machine, s: &BurstySettings) -> LoadWatch {
-    LoadWatch::on(
-        machine,
-        s.cpus.as_ref(),
-        Duration::from_millis(300),
-        s.check_load,
-    )
 }
 
 /// Measures `s.repeats` runs on the calling thread under `conditions`, its affinity the

@@ -179,7 +179,12 @@ impl Experiment for Messaging {
         machine: &Machine,
         settings: &MessagingSettings,
     ) -> Result<Option<crate::experiment::LoadWatch>> {
-        Ok(Some(run::load_watch(machine, settings)))
+        Ok(Some(crate::experiment::LoadWatch::on(
+            machine,
+            settings.cpus.as_ref(),
+            std::time::Duration::from_millis(300),
+            settings.check_load,
+        )))
     }
 
     fn measure(

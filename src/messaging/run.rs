@@ -8,7 +8,7 @@
 //! started waited forever, and so did cpulab, deaf to Ctrl-C.
 
 use super::{Channel, MESSAGE_BYTES, MessagingReport, MessagingRun, MessagingSettings, Tasks};
-use crate::experiment::{LoadWatch, Progress};
+use crate::experiment::Progress;
 use crate::machine::{Conditions, Machine};
 use crate::stats::MeanCi;
 use anyhow::{Context, Result, anyhow};
@@ -17,17 +17,6 @@ use nix::sys::resource::{UsageWho, getrusage};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
-
-/// The CPUs the tasks may run on (the allowed set unless the settings name some), watched for
-/// other load for 300 ms unless the settings say not to.
-pub fn load_watch(machine: &Machine, s: &MessagingSettings) -> LoadWatch {
-    LoadWatch::on(
-        machine,
-        s.cpus.as_ref(),
-        Duration::from_millis(300),
-        s.check_load,
-    )
-}
 
 /// Measures `settings.repeats` runs under `conditions`.
 pub fn measure(

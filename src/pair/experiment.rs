@@ -23,7 +23,12 @@ impl Experiment for Pair {
         machine: &Machine,
         settings: &PairSettings,
     ) -> Result<Option<crate::experiment::LoadWatch>> {
-        Ok(Some(super::load_watch(machine, settings)))
+        Ok(Some(crate::experiment::LoadWatch::on(
+            machine,
+            None,
+            std::time::Duration::from_millis(500),
+            settings.check_load,
+        )))
     }
 
     fn measure(

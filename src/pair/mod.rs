@@ -42,11 +42,10 @@ pub use runner::RunResult;
 pub use settings::{PairSettings, Preset};
 
 use crate::cpulist::CpuSet;
-use crate::experiment::{LoadWatch, Progress};
+use crate::experiment::Progress;
 use crate::machine::{Conditions, Machine};
 use anyhow::Result;
 use settings::{Programs, Workload};
-use std::time::Duration;
 
 /// Seconds of the discarded warm-up run after each server start (presets).
 const WARMUP_S: u32 = 1;
@@ -117,16 +116,6 @@ fn run_notes(
         }
     }
     notes
-}
-
-/// The allowed CPUs, watched for other load for 500 ms unless the settings say not to.
-pub fn load_watch(machine: &Machine, settings: &PairSettings) -> LoadWatch {
-    LoadWatch::on(
-        machine,
-        None,
-        Duration::from_millis(500),
-        settings.check_load,
-    )
 }
 
 /// Runs the experiment under `conditions`. `progress` receives one line per step (for a status

@@ -25,7 +25,7 @@ pub mod workload;
 pub use contention::Contention;
 pub use experiment::Scale;
 pub use policy::Policy;
-pub use run::{load_watch, measure};
+pub use run::measure;
 
 use crate::cpulist::CpuSet;
 use crate::error::bad_input;

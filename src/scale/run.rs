@@ -9,14 +9,14 @@ use super::workload::{self, TriadArrays};
 use super::{PolicyResult, ScalePoint, ScaleReport, ScaleSettings, Workload};
 use crate::counters::SystemSnapshot;
 use crate::cpulist::CpuSet;
-use crate::experiment::{LoadWatch, Progress};
+use crate::experiment::Progress;
 use crate::load;
 use crate::machine::{Conditions, Machine};
 use crate::stats::MeanCi;
 use anyhow::Result;
 use std::collections::BTreeMap;
 use std::hint::black_box;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// How one run is executed, fixed before the first measurement so every point of a thread
 /// count does the same work.
@@ -57,16 +57,6 @@ struct Sweeps {
     samples: Vec<Vec<Vec<RunSample>>>,
     pin_failures: Vec<Vec<String>>,
     runs: usize,
-}
-
-/// The allowed CPUs, watched for other load for 300 ms unless the settings say not to.
-pub fn load_watch(machine: &Machine, settings: &ScaleSettings) -> LoadWatch {
-    LoadWatch::on(
-        machine,
-        None,
-        Duration::from_millis(300),
-        settings.check_load,
-    )
 }
 
 /// Measures every (policy, thread count) of `settings`, under `conditions`. Progress lines go

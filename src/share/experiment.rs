@@ -27,7 +27,12 @@ impl Experiment for Share {
         machine: &Machine,
         settings: &ShareSettings,
     ) -> Result<Option<crate::experiment::LoadWatch>> {
-        Ok(Some(super::load_watch(machine, settings)))
+        Ok(Some(crate::experiment::LoadWatch::on(
+            machine,
+            None,
+            std::time::Duration::from_millis(300),
+            settings.check_load,
+        )))
     }
 
     fn measure(

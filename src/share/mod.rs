@@ -22,7 +22,7 @@ mod run;
 
 pub use crate::load::OTHER_LOAD_NOISY_CPUS;
 pub use experiment::Share;
-pub use run::{load_watch, measure};
+pub use run::measure;
 
 use crate::cpulist::CpuSet;
 use crate::error::bad_input;

@@ -5,7 +5,7 @@ use super::cgroup::{CgroupCpu, ThrottleDelta};
 use super::model;
 use super::{ShareConfig, ShareReport, ShareRun, ShareSettings};
 use crate::counters::SystemSnapshot;
-use crate::experiment::{LoadWatch, Progress};
+use crate::experiment::Progress;
 use crate::load::{self, Duty, Gate, OTHER_LOAD_NOISY_CPUS, WorkerOutcome};
 use crate::machine::{Conditions, Machine};
 use crate::stats::MeanCi;
@@ -25,16 +25,6 @@ impl Drop for StopOnDrop<'_> {
         }
         self.1.open();
     }
-}
-
-/// The allowed CPUs, watched for other load for 300 ms unless the settings say not to.
-pub fn load_watch(machine: &Machine, settings: &ShareSettings) -> LoadWatch {
-    LoadWatch::on(
-        machine,
-        None,
-        Duration::from_millis(300),
-        settings.check_load,
-    )
 }
 
 /// Measures every configuration of `settings` on `machine`, under `conditions`. Progress lines
