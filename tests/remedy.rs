@@ -1235,6 +1235,8 @@ fn sysctl_p_accepts_the_generated_file_and_changes_nothing() {
             "site": "this-machine",
             "changes": [{"kind": "sysctl", "key": "vm.swappiness", "value": current}]
         }));
+    // This host's result, so undo carries the value read before the change.
+    doc["conditions"]["hostname"] = serde_json::json!(this_host());
     let result = tmp.path().join("doctor.json");
     std::fs::write(&result, doc.to_string()).unwrap();
     let out = tmp.path().join("out");
@@ -1261,6 +1263,14 @@ fn sysctl_p_accepts_the_generated_file_and_changes_nothing() {
     );
     assert_eq!(run_lines(&f["verify"], &out), [true]);
     assert_eq!(std::fs::read_to_string(SWAPPINESS).unwrap(), before);
+    assert!(
+        f["undo"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|u| u.as_str() == Some(&format!("sysctl -w vm.swappiness={current}"))),
+        "undo does not restore the value read before: {f}"
+    );
     // The control: a key this kernel lacks is refused.
     let bad = tmp.path().join("bad.conf");
     let text = std::fs::read_to_string(&file).unwrap();

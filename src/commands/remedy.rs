@@ -142,14 +142,27 @@ fn context(s: &Source, root: &Path) -> Context {
     }
     for f in &s.findings {
         for c in f.remedies.iter().flat_map(|r| r.changes.iter().flatten()) {
-            if let crate::doctor::findings::Change::ModuleParam { module, param, .. } = c {
-                let file = root.join(format!("sys/module/{module}/parameters/{param}"));
-                if let Ok(v) = std::fs::read_to_string(file) {
-                    let entry = (module.clone(), param.clone(), v.trim().to_string());
-                    if !ctx.current_params.contains(&entry) {
-                        ctx.current_params.push(entry);
+            use crate::doctor::findings::Change;
+            match c {
+                Change::ModuleParam { module, param, .. } => {
+                    let file = root.join(format!("sys/module/{module}/parameters/{param}"));
+                    if let Ok(v) = std::fs::read_to_string(file) {
+                        let entry = (module.clone(), param.clone(), v.trim().to_string());
+                        if !ctx.current_params.contains(&entry) {
+                            ctx.current_params.push(entry);
+                        }
                     }
                 }
+                Change::Sysctl { key, .. } => {
+                    let file = root.join("proc/sys").join(key.replace('.', "/"));
+                    if let Ok(v) = std::fs::read_to_string(file) {
+                        let entry = (key.clone(), v.trim().to_string());
+                        if !ctx.current_sysctls.contains(&entry) {
+                            ctx.current_sysctls.push(entry);
+                        }
+                    }
+                }
+                _ => {}
             }
         }
     }

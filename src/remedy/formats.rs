@@ -159,7 +159,7 @@ pub fn form(
     let mut form = match format {
         Format::Systemd => super::systemd::form(&dir, &fitting, ctx),
         Format::Modprobe => super::kernel::modprobe(&dir, &fitting, ctx),
-        Format::Sysctl => super::kernel::sysctl(&dir, &fitting),
+        Format::Sysctl => super::kernel::sysctl(&dir, &fitting, ctx),
         Format::Cmdline => super::kernel::cmdline(&dir, id, &fitting, ctx),
         Format::Tuned => super::tuned::form(&dir, id, &fitting, ctx),
         Format::Containers => super::containers::docker(&dir, &fitting, ctx),

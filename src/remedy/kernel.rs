@@ -71,7 +71,7 @@ pub fn modprobe(dir: &str, changes: &[&Change], ctx: &Context) -> Form {
 }
 
 /// `sysctl.d` files for `/proc/sys` settings.
-pub fn sysctl(dir: &str, changes: &[&Change]) -> Form {
+pub fn sysctl(dir: &str, changes: &[&Change], ctx: &Context) -> Form {
     let mut form = Form::empty(Format::Sysctl, Needs::Nothing);
     let name = dir.split('/').next().unwrap_or("cpulab");
     let install = format!("/etc/sysctl.d/90-cpulab-{name}.conf");
@@ -87,8 +87,20 @@ pub fn sysctl(dir: &str, changes: &[&Change]) -> Form {
             sh_quote(key),
             sh_quote(value)
         ));
-        form.undo
-            .push(format!("sysctl -w {}='<value before>'", sh_quote(key)));
+        match ctx.current_sysctl(key) {
+            Some(prev) => form
+                .undo
+                .push(format!("sysctl -w {}={}", sh_quote(key), sh_quote(prev))),
+            None => {
+                form.undo
+                    .push(format!("sysctl -w {}='<value before>'", sh_quote(key)));
+                form.notes.push(format!(
+                    "the value of {key} before the change is not available, because this result \
+                     is not this host's (or /proc/sys could not be read): note it before \
+                     applying (`sysctl -n {key}`) and put it in the undo line"
+                ));
+            }
+        }
     }
     form.files.push(File {
         contents: text,
@@ -105,9 +117,6 @@ pub fn sysctl(dir: &str, changes: &[&Change]) -> Form {
         format!("sysctl -p {}", sh_quote(&install)),
     ];
     form.undo.insert(0, format!("rm -f {}", sh_quote(&install)));
-    form.notes.push(
-        "note each value before applying (`sysctl -n KEY`) and put it in its undo line".into(),
-    );
     form
 }
 
@@ -299,7 +308,24 @@ mod tests {
             key: "kernel.sched_autogroup_enabled".into(),
             value: "0".into(),
         };
-        let f = sysctl("02-sysctl/sysctl", &[&c]);
+        let here = Context {
+            current_sysctls: vec![("kernel.sched_autogroup_enabled".into(), "1".into())],
+            ..Context::default()
+        };
+        let f = sysctl("02-sysctl/sysctl", &[&c], &here);
+        // This host's result: undo restores the value read before the change.
+        assert_eq!(
+            f.undo,
+            [
+                "rm -f /etc/sysctl.d/90-cpulab-02-sysctl.conf",
+                "sysctl -w kernel.sched_autogroup_enabled=1"
+            ]
+        );
+        assert!(f.notes.is_empty(), "{:?}", f.notes);
+        // Another host's result: the previous value is a placeholder with the reason.
+        let f = sysctl("02-sysctl/sysctl", &[&c], &Context::default());
+        assert!(f.undo[1].contains("<value before>"));
+        assert!(f.notes[0].contains("not available, because"));
         assert!(
             f.files[0]
                 .contents

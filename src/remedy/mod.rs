@@ -59,6 +59,10 @@ pub struct Context {
     /// host's: (module, parameter, value). What undo restores; absent, undo names a placeholder.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub current_params: Vec<(String, String, String)>,
+    /// The current value of a `/proc/sys` setting, read on this host when the result is this
+    /// host's: (key, value). What undo restores; absent, undo names a placeholder.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub current_sysctls: Vec<(String, String)>,
     /// The bootloader tooling found on this host (`update-grub`, `grub2-mkconfig`, `grubby`),
     /// when the result is this host's; empty when not known.
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -74,6 +78,13 @@ impl Context {
             .iter()
             .find(|(m, p, _)| m == module && p == param)
             .map(|(_, _, v)| v.as_str())
+    }
+
+    fn current_sysctl(&self, key: &str) -> Option<&str> {
+        self.current_sysctls
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
     }
 }
 
