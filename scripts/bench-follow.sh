@@ -3,8 +3,10 @@
 # with no target named, for two cpulab binaries side by side in one run, beside a process with
 # many threads. Prints each binary's CPU-s/s and their ratio (after / before).
 #
-#   BEFORE=/usr/bin/cpulab AFTER=target/release/cpulab THREADS=400 MODE=wake scripts/bench-follow.sh
+#   BEFORE=/tmp/cpulab-before AFTER=target/release/cpulab THREADS=400 MODE=wake scripts/bench-follow.sh
 #
+# BEFORE is the build to compare against: a release build of the previous head copied aside (as
+# docs/benchmarks.md's figures were taken), or by default /usr/bin/cpulab, the installed package.
 # MODE=wake: each thread sleeps 1 s in a loop (each wakes once a second);
 # MODE=idle: each thread blocks for good (never woken).
 # AFTER is not built here: run `cargo build --release` first. Needs root (the exporters' BPF
