@@ -90,6 +90,18 @@ fn ids(dir: &Path) -> Vec<i32> {
     )
 }
 
+/// The group of process `pid` under `root` now (none: a kernel thread, or gone).
+fn group_at(root: &Path, by: GroupBy, pid: i32) -> Option<String> {
+    let dir = root.join("proc").join(pid.to_string());
+    let stat = groups::parse_stat(&read(&dir.join("stat"))?)?;
+    if stat.kernel_thread() {
+        return None;
+    }
+    let cgroup = read(&dir.join("cgroup")).unwrap_or_default();
+    let path = groups::cgroup_path(&cgroup).unwrap_or_else(|| "/".into());
+    Some(group_name(&path, &stat.comm, by))
+}
+
 impl Follow {
     pub fn new(root: &Path, max: usize, by: GroupBy) -> Self {
         Self {
@@ -114,14 +126,7 @@ impl Follow {
 
     /// The group of process `pid` now (none: a kernel thread, or gone).
     fn group_of(&self, pid: i32) -> Option<String> {
-        let dir = self.root.join("proc").join(pid.to_string());
-        let stat = groups::parse_stat(&read(&dir.join("stat"))?)?;
-        if stat.kernel_thread() {
-            return None;
-        }
-        let cgroup = read(&dir.join("cgroup")).unwrap_or_default();
-        let path = groups::cgroup_path(&cgroup).unwrap_or_else(|| "/".into());
-        Some(group_name(&path, &stat.comm, self.by))
+        group_at(&self.root, self.by, pid)
     }
 
     /// Lists the processes and their threads, reading a process's group when due.
@@ -139,8 +144,12 @@ impl Follow {
             let links = self.held.links(Key::Tasks(pid), &task);
             if links.is_some_and(|l| l < 3) {
                 // A live process has a thread: a held task/ with none is of a process that
-                // ended, its pid since taken by another. Opened afresh at the next refresh.
+                // ended, its pid since taken by another. Opened afresh at the next refresh;
+                // the newcomer's group is read now, and again at its first refreshes.
                 self.held.forget(Key::Tasks(pid));
+                p.group = group_at(&self.root, self.by, pid);
+                p.first_seen = step;
+                p.stale = true;
             }
             // A filesystem that gives a directory one link does not count its subdirectories.
             let counted = links.is_some_and(|l| l >= 2);
@@ -224,6 +233,10 @@ impl Follow {
             let Some(now) = read.and_then(groups::voluntary_switches) else {
                 if let Some(p) = self.procs.get_mut(&pid) {
                     p.stale = true;
+                }
+                // It ended: a thread that takes its id later starts from a baseline of its own.
+                if let Some(t) = self.threads.get_mut(&tid) {
+                    t.last = None;
                 }
                 continue;
             };
@@ -340,6 +353,18 @@ mod tests {
         )
     }
 
+    /// A process of `other.service` that took the service's pid.
+    fn other(threads: &[(i32, u64)]) -> Fixture<'_> {
+        (
+            500,
+            "other",
+            1,
+            0x400100,
+            "/system.slice/other.service",
+            threads,
+        )
+    }
+
     /// Refreshes `f` until the service is past the re-reads of its first refreshes.
     fn settle(f: &mut Follow) {
         for _ in 0..4 {
@@ -399,6 +424,36 @@ mod tests {
         write(t.path(), &[service(&[(500, 3), (502, 0), (503, 900)])]);
         let m = f.refresh();
         assert_eq!(m.get(&500).map(String::as_str), Some("service.service"));
+    }
+
+    #[test]
+    fn a_pid_taken_by_a_process_of_another_unit_is_named_by_its_own_unit() {
+        let t = tempfile::tempdir().unwrap();
+        let test = "a_pid_taken_by_a_process_of_another_unit_is_named_by_its_own_unit";
+        if !links_counted(test, t.path()) {
+            return;
+        }
+        write(t.path(), &[service(&[(500, 3), (501, 3)])]);
+        let mut f = Follow::with_held(t.path(), 2, GroupBy::Auto, 64);
+        settle(&mut f);
+        // The service's process ends and one of another unit takes its pid and keeps busy.
+        let gone = t.path().join("gone");
+        std::fs::rename(t.path().join("proc/500"), &gone).unwrap();
+        for tid in [500, 501] {
+            std::fs::remove_dir_all(gone.join(format!("task/{tid}"))).unwrap();
+        }
+        write(t.path(), &[other(&[(500, 3), (502, 0)])]);
+        f.refresh();
+        let mut named = Vec::new();
+        for sw in [900, 1800, 2700] {
+            write(t.path(), &[other(&[(500, 3), (502, sw)])]);
+            named.push(f.refresh().get(&500).cloned());
+        }
+        assert!(
+            named.iter().flatten().all(|g| g == "other.service"),
+            "the newcomer is named by the ended process's unit: {named:?}"
+        );
+        assert_eq!(named.last(), Some(&Some("other.service".to_string())));
     }
 
     #[test]
