@@ -53,6 +53,40 @@ pub fn flag_duration(flag: &str, text: &str) -> anyhow::Result<Duration> {
     parse_duration(text).map_err(|e| crate::error::bad_input(format!("--{flag}: {e}")))
 }
 
+/// The most `--touch` accepts: 1 GiB, far beyond any cache.
+pub const MAX_BYTES: u64 = 1 << 30;
+
+/// Parses a size: a whole number with an optional binary unit, `K`, `M` or `G` (also `KiB`,
+/// `MiB`, `GiB`; case ignored): `256K` is 262,144 bytes. A bare number is bytes. Zero, and more
+/// than [`MAX_BYTES`], are errors.
+pub fn parse_bytes(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let shift = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 0,
+        "k" | "kib" => 10,
+        "m" | "mib" => 20,
+        "g" | "gib" => 30,
+        _ => {
+            return Err(format!(
+                "`{t}`: unknown unit `{}`; give a size like `256K` or `1M`",
+                unit.trim()
+            ));
+        }
+    };
+    let bad = || format!("`{t}` is not a size; give one like `256K`, `1M` or `65536`");
+    let v: u64 = num.parse().map_err(|_| bad())?;
+    let bytes = v
+        .checked_shl(shift)
+        .filter(|b| b >> shift == v)
+        .ok_or_else(bad)?;
+    if bytes == 0 || bytes > MAX_BYTES {
+        return Err(format!("`{t}`: give a size from 1 byte to 1G"));
+    }
+    Ok(bytes)
+}
+
 /// Formats nanoseconds for people: `812 ns`, `5.03 us`, `1.20 ms`.
 pub fn fmt_ns(ns: f64) -> String {
     if ns < 1_000.0 {
@@ -111,6 +145,28 @@ pub mod serde_secs {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sizes_take_binary_units_and_refuse_nonsense() {
+        assert_eq!(parse_bytes("256K"), Ok(262_144));
+        assert_eq!(parse_bytes(" 1MiB "), Ok(1 << 20));
+        assert_eq!(parse_bytes("1g"), Ok(1 << 30));
+        assert_eq!(parse_bytes("4096"), Ok(4096));
+        assert_eq!(parse_bytes("4096b"), Ok(4096));
+        for bad in [
+            "",
+            "0",
+            "0K",
+            "2G",
+            "-1K",
+            "1.5M",
+            "K",
+            "12 parsecs",
+            "99999999999999999999K",
+        ] {
+            assert!(parse_bytes(bad).is_err(), "{bad} accepted");
+        }
+    }
 
     #[test]
     fn durations_take_units_and_bare_seconds() {

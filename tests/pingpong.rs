@@ -270,6 +270,51 @@ fn blocking_same_cpu_round_trip_costs_a_switch_per_endpoint() {
     }
 }
 
+/// `--touch`: the initiator's work after each wakeup is timed apart from the round trip, batch
+/// by batch, and is in the document only when asked for; the text shows it against the
+/// same-CPU run.
+#[test]
+fn work_after_each_wakeup_is_timed_apart_and_only_when_asked() {
+    let doc = pingpong_json(&["--pairs", "0:0", "--touch", "64K", "--processes"]);
+    assert_eq!(doc["settings"]["touch_bytes"], 65536);
+    let run = &doc["runs"][0];
+    assert_physics(run);
+    let t = &run["touch"];
+    assert_eq!(t["bytes"], 65536, "{t}");
+    let batches = t["batch_means_ns"].as_array().unwrap();
+    assert_eq!(
+        batches.len(),
+        run["batch_means_ns"].as_array().unwrap().len()
+    );
+    assert!(batches.iter().all(|b| f(b) > 0.0), "{t}");
+    assert_eq!(t["mean_ns"]["n"], batches.len(), "{t}");
+    let plain = pingpong_json(&["--pairs", "0:0"]);
+    assert!(
+        plain["runs"][0].get("touch").is_none(),
+        "{}",
+        plain["runs"][0]
+    );
+    assert_eq!(plain["settings"]["touch_bytes"], 0);
+    let out = cpulab()
+        .args(["pingpong", "--pairs", "0:0", "--touch", "16K"])
+        .args(BRIEF)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("Work after each wakeup"), "{text}");
+    assert!(text.contains("writes 16 KiB"), "{text}");
+    for bad in ["0", "2G", "12 parsecs", "-4K"] {
+        let out = cpulab()
+            .args(["pingpong", &format!("--touch={bad}")])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "--touch {bad}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(err.trim_end().lines().count(), 1, "{bad}: {err}");
+        assert!(err.contains("--touch"), "{err}");
+    }
+}
+
 #[test]
 fn two_processes_report_counters_of_each() {
     let doc = pingpong_json(&["--processes", "--pairs", "0:0", "--method", "pipe"]);

@@ -107,6 +107,45 @@ fn calibration_comes_from_a_pingpong_result() {
     assert!((cross - 30.0).abs() < 0.5, "{cross}");
 }
 
+/// A `pingpong --touch` result also carries the work after each wakeup on one CPU and across
+/// two: table M's cold stretch is then the measured one (25% here, over the 4 us the work took
+/// on one CPU), and its parameters say where it came from instead of field notes A.
+#[test]
+fn a_calibration_with_work_after_each_wakeup_sets_the_cold_stretch() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("pp.json");
+    std::fs::write(
+        &file,
+        r#"{"cpulab_schema": 1, "kind": "pingpong", "runs": [
+            {"method": "pipe", "placement": "same-cpu", "mean_rtt_ns": {"mean": 4000.0},
+             "touch": {"bytes": 262144, "mean_ns": {"mean": 4000.0}}},
+            {"method": "pipe", "placement": "shared-llc", "mean_rtt_ns": {"mean": 30000.0},
+             "touch": {"bytes": 262144, "mean_ns": {"mean": 5000.0}}}]}"#,
+    )
+    .unwrap();
+    let v = run_json::<Validation>(
+        "sim",
+        &["validate", "--calibrate", file.to_str().unwrap()],
+        120,
+    );
+    assert_eq!(
+        v["calibration"]["cold"]["cross_ns"], 5000.0,
+        "{}",
+        v["calibration"]
+    );
+    let m = &v["tables"][4];
+    assert_eq!(m["id"], "M");
+    let stretch = m["params"]["cold_stretch"].as_f64().unwrap();
+    assert!((stretch - 0.25).abs() < 1e-9, "{stretch}");
+    assert_eq!(m["params"]["cold_work_ns"], 4000.0);
+    let from = m["params_from"].as_str().unwrap();
+    assert!(from.contains("work after each wakeup"), "{from}");
+    assert!(!from.contains("A's perf stat"), "{from}");
+    // The pipe rows stay the calibration's inputs, the stretch taken out of the wakeup costs.
+    let cross = m["cells"][1]["simulated"].as_f64().unwrap();
+    assert!((cross - 30.0).abs() < 0.5, "{cross}");
+}
+
 #[test]
 fn bad_scenarios_and_calibrations_are_one_line_and_exit_2() {
     let dir = tempfile::tempdir().unwrap();

@@ -53,6 +53,11 @@ pub struct Args {
     /// Skip the check for other load before measuring.
     #[arg(long)]
     pub no_load_check: bool,
+    /// After each wakeup the initiator writes this much of its own memory (one word per 64-byte
+    /// line: `256K`, `1M`), timed apart from the round trip: shows how much slower the first
+    /// work after a wakeup runs in each placement (a vCPU that halted may return to cold caches)
+    #[arg(long, value_name = "SIZE")]
+    pub touch: Option<String>,
     /// `--json`, `--html FILE`.
     #[command(flatten)]
     pub output: crate::emit::OutputArgs,
@@ -117,6 +122,12 @@ pub fn settings(args: &Args, machine: &Machine) -> Result<PingpongSettings> {
         target_ci_rel,
         load_check_s: if args.no_load_check { 0.0 } else { 0.2 },
         perf_counters: args.perf,
+        touch_bytes: match &args.touch {
+            Some(t) => {
+                crate::units::parse_bytes(t).map_err(|e| bad_input(format!("--touch: {e}")))?
+            }
+            None => 0,
+        },
         ..PingpongSettings::default()
     })
 }

@@ -51,6 +51,9 @@ pub struct Measured {
     /// Sum of the batches' durations: the time the round trips took, boundaries excluded.
     pub measured_s: f64,
     pub ended_by: EndedBy,
+    /// With work after each wakeup: its mean per round trip in each batch, in nanoseconds
+    /// (empty without). Timed apart: none of it is in the round-trip figures.
+    pub touch_batch_means_ns: Vec<f64>,
 }
 
 /// Untimed round trips for `warmup` (at least 16, which also proves the responder is in its
@@ -67,12 +70,14 @@ pub fn warm_up(ini: &mut dyn Initiator, limits: &LoopLimits) -> Result<(u64, u64
     Ok((n, batch.clamp(1.0, MAX_BATCH) as u64))
 }
 
-/// The timed batches. `between_batches` runs after each batch, outside the timed intervals.
+/// The timed batches. `between_batches` runs after each batch, outside the timed intervals;
+/// `work`, when given, is touched after each pong and timed apart.
 pub fn measure(
     ini: &mut dyn Initiator,
     limits: &LoopLimits,
     batch_round_trips: u64,
     timer: Timer,
+    mut work: Option<&mut [u64]>,
     between_batches: &mut dyn FnMut(),
 ) -> Result<Measured> {
     // 1 to 10^12 ticks (over 5 minutes at 3 GHz) at 3 significant digits: ~250 KiB.
@@ -80,15 +85,30 @@ pub fn measure(
         .context("cannot allocate the latency histogram")?;
     let mut buffer = vec![0u64; batch_round_trips as usize];
     let mut batch_means = Vec::new();
+    let mut touch_means = Vec::new();
     let mut measured_ticks = 0u64;
     let start = Instant::now();
     let first = Mark::now(timer);
     let mut prev = timer.ticks();
     let ended_by = loop {
         let batch_start = prev;
-        ini.timed_laps(&mut buffer, timer, &mut prev)
-            .context("round trip")?;
-        let batch_ticks = prev.wrapping_sub(batch_start);
+        let touched = match work.as_deref_mut() {
+            None => {
+                ini.timed_laps(&mut buffer, timer, &mut prev)
+                    .context("round trip")?;
+                None
+            }
+            Some(w) => Some(
+                ini.timed_laps_touching(&mut buffer, w, timer, &mut prev)
+                    .context("round trip")?,
+            ),
+        };
+        let batch_ticks = prev
+            .wrapping_sub(batch_start)
+            .saturating_sub(touched.unwrap_or(0));
+        if let Some(t) = touched {
+            touch_means.push(t as f64 / batch_round_trips as f64);
+        }
         measured_ticks += batch_ticks;
         batch_means.push(batch_ticks as f64 / batch_round_trips as f64);
         for &t in &buffer {
@@ -109,6 +129,7 @@ pub fn measure(
         batch_round_trips,
         measured_s: measured_ticks as f64 * k / 1e9,
         ended_by,
+        touch_batch_means_ns: touch_means.iter().map(|m| m * k).collect(),
     })
 }
 
@@ -174,15 +195,42 @@ mod tests {
         };
         let (_, batch) = warm_up(&mut Noop, &l).unwrap();
         let t = Timer::detect(std::path::Path::new("/"));
-        let m = measure(&mut Noop, &l, batch, t, &mut || {}).unwrap();
+        let m = measure(&mut Noop, &l, batch, t, None, &mut || {}).unwrap();
         assert_eq!(m.ended_by, EndedBy::MaxTime);
         assert_eq!(m.round_trips, batch * m.batch_means_ns.len() as u64);
         assert_eq!(m.rtt.count, m.round_trips);
         assert!(m.rtt.min_ns <= m.rtt.p50_ns && m.rtt.p50_ns <= m.rtt.max_ns);
+        assert!(m.touch_batch_means_ns.is_empty(), "no work, no figure");
         eprintln!(
             "loop cost per round trip with a no-op transport ({t:?}): {:.1} ns",
             m.measured_s * 1e9 / m.round_trips as f64
         );
+    }
+
+    #[test]
+    fn work_after_each_wakeup_is_timed_apart_from_the_round_trip() {
+        let l = LoopLimits {
+            max_time: Duration::from_millis(50),
+            ..limits(0.0)
+        };
+        let (_, batch) = warm_up(&mut Noop, &l).unwrap();
+        let t = Timer::detect(std::path::Path::new("/"));
+        let mut work = vec![0u64; 8 * 64];
+        let m = measure(&mut Noop, &l, batch, t, Some(&mut work), &mut || {}).unwrap();
+        assert_eq!(m.touch_batch_means_ns.len(), m.batch_means_ns.len());
+        assert!(
+            m.touch_batch_means_ns
+                .iter()
+                .all(|v| v.is_finite() && *v > 0.0)
+        );
+        // Each round trip wrote once to each of the 64 lines, and to nothing else.
+        let rounds = m.round_trips;
+        assert!(
+            work.iter().step_by(8).all(|&w| w == rounds),
+            "{:?}",
+            &work[..16]
+        );
+        assert!(work.iter().enumerate().all(|(i, &w)| i % 8 == 0 || w == 0));
     }
 
     #[test]

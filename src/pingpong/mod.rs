@@ -122,6 +122,7 @@ pub fn measure(
             limits,
             perf_counters: settings.perf_counters,
             timer,
+            touch_bytes: settings.touch_bytes,
         };
         match runner::run_one(&spec) {
             Ok(r) => runs.push(r),

@@ -45,6 +45,7 @@ pub fn render(report: &PingpongReport, style: &Style) -> String {
     for r in report.runs.iter().filter(|r| r.where_ran.is_some()) {
         out.push_str(&where_ran(r));
     }
+    out.push_str(&touch_table(&report.runs, style));
     if s.pairs == PairSpec::All {
         for m in &s.methods {
             out.push_str(&matrix(report, *m));
@@ -140,6 +141,52 @@ fn table(runs: &[PingpongRun]) -> Table {
         }));
     }
     t
+}
+
+/// The work after each wakeup (`--touch`), per run, against the same method's same-CPU run:
+/// how much slower the same work runs right after a wakeup in each placement.
+fn touch_table(runs: &[PingpongRun], style: &Style) -> String {
+    let Some(bytes) = runs.iter().find_map(|r| r.touch.as_ref().map(|t| t.bytes)) else {
+        return String::new();
+    };
+    // The same method's same-CPU run, on the initiator's CPU when there is one.
+    let same = |of: &PingpongRun| {
+        let same_cpu = runs.iter().filter(|r| {
+            r.method == of.method && r.placement == crate::topology::PlacementClass::SameCpu
+        });
+        same_cpu
+            .clone()
+            .find(|r| r.cpu_a == of.cpu_a)
+            .or_else(|| same_cpu.clone().next())
+            .and_then(|r| r.touch.as_ref())
+    };
+    let mut t = Table::new();
+    t.load_style(STYLE);
+    t.set_header(["method", "placement", "cpus", "mean ± 95% CI", "× same CPU"]);
+    for r in runs {
+        let Some(w) = &r.touch else { continue };
+        let ratio = same(r).map_or("-".into(), |s| {
+            format!("{:.2}", w.mean_ns.mean / s.mean_ns.mean)
+        });
+        t.add_row([
+            Cell::new(r.method),
+            Cell::new(r.placement),
+            Cell::new(r.cpus_label()),
+            Cell::new(format!(
+                "{} ± {:.1}%",
+                fmt_ns(w.mean_ns.mean),
+                100.0 * w.mean_ns.rel_half_width()
+            ))
+            .set_alignment(CellAlignment::Right),
+            Cell::new(ratio).set_alignment(CellAlignment::Right),
+        ]);
+    }
+    format!(
+        "\n{} (the initiator writes {} KiB of its own, one word per 64-byte line, as soon as each \
+         pong wakes it; timed apart from the round trip)\n{t}\n",
+        style.bold("Work after each wakeup"),
+        bytes as f64 / 1024.0
+    )
 }
 
 fn where_ran(r: &PingpongRun) -> String {

@@ -70,6 +70,21 @@ pub struct PingpongRun {
     pub where_ran: Option<WhereRan>,
     /// Counters over the measured window, totals and per round trip.
     pub counters: RunCounters,
+    /// The work after each wakeup (`--touch`), timed apart; absent without it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub touch: Option<Touch>,
+}
+
+/// The initiator's work after each wakeup (`--touch`): a private buffer written once per
+/// 64-byte line as soon as the pong wakes it, timed apart from the round trip.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Touch {
+    /// Size of the buffer.
+    pub bytes: u64,
+    /// Mean time of the work after one wakeup, with its 95% CI over the batch means.
+    pub mean_ns: MeanCi,
+    /// Mean of each batch, in nanoseconds: the raw samples of `mean_ns`.
+    pub batch_means_ns: Vec<f64>,
 }
 
 impl PingpongRun {

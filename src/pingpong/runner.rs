@@ -10,7 +10,7 @@ use super::clock::Timer;
 use super::measure::{self, LoopLimits, Measured};
 use super::observe::{Observer, RunCounters, TaskRef};
 use super::plan::{Planned, cpus_in_use, cpus_of};
-use super::report::{PingpongRun, WhereRan};
+use super::report::{PingpongRun, Touch, WhereRan};
 use super::settings::{Endpoints, Placement};
 use super::transport::{self, Abort, Connection, Initiator, Responder, SharedPage};
 use crate::affinity;
@@ -38,6 +38,8 @@ pub struct RunSpec<'a> {
     pub perf_counters: bool,
     /// What the loop reads once per round trip.
     pub timer: Timer,
+    /// Bytes touched after each pong (0: none).
+    pub touch_bytes: u64,
 }
 
 impl RunSpec<'_> {
@@ -187,8 +189,11 @@ fn timed(
             sample_where(w, responder_cpu);
         }
     };
+    // Written once here, so no page is first faulted in a timed batch.
+    let mut work = vec![1u64; (spec.touch_bytes / 8) as usize];
+    let work = (!work.is_empty()).then_some(work.as_mut_slice());
     let window = observer.begin();
-    let measured = measure::measure(ini, &spec.limits, batch, spec.timer, &mut sample)?;
+    let measured = measure::measure(ini, &spec.limits, batch, spec.timer, work, &mut sample)?;
     let counters = observer.end(window, measured.round_trips);
     let where_ran = sampler.map(|mut w| {
         let migrations = |e: &super::observe::EndpointCounters| {
@@ -252,5 +257,10 @@ fn build_run(spec: &RunSpec, out: Outcome) -> PingpongRun {
         p50_ratio_to_fastest: 1.0,
         where_ran: out.where_ran,
         counters: out.counters,
+        touch: MeanCi::of(&m.touch_batch_means_ns).map(|mean_ns| Touch {
+            bytes: spec.touch_bytes,
+            mean_ns,
+            batch_means_ns: m.touch_batch_means_ns,
+        }),
     }
 }

@@ -137,6 +137,11 @@ pub struct PingpongSettings {
     /// default: each open event adds work to every context switch of its task, which inflates
     /// blocking round trips; the /proc counters cost nothing.
     pub perf_counters: bool,
+    /// Bytes of its own memory the initiator writes (one word per 64-byte line) as soon as each
+    /// pong wakes it, timed apart from the round trip: how much slower the first work after a
+    /// wakeup runs in each placement (a vCPU that halted may come back to cold caches). 0: none.
+    #[serde(default)]
+    pub touch_bytes: u64,
 }
 
 impl Default for PingpongSettings {
@@ -153,6 +158,7 @@ impl Default for PingpongSettings {
             batch_s: 0.005,
             load_check_s: 0.2,
             perf_counters: false,
+            touch_bytes: 0,
         }
     }
 }

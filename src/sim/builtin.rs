@@ -19,7 +19,7 @@ pub struct HostProfile {
     pub hypervisor: HvKind,
     pub costs: Costs,
     /// Which figure set which parameter; the rest are [`Costs::default`].
-    pub derived_from: &'static str,
+    pub derived_from: String,
 }
 
 fn shape(name: &str, packages: u32, modules: u32, cores: u32) -> HostShape {
@@ -46,7 +46,8 @@ pub fn host_a() -> HostProfile {
                        turbo_drop from Intel's turbo bins for the i5-6600 (3.9 GHz one core \
                        busy, 3.6 GHz all four); cold stretch from A's perf stat of the backend \
                        (IPC 0.48 same vCPU, 0.40 different), over A's backend burst; the other \
-                       costs are the defaults",
+                       costs are the defaults"
+            .into(),
     }
 }
 
@@ -68,7 +69,8 @@ pub fn host_b() -> HostProfile {
         derived_from: "wakeup costs (default x 0.33) from B's classic pgbench ratio, \
                        context_flush_ns from B's root pgbench ratio, both with the default cold \
                        stretch (A's perf stat) in place; module contention not modelled for \
-                       this host (0)",
+                       this host (0)"
+            .into(),
     }
 }
 
@@ -82,7 +84,8 @@ pub fn host_e() -> HostProfile {
             ..Costs::default()
         },
         derived_from: "module_contention from E's 38% gap (a core runs at 1/1.38 with its \
-                       module sibling busy); cold stretch from A's perf stat (the default)",
+                       module sibling busy); cold stretch from A's perf stat (the default)"
+            .into(),
     }
 }
 
@@ -92,10 +95,25 @@ pub fn host_m(cal: &Calibration) -> HostProfile {
         shape: shape("this project's KVM host (AMD EPYC)", 1, 8, 1),
         hypervisor: HvKind::Kvm,
         costs: cal.apply(&Costs::default()),
-        derived_from: "guest switch and wakeup costs from the calibration's same and cross \
-                       round trips (the two pipe rows are its inputs, not checks); cold stretch \
-                       from A's perf stat of the backend (IPC 0.48 same vCPU, 0.40 different), \
-                       over A's backend burst, none of it from this table",
+        derived_from: match &cal.cold {
+            None => "guest switch and wakeup costs from the calibration's same and cross \
+                     round trips (the two pipe rows are its inputs, not checks); cold stretch \
+                     from A's perf stat of the backend (IPC 0.48 same vCPU, 0.40 different), \
+                     over A's backend burst, none of it from this table"
+                .into(),
+            Some(c) => format!(
+                "guest switch and wakeup costs from the calibration's same and cross round \
+                 trips (the two pipe rows are its inputs, not checks); cold stretch {:.0}% over \
+                 the first {:.1} us after a halt from the calibration's work after each wakeup \
+                 ({} KiB written: {:.2} us across vCPUs against {:.2} us on one), none of it \
+                 from this table",
+                c.stretch().max(0.0) * 100.0,
+                c.same_ns / 1e3,
+                c.bytes / 1024,
+                c.cross_ns / 1e3,
+                c.same_ns / 1e3
+            ),
+        },
     }
 }
 

@@ -211,6 +211,28 @@ pub struct Calibration {
     pub cross_rtt_ns: f64,
     /// `guest_halt_poll_ns` of the machine when the doctor saw it.
     pub guest_halt_poll_ns: Option<u64>,
+    /// The same work after each wakeup timed on one CPU and across two (`pingpong --touch`):
+    /// sets the cold stretch when present.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cold: Option<ColdCalibration>,
+}
+
+/// The work after each wakeup of a `pingpong --touch` result, from the calibration's two runs.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ColdCalibration {
+    /// Bytes written after each wakeup.
+    pub bytes: u64,
+    /// Its mean time after a same-CPU wakeup, ns (measured).
+    pub same_ns: f64,
+    /// Its mean time after a wakeup from another CPU, ns (measured).
+    pub cross_ns: f64,
+}
+
+impl ColdCalibration {
+    /// How much longer the same work took after a cross-CPU wakeup: the measured stretch.
+    pub fn stretch(&self) -> f64 {
+        self.cross_ns / self.same_ns - 1.0
+    }
 }
 
 /// Syscall work of one side of a pipe round trip, ns, outside the switch or wakeup itself.
@@ -227,6 +249,7 @@ impl Calibration {
             same_rtt_ns: 5_000.0,
             cross_rtt_ns: 42_000.0,
             guest_halt_poll_ns: Some(0),
+            cold: None,
         }
     }
 
@@ -236,8 +259,15 @@ impl Calibration {
     /// proportions (one measured number cannot split them further). The cross trip's woken side
     /// resumes from a halt, so its switch and syscall work pay the base's cold stretch, which is
     /// taken out before the wakeup costs are scaled.
+    /// A measured work after each wakeup sets the cold stretch (never below zero: work that ran
+    /// faster after a cross-CPU wakeup has no cold cost to charge) over the time that work took
+    /// on one CPU, before the wakeup costs are derived.
     pub fn apply(&self, base: &Costs) -> Costs {
         let mut c = base.clone();
+        if let Some(cold) = &self.cold {
+            c.cold_stretch = cold.stretch().max(0.0);
+            c.cold_work_ns = cold.same_ns;
+        }
         c.guest_switch_ns = (self.same_rtt_ns / 2.0 - PIPE_WORK_NS).max(100.0);
         let after_wake = PIPE_WORK_NS + c.guest_switch_ns;
         let per_wake =
@@ -259,8 +289,9 @@ pub fn load_calibration(path: &Path) -> Result<Calibration> {
     let loaded = crate::report::envelope::load(path, &[PINGPONG])?;
     let name = path.display().to_string();
     let v = &loaded.value;
-    // (method, class, mean rtt ns) of every blocking run.
-    let mut runs: Vec<(String, String, f64)> = Vec::new();
+    // (method, class, mean rtt ns, work after each wakeup: bytes and mean ns) of every
+    // blocking run.
+    let mut runs: Vec<Run> = Vec::new();
     let mut poll = None;
     match loaded.kind {
         PINGPONG => {
@@ -272,7 +303,10 @@ pub fn load_calibration(path: &Path) -> Result<Calibration> {
                 ) else {
                     continue;
                 };
-                runs.push((m.into(), c.into(), ns));
+                let touch = r["touch"]["bytes"]
+                    .as_u64()
+                    .zip(r["touch"]["mean_ns"]["mean"].as_f64());
+                runs.push((m.into(), c.into(), ns, touch));
             }
         }
         Kind::Doctor => {
@@ -288,7 +322,7 @@ pub fn load_calibration(path: &Path) -> Result<Calibration> {
                 ) else {
                     continue;
                 };
-                runs.push((m.into(), c.into(), ns));
+                runs.push((m.into(), c.into(), ns, None));
             }
         }
         other => {
@@ -301,13 +335,12 @@ pub fn load_calibration(path: &Path) -> Result<Calibration> {
     pick(&runs, &name, loaded.kind.as_str(), poll)
 }
 
+/// One blocking run of a calibration file: method, placement class, mean round trip (ns), and
+/// the work after each wakeup (bytes, mean ns) when it was timed.
+type Run = (String, String, f64, Option<(u64, f64)>);
+
 /// The same-CPU and the first cross-CPU run of the preferred blocking method.
-fn pick(
-    runs: &[(String, String, f64)],
-    name: &str,
-    kind: &str,
-    poll: Option<u64>,
-) -> Result<Calibration> {
+fn pick(runs: &[Run], name: &str, kind: &str, poll: Option<u64>) -> Result<Calibration> {
     let blocking = ["pipe", "unix", "eventfd", "futex", "tcp"];
     for m in blocking {
         let same = runs.iter().find(|r| r.0 == m && r.1 == "same-cpu");
@@ -325,6 +358,18 @@ fn pick(
                 same_rtt_ns: s.2,
                 cross_rtt_ns: c.2,
                 guest_halt_poll_ns: poll,
+                cold: match (s.3, c.3) {
+                    (Some((bytes, same_ns)), Some((b, cross_ns)))
+                        if bytes == b && same_ns > 0.0 && cross_ns > 0.0 =>
+                    {
+                        Some(ColdCalibration {
+                            bytes,
+                            same_ns,
+                            cross_ns,
+                        })
+                    }
+                    _ => None,
+                },
             });
         }
     }
@@ -345,16 +390,61 @@ mod tests {
     #[test]
     fn pick_prefers_pipe_and_skips_unpinned() {
         let runs = vec![
-            ("unix".into(), "same-cpu".into(), 9000.0),
-            ("unix".into(), "shared-llc".into(), 34000.0),
-            ("pipe".into(), "same-cpu".into(), 5000.0),
-            ("pipe".into(), "unpinned".into(), 11000.0),
-            ("pipe".into(), "shared-llc".into(), 42000.0),
+            ("unix".into(), "same-cpu".into(), 9000.0, None),
+            ("unix".into(), "shared-llc".into(), 34000.0, None),
+            ("pipe".into(), "same-cpu".into(), 5000.0, None),
+            ("pipe".into(), "unpinned".into(), 11000.0, None),
+            ("pipe".into(), "shared-llc".into(), 42000.0, None),
         ];
         let c = pick(&runs, "r.json", "pingpong", None).unwrap();
         assert_eq!(c.method, "pipe");
         assert_eq!(c.cross_rtt_ns, 42000.0);
+        assert_eq!(c.cold, None, "no work timed, no measured stretch");
+        assert_eq!(
+            c.apply(&Costs::default()).cold_stretch,
+            Costs::default().cold_stretch,
+            "the stretch stays the default's"
+        );
         assert!(pick(&runs[..1], "r.json", "pingpong", None).is_err());
+    }
+
+    #[test]
+    fn work_timed_after_each_wakeup_sets_the_cold_stretch() {
+        let runs: Vec<Run> = vec![
+            (
+                "pipe".into(),
+                "same-cpu".into(),
+                5000.0,
+                Some((262_144, 4000.0)),
+            ),
+            (
+                "pipe".into(),
+                "shared-llc".into(),
+                42000.0,
+                Some((262_144, 5000.0)),
+            ),
+        ];
+        let c = pick(&runs, "r.json", "pingpong", None).unwrap();
+        let cold = c.cold.clone().unwrap();
+        assert_eq!(
+            (cold.bytes, cold.same_ns, cold.cross_ns),
+            (262_144, 4000.0, 5000.0)
+        );
+        let costs = c.apply(&Costs::default());
+        assert!(
+            (costs.cold_stretch - 0.25).abs() < 1e-12,
+            "{}",
+            costs.cold_stretch
+        );
+        assert_eq!(costs.cold_work_ns, 4000.0);
+        // Faster after a cross-CPU wakeup: nothing cold to charge, never a negative cost.
+        let mut warm = runs.clone();
+        warm[1].3 = Some((262_144, 3000.0));
+        let c = pick(&warm, "r.json", "pingpong", None).unwrap();
+        assert_eq!(c.apply(&Costs::default()).cold_stretch, 0.0);
+        // Different sizes on the two runs are not one measurement.
+        warm[1].3 = Some((65_536, 5000.0));
+        assert_eq!(pick(&warm, "r.json", "pingpong", None).unwrap().cold, None);
     }
 
     #[test]

@@ -50,6 +50,39 @@ pub trait Initiator: Send {
         }
         Ok(())
     }
+
+    /// [`Initiator::timed_laps`] with `work` touched (see [`touch`]) as soon as each pong has
+    /// woken this side, timed apart: `laps` gets the round trips alone, and the ticks the work
+    /// took are returned. The next round trip starts when the work ends.
+    fn timed_laps_touching(
+        &mut self,
+        laps: &mut [u64],
+        work: &mut [u64],
+        timer: Timer,
+        prev: &mut u64,
+    ) -> io::Result<u64> {
+        let mut touched = 0u64;
+        for lap in laps.iter_mut() {
+            self.round_trip()?;
+            let woke = timer.ticks();
+            touch(work);
+            let now = timer.ticks();
+            *lap = woke.wrapping_sub(*prev);
+            touched += now.wrapping_sub(woke);
+            *prev = now;
+        }
+        Ok(touched)
+    }
+}
+
+/// Writes one word of every 64-byte line of `work`: the work done after each wakeup with
+/// `--touch`, whose cost depends on how much of `work` the CPU's caches still hold.
+#[inline(never)]
+pub fn touch(work: &mut [u64]) {
+    for w in work.iter_mut().step_by(8) {
+        *w = w.wrapping_add(1);
+    }
+    std::hint::black_box(work);
 }
 
 /// The side that echoes.

@@ -49,7 +49,7 @@ pub(super) fn check_a(seed: u64) -> Result<TableCheck> {
         "Load makes it faster; 1 vCPU against 2-4 (Hyper-V root, pgbench -c 1)",
         Section::A,
         &r,
-        h.derived_from,
+        &h.derived_from,
         "ratio",
         t,
         cells,
@@ -87,7 +87,7 @@ pub(super) fn check_b(seed: u64) -> Result<TableCheck> {
         "Same vs different vCPU, classic vs root scheduler",
         Section::B,
         &r,
-        h.derived_from,
+        &h.derived_from,
         "ratio",
         t,
         cells,
@@ -129,7 +129,7 @@ pub(super) fn check_c(seed: u64) -> Result<TableCheck> {
         "Fair share of time slices between VMs",
         Section::C,
         &r,
-        builtin::host_a().derived_from,
+        &builtin::host_a().derived_from,
         "share",
         t,
         cells,
@@ -201,7 +201,7 @@ pub(super) fn check_e(seed: u64) -> Result<TableCheck> {
         "Parallel Fibonacci by vCPU placement, 1 to 16 threads",
         Section::E,
         &r,
-        h.derived_from,
+        &h.derived_from,
         "ratio",
         t,
         cells,
@@ -275,7 +275,7 @@ pub(super) fn check_m(cal: &Calibration, seed: u64) -> Result<TableCheck> {
         "This machine: same vs cross round trip, halt polling off and on",
         Section::ThisMachine,
         &r,
-        h.derived_from,
+        &h.derived_from,
         "ratio",
         t,
         cells,
@@ -298,8 +298,24 @@ fn m_cold_notes(c: &Costs, cal: &Calibration, missed: bool) -> Vec<String> {
         (c.cold_cost_ns(sw + client_us * 1e3) + c.cold_cost_ns(sw + server_us * 1e3)) / 1e3;
     let pipe_after_ns = 2.0 * (sw + PIPE_WORK_NS);
     let pipe_cold_us = 2.0 * c.cold_cost_ns(sw + PIPE_WORK_NS) / 1e3;
+    let (source, who) = match &cal.cold {
+        None => (
+            "field notes A's perf stat of the backend, IPC 0.48 against 0.40".to_string(),
+            "field notes A",
+        ),
+        Some(w) => (
+            format!(
+                "measured by the calibration: {} KiB written after each wakeup took {:.2} us \
+                 across vCPUs against {:.2} us on one",
+                w.bytes / 1024,
+                w.cross_ns / 1e3,
+                w.same_ns / 1e3
+            ),
+            "the calibration",
+        ),
+    };
     let mut notes = vec![format!(
-        "The cold stretch (field notes A's perf stat of the backend, IPC 0.48 against 0.40: \
+        "The cold stretch ({source}: \
          {:.0}% more time for the first {:.1} us of work after a halt) adds {pg_cold_us:.1} us to \
          a pgbench transaction across vCPUs and {pipe_cold_us:.1} us to a pipe round trip, whose \
          wakeup costs the calibration lowers by as much. With halt polling on the vCPUs never \
@@ -318,10 +334,10 @@ fn m_cold_notes(c: &Costs, cal: &Calibration, missed: bool) -> Vec<String> {
              the pipe round trip {pipe_extra_us:.1} us more. Both make one blocking wakeup each \
              way (pgbench -c 1 measured 1.00 context switch per transaction on each side: see \
              docs/sim.md), as the model charges; the model puts the {gap_us:.1} us between \
-             them down to pgbench's larger work after waking, done cold. The stretch field \
-             notes A measured accounts for {:.1} us of it; all of it would take a stretch of \
-             {stretch_needed:.2}. Not tuned in: the stretch comes from field notes A, and no \
-             row of this table set it.",
+             them down to pgbench's larger work after waking, done cold. The stretch {who} \
+             measured accounts for {:.1} us of it; all of it would take a stretch of \
+             {stretch_needed:.2}. Not tuned in: the stretch comes from {who}, and no row of \
+             this table set it.",
             pg_cold_us - pipe_cold_us
         ));
     }
