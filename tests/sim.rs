@@ -85,21 +85,24 @@ fn list_names_every_builtin_and_html_is_labelled_simulated() {
     assert!(!page.contains("http://") && !page.contains("https://"));
 }
 
-#[test]
-fn calibration_comes_from_a_pingpong_result() {
+/// `sim validate --calibrate` with a pingpong result holding these runs.
+fn validate_calibrated(runs: &str) -> serde_json::Value {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("pp.json");
-    std::fs::write(
-        &file,
-        r#"{"cpulab_schema": 1, "kind": "pingpong", "runs": [
-            {"method": "pipe", "placement": "same-cpu", "mean_rtt_ns": {"mean": 4000.0}},
-            {"method": "pipe", "placement": "shared-llc", "mean_rtt_ns": {"mean": 30000.0}}]}"#,
-    )
-    .unwrap();
-    let v = run_json::<Validation>(
+    let doc = format!(r#"{{"cpulab_schema": 1, "kind": "pingpong", "runs": {runs}}}"#);
+    std::fs::write(&file, doc).unwrap();
+    run_json::<Validation>(
         "sim",
         &["validate", "--calibrate", file.to_str().unwrap()],
         120,
+    )
+}
+
+#[test]
+fn calibration_comes_from_a_pingpong_result() {
+    let v = validate_calibrated(
+        r#"[{"method": "pipe", "placement": "same-cpu", "mean_rtt_ns": {"mean": 4000.0}},
+            {"method": "pipe", "placement": "shared-llc", "mean_rtt_ns": {"mean": 30000.0}}]"#,
     );
     assert_eq!(v["calibration"]["cross_rtt_ns"], 30000.0);
     let m = &v["tables"][4];
@@ -112,21 +115,11 @@ fn calibration_comes_from_a_pingpong_result() {
 /// on one CPU), and its parameters say where it came from instead of field notes A.
 #[test]
 fn a_calibration_with_work_after_each_wakeup_sets_the_cold_stretch() {
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("pp.json");
-    std::fs::write(
-        &file,
-        r#"{"cpulab_schema": 1, "kind": "pingpong", "runs": [
-            {"method": "pipe", "placement": "same-cpu", "mean_rtt_ns": {"mean": 4000.0},
+    let v = validate_calibrated(
+        r#"[{"method": "pipe", "placement": "same-cpu", "mean_rtt_ns": {"mean": 4000.0},
              "touch": {"bytes": 262144, "mean_ns": {"mean": 4000.0}}},
             {"method": "pipe", "placement": "shared-llc", "mean_rtt_ns": {"mean": 30000.0},
-             "touch": {"bytes": 262144, "mean_ns": {"mean": 5000.0}}}]}"#,
-    )
-    .unwrap();
-    let v = run_json::<Validation>(
-        "sim",
-        &["validate", "--calibrate", file.to_str().unwrap()],
-        120,
+             "touch": {"bytes": 262144, "mean_ns": {"mean": 5000.0}}}]"#,
     );
     assert_eq!(
         v["calibration"]["cold"]["cross_ns"], 5000.0,

@@ -365,6 +365,16 @@ mod tests {
         )
     }
 
+    /// Between two refreshes the service's process ends, so that another may take its pid: a
+    /// held task/ is of the one that ended, and counts no thread (2 links, as /proc gives it).
+    fn end_the_service(root: &Path) {
+        let gone = root.join("gone");
+        std::fs::rename(root.join("proc/500"), &gone).unwrap();
+        for tid in [500, 501] {
+            std::fs::remove_dir_all(gone.join(format!("task/{tid}"))).unwrap();
+        }
+    }
+
     /// Refreshes `f` until the service is past the re-reads of its first refreshes.
     fn settle(f: &mut Follow) {
         for _ in 0..4 {
@@ -411,13 +421,7 @@ mod tests {
         write(t.path(), &[service(&[(500, 3), (501, 3)])]);
         let mut f = Follow::with_held(t.path(), 2, GroupBy::Auto, 64);
         settle(&mut f);
-        // Between two refreshes the process ends and another takes its pid: the held task/
-        // is of the one that ended, and counts no thread (2 links, as /proc gives it).
-        let gone = t.path().join("gone");
-        std::fs::rename(t.path().join("proc/500"), &gone).unwrap();
-        for tid in [500, 501] {
-            std::fs::remove_dir_all(gone.join(format!("task/{tid}"))).unwrap();
-        }
+        end_the_service(t.path());
         write(t.path(), &[service(&[(500, 3), (502, 0)])]);
         assert!(f.refresh().is_empty());
         // It starts a thread: seen through its own task/, not the ended one's.
@@ -436,12 +440,8 @@ mod tests {
         write(t.path(), &[service(&[(500, 3), (501, 3)])]);
         let mut f = Follow::with_held(t.path(), 2, GroupBy::Auto, 64);
         settle(&mut f);
-        // The service's process ends and one of another unit takes its pid and keeps busy.
-        let gone = t.path().join("gone");
-        std::fs::rename(t.path().join("proc/500"), &gone).unwrap();
-        for tid in [500, 501] {
-            std::fs::remove_dir_all(gone.join(format!("task/{tid}"))).unwrap();
-        }
+        // One of another unit takes the pid and keeps busy.
+        end_the_service(t.path());
         write(t.path(), &[other(&[(500, 3), (502, 0)])]);
         f.refresh();
         let mut named = Vec::new();
