@@ -190,7 +190,7 @@ fn timed(
         }
     };
     // Written once here, so no page is first faulted in a timed batch.
-    let mut work = vec![1u64; (spec.touch_bytes / 8) as usize];
+    let mut work = vec![1u64; spec.touch_bytes.div_ceil(8) as usize];
     let work = (!work.is_empty()).then_some(work.as_mut_slice());
     let window = observer.begin();
     let measured = measure::measure(ini, &spec.limits, batch, spec.timer, work, &mut sample)?;
