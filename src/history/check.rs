@@ -891,4 +891,434 @@ mod tests {
             assert!(!figures.is_empty(), "{fact} -> {rule}");
         }
     }
+
+    /// The mean, the sample standard deviation (n - 1) and the squared deviations, worked by
+    /// hand: 1, 2, 3, 6 has mean 3 and squared deviations 4 + 1 + 0 + 9 = 14; one value has no
+    /// spread (not a division by zero).
+    #[test]
+    fn mean_sd_and_sse_of_literal_values() {
+        assert_eq!(
+            mean_sd(&[1.0, 2.0, 3.0, 6.0]),
+            (3.0, (14.0f64 / 3.0).sqrt())
+        );
+        assert_eq!(mean_sd(&[5.0]), (5.0, 0.0));
+        assert_eq!(sse(&[1.0, 2.0, 3.0, 6.0]), 14.0);
+        assert_eq!(sse(&[5.0]), 0.0);
+    }
+
+    /// The two-sided p-value against the t distribution's closed forms: with 2 degrees of
+    /// freedom p = 1 - t / sqrt(2 + t^2), with 1 (Cauchy) p = 1 - 2 atan(t) / pi, and fewer
+    /// degrees of freedom than 1 are read as 1. A t of 0 is p = 1; an infinite t is p = 0.
+    #[test]
+    fn t_p_against_the_closed_forms() {
+        let t = 3f64.sqrt();
+        let two = 1.0 - t / (2.0 + t * t).sqrt();
+        assert!((t_p(t, 2.0) - two).abs() < 1e-12, "{}", t_p(t, 2.0));
+        assert!((t_p(-t, 2.0) - two).abs() < 1e-12);
+        assert!((t_p(1.0, 1.0) - 0.5).abs() < 1e-12, "{}", t_p(1.0, 1.0));
+        assert!((t_p(1.0, 0.25) - 0.5).abs() < 1e-12);
+        assert!((t_p(0.0, 4.0) - 1.0).abs() < 1e-12);
+        assert_eq!(t_p(f64::INFINITY, 4.0), 0.0);
+        assert_eq!(t_p(f64::NAN, 4.0), 0.0);
+    }
+
+    /// The newest run alone against a prediction interval of the earlier ones: 2, 4, 6 (mean 4,
+    /// sd 2) against 8 is t = 4 / (2 sqrt(1 + 1/3)) = sqrt(3) with 2 degrees of freedom, so
+    /// p = 1 - sqrt(3/5). With no spread, an equal value is p = 1 and any other p = 0.
+    #[test]
+    fn the_newest_run_alone_is_tested_against_a_prediction_interval() {
+        let (p, name) = test(&[2.0, 4.0, 6.0], &[8.0]);
+        assert_eq!(name, "prediction");
+        assert!((p - (1.0 - (3.0f64 / 5.0).sqrt())).abs() < 1e-12, "{p}");
+        assert_eq!(test(&[2.0, 2.0, 2.0], &[2.0]), (1.0, "prediction"));
+        assert_eq!(test(&[2.0, 2.0, 2.0], &[3.0]), (0.0, "prediction"));
+    }
+
+    /// Two runs or more after the split: Welch's test, worked by hand. 0, 3, 6 (mean 3,
+    /// variance 9, n 3: 9/3 = 3) against 7, 9, 11, 13, 15 (mean 11, variance 10, n 5: 10/5 = 2):
+    /// t = 8 / sqrt(5), df = 25 / (9/2 + 4/4) = 50/11. With no spread on either side, equal
+    /// means are p = 1 and others p = 0.
+    #[test]
+    fn two_runs_after_are_tested_by_welch_worked_by_hand() {
+        use statrs::distribution::{ContinuousCDF, StudentsT};
+        let t = 8.0 / 5f64.sqrt();
+        let d = StudentsT::new(0.0, 1.0, 50.0 / 11.0).unwrap();
+        let want = 2.0 * (1.0 - d.cdf(t));
+        let (p, name) = test(&[0.0, 3.0, 6.0], &[7.0, 9.0, 11.0, 13.0, 15.0]);
+        assert_eq!(name, "welch");
+        assert!((p - want).abs() < 1e-12, "{p} against {want}");
+        assert!(p > 0.01 && p < 0.05, "{p}");
+        assert_eq!(test(&[2.0, 2.0], &[2.0, 2.0, 2.0]), (1.0, "welch"));
+        assert_eq!(test(&[2.0, 2.0], &[3.0, 3.0]), (0.0, "welch"));
+    }
+
+    /// The least-squares split: where the step is (1, 1, 1 | 5, 5 is at 3, not at 2 or 4),
+    /// the later one on a tie (a flat series splits at its last allowed place), the bounds on
+    /// each side, and none when the series is too short for them.
+    #[test]
+    fn best_split_finds_the_step_and_prefers_the_later_tie() {
+        assert_eq!(best_split(&[1.0, 1.0, 1.0, 5.0, 5.0], 2, 1), Some(3));
+        assert_eq!(best_split(&[1.0, 1.0, 5.0, 5.0, 5.0], 2, 1), Some(2));
+        assert_eq!(best_split(&[3.0, 3.0, 3.0, 3.0], 2, 1), Some(3));
+        assert_eq!(best_split(&[3.0, 3.0, 3.0, 3.0], 2, 2), Some(2));
+        assert_eq!(best_split(&[1.0, 2.0], 2, 1), None);
+        assert_eq!(best_split(&[1.0], 2, 2), None);
+    }
+
+    /// `split_at`: at least two runs before and one after; a zero mean before has no percent;
+    /// the minimum effect is met exactly (4 -> 5 is 25.0%, exact in binary) or missed; a large
+    /// move inside the noise is no change; and what a change says (the means, p, the test).
+    #[test]
+    fn split_at_bounds_threshold_and_result() {
+        let v = [4.0, 4.0, 4.0, 5.0, 5.0];
+        let want = Split {
+            at: 3,
+            before_mean: 4.0,
+            after_mean: 5.0,
+            p_value: 0.0,
+            test: "welch",
+        };
+        assert_eq!(split_at(&v, 3, 25.0), Some(want));
+        assert_eq!(split_at(&v, 3, 25.000_001), None);
+        assert_eq!(split_at(&v, 3, 30.0), None);
+        assert_eq!(
+            split_at(&[4.0, 4.0, 5.0, 5.0, 5.0], 2, 5.0).map(|s| s.at),
+            Some(2)
+        );
+        assert_eq!(split_at(&v, 5, 5.0), None);
+        assert_eq!(split_at(&v, 6, 5.0), None);
+        let one = [4.0, 5.0, 5.0, 5.0, 5.0];
+        assert_eq!(split_at(&one, 1, 5.0), None);
+        assert_eq!(split_at(&one, 0, 5.0), None);
+        let last = [4.0, 4.0, 4.0, 4.0, 5.0];
+        assert_eq!(split_at(&last, 4, 5.0).map(|s| s.test), Some("prediction"));
+        assert_eq!(split_at(&[0.0, 0.0, 1.0, 1.0], 2, 5.0), None);
+        // 2, 4, 6 against 8: 100% more, but p = 0.23.
+        assert_eq!(split_at(&[2.0, 4.0, 6.0, 8.0], 3, 5.0), None);
+        // split finds the step by itself.
+        assert_eq!(split(&v, 5.0).map(|s| s.at), Some(3));
+    }
+
+    /// Which doctor rules tie a fact to a figure: a prefix ending in `.` matches the facts under
+    /// it, any other prefix only itself; the figure's name counts before its `[`.
+    #[test]
+    fn rules_linking_matches_prefixes_and_figure_families() {
+        assert_eq!(
+            rules_linking("haltpoll.guest_halt_poll_ns", "rtt_ns[method=pipe]"),
+            ["cross-cpu-wakeup", "environment"]
+        );
+        assert_eq!(
+            rules_linking("kvm.halt_poll_ns", "p99_ns"),
+            ["cross-cpu-wakeup"]
+        );
+        assert!(rules_linking("kvm.halt_poll_ns_grow", "rtt_ns[x=1]").is_empty());
+        assert!(rules_linking("haltpoll.guest_halt_poll_ns", "cost_ns[name=x]").is_empty());
+        assert_eq!(
+            rules_linking("cpus.allowed", "speedup[threads=2]"),
+            ["restricted-cpu-set"]
+        );
+        assert_eq!(
+            rules_linking("mitigations", "cost_ns[name=syscall_getppid]"),
+            ["kernel-entry-cost"]
+        );
+    }
+
+    /// Every form of try line: one file written back (`haltpoll.`, `kernel.sched_`, `sched.`,
+    /// `smt.control`), a governor or preference only with one value, boost as 0 or 1, a tuned
+    /// profile; `--measure` only for a kind that is an experiment's subcommand.
+    #[test]
+    fn try_lines_of_every_form() {
+        let t = |fact: &str, before: &str, kind: &str| try_command(fact, before, kind);
+        assert_eq!(
+            t("kernel.sched_migration_cost_ns", "500000", "doctor").as_deref(),
+            Some("cpulab try kernel.sched_migration_cost_ns=500000")
+        );
+        assert_eq!(
+            t("sched.autogroup", "1", "doctor").as_deref(),
+            Some("cpulab try sched.autogroup=1")
+        );
+        assert_eq!(
+            t("smt.control", "off", "pingpong").as_deref(),
+            Some("cpulab try smt.control=off --measure pingpong")
+        );
+        assert_eq!(t("smt.control_x", "off", "doctor"), None);
+        assert_eq!(
+            t("cpufreq.epp", "performance", "doctor").as_deref(),
+            Some("cpulab try cpufreq.epp=performance")
+        );
+        assert_eq!(
+            t("cpufreq.governor", "performance,powersave", "doctor"),
+            None
+        );
+        assert_eq!(
+            t("cpufreq.boost", "true", "doctor").as_deref(),
+            Some("cpulab try cpufreq.boost=1")
+        );
+        assert_eq!(
+            t("cpufreq.boost", "false", "doctor").as_deref(),
+            Some("cpulab try cpufreq.boost=0")
+        );
+        assert_eq!(t("cpus.allowed", "0-3", "pingpong"), None);
+    }
+
+    fn figs_point(i: i64, figs: &[(&str, Direction, f64)]) -> Point {
+        Point {
+            figures: figs
+                .iter()
+                .map(|(n, d, v)| Figure::single(*n, *n, Unit::PerSecond, *d, *v))
+                .collect(),
+            ..point(i, facts("6.1", "performance", "auto"), 1.0, 1.0)
+        }
+    }
+
+    /// The verdict follows the figure's direction (less of a cost is better, less of a rate
+    /// worse, neither is "changed"); regressions come first, the largest first, then the
+    /// others by size; each change counts the runs on its sides. A figure that did not move
+    /// is not listed.
+    #[test]
+    fn verdicts_follow_the_direction_and_regressions_come_first() {
+        use Direction::{HigherIsBetter as Up, LowerIsBetter as Down, Neither};
+        let moves: [(&str, Direction, f64); 7] = [
+            ("a_ns", Down, 1.3),
+            ("b_per_s", Up, 1.6),
+            ("c_ns", Down, 1.1),
+            ("d_per_s", Up, 0.8),
+            ("e_ns", Down, 0.7),
+            ("f", Neither, 1.5),
+            ("g_ns", Down, 1.0),
+        ];
+        let points: Vec<Point> = (0..8)
+            .map(|i| {
+                let figs: Vec<(&str, Direction, f64)> = moves
+                    .iter()
+                    .map(|(n, d, k)| (*n, *d, 1000.0 * if i < 5 { 1.0 } else { *k } * noise(i)))
+                    .collect();
+                figs_point(i, &figs)
+            })
+            .collect();
+        let c = check_series(&points, &Settings::default());
+        let got: Vec<(&str, Verdict)> = c.iter().map(|x| (x.figure.as_str(), x.verdict)).collect();
+        assert_eq!(
+            got,
+            [
+                ("a_ns", Verdict::Worse),
+                ("d_per_s", Verdict::Worse),
+                ("c_ns", Verdict::Worse),
+                ("b_per_s", Verdict::Better),
+                ("f", Verdict::Changed),
+                ("e_ns", Verdict::Better),
+            ]
+        );
+        for x in &c {
+            assert_eq!((x.runs_before, x.runs_after), (5, 3), "{}", x.figure);
+            assert_eq!((x.last_before, x.first_after), (4, 5), "{}", x.figure);
+        }
+    }
+
+    /// A figure missing from some runs: its series skips them, so the runs on either side of
+    /// the change are the runs that have it, and the counts are its values'.
+    #[test]
+    fn a_figure_missing_from_some_runs_counts_only_the_runs_that_have_it() {
+        let points: Vec<Point> = (0..10)
+            .map(|i| {
+                let v = 1000.0 * if i < 6 { 1.0 } else { 1.3 } * noise(i);
+                // Runs 1 and 6 did not measure it.
+                let figs: &[(&str, Direction, f64)] = if i == 1 || i == 6 {
+                    &[]
+                } else {
+                    &[("a_ns", Direction::LowerIsBetter, v)]
+                };
+                figs_point(i, figs)
+            })
+            .collect();
+        let c = check_series(&points, &Settings::default());
+        assert_eq!(c.len(), 1, "{c:#?}");
+        assert_eq!((c[0].last_before, c[0].first_after), (5, 7));
+        assert_eq!((c[0].runs_before, c[0].runs_after), (5, 3));
+    }
+
+    /// Each arm of a value for people: nanoseconds in their unit, a share in percent, a
+    /// hundred or more without decimals (exactly 100 included), a rate under 0.01 in
+    /// exponent form (either sign; exactly 0.01 is not under), anything else with three.
+    #[test]
+    fn fmt_value_arms_and_their_edges() {
+        assert_eq!(fmt_value(Unit::Nanoseconds, 1500.0), "1.50 us");
+        assert_eq!(fmt_value(Unit::Share, 0.5), "50.0%");
+        assert_eq!(fmt_value(Unit::PerSecond, 100.0), "100/s");
+        assert_eq!(fmt_value(Unit::PerSecond, -250.0), "-250/s");
+        assert_eq!(fmt_value(Unit::PerSecond, 99.5), "99.500/s");
+        assert_eq!(fmt_value(Unit::PerSecond, 5.0), "5.000/s");
+        assert_eq!(fmt_value(Unit::PerOperation, 0.01), "0.010/op");
+        assert_eq!(fmt_value(Unit::PerOperation, -0.001), "-1.00e-3/op");
+    }
+
+    fn kind_check(points: &[Point]) -> KindCheck {
+        let last = &points[points.len() - 1].run;
+        KindCheck {
+            kind: last.kind.clone(),
+            hardware_key: last.hardware_key.clone(),
+            newest_run: last.id,
+            runs: points.len(),
+            changes: check_series(points, &Settings::default()),
+            note: None,
+        }
+    }
+
+    fn shifted(i: i64, f: fingerprint::Facts) -> Point {
+        let k = if i < 6 { 1.0 } else { 1.13 };
+        point(i, f, 40_000.0 * k * noise(i), 100.0 * k * noise(i + 3))
+    }
+
+    /// The text: changes between the same runs with the same causes are one block (said
+    /// once), changes with different rules tying the causes are two; a kind with a note says
+    /// only that; a kind with no change says so; the regressions are counted at the end, and
+    /// not when there are none.
+    #[test]
+    fn render_groups_blocks_and_counts_regressions() {
+        let same: Vec<Point> = (0..9)
+            .map(|i| shifted(i, facts("3.10", "powersave", "auto")))
+            .collect();
+        let notes: Vec<Point> = (0..9)
+            .map(|i| {
+                let f = if i < 6 {
+                    facts("2.6.32", "performance", "off")
+                } else {
+                    facts("3.10", "powersave", "auto")
+                };
+                shifted(i, f)
+            })
+            .collect();
+        let flat: Vec<Point> = (0..9)
+            .map(|i| point(i, facts("3.10", "powersave", "auto"), 40_000.0, 100.0))
+            .collect();
+        let mut noted = kind_check(&flat[..2]);
+        noted.note =
+            Some("2 run(s) on this hardware: a change needs at least 2 earlier runs".into());
+        let report = |kinds: Vec<KindCheck>, regressions: Vec<String>| Report {
+            settings: Settings::default(),
+            method: METHOD.into(),
+            kinds,
+            regressions,
+        };
+        let text = render(&report(
+            vec![kind_check(&same)],
+            vec!["doctor rtt_ns".into()],
+        ));
+        assert!(
+            text.starts_with("doctor: newest run @8, 9 run(s) on hw\n"),
+            "{text}"
+        );
+        assert_eq!(
+            text.matches("from run @6 on (6 run(s) before, 3 after):")
+                .count(),
+            1,
+            "{text}"
+        );
+        assert_eq!(text.matches("    WORSE +").count(), 2, "{text}");
+        assert_eq!(text.matches(UNSEEN).count(), 1, "{text}");
+        assert!(
+            text.ends_with("\n1 regression(s) beyond the 5% threshold\n"),
+            "{text}"
+        );
+
+        let text = render(&report(vec![kind_check(&notes)], Vec::new()));
+        assert_eq!(text.matches("from run @6 on").count(), 2, "{text}");
+        assert!(
+            text.contains(
+                "    - cpufreq.governor performance -> powersave (doctor rules: frequency-ramp)\n      \
+                 confirm: cpulab try cpufreq.governor=performance\n"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "    - kernel 2.6.32 -> 3.10 (no doctor rule ties it to these figures)\n"
+            ),
+            "{text}"
+        );
+        assert!(!text.contains("regression(s)"), "{text}");
+
+        let text = render(&report(vec![noted, kind_check(&flat)], Vec::new()));
+        assert_eq!(
+            text,
+            "doctor: newest run @1, 2 run(s) on hw\n  \
+             2 run(s) on this hardware: a change needs at least 2 earlier runs\n\
+             doctor: newest run @8, 9 run(s) on hw\n  \
+             no change beyond noise and the 5% threshold\n"
+        );
+    }
+
+    fn new_run(kind: &str, t: i64, hw: &str, v: f64) -> super::super::store::NewRun {
+        super::super::store::NewRun {
+            time_unix_s: t,
+            kind: kind.into(),
+            fingerprint: fingerprint::Fingerprint {
+                host_key: "h".into(),
+                hardware_key: hw.into(),
+                facts: facts("6.1", "performance", "auto"),
+            },
+            command_line: format!("cpulab {kind}"),
+            noisy: false,
+            figures: vec![Figure::single(
+                "rtt_ns",
+                "rtt",
+                Unit::Nanoseconds,
+                Direction::LowerIsBetter,
+                v,
+            )],
+            document: serde_json::json!({ "kind": kind }),
+        }
+    }
+
+    /// `run` on a stored history: each kind's newest run against the earlier runs of that kind
+    /// on its hardware only (a run on other hardware, or of another kind, is not in the
+    /// series), a note under three runs and none at three, the regressions by kind, and a
+    /// kind asked for alone.
+    #[test]
+    fn run_reads_each_kinds_series_on_its_hardware() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(&dir.path().join("h.sqlite")).unwrap();
+        let runs = [
+            ("pingpong", 1, "hw", 100.0),
+            ("pingpong", 2, "hw", 101.0),
+            ("pingpong", 3, "other", 500.0),
+            ("doctor", 4, "hw", 7.0),
+            ("pingpong", 5, "hw", 99.0),
+            ("bursty", 6, "hw", 10.0),
+            ("bursty", 7, "hw", 10.0),
+            ("pingpong", 8, "hw", 100.0),
+            ("bursty", 9, "hw", 10.0),
+            ("doctor", 10, "hw", 7.0),
+            ("pingpong", 11, "hw", 130.0),
+        ];
+        for (kind, t, hw, v) in runs {
+            store.insert(&new_run(kind, t, hw, v)).unwrap();
+        }
+        let r = run(&store, None, &Settings::default()).unwrap();
+        let got: Vec<(&str, usize, Option<&str>, usize)> = r
+            .kinds
+            .iter()
+            .map(|k| (k.kind.as_str(), k.runs, k.note.as_deref(), k.changes.len()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("bursty", 3, None, 0),
+                (
+                    "doctor",
+                    2,
+                    Some("2 run(s) on this hardware: a change needs at least 2 earlier runs"),
+                    0
+                ),
+                ("pingpong", 5, None, 1),
+            ]
+        );
+        assert_eq!(r.regressions, ["pingpong rtt_ns"]);
+        let c = &r.kinds[2].changes[0];
+        assert_eq!((c.split.before_mean, c.split.after_mean), (100.0, 130.0));
+        let only = run(&store, Some("doctor"), &Settings::default()).unwrap();
+        assert_eq!(only.kinds.len(), 1);
+        assert_eq!(only.kinds[0].kind, "doctor");
+        assert!(only.regressions.is_empty());
+    }
 }
