@@ -91,10 +91,10 @@ pub fn host_e() -> HostProfile {
 
 /// This project's machine: KVM on AMD EPYC, wakeup costs from a calibration.
 pub fn host_m(cal: &Calibration) -> HostProfile {
+    let costs = cal.apply(&Costs::default());
     HostProfile {
         shape: shape("this project's KVM host (AMD EPYC)", 1, 8, 1),
         hypervisor: HvKind::Kvm,
-        costs: cal.apply(&Costs::default()),
         derived_from: match &cal.cold {
             None => "guest switch and wakeup costs from the calibration's same and cross \
                      round trips (the two pipe rows are its inputs, not checks); cold stretch \
@@ -107,13 +107,14 @@ pub fn host_m(cal: &Calibration) -> HostProfile {
                  the first {:.1} us after a halt from the calibration's work after each wakeup \
                  ({} KiB written: {:.2} us across vCPUs against {:.2} us on one), none of it \
                  from this table",
-                c.stretch().max(0.0) * 100.0,
-                c.same_ns / 1e3,
+                costs.cold_stretch * 100.0,
+                costs.cold_work_ns / 1e3,
                 c.bytes / 1024,
                 c.cross_ns / 1e3,
                 c.same_ns / 1e3
             ),
         },
+        costs,
     }
 }
 
