@@ -106,6 +106,7 @@ fn table_text(t: &TableCheck) -> String {
             format!("{:+.1}%", 100.0 * c.error)
         };
         let res = match (c.checked, c.pass) {
+            (false, _) if c.not_checked.is_some() => "not checked",
             (false, _) => "input / not a target",
             (true, true) => "ok",
             (true, false) => "MISS",
@@ -130,10 +131,13 @@ fn table_text(t: &TableCheck) -> String {
             format!("{:.0}%", 100.0 * t.target),
         )
     };
-    out += &format!(
-        "  largest checked error {max}, target {target}: {}\n",
-        if t.pass { "MET" } else { "NOT MET" }
-    );
+    out += &match &t.not_checked {
+        Some(_) => format!("  target {target}: NOT CHECKED (the reason is the last note)\n"),
+        None => format!(
+            "  largest checked error {max}, target {target}: {}\n",
+            if t.pass { "MET" } else { "NOT MET" }
+        ),
+    };
     for c in &t.curves {
         let pts: Vec<String> =
             c.x.iter()
@@ -167,22 +171,27 @@ pub fn validation_text(v: &Validation) -> String {
     let missed: Vec<&str> = v
         .tables
         .iter()
-        .filter(|t| !t.pass)
+        .filter(|t| !t.pass && t.not_checked.is_none())
         .map(|t| t.id.as_str())
         .collect();
-    out += &format!(
-        "targets met: {}; not met: {}\n",
-        if met.is_empty() {
-            "none".into()
+    let unchecked: Vec<&str> = v
+        .tables
+        .iter()
+        .filter(|t| t.not_checked.is_some())
+        .map(|t| t.id.as_str())
+        .collect();
+    let list = |ids: &[&str]| {
+        if ids.is_empty() {
+            "none".to_string()
         } else {
-            met.join(", ")
-        },
-        if missed.is_empty() {
-            "none".into()
-        } else {
-            missed.join(", ")
+            ids.join(", ")
         }
-    );
+    };
+    out += &format!("targets met: {}; not met: {}", list(&met), list(&missed));
+    if !unchecked.is_empty() {
+        out += &format!("; not checked: {}", list(&unchecked));
+    }
+    out.push('\n');
     out
 }
 
@@ -197,7 +206,11 @@ pub fn validation_html(v: &Validation) -> String {
             h2 { (t.id) " " (t.title) }
             p {
                 "published: " (t.source.cite()) "; host " (t.host) ", " (t.hypervisor)
-                " scheduler; " (if t.pass { "target met" } else { "target NOT met" })
+                " scheduler; " (match (&t.not_checked, t.pass) {
+                    (Some(_), _) => "target NOT CHECKED",
+                    (None, true) => "target met",
+                    (None, false) => "target NOT met",
+                })
             }
             p { "parameters: " (t.params.describe()) "; set from: " (t.params_from) }
             (table(
@@ -207,7 +220,12 @@ pub fn validation_html(v: &Validation) -> String {
                     format!("{:.3}", c.published),
                     format!("{:.3}", c.simulated),
                     format!("{:+.3}", c.error),
-                    if c.checked { if c.pass { "ok" } else { "MISS" } } else { "input" }.into(),
+                    match (c.checked, c.pass, &c.not_checked) {
+                        (true, true, _) => "ok",
+                        (true, false, _) => "MISS",
+                        (false, _, Some(_)) => "not checked",
+                        (false, _, None) => "input",
+                    }.into(),
                 ]).collect::<Vec<_>>(),
                 1,
             ))

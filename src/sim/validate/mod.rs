@@ -56,6 +56,10 @@ pub struct TableCheck {
     pub curves: Vec<Curve>,
     /// What the model lacks where it misses, and what the table cannot check.
     pub notes: Vec<String>,
+    /// Why the table's checks were not made: its published figures describe another host state
+    /// than the calibration's. Such a table does not pass (its target was not shown met).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_checked: Option<String>,
 }
 
 /// One cell: a published figure (derived from the quoted ones) and the simulated one.
@@ -71,6 +75,10 @@ pub struct Cell {
     /// False for a cell that set a parameter or is outside the target.
     pub checked: bool,
     pub pass: bool,
+    /// Why an unchecked cell that is neither an input nor outside the target was not checked
+    /// (`another host state`); none for inputs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_checked: Option<String>,
 }
 
 /// A simulated curve (label SIMULATED), one value per x.
@@ -115,6 +123,7 @@ fn ratio_cell(
         error,
         checked,
         pass: error.abs() <= target,
+        not_checked: None,
     }
 }
 
@@ -161,6 +170,7 @@ fn table(
         cells,
         curves: Vec::new(),
         notes: Vec::new(),
+        not_checked: None,
     }
 }
 

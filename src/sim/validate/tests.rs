@@ -234,6 +234,7 @@ fn cell(error: f64, checked: bool, pass: bool) -> Cell {
         error,
         checked,
         pass,
+        not_checked: None,
     }
 }
 
@@ -441,4 +442,64 @@ fn m_pgbench_pays_the_pipes_crossing_plus_the_cold_stretch_of_its_work() {
         "pgbench pays {diff_us:.2} us more than the pipe per crossing, expected {expect_us:.2}"
     );
     assert_eq!(m.cells[4].simulated, 1.0);
+}
+
+fn measured(method: &str, cross_us: f64) -> Calibration {
+    Calibration {
+        source: "m.json".into(),
+        kind: "pingpong".into(),
+        method: method.into(),
+        cross_rtt_ns: cross_us * 1e3,
+        ..Calibration::field_notes()
+    }
+}
+
+#[test]
+fn m_checks_pgbench_only_against_a_calibration_in_the_published_host_state() {
+    use tables::{M_HOST_STATE_TOLERANCE, m_host_state_unlike};
+    assert_eq!(M_HOST_STATE_TOLERANCE, 0.15);
+    // The published calibration, and measured ones within 15% of 42 us on both sides, are the
+    // published state; 15% and a bit further out, or another method, are not.
+    assert_eq!(m_host_state_unlike(&Calibration::field_notes()), None);
+    for us in [42.0, 36.0, 48.0] {
+        assert_eq!(m_host_state_unlike(&measured("pipe", us)), None, "{us}");
+    }
+    for us in [35.0, 49.0, 14.7] {
+        let why = m_host_state_unlike(&measured("pipe", us)).unwrap();
+        assert!(why.contains(&format!("{us:.1} us")), "{why}");
+        assert!(why.contains("within 15% of 42 us"), "{why}");
+    }
+    let why = m_host_state_unlike(&measured("unix", 42.0)).unwrap();
+    assert!(why.contains("measured with unix"), "{why}");
+}
+
+#[test]
+fn m_against_another_host_state_is_not_checked_and_does_not_pass() {
+    let v = validate(&measured("pipe", 14.7), 1).unwrap();
+    let m = by_id(&v.tables, "M");
+    let why = m.not_checked.as_deref().unwrap();
+    assert!(why.contains("-65%"), "{why}");
+    assert_eq!(m.notes.last().map(String::as_str), Some(why));
+    assert!(!m.pass && !v.all_pass);
+    // Its inputs are named as measured ones, and the pgbench rows say why they are not checks.
+    for c in &m.cells {
+        assert!(!c.checked, "{}", c.cell);
+        let pgbench = c.cell.starts_with("pgbench");
+        assert_eq!(c.not_checked.is_some(), pgbench, "{}", c.cell);
+        assert_eq!(c.cell.contains("(measured"), !pgbench, "{}", c.cell);
+    }
+    // No explanation of a miss that was not measured.
+    assert!(!m.notes.iter().any(|n| n.contains("would take a stretch")));
+    let text = crate::sim::render::validation_text(&v);
+    assert!(text.contains("not met: none; not checked: M"), "{text}");
+    assert!(text.contains("NOT CHECKED"), "{text}");
+    assert!(
+        !text.contains("largest checked error 0.0%, target 15%"),
+        "{text}"
+    );
+    // The same table against the published state is checked as before.
+    let m = by_id(&tables(), "M").clone();
+    assert!(m.not_checked.is_none());
+    assert!(m.cells.iter().filter(|c| c.checked).count() == 4);
+    assert!(m.cells.iter().all(|c| c.not_checked.is_none()));
 }
