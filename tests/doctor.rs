@@ -90,27 +90,50 @@ fn quick_json_has_the_documented_structure() {
         );
     }
     let findings = d["findings"].as_array().unwrap();
-    // On a KVM guest with two CPUs a blocking wakeup on another vCPU goes through the
-    // hypervisor (an IPI exit and the woken vCPU's entry: many times a round trip on one vCPU,
-    // 16x here), so the cross-CPU finding is there and the checks below have one to check.
-    // Under other load (the run marked noisy, or a neighbour found) a busy vCPU needs no exit
-    // to be woken and the cost can vanish; the load is then itself a finding, so the checks
-    // below still have one to check, and a run with none at all fails either way.
-    let two_cpus = std::thread::available_parallelism().is_ok_and(|n| n.get() >= 2);
+    // The cross-CPU finding follows the round trips the same run measured: the pipe's slowest
+    // pinned cross-CPU mean against its same-CPU one, both on an otherwise idle machine. Well
+    // above the rule's 1.25x threshold (on a KVM guest a blocking wakeup on another vCPU goes
+    // through the hypervisor: 1.5x to 16x on the hosts seen so far) the finding is there; under
+    // it, it is not; between, the rule's noise test decides and either is right.
+    // Under other load (the run marked noisy, or a neighbour found) the load is itself a finding,
+    // so a loaded run with none at all fails too.
     let ids: Vec<&Value> = findings.iter().map(|f| &f["id"]).collect();
     let loaded = d["conditions"]["noisy"] == true || ids.iter().any(|i| *i == "noisy-neighbour");
-    if d["facts"]["hypervisor"] == "KVM" && two_cpus && !loaded {
-        assert!(
-            ids.iter().any(|i| *i == "cross-cpu-wakeup"),
-            "a quiet KVM guest's cross-vCPU wakeups cost nothing: {ids:?}"
-        );
-    } else if d["facts"]["hypervisor"] == "KVM" && two_cpus {
-        assert!(!findings.is_empty(), "a loaded run found not even its load");
-    } else {
-        common::skipped(
+    let pipe = |w: &&Value| {
+        w["method"] == "pipe" && w["blocking"] == true && w["neighbour_load"].is_null()
+    };
+    let mean = |w: &Value| w["rtt_ns"]["mean"].as_f64().unwrap();
+    let wakeups = m["wakeup"].as_array().unwrap();
+    let same = wakeups
+        .iter()
+        .filter(pipe)
+        .find(|w| w["class"] == "same-cpu")
+        .map(mean);
+    let cross = wakeups
+        .iter()
+        .filter(pipe)
+        .filter(|w| !matches!(w["class"].as_str(), Some("same-cpu" | "unpinned")))
+        .map(mean)
+        .fold(None, |a: Option<f64>, x| Some(a.map_or(x, |a| a.max(x))));
+    let has = ids.iter().any(|i| *i == "cross-cpu-wakeup");
+    match (same, cross) {
+        (Some(same), Some(cross)) if !loaded => {
+            let ratio = cross / same;
+            if ratio >= 1.5 {
+                assert!(
+                    has,
+                    "cross/same {ratio:.2}x but no cross-cpu-wakeup: {ids:?}"
+                );
+            } else if ratio < 1.25 {
+                assert!(!has, "cross/same {ratio:.2}x under the threshold: {ids:?}");
+            }
+        }
+        (Some(_), Some(_)) => assert!(!findings.is_empty(), "a loaded run found not even its load"),
+        _ => common::skipped(
             "quick_json_has_the_documented_structure",
-            "no finding is certain outside a two-vCPU KVM guest; only those found are checked",
-        );
+            "no pipe round trip on one CPU and across two (one usable CPU): the cross-CPU \
+             finding cannot be checked against them",
+        ),
     }
     for f in findings {
         assert!(!f["evidence"].as_array().unwrap().is_empty(), "{f}");
