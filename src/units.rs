@@ -87,6 +87,20 @@ pub fn parse_bytes(text: &str) -> Result<u64, String> {
     Ok(bytes)
 }
 
+/// Formats a size for people in binary units: `512 B`, `16 KiB`, `1.50 GiB` (whole numbers
+/// where the size is a whole number of the unit).
+pub fn fmt_bytes(bytes: u64) -> String {
+    let (unit, shift) = [("GiB", 30), ("MiB", 20), ("KiB", 10)]
+        .into_iter()
+        .find(|(_, s)| bytes >> s > 0)
+        .unwrap_or(("B", 0));
+    if bytes.trailing_zeros() >= shift {
+        format!("{} {unit}", bytes >> shift)
+    } else {
+        format!("{:.2} {unit}", bytes as f64 / (1u64 << shift) as f64)
+    }
+}
+
 /// Formats nanoseconds for people: `812 ns`, `5.03 us`, `1.20 ms`.
 pub fn fmt_ns(ns: f64) -> String {
     if ns < 1_000.0 {
@@ -151,6 +165,11 @@ mod tests {
         assert_eq!(parse_bytes("256K"), Ok(262_144));
         assert_eq!(parse_bytes(" 1MiB "), Ok(1 << 20));
         assert_eq!(parse_bytes("1g"), Ok(1 << 30));
+        assert_eq!(fmt_bytes(512), "512 B");
+        assert_eq!(fmt_bytes(16 << 10), "16 KiB");
+        assert_eq!(fmt_bytes(3 << 29), "1.50 GiB");
+        assert_eq!(fmt_bytes((1 << 20) + 1), "1.00 MiB");
+        assert_eq!(fmt_bytes(0), "0 B");
         assert_eq!(parse_bytes("4096"), Ok(4096));
         assert_eq!(parse_bytes("4096b"), Ok(4096));
         for bad in [

@@ -4,7 +4,7 @@
 #[macro_use]
 mod common;
 
-use common::{cpulab, installed};
+use common::{cpulab, cpulab_on, fixture_copy, installed};
 use serde_json::Value;
 
 const BRIEF: &[&str] = &["--max-time", "0.2", "--warmup", "0.02", "--no-load-check"];
@@ -313,6 +313,51 @@ fn work_after_each_wakeup_is_timed_apart_and_only_when_asked() {
         assert_eq!(err.trim_end().lines().count(), 1, "{bad}: {err}");
         assert!(err.contains("--touch"), "{err}");
     }
+}
+
+/// A `--touch` buffer more than half the memory this process may still take is refused before
+/// any run, naming the size, the room and where it was read: the tighter of a container's
+/// cgroup limit and MemAvailable, whichever it is.
+#[test]
+fn a_touch_buffer_that_does_not_fit_is_refused_before_any_run() {
+    let m = fixture_copy("kvm-emr-16"); // cgroup v2, this process in /container/app
+    let group = m.path().join("sys/fs/cgroup/container/app");
+    std::fs::create_dir_all(&group).unwrap();
+    let write = |rel: &str, text: &str| std::fs::write(m.path().join(rel), text).unwrap();
+    write(
+        "proc/meminfo",
+        "MemTotal: 67108864 kB\nMemAvailable: 62914560 kB\n",
+    );
+    write("sys/fs/cgroup/container/app/memory.max", "536870912\n");
+    write("sys/fs/cgroup/container/app/memory.current", "402653184\n");
+    let refused = |size: &str| {
+        let out = cpulab_on(m.path())
+            .args(["pingpong", "--pairs", "0:0", "--touch", size])
+            .args(BRIEF)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "--touch {size}");
+        assert!(
+            out.stdout.is_empty(),
+            "no run: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        let err = String::from_utf8_lossy(&out.stderr).to_string();
+        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+        err
+    };
+    // 128 MiB left under the group's 512 MiB limit, of 60 GiB available.
+    let err = refused("100M");
+    assert!(err.contains("--touch 100 MiB"), "{err}");
+    assert!(err.contains("the 128 MiB"), "{err}");
+    assert!(err.contains("container/app/memory.max"), "{err}");
+    assert!(err.contains("`--touch 64M`"), "{err}");
+    // No limit on the group: MemAvailable binds.
+    write("sys/fs/cgroup/container/app/memory.max", "max\n");
+    write("proc/meminfo", "MemAvailable: 102400 kB\n");
+    let err = refused("64M");
+    assert!(err.contains("the 100 MiB"), "{err}");
+    assert!(err.contains("MemAvailable in"), "{err}");
 }
 
 #[test]

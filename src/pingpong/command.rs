@@ -10,8 +10,10 @@ use crate::experiment::Command;
 use crate::machine::Machine;
 use crate::pingpong::Pingpong;
 use crate::pingpong::{self, Endpoints, Method, PairSpec, PingpongSettings, Placement};
-use crate::units::flag_duration;
+use crate::probe::memory::{self, Room};
+use crate::units::{flag_duration, fmt_bytes, parse_bytes};
 use anyhow::Result;
+use std::path::Path;
 
 /// Round-trip cost between two endpoints for every placement class, with the counters that
 /// explain it.
@@ -122,14 +124,43 @@ pub fn settings(args: &Args, machine: &Machine) -> Result<PingpongSettings> {
         target_ci_rel,
         load_check_s: if args.no_load_check { 0.0 } else { 0.2 },
         perf_counters: args.perf,
-        touch_bytes: match &args.touch {
-            Some(t) => {
-                crate::units::parse_bytes(t).map_err(|e| bad_input(format!("--touch: {e}")))?
-            }
-            None => 0,
-        },
+        touch_bytes: touch_bytes(args.touch.as_deref(), &machine.root)?,
         ..PingpongSettings::default()
     })
+}
+
+/// `--touch SIZE` in bytes (0 without it), refused when it does not fit in memory here.
+fn touch_bytes(text: Option<&str>, root: &Path) -> Result<u64> {
+    let Some(text) = text else { return Ok(0) };
+    let bytes = parse_bytes(text).map_err(|e| bad_input(format!("--touch: {e}")))?;
+    check_touch_fits(bytes, &memory::read_rooms(root)).map_err(bad_input)?;
+    Ok(bytes)
+}
+
+/// Refuses a `--touch` buffer of more than half the smallest room this process has for new
+/// memory (pure). The buffer is written whole before the first batch and kept through the
+/// run, so one that does not fit is an OOM kill mid-run; half leaves room for everything else
+/// the process and its neighbours take meanwhile. With no room known there is nothing to
+/// check against, and the run goes ahead.
+pub fn check_touch_fits(bytes: u64, rooms: &[Room]) -> Result<(), String> {
+    let Some(tightest) = rooms.iter().min_by_key(|r| r.bytes) else {
+        return Ok(());
+    };
+    if bytes.saturating_mul(2) <= tightest.bytes {
+        return Ok(());
+    }
+    let half = tightest.bytes / 2;
+    let fix = match half {
+        0..1024 => "free memory first, or run where more is free".to_string(),
+        1024..1_048_576 => format!("give `--touch {}K` or less", half >> 10),
+        _ => format!("give `--touch {}M` or less", half >> 20),
+    };
+    Err(format!(
+        "--touch {} is more than half of the {} this process may still take, by {}; {fix}",
+        fmt_bytes(bytes),
+        fmt_bytes(tightest.bytes),
+        tightest.source,
+    ))
 }
 
 impl Command for Pingpong {
@@ -142,5 +173,69 @@ impl Command for Pingpong {
 
     fn output(args: &Args) -> &crate::emit::OutputArgs {
         &args.output
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn room(bytes: u64, source: &str) -> Room {
+        Room {
+            bytes,
+            source: source.to_string(),
+        }
+    }
+
+    /// The `--touch SIZE` a refusal suggests.
+    fn suggested(message: &str) -> Option<u64> {
+        let (_, rest) = message.split_once("give `--touch ")?;
+        parse_bytes(rest.split_once('`')?.0).ok()
+    }
+
+    #[test]
+    fn a_touch_buffer_may_take_half_the_tightest_room() {
+        let rooms = [
+            room(8 << 30, "MemAvailable in /proc/meminfo"),
+            room(300 << 20, "the cgroup limit /sys/fs/cgroup/box/memory.max"),
+        ];
+        assert_eq!(check_touch_fits(150 << 20, &rooms), Ok(()));
+        let e = check_touch_fits((150 << 20) + 1, &rooms).unwrap_err();
+        assert_eq!(e.lines().count(), 1, "{e}");
+        assert!(
+            e.starts_with("--touch 150.00 MiB is more than half of the 300 MiB"),
+            "{e}"
+        );
+        assert!(
+            e.contains("/sys/fs/cgroup/box/memory.max"),
+            "names the source: {e}"
+        );
+        assert_eq!(suggested(&e), Some(150 << 20), "{e}");
+        // In either order, the smaller room binds.
+        let swapped = [rooms[1].clone(), rooms[0].clone()];
+        assert_eq!(
+            check_touch_fits(1 << 30, &swapped),
+            Err(check_touch_fits(1 << 30, &rooms).unwrap_err())
+        );
+        // Nothing known: nothing to refuse on.
+        assert_eq!(check_touch_fits(1 << 30, &[]), Ok(()));
+    }
+
+    #[test]
+    fn the_size_a_refusal_suggests_fits() {
+        for room_bytes in [(300 << 20) + 12345, 3 << 20, 700 << 10, 5000] {
+            let rooms = [room(room_bytes, "MemAvailable in /proc/meminfo")];
+            let e = check_touch_fits(1 << 30, &rooms).unwrap_err();
+            let s = suggested(&e).unwrap_or_else(|| panic!("{e}"));
+            assert_eq!(check_touch_fits(s, &rooms), Ok(()), "{e}");
+            assert!(
+                s * 4 > room_bytes,
+                "{s} is far below half of {room_bytes}: {e}"
+            );
+        }
+        // Less than 2 KiB free: no size to suggest, the message says what to do instead.
+        let e = check_touch_fits(1024, &[room(1500, "MemAvailable in /proc/meminfo")]).unwrap_err();
+        assert_eq!(suggested(&e), None, "{e}");
+        assert!(e.contains("free memory first"), "{e}");
     }
 }

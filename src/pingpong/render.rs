@@ -246,3 +246,90 @@ fn matrix(report: &PingpongReport, method: Method) -> String {
         "\n{method}: p50 round trip in us, initiator CPU (rows) to responder CPU (columns)\n{t}\n"
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pingpong::report::Touch;
+    use crate::pingpong::{Endpoints, RunCounters};
+    use crate::stats::{MeanCi, Percentiles};
+    use crate::topology::PlacementClass;
+
+    /// A run with its work after each wakeup taking `touch_ns`; `None` CPUs: unpinned.
+    fn run(
+        method: Method,
+        placement: PlacementClass,
+        cpus: Option<(u32, u32)>,
+        touch_ns: f64,
+    ) -> PingpongRun {
+        PingpongRun {
+            method,
+            endpoints: Endpoints::Threads,
+            placement,
+            cpu_a: cpus.map(|c| c.0),
+            cpu_b: cpus.map(|c| c.1),
+            rtt: Percentiles {
+                min_ns: 900,
+                p50_ns: 1000,
+                p90_ns: 1100,
+                p99_ns: 1200,
+                p999_ns: 1300,
+                max_ns: 1400,
+                count: 10,
+            },
+            mean_rtt_ns: MeanCi::single(1000.0),
+            round_trips_per_s: 1e6,
+            round_trips: 10,
+            measured_s: 1e-5,
+            warmup_round_trips: 1,
+            batch_round_trips: 10,
+            batch_means_ns: vec![1000.0],
+            ended_by: EndedBy::MaxTime,
+            p50_ratio_to_fastest: 1.0,
+            where_ran: None,
+            counters: RunCounters::default(),
+            touch: Some(Touch {
+                bytes: 16 << 10,
+                mean_ns: MeanCi::single(touch_ns),
+                batch_means_ns: vec![touch_ns],
+            }),
+        }
+    }
+
+    /// The `× same CPU` cell of the touch table's row for `method` on `cpus`.
+    fn ratio_of(text: &str, method: &str, cpus: &str) -> String {
+        let row = text
+            .lines()
+            .find(|l| {
+                let w: Vec<&str> = l.split_whitespace().collect();
+                w.first() == Some(&method) && w.get(2) == Some(&cpus)
+            })
+            .unwrap_or_else(|| panic!("no row {method} {cpus} in\n{text}"));
+        row.split_whitespace()
+            .last()
+            .unwrap_or_default()
+            .to_string()
+    }
+
+    #[test]
+    fn work_after_a_wakeup_is_compared_with_the_same_cpu_run_on_the_initiators_cpu() {
+        use PlacementClass::{SameCpu, SharedLlc, Unpinned};
+        let runs = [
+            run(Method::Pipe, SameCpu, Some((0, 0)), 100.0),
+            run(Method::Pipe, SameCpu, Some((1, 1)), 200.0),
+            run(Method::Pipe, SharedLlc, Some((1, 0)), 300.0),
+            run(Method::Pipe, SharedLlc, Some((0, 1)), 300.0),
+            run(Method::Pipe, Unpinned, None, 300.0),
+            run(Method::Unix, SharedLlc, Some((0, 1)), 250.0),
+        ];
+        let text = touch_table(&runs, &Style { on: false });
+        assert_eq!(ratio_of(&text, "pipe", "1:1"), "1.00", "{text}");
+        // The initiator on CPU 1 wakes to the caches CPU 1 had: against 1:1, not 0:0 (3.00).
+        assert_eq!(ratio_of(&text, "pipe", "1:0"), "1.50", "{text}");
+        assert_eq!(ratio_of(&text, "pipe", "0:1"), "3.00", "{text}");
+        // No same-CPU run on an unpinned initiator's CPU: the first same-CPU run.
+        assert_eq!(ratio_of(&text, "pipe", "any"), "3.00", "{text}");
+        // No same-CPU run of its own method: nothing to divide by, though pipe has two.
+        assert_eq!(ratio_of(&text, "unix", "0:1"), "-", "{text}");
+    }
+}

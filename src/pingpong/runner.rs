@@ -190,7 +190,7 @@ fn timed(
         }
     };
     // Written once here, so no page is first faulted in a timed batch.
-    let mut work = vec![1u64; spec.touch_bytes.div_ceil(8) as usize];
+    let mut work = touch_buffer(spec.touch_bytes)?;
     let work = (!work.is_empty()).then_some(work.as_mut_slice());
     let window = observer.begin();
     let measured = measure::measure(ini, &spec.limits, batch, spec.timer, work, &mut sample)?;
@@ -211,6 +211,18 @@ fn timed(
         counters,
         where_ran,
     })
+}
+
+/// The `--touch` buffer, written whole. Its size was checked against the memory free here
+/// before any run; an allocation that fails all the same is an error, not an abort.
+fn touch_buffer(bytes: u64) -> Result<Vec<u64>> {
+    let words = usize::try_from(bytes.div_ceil(8))
+        .map_err(|_| anyhow::anyhow!("--touch {bytes} bytes does not fit in this address space"))?;
+    let mut work = Vec::new();
+    work.try_reserve_exact(words)
+        .map_err(|e| anyhow::anyhow!("allocating the --touch buffer of {bytes} bytes: {e}"))?;
+    work.resize(words, 1u64);
+    Ok(work)
 }
 
 /// One sample of where both ends are: this thread now, the responder at its last answer.
@@ -262,5 +274,22 @@ fn build_run(spec: &RunSpec, out: Outcome) -> PingpongRun {
             mean_ns,
             batch_means_ns: m.touch_batch_means_ns,
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_touch_buffer_covers_the_size_and_a_failed_allocation_is_an_error() {
+        for (bytes, words) in [(0, 0), (1, 1), (8, 1), (9, 2), (64 << 10, 8192)] {
+            let w = touch_buffer(bytes).unwrap();
+            assert_eq!(w.len(), words, "{bytes} bytes");
+            assert!(w.iter().all(|&x| x == 1), "written whole");
+        }
+        // More than any address space holds: `vec!` would abort the process here.
+        let e = touch_buffer(u64::MAX).unwrap_err().to_string();
+        assert!(e.contains("--touch buffer"), "{e}");
     }
 }

@@ -496,6 +496,90 @@ pub fn read_cpu_limits(layout: &Layout) -> Reading<CpuLimits> {
     })
 }
 
+/// Below this a v1 `memory.limit_in_bytes` is a limit; the kernel writes "unlimited" as the
+/// largest page-aligned `i64` (9223372036854771712 with 4 KiB pages), far above it.
+const V1_UNLIMITED: u64 = 1 << 62;
+
+/// Parses a cgroup memory limit (pure): v2 `memory.max` (`max` is no limit) or v1
+/// `memory.limit_in_bytes` (its "unlimited", near 2^63, is no limit). `None` when it is neither.
+pub fn parse_memory_limit(text: &str) -> Option<Option<u64>> {
+    match text.trim() {
+        "max" => Some(None),
+        t => t
+            .parse::<u64>()
+            .ok()
+            .map(|v| (v < V1_UNLIMITED).then_some(v)),
+    }
+}
+
+/// A memory limit on this process's group or an ancestor, and what the group uses under it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MemoryLimit {
+    /// The limit in bytes.
+    pub limit: u64,
+    /// What the group uses now, page cache included (v2 `memory.current`, v1
+    /// `memory.usage_in_bytes`).
+    pub usage: u64,
+    /// The file that sets the limit.
+    pub file: PathBuf,
+}
+
+impl MemoryLimit {
+    /// How much more the group may take before the kernel reclaims or kills in it.
+    pub fn room(&self) -> u64 {
+        self.limit.saturating_sub(self.usage)
+    }
+}
+
+/// The memory limit that leaves this process the least room: its group's or an ancestor's
+/// (a parent's limit binds its children). `Value(None)` when no group up to the hierarchy's
+/// root sets one (a root group has no limit file, nor does a group whose parent has not
+/// enabled the memory controller for it).
+pub fn read_memory_limit(layout: &Layout) -> Reading<Option<MemoryLimit>> {
+    layout.dir_for("memory").and_then(|g| {
+        let on_v1 = layout.membership.value().is_some_and(|m| {
+            m.iter()
+                .any(|l| l.controllers.iter().any(|c| c == "memory"))
+        });
+        if g.v2 && on_v1 {
+            return Reading::unavailable(
+                Reason::Absent,
+                "the memory controller's v1 hierarchy is not mounted",
+            );
+        }
+        let (limit_name, usage_name) = if g.v2 {
+            ("memory.max", "memory.current")
+        } else {
+            ("memory.limit_in_bytes", "memory.usage_in_bytes")
+        };
+        let mut tightest: Option<MemoryLimit> = None;
+        for dir in g.chain() {
+            let file = dir.join(limit_name);
+            if !file.exists() {
+                continue;
+            }
+            let limit = match read_parsed(&file, parse_memory_limit) {
+                Reading::Value(Some(limit)) => limit,
+                Reading::Value(None) => continue,
+                Reading::Unavailable { unavailable } => {
+                    return Reading::Unavailable { unavailable };
+                }
+            };
+            let usage = match read_parsed(&dir.join(usage_name), |t| t.parse::<u64>().ok()) {
+                Reading::Value(usage) => usage,
+                Reading::Unavailable { unavailable } => {
+                    return Reading::Unavailable { unavailable };
+                }
+            };
+            let here = MemoryLimit { limit, usage, file };
+            if tightest.as_ref().is_none_or(|t| here.room() < t.room()) {
+                tightest = Some(here);
+            }
+        }
+        Reading::Value(tightest)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -629,5 +713,94 @@ mod tests {
             let g = Layout::read(t.path()).dir_for("cpu").into_value().unwrap();
             assert_eq!(g.dir, g.mount, "{group}");
         }
+    }
+
+    #[test]
+    fn memory_limits_of_either_version() {
+        assert_eq!(parse_memory_limit("max\n"), Some(None));
+        assert_eq!(parse_memory_limit("536870912\n"), Some(Some(536870912)));
+        assert_eq!(
+            parse_memory_limit("9223372036854771712\n"),
+            Some(None),
+            "v1's unlimited"
+        );
+        assert_eq!(parse_memory_limit("-1"), None);
+        assert_eq!(parse_memory_limit("lots"), None);
+    }
+
+    const V2_MOUNT: &str = "41 31 0:38 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n";
+
+    #[test]
+    fn the_tightest_memory_limit_up_the_tree_binds() {
+        // The group's own limit leaves 300 MiB; its parent's, shared with siblings, 100 MiB.
+        let t = tree(&[
+            ("proc/self/cgroup", "0::/box/app\n"),
+            ("proc/self/mountinfo", V2_MOUNT),
+            ("sys/fs/cgroup/box/app/memory.max", "524288000\n"),
+            ("sys/fs/cgroup/box/app/memory.current", "209715200\n"),
+            ("sys/fs/cgroup/box/memory.max", "1073741824\n"),
+            ("sys/fs/cgroup/box/memory.current", "968884224\n"),
+        ]);
+        let l = read_memory_limit(&Layout::read(t.path()))
+            .into_value()
+            .unwrap()
+            .unwrap();
+        assert!(l.file.ends_with("sys/fs/cgroup/box/memory.max"), "{l:?}");
+        assert_eq!(l.room(), 100 << 20);
+        // `max` on the group and no file above it: no limit, which is not "unavailable".
+        let t = tree(&[
+            ("proc/self/cgroup", "0::/app\n"),
+            ("proc/self/mountinfo", V2_MOUNT),
+            ("sys/fs/cgroup/app/memory.max", "max\n"),
+            ("sys/fs/cgroup/app/memory.current", "4096\n"),
+        ]);
+        assert_eq!(
+            read_memory_limit(&Layout::read(t.path())),
+            Reading::Value(None)
+        );
+    }
+
+    #[test]
+    fn an_unreadable_memory_limit_is_not_available_rather_than_none() {
+        // A limit whose usage cannot be read: how much room is left is not known.
+        let t = tree(&[
+            ("proc/self/cgroup", "0::/app\n"),
+            ("proc/self/mountinfo", V2_MOUNT),
+            ("sys/fs/cgroup/app/memory.max", "1073741824\n"),
+        ]);
+        let r = read_memory_limit(&Layout::read(t.path()));
+        assert_eq!(r.why().map(|u| u.reason), Some(Reason::Absent), "{r:?}");
+        // The controller on a v1 hierarchy that is not mounted: the v2 tree says nothing.
+        let t = tree(&[
+            ("proc/self/cgroup", "4:memory:/box\n0::/\n"),
+            ("proc/self/mountinfo", V2_MOUNT),
+        ]);
+        assert!(read_memory_limit(&Layout::read(t.path())).why().is_some());
+        // v1, mounted: its own file names.
+        let t = tree(&[
+            ("proc/self/cgroup", "4:memory:/box\n0::/\n"),
+            (
+                "proc/self/mountinfo",
+                "35 31 0:32 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n",
+            ),
+            (
+                "sys/fs/cgroup/memory/box/memory.limit_in_bytes",
+                "268435456\n",
+            ),
+            (
+                "sys/fs/cgroup/memory/box/memory.usage_in_bytes",
+                "67108864\n",
+            ),
+            (
+                "sys/fs/cgroup/memory/memory.limit_in_bytes",
+                "9223372036854771712\n",
+            ),
+            ("sys/fs/cgroup/memory/memory.usage_in_bytes", "1\n"),
+        ]);
+        let l = read_memory_limit(&Layout::read(t.path()))
+            .into_value()
+            .unwrap()
+            .unwrap();
+        assert_eq!((l.limit, l.room()), (256 << 20, 192 << 20));
     }
 }

@@ -481,6 +481,35 @@ mod tests {
         );
     }
 
+    /// A thread whose `status` could not be read had ended as far as the ranking knows: one
+    /// that answers under its id later (the id taken by a new thread, or a read that failed
+    /// once) starts from a baseline of its own, rather than having the switches since its
+    /// last good read counted as its rate, as a thread read late for the budget does.
+    #[test]
+    fn a_thread_read_again_after_a_failed_read_starts_from_its_own_baseline() {
+        let t = tempfile::tempdir().unwrap();
+        let status = t.path().join("proc/500/task/501/status");
+        write(t.path(), &[service(&[(500, 3), (501, 3)])]);
+        // Nothing held: a removed file reads an error, as a held /proc descriptor of a thread
+        // that ended would.
+        let mut f = Follow::with_held(t.path(), 2, GroupBy::Auto, 0);
+        settle(&mut f);
+        std::fs::remove_file(&status).unwrap();
+        assert!(f.refresh().is_empty());
+        // It answers again, 4,000 switches on.
+        write(t.path(), &[service(&[(500, 3), (501, 4_003)])]);
+        assert!(
+            f.refresh().is_empty(),
+            "the switches across the gap are not this refresh's"
+        );
+        assert_eq!(f.threads[&501].rate, 0, "a baseline, not a rate");
+        // From its new baseline it counts as any thread does.
+        write(t.path(), &[service(&[(500, 3), (501, 4_903)])]);
+        let m = f.refresh();
+        assert_eq!(f.threads[&501].rate, 900);
+        assert_eq!(m.get(&500).map(String::as_str), Some("service.service"));
+    }
+
     #[test]
     fn busy_groups_are_named_by_unit_and_kernel_threads_never() {
         let t = tempfile::tempdir().unwrap();
