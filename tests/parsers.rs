@@ -1065,6 +1065,8 @@ fn placement() -> impl Strategy<Value = Placement> {
     prop_oneof![
         Just(Placement::Unpinned),
         (any::<u32>(), any::<u32>()).prop_map(|(a, b)| Placement::Pinned { a, b }),
+        any::<u32>().prop_map(|a| Placement::ResponderUnpinned { a }),
+        any::<u32>().prop_map(|b| Placement::InitiatorUnpinned { b }),
     ]
 }
 
@@ -1079,6 +1081,10 @@ proptest! {
             .iter()
             .map(|p| match p {
                 Placement::Pinned { a, b } => format!("{space}{a}{space}:{space}{b}{space}"),
+                Placement::ResponderUnpinned { a } => format!("{space}{a}{space}:{space}*{space}"),
+                Placement::InitiatorUnpinned { b } => {
+                    format!("{space}unpinned{space}:{space}{b}{space}")
+                }
                 Placement::Unpinned => format!("{space}unpinned{space}"),
             })
             .collect();

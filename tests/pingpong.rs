@@ -360,6 +360,80 @@ fn a_touch_buffer_that_does_not_fit_is_refused_before_any_run() {
     assert!(err.contains("MemAvailable in"), "{err}");
 }
 
+/// `N:unpinned`: the initiator pinned, the responder left to the scheduler within the allowed
+/// CPUs, in both endpoint modes. The pinned end is seen only on its CPU, the free end only on
+/// allowed ones, and the two shared a CPU exactly when the free end was seen on the pinned one.
+#[test]
+fn a_half_pinned_pair_tracks_where_the_free_end_ran() {
+    let allowed = cpulab::affinity::get(0).unwrap().to_vec();
+    let Some(&pinned) = allowed.get(1) else {
+        common::skipped(test_name!(), "a half-pinned pair needs two allowed CPUs");
+        return;
+    };
+    let pair = format!("{pinned}:unpinned");
+    for endpoints in [&[][..], &["--processes"][..]] {
+        let mut args = vec!["--pairs", &pair, "--method", "pipe"];
+        args.extend_from_slice(endpoints);
+        let doc = pingpong_json(&args);
+        let runs = doc["runs"].as_array().unwrap();
+        assert_eq!(runs.len(), 1, "{endpoints:?}: {doc}");
+        let run = &runs[0];
+        assert_physics(run);
+        assert_eq!(run["placement"], "unpinned");
+        assert_eq!(run["cpu_a"], pinned, "{endpoints:?}");
+        assert!(run["cpu_b"].is_null(), "{endpoints:?}");
+        let w = &run["where_ran"];
+        let samples = w["samples"].as_u64().unwrap();
+        assert!(samples >= 1, "{w}");
+        let cpus = |side: &str| -> Vec<(u32, u64)> {
+            w[side]
+                .as_object()
+                .unwrap()
+                .iter()
+                .map(|(c, n)| (c.parse().unwrap(), n.as_u64().unwrap()))
+                .collect()
+        };
+        assert_eq!(cpus("initiator_cpus"), [(pinned, samples)], "{w}");
+        let free = cpus("responder_cpus");
+        assert!(free.iter().all(|(c, _)| allowed.contains(c)), "{w}");
+        let on_pinned = free.iter().find(|(c, _)| *c == pinned).map_or(0, |x| x.1);
+        assert_eq!(w["same_cpu_samples"], on_pinned, "{w}");
+        // A task pinned to one CPU cannot migrate (null: the counter was unreadable).
+        assert!(
+            matches!(w["initiator_migrations"].as_u64(), Some(0) | None),
+            "{w}"
+        );
+        // Each end blocks on its pipe once per round trip, or is preempted by the woken peer.
+        for side in ["initiator", "responder"] {
+            let c = &run["counters"][side];
+            let per_rt = f(&c["voluntary_switches_per_rt"]) + f(&c["involuntary_switches_per_rt"]);
+            assert!(
+                per_rt >= 0.9,
+                "{side} {endpoints:?}: {per_rt} per round trip"
+            );
+        }
+        let back: cpulab::pingpong::PingpongReport = serde_json::from_value(doc).unwrap();
+        assert_eq!(back.runs[0].cpus_label(), format!("{pinned}:*"));
+    }
+    let out = cpulab()
+        .args(["pingpong", "--pairs", &format!("unpinned:{pinned}")])
+        .args(BRIEF)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = format!("unpinned pipe (*:{pinned}): initiator on ");
+    assert!(text.contains(&line), "{text}");
+    assert!(
+        text.contains(&format!("responder on cpu{pinned} 100%")),
+        "{text}"
+    );
+}
+
 #[test]
 fn two_processes_report_counters_of_each() {
     let doc = pingpong_json(&["--processes", "--pairs", "0:0", "--method", "pipe"]);
@@ -395,6 +469,10 @@ fn bad_cpu_lists_exit_2_with_one_line() {
         &["--pairs", "0:4096"],
         &["--pairs", "0-1"],
         &["--pairs", "x:0"],
+        &["--pairs", "4096:unpinned"],
+        &["--pairs", "unpinned:4096"],
+        &["--pairs", "0:unpinnned"],
+        &["--pairs", "any"],
         &["--method", "carrier-pigeon"],
         &["--max-time", "0"],
         &["--warmup", "soon"],
@@ -437,10 +515,12 @@ fn under_taskset_one_cpu_it_measures_what_it_can_and_says_so() {
     }
     if online_cpus() > 1 {
         // A CPU outside the allowed set is bad input.
-        let out = taskset_cpu0(&["--pairs", "0:1"]);
-        assert_eq!(out.status.code(), Some(2));
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(err.contains("outside"), "{err}");
+        for pairs in ["0:1", "1:unpinned", "*:1"] {
+            let out = taskset_cpu0(&["--pairs", pairs]);
+            assert_eq!(out.status.code(), Some(2), "{pairs}");
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(err.contains("outside"), "{pairs}: {err}");
+        }
     } else {
         common::skipped(
             test_name!(),

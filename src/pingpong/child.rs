@@ -47,7 +47,7 @@ pub fn run_processes(spec: &RunSpec, conn: Connection, control: &SharedPage) -> 
             .with_context(|| format!("CPU {c} is beyond what sched_setaffinity supports"))?;
     }
     let parent = std::process::id() as i32;
-    let track = spec.unpinned();
+    let track = spec.tracks_where();
     // SAFETY: the child runs only `reaper_main`, which makes system calls on memory prepared
     // before the fork and never returns.
     match unsafe { nix::unistd::fork() }.context("fork failed")? {

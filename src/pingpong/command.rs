@@ -9,7 +9,7 @@ use crate::error::bad_input;
 use crate::experiment::Command;
 use crate::machine::Machine;
 use crate::pingpong::Pingpong;
-use crate::pingpong::{self, Endpoints, Method, PairSpec, PingpongSettings, Placement};
+use crate::pingpong::{self, Endpoints, Method, PairSpec, PingpongSettings};
 use crate::probe::memory::{self, Room};
 use crate::units::{flag_duration, fmt_bytes, parse_bytes};
 use anyhow::Result;
@@ -22,13 +22,16 @@ use std::path::Path;
     cpulab pingpong\n  \
     cpulab pingpong --method pipe,futex,spin\n  \
     cpulab pingpong --pairs all\n  \
-    cpulab pingpong --pairs 0:0,0:1,unpinned --json > pingpong.json")]
+    cpulab pingpong --pairs 0:0,0:1,unpinned --json > pingpong.json\n  \
+    cpulab pingpong --pairs 1:0,1:unpinned --processes")]
 pub struct Args {
     /// Wakeup methods, comma-separated: pipe, unix, tcp, futex, eventfd, spin, or all.
     #[arg(long, short, value_delimiter = ',', default_value = "pipe")]
     pub method: Vec<String>,
     /// Placements: `auto` (one pair per placement class, plus unpinned), `all` (every ordered
-    /// pair: a matrix), or initiator:responder pairs like `0:0,0:1,unpinned`.
+    /// pair: a matrix), or initiator:responder pairs like `0:0,0:1,unpinned`; one end may be
+    /// `unpinned` (or `any`, `*`): `1:unpinned` pins the initiator to CPU 1 and leaves the
+    /// responder to the scheduler.
     #[arg(long, default_value = "auto")]
     pub pairs: String,
     /// Use only these CPUs (taskset syntax, e.g. `0-3,8`).
@@ -85,10 +88,8 @@ pub fn settings(args: &Args, machine: &Machine) -> Result<PingpongSettings> {
     if let PairSpec::List(list) = &pairs {
         let named: CpuSet = list
             .iter()
-            .flat_map(|p| match *p {
-                Placement::Pinned { a, b } => vec![a, b],
-                Placement::Unpinned => vec![],
-            })
+            .flat_map(|p| [p.initiator(), p.responder()])
+            .flatten()
             .collect();
         affinity::validate(&named, &machine.topology, &usable)?;
     }

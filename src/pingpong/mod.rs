@@ -106,7 +106,7 @@ pub fn measure(
         // An interrupt stops the whole command (the doctor included), not just this run.
         crate::signals::check()?;
         let (a, b) = plan::cpus_of(p.placement);
-        let where_ = a.zip(b).map_or("any".into(), |(a, b)| format!("{a}:{b}"));
+        let where_ = report::cpus_label(a, b);
         progress.step(&format!(
             "[{}/{}] {} {} ({where_})",
             i + 1,
@@ -270,6 +270,15 @@ mod tests {
         let r = Pingpong::run(&machine, &s, &Progress::new(&crate::experiment::silent)).unwrap();
         assert_eq!(r.runs.len(), 2);
         assert!(r.runs[1].where_ran.as_ref().unwrap().samples > 0);
+        assert_eq!(crate::affinity::get(0).unwrap(), before);
+        // A half-pinned pair pins the calling thread as the initiator too.
+        let s = PingpongSettings {
+            pairs: PairSpec::List(vec![Placement::ResponderUnpinned { a: cpu }]),
+            ..s
+        };
+        let r = Pingpong::run(&machine, &s, &Progress::new(&crate::experiment::silent)).unwrap();
+        let w = r.runs[0].where_ran.as_ref().unwrap();
+        assert_eq!(w.initiator_cpus.keys().copied().collect::<Vec<_>>(), [cpu]);
         assert_eq!(crate::affinity::get(0).unwrap(), before);
     }
 

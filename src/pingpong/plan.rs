@@ -42,7 +42,8 @@ pub fn placements(
             .iter()
             .map(|p| match *p {
                 Placement::Pinned { a, b } => pinned(a, b),
-                Placement::Unpinned => (Placement::Unpinned, PlacementClass::Unpinned),
+                // The class of two CPUs needs both; a free end is the scheduler's choice.
+                free => (free, PlacementClass::Unpinned),
             })
             .collect(),
     }
@@ -62,7 +63,7 @@ pub fn plan(
         for &(placement, class) in &places {
             let one_cpu = match placement {
                 Placement::Pinned { a, b } => a == b,
-                Placement::Unpinned => cpus.len() == 1,
+                _ => cpus.len() == 1,
             };
             if method == Method::Spin && one_cpu {
                 let (cpu_a, cpu_b) = cpus_of(placement);
@@ -85,18 +86,17 @@ pub fn plan(
     (runs, skipped)
 }
 
+/// The initiator's and the responder's CPU; `None` for a free end.
 pub fn cpus_of(p: Placement) -> (Option<u32>, Option<u32>) {
-    match p {
-        Placement::Pinned { a, b } => (Some(a), Some(b)),
-        Placement::Unpinned => (None, None),
-    }
+    (p.initiator(), p.responder())
 }
 
-/// The CPUs whose counters a placement's run reads: its two CPUs, or all of `cpus`.
+/// The CPUs whose counters a placement's run reads: its two CPUs, or all of `cpus` when an end
+/// is free (it may run on any of them).
 pub fn cpus_in_use(p: Placement, cpus: &CpuSet) -> CpuSet {
     match p {
         Placement::Pinned { a, b } => CpuSet::from_iter_u32([a, b]),
-        Placement::Unpinned => cpus.clone(),
+        _ => cpus.clone(),
     }
 }
 
@@ -160,5 +160,32 @@ mod tests {
         let (runs, skipped) = plan(&t, &one, &[Method::Spin, Method::Pipe], &PairSpec::Auto);
         assert_eq!(skipped.len(), 2, "same-cpu and unpinned on one CPU");
         assert_eq!(runs.len(), 2, "pipe same-cpu and unpinned");
+    }
+
+    #[test]
+    fn a_half_pinned_pair_is_unpinned_and_reads_every_allowed_cpu() {
+        let t = two_cpus();
+        let half = [
+            Placement::ResponderUnpinned { a: 1 },
+            Placement::InitiatorUnpinned { b: 0 },
+        ];
+        let spec = PairSpec::List(half.to_vec());
+        let p = placements(&t, &t.online, &spec);
+        assert_eq!(
+            p,
+            half.map(|h| (h, PlacementClass::Unpinned)).to_vec(),
+            "a free end has no distance to class"
+        );
+        assert_eq!(cpus_of(half[0]), (Some(1), None));
+        assert_eq!(cpus_of(half[1]), (None, Some(0)));
+        assert_eq!(cpus_in_use(half[0], &t.online), t.online);
+        // Spinning with a free end is measured on two CPUs and skipped on one.
+        let (runs, skipped) = plan(&t, &t.online, &[Method::Spin], &spec);
+        assert_eq!((runs.len(), skipped.len()), (2, 0));
+        let one = CpuSet::from_iter_u32([1]);
+        let spec = PairSpec::List(vec![half[0]]);
+        let (runs, skipped) = plan(&t, &one, &[Method::Spin], &spec);
+        assert_eq!((runs.len(), skipped.len()), (0, 1));
+        assert_eq!((skipped[0].cpu_a, skipped[0].cpu_b), (Some(1), None));
     }
 }

@@ -52,10 +52,7 @@ pub fn render(report: &PingpongReport, style: &Style) -> String {
         }
     }
     for k in &report.skipped {
-        let cpus = k
-            .cpu_a
-            .zip(k.cpu_b)
-            .map_or("any".into(), |(a, b)| format!("{a}:{b}"));
+        let cpus = super::report::cpus_label(k.cpu_a, k.cpu_b);
         let _ = writeln!(
             out,
             "{} {} {} ({cpus}): {}",
@@ -204,9 +201,14 @@ fn where_ran(r: &PingpongRun) -> String {
             .join(", ")
     };
     let mig = |m: Option<u64>| m.map_or("?".into(), |m| m.to_string());
+    // A half-pinned run names its pinned end: `unpinned pipe (1:*)`.
+    let which = match (r.cpu_a, r.cpu_b) {
+        (None, None) => String::new(),
+        _ => format!(" ({})", r.cpus_label()),
+    };
     format!(
-        "unpinned {}: initiator on {}; responder on {}; same CPU in {:.0}% of {} samples; \
-         migrations {}/{}\n",
+        "unpinned {}{which}: initiator on {}; responder on {}; same CPU in {:.0}% of {} \
+         samples; migrations {}/{}\n",
         r.method,
         dist(&w.initiator_cpus),
         dist(&w.responder_cpus),

@@ -42,9 +42,9 @@ pub struct PingpongRun {
     pub endpoints: Endpoints,
     /// How far apart the two CPUs are (`unpinned` when the scheduler chose).
     pub placement: PlacementClass,
-    /// CPU the initiator was pinned to; `None` when unpinned.
+    /// CPU the initiator was pinned to; `None` when it was free.
     pub cpu_a: Option<u32>,
-    /// CPU the responder was pinned to; `None` when unpinned.
+    /// CPU the responder was pinned to; `None` when it was free.
     pub cpu_b: Option<u32>,
     /// Percentiles of individual round trips, in nanoseconds.
     pub rtt: Percentiles,
@@ -66,7 +66,7 @@ pub struct PingpongRun {
     pub ended_by: EndedBy,
     /// This run's p50 divided by the lowest p50 among the runs of the same method.
     pub p50_ratio_to_fastest: f64,
-    /// Where the ends actually ran; only for unpinned runs.
+    /// Where the ends actually ran; only for runs with a free end (unpinned or half-pinned).
     pub where_ran: Option<WhereRan>,
     /// Counters over the measured window, totals and per round trip.
     pub counters: RunCounters,
@@ -88,16 +88,23 @@ pub struct Touch {
 }
 
 impl PingpongRun {
-    /// `0:1`, or `any` when unpinned.
+    /// `0:1`; `1:*` or `*:0` when one end is free; `any` when both are.
     pub fn cpus_label(&self) -> String {
-        match (self.cpu_a, self.cpu_b) {
-            (Some(a), Some(b)) => format!("{a}:{b}"),
-            _ => "any".to_string(),
-        }
+        cpus_label(self.cpu_a, self.cpu_b)
     }
 }
 
-/// Where the two ends of an unpinned run were seen, sampled with `sched_getcpu()` once per
+/// The initiator:responder label of a placement: `0:1`; `1:*` or `*:0` when one end is free;
+/// `any` when both are (as results before half-pinned pairs named it).
+pub fn cpus_label(a: Option<u32>, b: Option<u32>) -> String {
+    let end = |c: Option<u32>| c.map_or("*".to_string(), |c| c.to_string());
+    match (a, b) {
+        (None, None) => "any".to_string(),
+        _ => format!("{}:{}", end(a), end(b)),
+    }
+}
+
+/// Where the two ends of a run with a free end were seen, sampled with `sched_getcpu()` once per
 /// batch (the responder publishes its CPU after every answer; the initiator reads it).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct WhereRan {
@@ -174,4 +181,18 @@ pub fn figures(r: &PingpongReport) -> Vec<crate::experiment::Figure> {
             )
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpus_label_names_the_pinned_ends_and_keeps_any_for_unpinned() {
+        assert_eq!(cpus_label(Some(0), Some(1)), "0:1");
+        assert_eq!(cpus_label(Some(1), None), "1:*");
+        assert_eq!(cpus_label(None, Some(0)), "*:0");
+        // Figure names of older results say `cpus=any`; history and compare match on them.
+        assert_eq!(cpus_label(None, None), "any");
+    }
 }

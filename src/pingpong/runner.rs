@@ -11,7 +11,7 @@ use super::measure::{self, LoopLimits, Measured};
 use super::observe::{Observer, RunCounters, TaskRef};
 use super::plan::{Planned, cpus_in_use, cpus_of};
 use super::report::{PingpongRun, Touch, WhereRan};
-use super::settings::{Endpoints, Placement};
+use super::settings::Endpoints;
 use super::transport::{self, Abort, Connection, Initiator, Responder, SharedPage};
 use crate::affinity;
 use crate::cpulist::CpuSet;
@@ -43,15 +43,22 @@ pub struct RunSpec<'a> {
 }
 
 impl RunSpec<'_> {
+    /// The initiator's (or the responder's) CPU when pinned, else every CPU it may use.
     pub(super) fn affinity(&self, initiator: bool) -> CpuSet {
-        match self.planned.placement {
-            Placement::Pinned { a, b } => CpuSet::from_iter_u32([if initiator { a } else { b }]),
-            Placement::Unpinned => self.cpus.clone(),
+        let p = self.planned.placement;
+        match if initiator {
+            p.initiator()
+        } else {
+            p.responder()
+        } {
+            Some(cpu) => CpuSet::from_iter_u32([cpu]),
+            None => self.cpus.clone(),
         }
     }
 
-    pub(super) fn unpinned(&self) -> bool {
-        self.planned.placement == Placement::Unpinned
+    /// True when the scheduler places an end, so where both ran is tracked.
+    pub(super) fn tracks_where(&self) -> bool {
+        self.planned.placement.has_free_end()
     }
 }
 
@@ -126,7 +133,7 @@ fn run_threads(spec: &RunSpec, conn: Connection, control: &SharedPage) -> Result
             control
                 .u32_at(RESPONDER_TID)
                 .store(affinity::gettid() as u32, Ordering::SeqCst);
-            let slot = spec.unpinned().then(|| control.u32_at(RESPONDER_CPU));
+            let slot = spec.tracks_where().then(|| control.u32_at(RESPONDER_CPU));
             respond(&mut *responder, slot).context("responder")?;
             guard.defuse();
             Ok(())
@@ -182,7 +189,7 @@ fn timed(
         [me, peer()],
         spec.perf_counters,
     );
-    let mut sampler = spec.unpinned().then(WhereRan::default);
+    let mut sampler = spec.tracks_where().then(WhereRan::default);
     let responder_cpu = control.u32_at(RESPONDER_CPU);
     let mut sample = || {
         if let Some(w) = sampler.as_mut() {

@@ -86,14 +86,51 @@ pub enum Endpoints {
     Processes,
 }
 
-/// One placement to measure: two pinned CPUs, or unpinned.
+/// One placement to measure: two pinned CPUs, one end pinned and the other free, or unpinned.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Placement {
     /// The initiator pinned to `a`, the responder pinned to `b`.
     Pinned { a: u32, b: u32 },
+    /// The initiator pinned to `a`; the responder free on any CPU of the allowed set.
+    ResponderUnpinned { a: u32 },
+    /// The initiator free on any CPU of the allowed set; the responder pinned to `b`.
+    InitiatorUnpinned { b: u32 },
     /// Both ends free to run on any CPU of the allowed set; the scheduler places them.
     Unpinned,
+}
+
+impl Placement {
+    /// The placement with the initiator on `a` and the responder on `b` (`None`: free).
+    pub fn of_ends(a: Option<u32>, b: Option<u32>) -> Self {
+        match (a, b) {
+            (Some(a), Some(b)) => Placement::Pinned { a, b },
+            (Some(a), None) => Placement::ResponderUnpinned { a },
+            (None, Some(b)) => Placement::InitiatorUnpinned { b },
+            (None, None) => Placement::Unpinned,
+        }
+    }
+
+    /// The CPU the initiator is pinned to; `None` when it is free.
+    pub fn initiator(self) -> Option<u32> {
+        match self {
+            Placement::Pinned { a, .. } | Placement::ResponderUnpinned { a } => Some(a),
+            Placement::InitiatorUnpinned { .. } | Placement::Unpinned => None,
+        }
+    }
+
+    /// The CPU the responder is pinned to; `None` when it is free.
+    pub fn responder(self) -> Option<u32> {
+        match self {
+            Placement::Pinned { b, .. } | Placement::InitiatorUnpinned { b } => Some(b),
+            Placement::ResponderUnpinned { .. } | Placement::Unpinned => None,
+        }
+    }
+
+    /// True when the scheduler places at least one end (so where it ran is worth recording).
+    pub fn has_free_end(self) -> bool {
+        !matches!(self, Placement::Pinned { .. })
+    }
 }
 
 /// Which placements to measure.
@@ -176,8 +213,9 @@ impl PingpongSettings {
     }
 }
 
-/// Parses a `--pairs` value: `auto`, `all`, or a list like `0:0,0:1,unpinned`. CPU numbers are
-/// checked against the machine by the caller.
+/// Parses a `--pairs` value: `auto`, `all`, or a list like `0:0,0:1,1:unpinned,unpinned`,
+/// where either end may be `unpinned` (or `any`, `*`) to leave it to the scheduler. CPU numbers
+/// are checked against the machine by the caller.
 pub fn parse_pairs(text: &str) -> Result<PairSpec, String> {
     let t = text.trim();
     match t {
@@ -192,12 +230,18 @@ pub fn parse_pairs(text: &str) -> Result<PairSpec, String> {
             list.push(Placement::Unpinned);
             continue;
         }
-        let bad =
-            || format!("`{part}` is not a CPU pair; write pairs like `0:0,0:1` (or `unpinned`)");
+        let bad = || {
+            format!(
+                "`{part}` is not a CPU pair; write initiator:responder pairs like `0:0,0:1,1:unpinned` \
+                 (or `unpinned`)"
+            )
+        };
+        let end = |text: &str| match text.trim() {
+            "unpinned" | "any" | "*" => Ok(None),
+            n => n.parse::<u32>().map(Some).map_err(|_| bad()),
+        };
         let (a, b) = part.split_once(':').ok_or_else(bad)?;
-        let a: u32 = a.trim().parse().map_err(|_| bad())?;
-        let b: u32 = b.trim().parse().map_err(|_| bad())?;
-        list.push(Placement::Pinned { a, b });
+        list.push(Placement::of_ends(end(a)?, end(b)?));
     }
     Ok(PairSpec::List(list))
 }
@@ -220,6 +264,59 @@ mod tests {
         );
         for bad in ["0", "0:", ":1", "a:b", "0-1", "0:1,", ""] {
             assert!(parse_pairs(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn parses_half_pinned_pairs_either_way_round() {
+        assert_eq!(
+            parse_pairs("1:unpinned, unpinned:0,2:any,any:3, 4 : * ,*:5"),
+            Ok(PairSpec::List(vec![
+                Placement::ResponderUnpinned { a: 1 },
+                Placement::InitiatorUnpinned { b: 0 },
+                Placement::ResponderUnpinned { a: 2 },
+                Placement::InitiatorUnpinned { b: 3 },
+                Placement::ResponderUnpinned { a: 4 },
+                Placement::InitiatorUnpinned { b: 5 },
+            ]))
+        );
+        // Both ends free, however written, is the plain unpinned placement.
+        assert_eq!(
+            parse_pairs("unpinned:unpinned,*:*,any:unpinned"),
+            Ok(PairSpec::List(vec![Placement::Unpinned; 3]))
+        );
+        for bad in [
+            "1:unpin",
+            "x:unpinned",
+            "unpinned:x",
+            "unpinned:",
+            ":unpinned",
+            "-1:*",
+            "1:unpinned:0",
+            "any",
+            "*",
+            "4294967296:*",
+            "1:**",
+        ] {
+            let e = parse_pairs(bad).unwrap_err();
+            assert!(
+                e.contains("not a CPU pair") && !e.contains('\n'),
+                "{bad}: {e}"
+            );
+        }
+    }
+
+    #[test]
+    fn each_end_reads_back_from_the_placement() {
+        for (a, b) in [
+            (Some(1), Some(0)),
+            (Some(1), None),
+            (None, Some(0)),
+            (None, None),
+        ] {
+            let p = Placement::of_ends(a, b);
+            assert_eq!((p.initiator(), p.responder()), (a, b));
+            assert_eq!(p.has_free_end(), a.is_none() || b.is_none());
         }
     }
 

@@ -16,7 +16,7 @@ pub struct WakeupRun {
     /// Blocking wakeup (false for spinning on a shared cache line).
     pub blocking: bool,
     pub class: PlacementClass,
-    /// The two CPUs, `"0:1"`; `null` when unpinned.
+    /// The two CPUs, `"0:1"`; `"1:*"` or `"*:0"` when one end was free; `null` when both were.
     pub cpus: Option<String>,
     /// Round-trip time: mean and 95% interval over batch means.
     pub rtt_ns: MeanCi,
@@ -31,9 +31,9 @@ pub struct WakeupRun {
     pub steal_pct: f64,
     /// Other load was seen on the CPUs before the run.
     pub noisy: bool,
-    /// Unpinned only: share of the run both ends spent on one CPU (0..1), when recorded.
+    /// Unpinned or half-pinned only: share of the run both ends spent on one CPU (0..1), when recorded.
     pub same_cpu_share: Option<f64>,
-    /// Unpinned only: CPU migrations of both ends per second.
+    /// Unpinned or half-pinned only: CPU migrations of both ends per second.
     pub migrations_per_s: Option<f64>,
     /// Busy neighbours (spinning threads, one per other usable CPU) running beside this run;
     /// absent for a run on an otherwise idle machine.
@@ -85,7 +85,7 @@ fn wakeup_run(r: &PingpongRun, noisy: bool) -> WakeupRun {
         method: r.method.as_str().to_string(),
         blocking: r.method != Method::Spin,
         class: r.placement,
-        cpus: r.cpu_a.zip(r.cpu_b).map(|(a, b)| format!("{a}:{b}")),
+        cpus: (r.cpu_a.is_some() || r.cpu_b.is_some()).then(|| r.cpus_label()),
         rtt_ns: r.mean_rtt_ns.clone(),
         p50_ns: r.rtt.p50_ns as f64,
         p99_ns: r.rtt.p99_ns as f64,
