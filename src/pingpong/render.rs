@@ -29,9 +29,9 @@ pub fn render(report: &PingpongReport, style: &Style) -> String {
         report.cpus
     );
     if !report.runs.is_empty() {
-        let _ = writeln!(out, "{}", table(&report.runs));
+        let _ = writeln!(out, "{}", table(&report.runs, s.target_ci_rel));
     }
-    if report.runs.iter().any(|r| r.ended_by == EndedBy::MaxTime) {
+    if report.runs.iter().any(|r| cut_short(r, s.target_ci_rel)) {
         let _ = writeln!(
             out,
             "{}",
@@ -83,7 +83,13 @@ fn per_rt(v: Option<f64>) -> String {
     v.map_or("-".into(), |v| format!("{v:.2}"))
 }
 
-fn table(runs: &[PingpongRun]) -> Table {
+/// A run that reached `--max-time` before its interval met a target; with no target
+/// (`--target-ci 0`) every run is meant to last `--max-time`, and none is cut short.
+fn cut_short(r: &PingpongRun, target_ci_rel: f64) -> bool {
+    target_ci_rel > 0.0 && r.ended_by == EndedBy::MaxTime
+}
+
+fn table(runs: &[PingpongRun], target_ci_rel: f64) -> Table {
     let mut t = Table::new();
     t.load_style(STYLE);
     t.set_header([
@@ -115,7 +121,7 @@ fn table(runs: &[PingpongRun]) -> Table {
                 "{} ± {:.1}%{}",
                 fmt_ns(r.mean_rtt_ns.mean),
                 100.0 * r.mean_rtt_ns.rel_half_width(),
-                if r.ended_by == EndedBy::MaxTime {
+                if cut_short(r, target_ci_rel) {
                     "*"
                 } else {
                     " "
@@ -333,5 +339,25 @@ mod tests {
         assert_eq!(ratio_of(&text, "pipe", "any"), "3.00", "{text}");
         // No same-CPU run of its own method: nothing to divide by, though pipe has two.
         assert_eq!(ratio_of(&text, "unix", "0:1"), "-", "{text}");
+    }
+
+    #[test]
+    fn a_run_is_marked_cut_short_only_when_there_was_a_ci_target_to_miss() {
+        let r = run(Method::Pipe, PlacementClass::SameCpu, Some((0, 0)), 100.0);
+        let mean_cell = |target: f64| {
+            let text = table(std::slice::from_ref(&r), target).to_string();
+            let row = text.lines().find(|l| l.contains("0:0")).unwrap_or_default();
+            row.contains("%*")
+        };
+        assert!(mean_cell(0.02), "reached --max-time before a 2% target");
+        assert!(
+            !mean_cell(0.0),
+            "--target-ci 0 asks for the whole --max-time"
+        );
+        let converged = PingpongRun {
+            ended_by: EndedBy::Converged,
+            ..r.clone()
+        };
+        assert!(!cut_short(&converged, 0.02));
     }
 }
