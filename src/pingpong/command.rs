@@ -20,8 +20,7 @@ use std::path::Path;
 #[derive(Debug, clap::Args)]
 #[command(after_help = "Examples:\n  \
     cpulab pingpong\n  \
-    cpulab pingpong --method pipe,futex,spin\n  \
-    cpulab pingpong --pairs all\n  \
+    cpulab pingpong --method pipe,futex,spin --pairs all\n  \
     cpulab pingpong --pairs 0:0,0:1,unpinned --json > pingpong.json\n  \
     cpulab pingpong --pairs 1:0,1:unpinned --processes")]
 pub struct Args {
