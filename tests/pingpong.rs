@@ -300,6 +300,7 @@ fn work_after_each_wakeup_is_timed_apart_and_only_when_asked() {
         .args(BRIEF)
         .output()
         .unwrap();
+    common::assert_success(&out);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("Work after each wakeup"), "{text}");
     assert!(text.contains("writes 16 KiB"), "{text}");
@@ -420,11 +421,7 @@ fn a_half_pinned_pair_tracks_where_the_free_end_ran() {
         .args(BRIEF)
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::assert_success(&out);
     let text = String::from_utf8_lossy(&out.stdout);
     let line = format!("unpinned pipe (*:{pinned}): initiator on ");
     assert!(text.contains(&line), "{text}");

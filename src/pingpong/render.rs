@@ -185,10 +185,10 @@ fn touch_table(runs: &[PingpongRun], style: &Style) -> String {
         ]);
     }
     format!(
-        "\n{} (the initiator writes {} KiB of its own, one word per 64-byte line, as soon as each \
+        "\n{} (the initiator writes {} of its own, one word per 64-byte line, as soon as each \
          pong wakes it; timed apart from the round trip)\n{t}\n",
         style.bold("Work after each wakeup"),
-        bytes as f64 / 1024.0
+        crate::units::fmt_bytes(bytes)
     )
 }
 

@@ -105,13 +105,10 @@ pub fn host_m(cal: &Calibration) -> HostProfile {
                 "guest switch and wakeup costs from the calibration's same and cross round \
                  trips (the two pipe rows are its inputs, not checks); cold stretch {:.0}% over \
                  the first {:.1} us after a halt from the calibration's work after each wakeup \
-                 ({} KiB written: {:.2} us across vCPUs against {:.2} us on one), none of it \
-                 from this table",
+                 ({}), none of it from this table",
                 costs.cold_stretch * 100.0,
                 costs.cold_work_ns / 1e3,
-                c.bytes / 1024,
-                c.cross_ns / 1e3,
-                c.same_ns / 1e3
+                c.describe()
             ),
         },
         costs,

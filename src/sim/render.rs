@@ -122,18 +122,19 @@ fn table_text(t: &TableCheck) -> String {
     out += &format!("{tab}\n");
     let (max, target) = if pp {
         (
-            format!("{:.1} pp", t.max_abs_error_pp.unwrap_or(0.0)),
+            t.max_abs_error_pp.map(|m| format!("{m:.1} pp")),
             format!("{:.0} pp", t.target),
         )
     } else {
         (
-            format!("{:.1}%", 100.0 * t.max_rel_error.unwrap_or(0.0)),
+            t.max_rel_error.map(|m| format!("{:.1}%", 100.0 * m)),
             format!("{:.0}%", 100.0 * t.target),
         )
     };
-    out += &match &t.not_checked {
-        Some(_) => format!("  target {target}: NOT CHECKED (the reason is the last note)\n"),
-        None => format!(
+    out += &match (&t.not_checked, max) {
+        (Some(_), _) => format!("  target {target}: NOT CHECKED (the reason is the last note)\n"),
+        (None, None) => format!("  target {target}: no cell checked, NOT MET\n"),
+        (None, Some(max)) => format!(
             "  largest checked error {max}, target {target}: {}\n",
             if t.pass { "MET" } else { "NOT MET" }
         ),

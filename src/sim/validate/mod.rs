@@ -46,10 +46,13 @@ pub struct TableCheck {
     pub measure: String,
     /// The target: points for shares, a fraction for ratios.
     pub target: f64,
-    /// Largest |simulated - published| in points over the checked cells (shares).
+    /// Largest |simulated - published| in points over the checked cells (shares); none when no
+    /// cell was checked.
     pub max_abs_error_pp: Option<f64>,
-    /// Largest |simulated / published - 1| over the checked cells (ratios).
+    /// Largest |simulated / published - 1| over the checked cells (ratios); none when no cell
+    /// was checked.
     pub max_rel_error: Option<f64>,
+    /// Every checked cell met the target, and at least one was checked.
     pub pass: bool,
     pub cells: Vec<Cell>,
     /// Simulated curves that have no published counterpart (E), for reading only.
@@ -151,8 +154,9 @@ fn table(
     cells: Vec<Cell>,
 ) -> TableCheck {
     let checked: Vec<&Cell> = cells.iter().filter(|c| c.checked).collect();
-    let max = checked.iter().map(|c| c.error.abs()).fold(0.0, f64::max);
-    let pass = checked.iter().all(|c| c.pass);
+    // A table with no cell checked has no largest error, and has not shown its target met.
+    let max = checked.iter().map(|c| c.error.abs()).reduce(f64::max);
+    let pass = !checked.is_empty() && checked.iter().all(|c| c.pass);
     let first = report.configs.first();
     TableCheck {
         id: id.into(),
@@ -164,8 +168,8 @@ fn table(
         params_from: params_from.into(),
         measure: measure.into(),
         target,
-        max_abs_error_pp: (measure == "share").then_some(max),
-        max_rel_error: (measure == "ratio").then_some(max),
+        max_abs_error_pp: max.filter(|_| measure == "share"),
+        max_rel_error: max.filter(|_| measure == "ratio"),
         pass,
         cells,
         curves: Vec::new(),

@@ -297,7 +297,7 @@ pub(super) fn check_m(cal: &Calibration, seed: u64) -> Result<TableCheck> {
     tc.notes
         .extend(m_cold_notes(&h.costs, cal, !tc.pass && unlike.is_none()));
     if let Some(why) = unlike {
-        tc.pass = false;
+        // No pgbench row is checked, so the table does not pass (`table`).
         tc.notes.push(why.clone());
         tc.not_checked = Some(why);
     }
@@ -362,11 +362,8 @@ fn m_cold_notes(c: &Costs, cal: &Calibration, missed: bool) -> Vec<String> {
         ),
         Some(w) => (
             format!(
-                "measured by the calibration: {} KiB written after each wakeup took {:.2} us \
-                 across vCPUs against {:.2} us on one",
-                w.bytes / 1024,
-                w.cross_ns / 1e3,
-                w.same_ns / 1e3
+                "measured by the calibration's work after each wakeup, {}",
+                w.describe()
             ),
             "the calibration",
         ),

@@ -280,6 +280,13 @@ fn table_judges_only_the_checked_cells() {
     );
     assert!(!t.pass);
     assert!((t.max_rel_error.unwrap() - 0.2).abs() < 1e-12);
+    // No cell checked: no largest error to state, and no target shown met.
+    let t = literal_table(
+        "ratio",
+        vec![cell(0.0, false, true), cell(0.9, false, false)],
+    );
+    assert!(!t.pass);
+    assert_eq!((t.max_rel_error, t.max_abs_error_pp), (None, None));
     // Shares report points, not a relative error.
     let t = literal_table("share", vec![cell(-2.5, true, true), cell(1.0, true, true)]);
     assert!(t.pass);
@@ -481,6 +488,7 @@ fn m_against_another_host_state_is_not_checked_and_does_not_pass() {
     assert!(why.contains("-65%"), "{why}");
     assert_eq!(m.notes.last().map(String::as_str), Some(why));
     assert!(!m.pass && !v.all_pass);
+    assert_eq!(m.max_rel_error, None, "no largest error of no checked cell");
     // Its inputs are named as measured ones, and the pgbench rows say why they are not checks.
     for c in &m.cells {
         assert!(!c.checked, "{}", c.cell);
