@@ -520,15 +520,37 @@ pub struct MemoryLimit {
     /// What the group uses now, page cache included (v2 `memory.current`, v1
     /// `memory.usage_in_bytes`).
     pub usage: u64,
-    /// The file that sets the limit.
+    /// Of that usage, page cache the kernel reclaims first under the limit (`inactive_file` of
+    /// v2 `memory.stat`, `total_inactive_file` of v1's), the part a container's "working set"
+    /// leaves out; `None` when `memory.stat` could not be read, and then none is counted.
+    pub reclaimable: Option<u64>,
+    /// The file that sets the limit: `memory.max`, or v2 `memory.high` when that is lower
+    /// (above it the kernel throttles the group and reclaims hard, which a measurement feels
+    /// as much as a kill), or v1 `memory.limit_in_bytes`.
     pub file: PathBuf,
 }
 
 impl MemoryLimit {
-    /// How much more the group may take before the kernel reclaims or kills in it.
-    pub fn room(&self) -> u64 {
-        self.limit.saturating_sub(self.usage)
+    /// What the group uses that reclaiming page cache would not give back.
+    pub fn working_set(&self) -> u64 {
+        self.usage.saturating_sub(self.reclaimable.unwrap_or(0))
     }
+
+    /// How much more the group may take before the kernel throttles, reclaims hard or kills in
+    /// it: the limit less the working set.
+    pub fn room(&self) -> u64 {
+        self.limit.saturating_sub(self.working_set())
+    }
+}
+
+/// The page cache a group's `memory.stat` says is reclaimed first (pure): `total_inactive_file`
+/// (v1, the hierarchy's total) or `inactive_file` (v2, which counts descendants already).
+pub fn parse_reclaimable(stat: &str) -> Option<u64> {
+    let keyed = parse_flat_keyed(stat);
+    keyed
+        .get("total_inactive_file")
+        .or_else(|| keyed.get("inactive_file"))
+        .copied()
 }
 
 /// The memory limit that leaves this process the least room: its group's or an ancestor's
@@ -554,16 +576,27 @@ pub fn read_memory_limit(layout: &Layout) -> Reading<Option<MemoryLimit>> {
         };
         let mut tightest: Option<MemoryLimit> = None;
         for dir in g.chain() {
-            let file = dir.join(limit_name);
-            if !file.exists() {
-                continue;
-            }
-            let limit = match read_parsed(&file, parse_memory_limit) {
-                Reading::Value(Some(limit)) => limit,
-                Reading::Value(None) => continue,
-                Reading::Unavailable { unavailable } => {
-                    return Reading::Unavailable { unavailable };
+            // v2 has two limits per group: `memory.high` throttles, `memory.max` kills.
+            let mut limit: Option<(u64, PathBuf)> = None;
+            for name in std::iter::once(limit_name).chain(g.v2.then_some("memory.high")) {
+                let file = dir.join(name);
+                if !file.exists() {
+                    continue;
                 }
+                match read_parsed(&file, parse_memory_limit) {
+                    Reading::Value(Some(l)) => {
+                        if limit.as_ref().is_none_or(|(t, _)| l < *t) {
+                            limit = Some((l, file));
+                        }
+                    }
+                    Reading::Value(None) => {}
+                    Reading::Unavailable { unavailable } => {
+                        return Reading::Unavailable { unavailable };
+                    }
+                }
+            }
+            let Some((limit, file)) = limit else {
+                continue;
             };
             let usage = match read_parsed(&dir.join(usage_name), |t| t.parse::<u64>().ok()) {
                 Reading::Value(usage) => usage,
@@ -571,7 +604,13 @@ pub fn read_memory_limit(layout: &Layout) -> Reading<Option<MemoryLimit>> {
                     return Reading::Unavailable { unavailable };
                 }
             };
-            let here = MemoryLimit { limit, usage, file };
+            let reclaimable = read_parsed(&dir.join("memory.stat"), parse_reclaimable).into_value();
+            let here = MemoryLimit {
+                limit,
+                usage,
+                reclaimable,
+                file,
+            };
             if tightest.as_ref().is_none_or(|t| here.room() < t.room()) {
                 tightest = Some(here);
             }
@@ -758,6 +797,49 @@ mod tests {
             read_memory_limit(&Layout::read(t.path())),
             Reading::Value(None)
         );
+    }
+
+    #[test]
+    fn page_cache_reclaimed_first_is_room_and_memory_high_is_a_limit() {
+        // 400 MiB in use under 512 MiB, 150 MiB of it inactive page cache: 262 MiB of room.
+        let stat = "anon 209715200\nfile 209715200\ninactive_file 157286400\n\
+                    active_file 52428800\n";
+        assert_eq!(parse_reclaimable(stat), Some(150 << 20));
+        // v1's own-group figure is not the hierarchy's: the total is the one under the limit.
+        assert_eq!(
+            parse_reclaimable("inactive_file 1\ntotal_inactive_file 4096\n"),
+            Some(4096)
+        );
+        assert_eq!(parse_reclaimable("anon 4096\n"), None);
+        let t = tree(&[
+            ("proc/self/cgroup", "0::/app\n"),
+            ("proc/self/mountinfo", V2_MOUNT),
+            ("sys/fs/cgroup/app/memory.max", "536870912\n"),
+            ("sys/fs/cgroup/app/memory.high", "max\n"),
+            ("sys/fs/cgroup/app/memory.current", "419430400\n"),
+            ("sys/fs/cgroup/app/memory.stat", stat),
+        ]);
+        let l = read_memory_limit(&Layout::read(t.path()))
+            .into_value()
+            .unwrap()
+            .unwrap();
+        assert_eq!((l.working_set(), l.room()), (250 << 20, 262 << 20));
+        assert!(l.file.ends_with("app/memory.max"), "{l:?}");
+        // A memory.high below memory.max is the limit that binds first.
+        let t = tree(&[
+            ("proc/self/cgroup", "0::/app\n"),
+            ("proc/self/mountinfo", V2_MOUNT),
+            ("sys/fs/cgroup/app/memory.max", "max\n"),
+            ("sys/fs/cgroup/app/memory.high", "314572800\n"),
+            ("sys/fs/cgroup/app/memory.current", "104857600\n"),
+        ]);
+        let l = read_memory_limit(&Layout::read(t.path()))
+            .into_value()
+            .unwrap()
+            .unwrap();
+        assert!(l.file.ends_with("app/memory.high"), "{l:?}");
+        // No memory.stat: the page cache is not guessed at, all of the usage counts.
+        assert_eq!((l.reclaimable, l.room()), (None, 200 << 20));
     }
 
     #[test]

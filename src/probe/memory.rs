@@ -53,10 +53,16 @@ pub fn read_cgroup_room(root: &Path) -> Reading<Option<Room>> {
         limit.map(|l| Room {
             bytes: l.room(),
             source: format!(
-                "the cgroup limit {} ({} there, {} in use)",
+                "the cgroup limit {} ({} there, {} in use{})",
                 l.file.display(),
                 fmt_bytes(l.limit),
-                fmt_bytes(l.usage)
+                fmt_bytes(l.usage),
+                match l.reclaimable {
+                    Some(r) if r > 0 =>
+                        format!(", of which {} is page cache reclaimed first", fmt_bytes(r)),
+                    Some(_) => String::new(),
+                    None => ", page cache counted as in use: memory.stat unreadable".to_string(),
+                }
             ),
         })
     })
@@ -104,7 +110,11 @@ mod tests {
                 "41 31 0:38 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n",
             ),
             ("sys/fs/cgroup/app/memory.max", "536870912\n"),
-            ("sys/fs/cgroup/app/memory.current", "134217728\n"),
+            ("sys/fs/cgroup/app/memory.current", "201326592\n"),
+            (
+                "sys/fs/cgroup/app/memory.stat",
+                "anon 100663296\nfile 100663296\ninactive_file 67108864\nactive_file 33554432\n",
+            ),
         ]);
         let rooms = read_rooms(t.path());
         assert_eq!(rooms.len(), 2, "{rooms:?}");
@@ -112,7 +122,7 @@ mod tests {
         assert!(
             rooms[0]
                 .source
-                .contains("app/memory.max (512 MiB there, 128 MiB in use)"),
+                .contains("app/memory.max (512 MiB there, 192 MiB in use, of which 64 MiB is page cache reclaimed first)"),
             "{}",
             rooms[0].source
         );
