@@ -42,6 +42,15 @@ pub struct WakeupRun {
 }
 
 impl WakeupRun {
+    /// The run's first pinned CPU: 0 of `"0:1"`, 1 of `"1:*"`, 0 of `"*:0"`; `None` when
+    /// neither end was pinned.
+    pub fn pinned_cpu(&self) -> Option<u32> {
+        self.cpus
+            .as_deref()?
+            .split(':')
+            .find_map(|c| c.parse().ok())
+    }
+
     /// Inter-processor interrupts (rescheduling and function-call) per round trip, when counted.
     pub fn ipis(&self) -> Option<f64> {
         let keys = ["irq_RES", "irq_CAL"];

@@ -8,6 +8,7 @@
 use crate::compare::{Separation, separation};
 use crate::doctor::findings::{Datum, Finding};
 use crate::doctor::measurements::{Facts, Measurements};
+use crate::pingpong::summary::WakeupRun;
 use crate::stats::MeanCi;
 
 /// What every rule reads.
@@ -116,6 +117,14 @@ pub fn rate_effect_banded(worse: &[f64], better: &[f64], min_ratio: f64) -> Opti
 }
 
 /// A round trip in nanoseconds with its interval.
+/// The CPU a remedy keeps both ends on: the pinned CPU of the run that measured the fast
+/// placement, else the first CPU this process may use (never a CPU outside its cpuset).
+pub fn home_cpu(run: &WakeupRun, facts: &Facts) -> u32 {
+    run.pinned_cpu()
+        .or_else(|| facts.allowed_cpus.first())
+        .unwrap_or(0)
+}
+
 pub fn ns_ci(m: &MeanCi) -> Datum {
     Datum::mean_ci(m, "ns")
 }
@@ -134,6 +143,27 @@ pub fn plain_ci(m: &MeanCi) -> Datum {
 mod tests {
     use super::*;
     use crate::units::thousands;
+
+    #[test]
+    fn a_remedy_keeps_both_ends_on_the_pinned_cpu_or_a_usable_one() {
+        use super::super::fixtures::{quiet_machine, wake};
+        use crate::cpulist::CpuSet;
+        use crate::topology::PlacementClass;
+        let (mut facts, _) = quiet_machine();
+        facts.allowed_cpus = CpuSet::from_iter_u32([4, 5]);
+        let mut run = wake("pipe", true, PlacementClass::SameCpu, "5:5", 5000.0, 0.0);
+        assert_eq!(home_cpu(&run, &facts), 5);
+        // Half-pinned either way: the pinned end's CPU, not the free end's `*`.
+        for (cpus, cpu) in [("1:*", 1), ("*:3", 3)] {
+            run.cpus = Some(cpus.into());
+            assert_eq!((run.pinned_cpu(), home_cpu(&run, &facts)), (Some(cpu), cpu));
+        }
+        // Neither end pinned: the first CPU the cpuset allows, never CPU 0 outside it.
+        run.cpus = None;
+        assert_eq!((run.pinned_cpu(), home_cpu(&run, &facts)), (None, 4));
+        run.cpus = Some("*:*".into());
+        assert_eq!(home_cpu(&run, &facts), 4);
+    }
 
     #[test]
     fn effects_need_noise_and_size() {

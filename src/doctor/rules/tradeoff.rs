@@ -9,7 +9,7 @@
 
 use super::paradox::OTHER_LOAD_PCT;
 use super::rule::{
-    Effect, Inputs, Rule, cost_effect, ns_ci, rate_ci, rate_effect_banded, uncertainty,
+    Effect, Inputs, Rule, cost_effect, home_cpu, ns_ci, rate_ci, rate_effect_banded, uncertainty,
 };
 use super::wakeup::primary_method;
 use crate::doctor::findings::{Change, Confidence, Evidence, Finding, Magnitude, Remedy, Severity};
@@ -113,11 +113,7 @@ impl Rule for LatencyThroughput {
             return vec![];
         };
         let uncertain = doubts(&i, &lat, &thr, packed, spread);
-        let cpu = same
-            .cpus
-            .as_deref()
-            .and_then(|c| c.split(':').next()?.parse().ok())
-            .unwrap_or(0);
+        let cpu = home_cpu(same, i.facts);
         let remedies = remedies(cpu, &lat, &thr, spread, i.m.app_watch.as_ref());
         vec![Finding {
             id: self.id().into(),

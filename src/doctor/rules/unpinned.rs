@@ -11,7 +11,7 @@
 //! are beyond noise apart by 1.5x or more, each holding at least 10% of the batches.
 
 use super::remedies;
-use super::rule::{Inputs, Rule, cost_effect, ns_ci, uncertainty};
+use super::rule::{Inputs, Rule, cost_effect, home_cpu, ns_ci, uncertainty};
 use super::wakeup::{MIN_RATIO, primary_method};
 use crate::doctor::findings::{Confidence, Datum, Evidence, Finding, Magnitude, Severity};
 use crate::doctor::measurements::WakeupRun;
@@ -107,11 +107,7 @@ impl Rule for UnpinnedPlacement {
                 ),
             ),
         };
-        let cpu = same
-            .cpus
-            .as_deref()
-            .and_then(|c| c.split(':').next()?.parse().ok())
-            .unwrap_or(0);
+        let cpu = home_cpu(same, i.facts);
         vec![Finding {
             id: self.id().into(),
             title,

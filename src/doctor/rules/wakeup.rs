@@ -13,7 +13,7 @@
 //!
 //! The effect is the worst pinned class against same-CPU, on the blocking method (pipe first).
 
-use super::rule::{Effect, Inputs, Rule, cost_effect, ns_ci};
+use super::rule::{Effect, Inputs, Rule, cost_effect, home_cpu, ns_ci};
 use super::{environment, remedies};
 use crate::doctor::findings::{Confidence, Datum, Evidence, Finding, Remedy, Severity};
 use crate::doctor::measurements::WakeupRun;
@@ -130,11 +130,7 @@ impl Rule for CrossCpuWakeup {
         ev.extend(fact_evidence(&i));
         let (mech, agree, halts, ipi) = (d.mechanism, d.agree, d.halts, d.ipi);
         let (mechanism, extra) = explain(&mech, &i, halts, ipi);
-        let cpu = base
-            .cpus
-            .as_deref()
-            .and_then(|c| c.split(':').next()?.parse().ok())
-            .unwrap_or(0);
+        let cpu = home_cpu(base, i.facts);
         let mut remedies = remedies::colocate(cpu, i.facts, i.m.app_watch.as_ref());
         remedies.extend(extra);
         // A guest's sockets and nodes are what its host shows it: a KVM host (libvirt) can keep

@@ -9,7 +9,7 @@
 //! cross-CPU wakeups per second), never a measurement of the application itself.
 
 use super::remedies;
-use super::rule::{Inputs, Rule, ns_ci};
+use super::rule::{Inputs, Rule, home_cpu, ns_ci};
 use super::wakeup::worst_penalty;
 use crate::doctor::findings::{Confidence, Datum, Evidence, Finding, Severity};
 use crate::output::fmt_ns;
@@ -96,11 +96,7 @@ impl Rule for WatchedCrossWakeups {
                 src.clone(),
             ));
         }
-        let cpu = worst
-            .cpus
-            .as_deref()
-            .and_then(|c| c.split(':').next()?.parse().ok())
-            .unwrap_or(0);
+        let cpu = home_cpu(worst, i.facts);
         vec![Finding {
             id: self.id().into(),
             title: format!(
