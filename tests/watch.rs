@@ -290,9 +290,17 @@ fn bad_durations_and_two_targets_are_bad_input() {
         &["watch", "--duration", "soon"][..],
         &["watch", "--duration", "0"],
         &["watch", "--pid", "1", "--comm", "postgres"],
+        // A name no task can have: empty, or longer than the 15 bytes the kernel keeps.
+        &["watch", "--comm", ""],
+        &["watch", "--comm", "postgres,"],
+        &["watch", "--comm", "postgres_exporter"],
+        &["doctor", "--comm", "postgres_exporter"],
     ] {
         let out = cpulab().args(args).output().unwrap();
         assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
+        assert!(out.stdout.is_empty(), "{args:?}");
     }
 }
 

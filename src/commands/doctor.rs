@@ -8,6 +8,7 @@ use crate::error::bad_input;
 use crate::machine::Machine;
 use crate::output;
 use crate::report::envelope::Kind;
+use crate::watch::targets::{parse_comms, parse_pids};
 use anyhow::Result;
 use std::path::Path;
 
@@ -125,24 +126,12 @@ pub fn settings(a: &Args) -> Result<DoctorSettings> {
         }
     }
     let watch = if !a.pid.is_empty() {
-        let mut pids = std::collections::BTreeSet::new();
-        for p in &a.pid {
-            let pid: i32 = p.trim().parse().ok().filter(|p| *p > 0).ok_or_else(|| {
-                bad_input(format!(
-                    "--pid `{p}` is not a process id; give one like `1234`"
-                ))
-            })?;
-            if !Path::new("/proc").join(pid.to_string()).is_dir() {
-                return Err(bad_input(format!(
-                    "no process with pid {pid} (it may have exited); see `ps -e`"
-                )));
-            }
-            pids.insert(pid);
-        }
-        Some(crate::watch::Target::Pids(pids))
+        Some(crate::watch::Target::Pids(
+            parse_pids(&a.pid, Path::new("/"), "--pid").map_err(bad_input)?,
+        ))
     } else if !a.comm.is_empty() {
         Some(crate::watch::Target::Comms(
-            a.comm.iter().map(|c| c.trim().to_string()).collect(),
+            parse_comms(&a.comm, "--comm").map_err(bad_input)?,
         ))
     } else {
         None

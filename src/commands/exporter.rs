@@ -12,6 +12,7 @@ use crate::exporter::settings::{
 use crate::exporter::webconfig::WebConfig;
 use crate::machine::Machine;
 use crate::wakeups::{GroupBy, Shape};
+use crate::watch::targets::{parse_comms, parse_pids};
 use anyhow::Result;
 use std::path::PathBuf;
 
@@ -142,28 +143,14 @@ pub fn check_latency_sample(n: u32) -> Result<u32, String> {
 /// Flags -> settings, checked against this machine.
 pub fn settings(args: &Args, machine: &Machine) -> Result<Settings> {
     let listen = parse_listen(&args.listen).map_err(bad_input)?;
-    for c in &args.comm {
-        if c.is_empty() || c.len() > 15 {
-            return Err(bad_input(format!(
-                "--comm `{c}` can never match: a command name is 1 to 15 bytes (the kernel \
-                 truncates longer ones; see `ps -o comm`)"
-            )));
-        }
-    }
-    let mut pids = Vec::new();
-    for p in &args.pid {
-        let pid: i32 = p.trim().parse().ok().filter(|p| *p > 0).ok_or_else(|| {
-            bad_input(format!(
-                "--pid `{p}` is not a process id; give a number like 1234"
-            ))
-        })?;
-        if !machine.root.join(format!("proc/{pid}")).exists() {
-            return Err(bad_input(format!(
-                "--pid {pid}: no such process; check it with `ps -p {pid}`"
-            )));
-        }
-        pids.push(pid);
-    }
+    let pids: Vec<i32> = parse_pids(&args.pid, &machine.root, "--pid")
+        .map_err(bad_input)?
+        .into_iter()
+        .collect();
+    let comms: Vec<String> = parse_comms(&args.comm, "--comm")
+        .map_err(bad_input)?
+        .into_iter()
+        .collect();
     let cgroup_root = machine.root.join("sys/fs/cgroup");
     let mut cgroups = Vec::new();
     for g in &args.cgroup {
@@ -211,7 +198,7 @@ pub fn settings(args: &Args, machine: &Machine) -> Result<Settings> {
         .transpose()?;
     Ok(Settings {
         listen,
-        comms: args.comm.clone(),
+        comms,
         pids,
         cgroups,
         max_targets: args.max_targets,

@@ -4,12 +4,12 @@
 //! Targets are checked here, before anything is opened: a pid that does not exist, a cgroup
 //! directory without `cgroup.procs`, a duration that is not a time, are one line and exit 2.
 
+use super::targets::{parse_comms, parse_pids};
 use super::{Target, Watch, WatchSettings};
 use crate::error::bad_input;
 use crate::experiment::Command;
 use crate::machine::Machine;
 use anyhow::Result;
-use std::collections::BTreeSet;
 use std::path::PathBuf;
 
 /// Watch a running application's wakeups: where they land and what each placement costs.
@@ -97,23 +97,9 @@ pub fn settings(args: &Args, machine: &Machine) -> Result<WatchSettings> {
         ));
     }
     let target = if !args.pid.is_empty() {
-        let mut pids = BTreeSet::new();
-        for p in &args.pid {
-            let pid: i32 = p.trim().parse().ok().filter(|p| *p > 0).ok_or_else(|| {
-                bad_input(format!(
-                    "--pid `{p}` is not a process id; give one like `1234`"
-                ))
-            })?;
-            if !machine.root.join("proc").join(pid.to_string()).is_dir() {
-                return Err(bad_input(format!(
-                    "no process with pid {pid} (it may have exited); see `ps -e`"
-                )));
-            }
-            pids.insert(pid);
-        }
-        Target::Pids(pids)
+        Target::Pids(parse_pids(&args.pid, &machine.root, "--pid").map_err(bad_input)?)
     } else if !args.comm.is_empty() {
-        Target::Comms(args.comm.iter().map(|c| c.trim().to_string()).collect())
+        Target::Comms(parse_comms(&args.comm, "--comm").map_err(bad_input)?)
     } else if let Some(dir) = &args.cgroup {
         if !dir.join("cgroup.procs").is_file() {
             return Err(bad_input(format!(

@@ -41,6 +41,60 @@ impl Target {
     }
 }
 
+/// The kernel keeps this many bytes of a task's name (`TASK_COMM_LEN` less its NUL): a longer
+/// name given to match /proc/PID/comm would match nothing.
+pub const COMM_MAX: usize = 15;
+
+/// `--pid` values (`flag` names the option in messages): process ids that exist under `root`.
+/// A value that is not a positive number, or a process that is not there, is one line naming
+/// it and the fix.
+pub fn parse_pids(values: &[String], root: &Path, flag: &str) -> Result<BTreeSet<i32>, String> {
+    let mut pids = BTreeSet::new();
+    for v in values {
+        let pid: i32 = v
+            .trim()
+            .parse()
+            .ok()
+            .filter(|p| *p > 0)
+            .ok_or_else(|| format!("{flag} `{v}` is not a process id; give one like `1234`"))?;
+        if !root.join("proc").join(pid.to_string()).is_dir() {
+            return Err(format!(
+                "{flag} {pid}: no such process (it may have exited); check it with `ps -p {pid}`"
+            ));
+        }
+        pids.insert(pid);
+    }
+    Ok(pids)
+}
+
+/// `--comm` values: names as /proc/PID/comm holds them. An empty name, or one longer than the
+/// kernel keeps (which no task can have), is one line; the second names the 15 bytes to give.
+pub fn parse_comms(values: &[String], flag: &str) -> Result<BTreeSet<String>, String> {
+    let mut comms = BTreeSet::new();
+    for v in values {
+        let name = v.trim();
+        if name.is_empty() {
+            return Err(format!(
+                "{flag} has an empty name; give process names as in /proc/PID/comm, like \
+                 `postgres,pgbench`"
+            ));
+        }
+        if name.len() > COMM_MAX {
+            let mut cut = COMM_MAX;
+            while !name.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            return Err(format!(
+                "{flag} `{name}`: the kernel keeps only the first {COMM_MAX} bytes of a process \
+                 name, so this one matches nothing; give `{}` (see `ps -o comm`)",
+                &name[..cut]
+            ));
+        }
+        comms.insert(name.to_string());
+    }
+    Ok(comms)
+}
+
 /// The parts of /proc/<tid>/status cpulab reads: (Tgid, PPid).
 pub fn parse_status(text: &str) -> Option<(i32, i32)> {
     let field = |name: &str| {
@@ -267,6 +321,37 @@ impl Drop for Child {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pid_and_comm_flags_are_checked_once_for_every_command() {
+        let t = crate::testing::tree(&[("proc/42/comm", "postgres\n")]);
+        let ok = parse_pids(&[" 42".into()], t.path(), "--pid").unwrap();
+        assert_eq!(ok, BTreeSet::from([42]));
+        for (bad, says) in [
+            ("0", "not a process id"),
+            ("-3", "not a process id"),
+            ("x", "not a process id"),
+            ("43", "no such process"),
+        ] {
+            let e = parse_pids(&[bad.into()], t.path(), "--pid").unwrap_err();
+            assert!(e.starts_with("--pid ") && e.contains(says), "{bad}: {e}");
+        }
+        let ok = parse_comms(&["postgres".into(), " pgbench ".into()], "--comm").unwrap();
+        assert_eq!(ok, BTreeSet::from(["pgbench".into(), "postgres".into()]));
+        // Exactly 15 bytes is a name the kernel keeps whole.
+        assert!(parse_comms(&["systemd-journal".into()], "--comm").is_ok());
+        let e = parse_comms(&["systemd-journald".into()], "--comm").unwrap_err();
+        assert!(e.contains("give `systemd-journal`"), "{e}");
+        // The cut never splits a character: eight two-byte letters give seven, 14 bytes.
+        let e = parse_comms(&["éééééééé".into()], "--comm").unwrap_err();
+        assert!(e.contains("give `ééééééé`"), "{e}");
+        assert!(
+            parse_comms(&["".into()], "--comm")
+                .unwrap_err()
+                .contains("empty name")
+        );
+        assert!(parse_comms(&["a".into(), " ".into()], "--comm").is_err());
+    }
 
     #[test]
     fn status_gives_tgid_and_ppid() {
