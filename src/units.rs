@@ -53,6 +53,22 @@ pub fn flag_duration(flag: &str, text: &str) -> anyhow::Result<Duration> {
     parse_duration(text).map_err(|e| crate::error::bad_input(format!("--{flag}: {e}")))
 }
 
+/// The most runs any `--repeats` accepts: enough for a tight interval, few enough that the
+/// samples of every run fit in memory and the command ends the same day.
+pub const MAX_REPEATS: usize = 100;
+
+/// A count flag (`--repeats`) checked against its range before anything runs: outside
+/// `min..=max` is bad input naming the flag, the value and the range to give (one line, exit 2).
+pub fn flag_count(flag: &str, value: usize, min: usize, max: usize) -> anyhow::Result<usize> {
+    if (min..=max).contains(&value) {
+        Ok(value)
+    } else {
+        Err(crate::error::bad_input(format!(
+            "--{flag} {value}: give {min} to {max}"
+        )))
+    }
+}
+
 /// The most `--touch` accepts: 1 GiB, far beyond any cache.
 pub const MAX_BYTES: u64 = 1 << 30;
 
@@ -159,6 +175,18 @@ pub mod serde_secs {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_count_outside_its_range_is_one_line_naming_flag_value_and_range() {
+        assert_eq!(flag_count("repeats", 3, 1, MAX_REPEATS).unwrap(), 3);
+        assert_eq!(flag_count("repeats", 1, 1, MAX_REPEATS).unwrap(), 1);
+        assert_eq!(flag_count("repeats", 100, 1, MAX_REPEATS).unwrap(), 100);
+        for bad in [0, 101, usize::MAX] {
+            let e = flag_count("repeats", bad, 1, MAX_REPEATS).unwrap_err();
+            assert_eq!(crate::error::exit_code(&e), 2);
+            assert_eq!(format!("{e:#}"), format!("--repeats {bad}: give 1 to 100"));
+        }
+    }
 
     #[test]
     fn sizes_take_binary_units_and_refuse_nonsense() {

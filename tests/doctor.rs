@@ -222,6 +222,15 @@ fn bad_presets_are_bad_input() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown preset"));
     let out = doctor(&["--quick", "--thorough"]);
     assert_eq!(out.status.code(), Some(2));
+    // Once taken as no preset: the whole battery ran and exited 0.
+    for empty in ["", ","] {
+        let out = doctor(&["--with", empty, "--quick"]);
+        assert_eq!(out.status.code(), Some(2), "--with `{empty}`");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+        assert!(err.contains("names no preset"), "{err}");
+        assert!(out.stdout.is_empty());
+    }
 }
 
 /// `--no-load-check`, as on every measuring command: no load check recorded, and the result

@@ -98,6 +98,9 @@ fn bad_flags_are_one_line_and_exit_2() {
             "5ms",
         ],
         &["bursty", "--cpus", "4096"],
+        // Once accepted, and each ran until killed.
+        &["messaging", "--repeats", "99999999999"],
+        &["bursty", "--repeats", "99999999999"],
     ] {
         bad_input(args);
     }

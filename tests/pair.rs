@@ -477,6 +477,9 @@ fn bad_usage_is_exit_2() {
         "pair --server x --client ab",
         "pair --server 'unbalanced --client ab --ready-port 1",
         "pair",
+        // Once accepted: runs of every placement were allocated up front, and the allocation
+        // aborted the process after the server was prepared.
+        "pair --server true --client true --ready-port 1 --metric pgbench --repeats 99999999999",
     ] {
         exit_2(&w(args), None);
     }

@@ -176,6 +176,8 @@ fn bad_input_exits_2_with_one_line() {
     bad(&["--duration=-1"]);
     bad(&["--duration", "1e20"]);
     bad(&["--repeats", "0"]);
+    // Once accepted: one work unit of primes up to 1e11 never finished, so the run never ended.
+    bad(&["--max-prime", "99999999999"]);
 }
 
 /// stress-ng, a program cpulab did not write, as the neighbour: one always-busy stress-ng worker

@@ -246,10 +246,7 @@ impl Command for Bursty {
                 a.duration, a.work, a.sleep
             )));
         }
-        if a.repeats == 0 {
-            return Err(bad_input("--repeats must be at least 1"));
-        }
-        s.repeats = a.repeats;
+        s.repeats = crate::units::flag_count("repeats", a.repeats, 1, crate::units::MAX_REPEATS)?;
         if let Some(text) = &a.cpus {
             s.cpus = Some(machine.cpus(text)?);
         }

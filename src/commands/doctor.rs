@@ -124,6 +124,12 @@ pub fn settings(a: &Args) -> Result<DoctorSettings> {
                 presets.push(p.to_string());
             }
         }
+        if presets.is_empty() {
+            return Err(bad_input(format!(
+                "--with `{w}` names no preset; give {} or all, or leave out --with",
+                PRESETS.join(", ")
+            )));
+        }
     }
     let watch = if !a.pid.is_empty() {
         Some(crate::watch::Target::Pids(

@@ -258,6 +258,7 @@ impl Command for Messaging {
                 return Err(bad_input(format!("{flag} must be at least 1")));
             }
         }
+        crate::units::flag_count("repeats", a.repeats, 1, crate::units::MAX_REPEATS)?;
         let tasks = a.groups.saturating_mul(a.senders).saturating_mul(2);
         if tasks > MAX_TASKS {
             return Err(bad_input(format!(

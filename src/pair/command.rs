@@ -267,6 +267,8 @@ pub fn settings(a: &Flags, machine: &Machine) -> Result<PairSettings> {
             a.repeats
         )));
     }
+    let fewest = if a.allow_few_repeats { 1 } else { MIN_REPEAT };
+    crate::units::flag_count("repeats", a.repeats, fewest, crate::units::MAX_REPEATS)?;
     let duration = flag_duration("duration", &a.duration)?;
     if duration.subsec_nanos() != 0 || duration.is_zero() {
         return Err(bad_input(format!(

@@ -120,11 +120,8 @@ impl ScaleSettings {
                 crate::affinity::validate(&set, &machine.topology, &machine.allowed)?;
             }
         }
-        if self.repeats < 2 || self.repeats > 100 {
-            return Err(bad_input(
-                "--repeats must be in 2..=100 (an interval needs two runs)",
-            ));
-        }
+        // At least two: an interval needs two runs.
+        crate::units::flag_count("repeats", self.repeats, 2, crate::units::MAX_REPEATS)?;
         if self.duration < Duration::from_millis(1) || self.duration > Duration::from_secs(600) {
             return Err(bad_input(
                 "--duration must be between 0.001 and 600 seconds",

@@ -40,7 +40,8 @@ pub struct Args {
     /// Runs per configuration, for the confidence interval.
     #[arg(long, value_name = "N", default_value_t = 3)]
     pub repeats: usize,
-    /// Size of one work unit: primes are searched up to this number (sysbench's default).
+    /// Size of one work unit: primes are searched up to this number, 3 to 1000000 (the default
+    /// is sysbench's).
     #[arg(long, value_name = "N", default_value_t = 10_000)]
     pub max_prime: u64,
     /// Burner busy/sleep cycle in milliseconds.

@@ -56,6 +56,10 @@ pub struct ShareSettings {
     pub check_load: bool,
 }
 
+/// The largest `--max-prime`: 100 times sysbench's 10000. A unit is checked for the stop flag
+/// only between units, so one far longer than a run would keep the run going past its end.
+pub const MAX_PRIME: u64 = 1_000_000;
+
 impl ShareSettings {
     /// T workers beside B busy burners, with the defaults for everything else.
     pub fn single(threads: usize, burners: usize) -> Self {
@@ -103,17 +107,19 @@ impl ShareSettings {
         if !(self.duty_pct > 0.0 && self.duty_pct <= 100.0) {
             return Err(bad_input("--duty must be a percentage in 1..=100"));
         }
-        if self.repeats < 1 || self.repeats > 100 {
-            return Err(bad_input("--repeats must be in 1..=100"));
-        }
+        crate::units::flag_count("repeats", self.repeats, 1, crate::units::MAX_REPEATS)?;
         if self.duration < Duration::from_millis(10) || self.duration > Duration::from_secs(600) {
             return Err(bad_input("--duration must be between 0.01 and 600 seconds"));
         }
         if self.duty_period.is_zero() {
             return Err(bad_input("the burner duty period must be positive"));
         }
-        if self.max_prime < 3 {
-            return Err(bad_input("--max-prime must be at least 3"));
+        if !(3..=MAX_PRIME).contains(&self.max_prime) {
+            return Err(bad_input(format!(
+                "--max-prime {}: give 3 to {MAX_PRIME} (10000 is sysbench's); a larger work \
+                 unit would not finish within a run",
+                self.max_prime
+            )));
         }
         if let Some(c) = &self.burner_cpus {
             if c.is_empty() {
