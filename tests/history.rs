@@ -538,3 +538,47 @@ fn history_outputs_go_through_the_one_output_path() {
     }
     assert!(!Path::new("x.html").exists());
 }
+
+/// Filters that can match no run, and prunes that would empty the history, are one line and
+/// exit 2 with nothing on stdout and nothing deleted. Each was once accepted: a misspelt
+/// `--kind`, an empty `--host`, a `--since` in the future or after `--until` listed an empty
+/// history with exit 0, and `prune --keep 0` or `--before` a future date deleted every run.
+#[test]
+fn filters_that_match_nothing_and_prunes_that_delete_everything_are_bad_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let h = dir.path().join("h.sqlite");
+    let hs = h.to_str().unwrap();
+    let docs: Vec<Value> = (0..2)
+        .map(|i| doctor_run(i, 1.0, "6.1", "performance", None))
+        .collect();
+    import(&h, &docs);
+    for bad in [
+        &["history", "list", "--kind", "doctr"][..],
+        &["history", "list", "--kind", ""],
+        &["history", "export", "--host", ""],
+        &["history", "list", "--since", "2999-01-01"],
+        &["history", "list", "--since", "1d", "--until", "7d"],
+        &["history", "check", "--kind", "pingpog"],
+        &["history", "prune", "--keep", "0"],
+        &["history", "prune", "--before", "2999-01-01"],
+    ] {
+        let mut args = vec!["--history", hs];
+        args.extend_from_slice(bad);
+        common::bad_input(&args);
+        let out = cpulab().args(&args).output().unwrap();
+        assert!(out.stdout.is_empty(), "{bad:?}");
+    }
+    let list = cpulab()
+        .args([
+            "--history",
+            hs,
+            "history",
+            "list",
+            "--json",
+            "--kind",
+            "doctor",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(json_of(&list)["runs"].as_array().unwrap().len(), 2);
+}

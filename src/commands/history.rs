@@ -9,6 +9,7 @@ use crate::history::actions;
 use crate::history::check::Settings;
 use crate::history::store::Filter;
 use crate::history::when;
+use crate::report::envelope::Kind;
 use anyhow::Result;
 use std::path::PathBuf;
 
@@ -131,14 +132,46 @@ fn time_flag(flag: &str, v: &Option<String>) -> Result<Option<i64>> {
         .transpose()
 }
 
+/// A `--kind` value: a kind cpulab writes results of, else one line with the kinds to give (a
+/// misspelt kind matched nothing and listed an empty history).
+fn kind_flag(kind: &Option<String>) -> Result<Option<String>> {
+    let Some(k) = kind else {
+        return Ok(None);
+    };
+    let registered = crate::registry::kinds();
+    if Kind::parse(k.trim(), &registered).is_some() {
+        return Ok(Some(k.trim().to_string()));
+    }
+    let mut names: Vec<&str> = Vec::new();
+    for k in registered.iter().chain(&[Kind::Doctor, Kind::Try]) {
+        if !names.contains(&k.as_str()) {
+            names.push(k.as_str());
+        }
+    }
+    Err(bad_input(format!(
+        "--kind `{k}` is no kind of result; give one of {} (`cpulab history list` shows them)",
+        names.join(", ")
+    )))
+}
+
 impl Which {
     fn filter(&self) -> Result<Filter> {
+        if self.host.as_deref().is_some_and(|h| h.trim().is_empty()) {
+            return Err(bad_input(
+                "--host is empty; give a host name as `cpulab history list` shows it, or leave out --host",
+            ));
+        }
+        let since = time_flag("--since", &self.since)?;
+        let until = time_flag("--until", &self.until)?;
+        if let Some(why) = when::empty_window(since, until, now()) {
+            return Err(bad_input(why));
+        }
         Ok(Filter {
-            kind: self.kind.clone(),
+            kind: kind_flag(&self.kind)?,
             host: self.host.clone(),
             hardware_key: None,
-            since_unix_s: time_flag("--since", &self.since)?,
-            until_unix_s: time_flag("--until", &self.until)?,
+            since_unix_s: since,
+            until_unix_s: until,
         })
     }
 }
@@ -230,7 +263,7 @@ pub fn run(args: Args, g: &Global) -> Result<()> {
                 window,
                 threshold_pct: percent("--threshold", threshold)?,
             };
-            actions::check(kind.as_deref(), &settings, &out)
+            actions::check(kind_flag(&kind)?.as_deref(), &settings, &out)
         }
         Action::Report { which, threshold } => {
             let threshold = percent("--threshold", threshold)?;
@@ -248,7 +281,20 @@ pub fn run(args: Args, g: &Global) -> Result<()> {
                     "prune needs --keep N or --before TIME; nothing was deleted",
                 ));
             }
+            if keep == Some(0) {
+                return Err(bad_input(
+                    "--keep 0 would delete every run; give 1 or more (to empty the history, delete its file)",
+                ));
+            }
             let before = time_flag("--before", &before)?;
+            if let Some(t) = before
+                && t > now()
+            {
+                return Err(bad_input(format!(
+                    "--before {} is in the future, so every run would go; give a time in the past, such as 30d",
+                    when::utc(t)
+                )));
+            }
             actions::prune(before, keep, dry_run, g.quiet, &out)
         }
     }

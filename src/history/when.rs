@@ -91,9 +91,52 @@ pub fn parse(text: &str, now: i64) -> Option<i64> {
     ok.then(|| days_from_civil(*y, *m, *d) * 86_400 + h * 3600 + mi * 60 + sec)
 }
 
+/// Why a `--since`/`--until` window can hold no run, or `None` when it can: a start after
+/// `now` (no run is recorded in the future), or a start after the end.
+pub fn empty_window(since: Option<i64>, until: Option<i64>, now: i64) -> Option<String> {
+    if let Some(s) = since
+        && s > now
+    {
+        return Some(format!(
+            "--since {} is in the future, so no run can match; give a time in the past, such as 7d",
+            utc(s)
+        ));
+    }
+    if let (Some(s), Some(u)) = (since, until)
+        && s > u
+    {
+        return Some(format!(
+            "--since {} is after --until {}, so no run can match; give --since the earlier time",
+            utc(s),
+            utc(u)
+        ));
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_window_that_holds_no_run_says_why() {
+        let now = 1_800_000_000;
+        assert_eq!(empty_window(None, None, now), None);
+        assert_eq!(empty_window(Some(now), Some(now), now), None);
+        assert_eq!(empty_window(Some(now - 86_400), None, now), None);
+        // An end in the future is fine: it only bounds nothing.
+        assert_eq!(empty_window(None, Some(now + 86_400), now), None);
+        let future = empty_window(Some(now + 1), None, now).unwrap();
+        assert!(
+            future.starts_with("--since 2027-01-15 08:00 UTC is in the future"),
+            "{future}"
+        );
+        let reversed = empty_window(Some(now - 60), Some(now - 120), now).unwrap();
+        assert!(
+            reversed.contains("is after --until 2027-01-15 07:58 UTC"),
+            "{reversed}"
+        );
+    }
 
     #[test]
     fn times_read_and_print_in_utc() {
