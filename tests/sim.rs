@@ -162,6 +162,8 @@ fn bad_scenarios_and_calibrations_are_one_line_and_exit_2() {
         })
         .collect();
     assert!(toml.contains("cold_stretch = -0.5"), "{toml}");
+    let good = dir.path().join("good.toml");
+    std::fs::write(&good, &out.stdout).unwrap();
     let cold = dir.path().join("cold.toml");
     std::fs::write(&cold, toml).unwrap();
     let out = cpulab()
@@ -181,10 +183,18 @@ fn bad_scenarios_and_calibrations_are_one_line_and_exit_2() {
             not_result.to_str().unwrap(),
         ],
         vec!["sim"],
+        // Flags the action ignores or has no output for: once `list --html` printed the list
+        // before it failed, and `--toml` beside a scenario file was dropped without a word.
+        vec!["sim", "list", "--html", "list.html"],
+        vec!["sim", "list", "--calibrate", "pingpong.json"],
+        vec!["sim", good.to_str().unwrap(), "--toml"],
+        vec!["sim", "validate", "--toml"],
+        vec!["sim", "builtin", "c-fair-share", "--toml", "--json"],
     ] {
         let out = cpulab().args(&args).output().unwrap();
         assert_eq!(out.status.code(), Some(2), "{args:?}");
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+        assert!(out.stdout.is_empty(), "{args:?}: nothing on stdout");
     }
 }

@@ -86,8 +86,39 @@ fn action(words: &[String]) -> Result<Action> {
     })
 }
 
+/// Flags the action would ignore, or whose output it has not, refused before anything runs
+/// (once, `sim list --html` printed the list and then failed, and `--toml` beside a scenario
+/// file was dropped without a word).
+fn contradictions(action: &Action, args: &Args) -> Result<()> {
+    let builtin = matches!(action, Action::Builtin { .. });
+    let listing = matches!(action, Action::List | Action::Bench);
+    let html = args.output.html().is_some();
+    if args.toml && !builtin {
+        return Err(bad_input(
+            "--toml prints a built-in scenario's file; give it with `cpulab sim builtin NAME --toml`, or leave it out",
+        ));
+    }
+    if args.toml && (html || args.output.json()) {
+        return Err(bad_input(
+            "--toml prints the scenario file on stdout; leave out --json and --html",
+        ));
+    }
+    if listing && html {
+        return Err(bad_input(
+            "--html: this `cpulab sim` output has no HTML page; leave out --html",
+        ));
+    }
+    if listing && args.calibrate.is_some() {
+        return Err(bad_input(
+            "--calibrate: this `cpulab sim` output simulates nothing; give it with validate, builtin NAME or a scenario file",
+        ));
+    }
+    Ok(())
+}
+
 fn settings(args: &Args) -> Result<Settings> {
     let action = action(&args.what)?;
+    contradictions(&action, args)?;
     let calibration = args
         .calibrate
         .as_deref()
