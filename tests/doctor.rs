@@ -231,6 +231,20 @@ fn bad_presets_are_bad_input() {
         assert!(err.contains("names no preset"), "{err}");
         assert!(out.stdout.is_empty());
     }
+    // A --root that is no machine tree: once exit 1 with the first file that could not be read.
+    let saved = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/results/doctor-quick.json"
+    );
+    let empty = tempfile::tempdir().unwrap();
+    for root in ["/nonexistent/cpulab-root", empty.path().to_str().unwrap()] {
+        let out = doctor(&["--replay", saved, "--root", root]);
+        assert_eq!(out.status.code(), Some(2), "{root}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+        assert!(err.contains("--root"), "{err}");
+        assert!(out.stdout.is_empty());
+    }
 }
 
 /// `--no-load-check`, as on every measuring command: no load check recorded, and the result

@@ -621,6 +621,9 @@ fn bad_urls_and_a_silent_or_failing_server_are_one_line() {
     common::bad_input(&["fleet", "--prometheus", "http://x:9090", "--since", "soon"]);
     common::bad_input(&["fleet", "--prometheus", "http://x:9090", "--limit", "0"]);
     common::bad_input(&["fleet", "--prometheus", "http://x:9090", "--timeout", "0s"]);
+    // The flag is named once: the message said `----timeout`.
+    let out = fleet("http://x:9090", &["--timeout", "5 parsecs"]);
+    refused(&out, 2, "cpulab: --timeout: `5 parsecs`: unknown unit");
 }
 
 #[test]

@@ -200,6 +200,7 @@ fn replay(path: &Path, args: &Args, g: &Global) -> Result<()> {
 
 pub fn run(args: Args, g: &Global, also: &[&dyn Sink]) -> Result<()> {
     check_expected_ids(&args.expect_absent)?;
+    g.machine_root()?;
     if let Some(path) = &args.replay {
         return replay(path, &args, g);
     }

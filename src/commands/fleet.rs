@@ -72,7 +72,7 @@ fn settings(args: &Args) -> Result<(Settings, Duration, webconfig::Access)> {
             args.limit
         )));
     }
-    let timeout = crate::units::flag_duration("--timeout", &args.timeout)?;
+    let timeout = crate::units::flag_duration("timeout", &args.timeout)?;
     if timeout < Duration::from_secs(1) {
         return Err(bad_input(format!(
             "--timeout {}: give 1s or more",

@@ -43,3 +43,27 @@ pub struct Global {
     #[arg(long, global = true)]
     pub no_history: bool,
 }
+
+impl Global {
+    /// Checks that `--root` is a machine tree before its facts are read: not a directory, or one
+    /// without `sys/devices/system/cpu/online`, is one line and exit 2 (it was exit 1 with the
+    /// path of the first file that could not be read).
+    pub fn machine_root(&self) -> anyhow::Result<()> {
+        if !self.root.is_dir() {
+            return Err(crate::error::bad_input(format!(
+                "--root {}: no such directory; give a directory laid out like / (with sys/ and proc/)",
+                self.root.display()
+            )));
+        }
+        let online = self.root.join("sys/devices/system/cpu/online");
+        if !online.is_file() {
+            return Err(crate::error::bad_input(format!(
+                "--root {}: not a machine root, {} is missing; give a directory laid out like / \
+                 (see tests/fixtures/)",
+                self.root.display(),
+                online.display()
+            )));
+        }
+        Ok(())
+    }
+}

@@ -5,7 +5,6 @@
 
 use super::Global;
 use crate::emit::{Emitted, Emitter, Sink};
-use crate::error::bad_input;
 use crate::machine::Machine;
 use crate::output::{Style, print_text};
 use crate::probe;
@@ -33,21 +32,7 @@ pub fn run(args: Args, g: &Global, also: &[&dyn Sink]) -> Result<()> {
             r => anyhow::bail!("{}", r.show(|_| String::new())),
         };
     }
-    let online = g.root.join("sys/devices/system/cpu/online");
-    if !g.root.is_dir() {
-        return Err(bad_input(format!(
-            "--root {}: no such directory; give a directory laid out like / (with sys/ and proc/)",
-            g.root.display()
-        )));
-    }
-    if !online.is_file() {
-        return Err(bad_input(format!(
-            "--root {}: not a machine root, {} is missing; give a directory laid out like / \
-             (see tests/fixtures/)",
-            g.root.display(),
-            online.display()
-        )));
-    }
+    g.machine_root()?;
     let emitter = Emitter::new(&args.output, g.quiet, also)?;
     let machine = Machine::detect(&g.root)?;
     let p = probe::probe(&machine);
