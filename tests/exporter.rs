@@ -140,6 +140,14 @@ fn bad_input_is_one_line_and_exit_2_before_anything_runs() {
         "a-name-longer-than-15",
     ]);
     bad_input(&["exporter", "--mechanism", "fake", "--probe-interval", "1s"]);
+    // Once taken as an interval of three thousand years.
+    bad_input(&[
+        "exporter",
+        "--mechanism",
+        "fake",
+        "--probe-interval",
+        "99999999999",
+    ]);
     // A grouping names the busiest groups; named targets keep their own meaning.
     bad_input(&[
         "exporter",

@@ -74,30 +74,19 @@ pub fn parse_listen(text: &str) -> Result<SocketAddr, String> {
     })
 }
 
-/// `--probe-interval`: seconds, or a number with `s`, `m` or `h`; at least the minimum.
+/// `--probe-interval`: a duration as every duration flag takes it ([`crate::units::parse_duration`]:
+/// `60s`, `5m`, a bare number is seconds, at most a day), of at least the minimum. It had its own
+/// parser, which took 99999999999 (three thousand years) as an interval.
 pub fn parse_interval(text: &str) -> Result<Duration, String> {
-    let t = text.trim();
-    let (num, mult) = match t.char_indices().last() {
-        Some((i, 's')) => (&t[..i], 1),
-        Some((i, 'm')) => (&t[..i], 60),
-        Some((i, 'h')) => (&t[..i], 3600),
-        _ => (t, 1),
-    };
     let min = super::probe::MIN_INTERVAL_S;
-    let secs = num
-        .parse::<u64>()
-        .ok()
-        .and_then(|n| n.checked_mul(mult))
-        .ok_or_else(|| {
-            format!("--probe-interval `{text}` is not a duration; write it like 60s, 5m or 1h")
-        })?;
-    if secs < min {
-        return Err(format!(
+    match crate::units::parse_duration(text) {
+        Ok(d) if d >= Duration::from_secs(min) => Ok(d),
+        Ok(_) => Err(format!(
             "--probe-interval `{text}` is shorter than {min}s; the probe is bounded to at most \
              a quarter of a percent of one CPU, so give {min}s or more"
-        ));
+        )),
+        Err(e) => Err(format!("--probe-interval {e}")),
     }
-    Ok(Duration::from_secs(secs))
 }
 
 /// True when the cgroup path (relative to the cgroup root) matches the glob; `*` never
@@ -214,9 +203,16 @@ mod tests {
         assert!(
             parse_interval("soon")
                 .unwrap_err()
-                .contains("not a duration")
+                .starts_with("--probe-interval `soon`: unknown unit")
         );
         assert!(parse_interval("").is_err());
+        assert!(parse_interval("1ns").unwrap_err().contains("shorter"));
+        assert_eq!(parse_interval("1.5m").unwrap(), Duration::from_secs(90));
+        assert!(
+            parse_interval("99999999999")
+                .unwrap_err()
+                .contains("longer than a day")
+        );
     }
 
     #[test]
