@@ -586,5 +586,37 @@ fn bad_detect_and_max_time_are_one_line_exit_2() {
         assert_eq!(err.trim().lines().count(), 1, "{flag} {value}: {err}");
         assert!(err.contains(want), "{flag} {value}: {err}");
     }
+    // Each once accepted: a minimum of 1e11 rounds, a --metric or --lower-is-better that no
+    // measurement read (the trial ran without them), a regex error in three lines.
+    for (extra, want) in [
+        (
+            &["--rounds", "99999999999"][..],
+            "--rounds 99999999999: give 3 to 100",
+        ),
+        (
+            &["--metric", "tps = (?P<value>.*)"],
+            "`--measure cmd:COMMAND`",
+        ),
+        (&["--lower-is-better"], "`--measure cmd:COMMAND`"),
+        (
+            &["--measure", "pingpong:--pairs 0:0", "--metric", "x"],
+            "`--measure cmd:COMMAND`",
+        ),
+        (
+            &["--measure", "cmd:true", "--metric", "tps = ("],
+            "(unclosed group)",
+        ),
+    ] {
+        let out = common::cpulab_on(d.path())
+            .args(["try", "haltpoll.guest_halt_poll_ns=200000"])
+            .args(extra)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{extra:?}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{extra:?}: {err}");
+        assert!(err.contains(want), "{extra:?}: {err}");
+        assert!(out.stdout.is_empty(), "{extra:?}");
+    }
     assert_eq!(read(&poll_ns(d.path())), "0");
 }

@@ -32,13 +32,13 @@ pub struct Args {
     #[arg(value_name = "SETTING=VALUE")]
     pub settings: Vec<String>,
     /// List the settings with their current value, and whether they can be changed here.
-    #[arg(long)]
+    #[arg(long, conflicts_with_all = ["settings", "restore"])]
     pub list: bool,
     /// Print the plan and the exact writes; write nothing.
     #[arg(long)]
     pub dry_run: bool,
     /// Restore what an interrupted trial left changed (the journal in /run/cpulab).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "settings")]
     pub restore: bool,
     /// Leave the changed values in place at the end, and print how to undo them.
     #[arg(long)]
@@ -180,6 +180,22 @@ fn restore(root: &std::path::Path, quiet: bool) -> Result<()> {
     }
 }
 
+/// `--metric` and `--lower-is-better` read the output of `--measure cmd:...`; beside any other
+/// measurement they were dropped without a word.
+fn unused_metric(args: &Args) -> Result<()> {
+    let cmd = args
+        .measure
+        .as_deref()
+        .is_some_and(|m| m.split_once(':').map_or(m, |(name, _)| name) == "cmd");
+    if !cmd && (args.metric.is_some() || args.lower_is_better) {
+        return Err(bad_input(
+            "--metric and --lower-is-better read the output of `--measure cmd:COMMAND`; give that, \
+             or leave them out (an experiment has its own figures)",
+        ));
+    }
+    Ok(())
+}
+
 pub fn run(args: Args, g: &Global, also: &[&dyn Sink]) -> Result<()> {
     let roots = Roots::new(&g.root, args.profile_dir.as_deref());
     if args.restore {
@@ -199,6 +215,8 @@ pub fn run(args: Args, g: &Global, also: &[&dyn Sink]) -> Result<()> {
             args.rounds
         )));
     }
+    crate::units::flag_count("rounds", args.rounds, 3, crate::units::MAX_REPEATS)?;
+    unused_metric(&args)?;
     let goal = goal(&args)?;
     let (changes, skipped) = setting::parse_changes(&roots, &args.settings)?;
     let machine = Machine::detect(&g.root)?;

@@ -93,8 +93,17 @@ impl Metric {
             }
             return Ok(m);
         }
-        let r = Regex::new(spec)
-            .map_err(|e| bad_input(format!("--metric is not a valid regular expression: {e}")))?;
+        // The regex crate's message spans lines (the pattern, a caret, the error): its last
+        // line names the error, and one line is what bad input gets.
+        let r = Regex::new(spec).map_err(|e| {
+            let text = e.to_string();
+            let why = text.lines().last().unwrap_or_default().trim();
+            let why = why.strip_prefix("error: ").unwrap_or(why);
+            bad_input(format!(
+                "--metric `{spec}` is not a regular expression ({why}); write it like \
+                 `tps = (?P<value>[0-9.]+)`"
+            ))
+        })?;
         if !r.capture_names().any(|n| n == Some("value")) {
             return Err(bad_input(format!(
                 "--metric `{spec}` has no named group `value`; write it like `tps = (?P<value>[0-9.]+)` \
@@ -148,6 +157,21 @@ scaling factor: 1\nquery mode: simple\nnumber of clients: 1\nnumber of threads: 
 maximum number of tries: 1\nduration: 5 s\nnumber of transactions actually processed: 346567\n\
 number of failed transactions: 0 (0.000%)\nlatency average = 0.014 ms\n\
 initial connection time = 2.345 ms\ntps = 69356.123372 (without initial connection time)\n";
+
+    #[test]
+    fn a_pattern_that_is_no_regex_is_one_line_naming_it() {
+        // The regex crate's own message spans three lines.
+        let Err(e) = Metric::parse("tps = (", None, true) else {
+            panic!("an unclosed group parsed")
+        };
+        let text = format!("{e:#}");
+        assert_eq!(crate::error::exit_code(&e), 2);
+        assert!(!text.contains('\n'), "{text}");
+        assert!(
+            text.starts_with("--metric `tps = (` is not a regular expression (unclosed group)"),
+            "{text}"
+        );
+    }
 
     #[test]
     fn pgbench_output() {
