@@ -487,4 +487,14 @@ fn bad_usage_is_exit_2() {
         &w("pair --server x --client ab --ready-port 1 --metric nogroup"),
         None,
     );
+    // Once accepted: the report showed the figure with no unit.
+    let err = exit_2(
+        &[
+            &w("pair --server true --client true --ready-port 1 --metric pgbench")[..],
+            &["--metric-unit", ""],
+        ]
+        .concat(),
+        None,
+    );
+    assert!(err.contains("--metric-unit is empty"), "{err}");
 }

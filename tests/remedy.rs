@@ -1283,3 +1283,38 @@ fn sysctl_p_accepts_the_generated_file_and_changes_nothing() {
     assert!(!o.status.success(), "sysctl read the file");
     assert_eq!(std::fs::read_to_string(SWAPPINESS).unwrap(), before);
 }
+
+/// A doctor run of the history is taken as `@ID`, as `report` and `compare` take it: the same
+/// files as from the saved result (it was read as a file name, "cannot read @1"), and a run of
+/// another kind is refused in one line.
+#[test]
+fn a_history_run_is_taken_as_at_id() {
+    let tmp = tempfile::tempdir().unwrap();
+    let result = with_unit(tmp.path(), UNIT);
+    let h = tmp.path().join("h.sqlite");
+    let hs = h.to_str().unwrap();
+    let pingpong = common::fixture("results").join("pingpong.json");
+    cpulab()
+        .args(["--history", hs, "history", "import", "-q"])
+        .arg(&result)
+        .arg(&pingpong)
+        .assert()
+        .success();
+    let from_file = remedy_json(&result, &tmp.path().join("a"), &[]);
+    let from_history = remedy_json(Path::new("@1"), &tmp.path().join("b"), &["--history", hs]);
+    assert_eq!(
+        from_file["files"].as_array().unwrap().len(),
+        from_history["files"].as_array().unwrap().len()
+    );
+    assert!(!from_history["files"].as_array().unwrap().is_empty());
+    let o = tmp.path().join("c");
+    common::bad_input(&[
+        "--history",
+        hs,
+        "remedy",
+        "@2",
+        "--out",
+        o.to_str().unwrap(),
+    ]);
+    assert!(!o.exists(), "nothing written for a pingpong run");
+}

@@ -53,7 +53,7 @@ pub struct Args {
     /// Like --pid, by process name (as in /proc/PID/comm).
     #[arg(long, value_delimiter = ',', value_name = "NAME")]
     pub comm: Vec<String>,
-    /// Measure nothing: judge the measurements of a saved doctor result (its --json) with this
+    /// Measure nothing: judge the measurements of a saved doctor result (its --json, or `@ID` of the history) with this
     /// cpulab's rules, against this machine's facts or those of --root. Recorded in no history.
     #[arg(
         long,
@@ -153,7 +153,7 @@ pub fn settings(a: &Args) -> Result<DoctorSettings> {
 /// `--replay`: the saved result's measurements, judged against the facts of `g.root`.
 fn replay(path: &Path, args: &Args, g: &Global) -> Result<()> {
     let name = path.display().to_string();
-    let l = crate::report::envelope::load(path, &crate::registry::kinds())?;
+    let l = super::report::load(path)?;
     if l.kind != Kind::Doctor {
         return Err(bad_input(format!(
             "{name} is a {} result; --replay takes one written by `cpulab doctor --json`",

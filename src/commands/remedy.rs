@@ -18,8 +18,8 @@ use std::path::{Path, PathBuf};
     cpulab remedy doctor.json --out remedies --format systemd,cmdline\n  \
     cpulab remedy doctor.json --out remedies --force --json")]
 pub struct Args {
-    /// A saved doctor result (`cpulab doctor --json > doctor.json`); without it, the newest
-    /// doctor run of this host in the history.
+    /// A saved doctor result (`cpulab doctor --json > doctor.json`) or a doctor run of the
+    /// history as `@ID`; without it, the newest doctor run of this host in the history.
     #[arg(value_name = "RESULT")]
     pub result: Option<PathBuf>,
     /// The directory the files are written into (made when missing).
@@ -47,7 +47,9 @@ struct Source {
 
 fn from_file(path: &Path) -> Result<Source> {
     let name = path.display().to_string();
-    let l = crate::report::envelope::load(path, &crate::registry::kinds())?;
+    // `@ID` is a run of the history, as `report` and `compare` take it (it was read as a file
+    // name: "cannot read @2").
+    let l = super::report::load(path)?;
     if l.kind != Kind::Doctor {
         return Err(bad_input(format!(
             "{name} is a {} result; cpulab remedy takes one written by `cpulab doctor --json`",

@@ -230,6 +230,14 @@ fn generic(a: &Flags) -> Result<Programs> {
             ));
         }
     };
+    if a.metric_unit
+        .as_deref()
+        .is_some_and(|u| u.trim().is_empty())
+    {
+        return Err(bad_input(
+            "--metric-unit is empty; give the unit the report shows (`req/s`, `ms`), or leave it out",
+        ));
+    }
     let metric = match &a.metric {
         Some(m) => Metric::parse(m, a.metric_unit.as_deref(), !a.lower_is_better)?,
         None => {
