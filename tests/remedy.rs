@@ -313,6 +313,17 @@ fn expect_absent_exits_1_while_the_finding_is_there_and_0_when_it_is_not() {
         run("frequency-ramp,cross-cpu-wakeup").status.code(),
         Some(1)
     );
+    // Ids as typed in quotes with a space after the comma: the same check (` cross-cpu-wakeup`
+    // was refused as no rule's id).
+    assert_eq!(
+        run("frequency-ramp, cross-cpu-wakeup").status.code(),
+        Some(1)
+    );
+    let o = run("frequency-ramp,,cross-cpu-wakeup");
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("--expect-absent has an empty id"), "{err}");
+    assert!(o.stdout.is_empty());
 }
 
 /// systemd reads the drop-in: `systemd-analyze verify` on a real unit file with the drop-in in

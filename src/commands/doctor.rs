@@ -53,8 +53,9 @@ pub struct Args {
     /// Like --pid, by process name (as in /proc/PID/comm).
     #[arg(long, value_delimiter = ',', value_name = "NAME")]
     pub comm: Vec<String>,
-    /// Measure nothing: judge the measurements of a saved doctor result (its --json, or `@ID` of the history) with this
-    /// cpulab's rules, against this machine's facts or those of --root. Recorded in no history.
+    /// Measure nothing: judge the measurements of a saved doctor result (its --json, or `@ID`
+    /// of the history) with this cpulab's rules, against this machine's facts or those of
+    /// --root. Recorded in no history.
     #[arg(
         long,
         value_name = "RESULT",
@@ -69,9 +70,18 @@ pub struct Args {
 }
 
 /// Refuses an `--expect-absent` id no rule has: a typo would make the check always pass.
-fn check_expected_ids(ids: &[String]) -> Result<()> {
+/// Checks the `--expect-absent` ids, trimmed in place (`a, b` as typed in quotes was refused as
+/// ` b`); an empty one (`a,,b`) is named as empty rather than as the rule ``.
+fn check_expected_ids(ids: &mut [String]) -> Result<()> {
     let known: Vec<&str> = crate::doctor::rules::all().iter().map(|r| r.id()).collect();
     for id in ids {
+        *id = id.trim().to_string();
+        if id.is_empty() {
+            return Err(bad_input(
+                "--expect-absent has an empty id; give finding ids comma-separated, like \
+                 `cross-cpu-wakeup,unpinned-placement`",
+            ));
+        }
         if !known.contains(&id.as_str()) {
             return Err(bad_input(format!(
                 "--expect-absent {id}: no rule finds `{id}`; choose from {}",
@@ -198,8 +208,8 @@ fn replay(path: &Path, args: &Args, g: &Global) -> Result<()> {
     expect_absent(&report.findings, &args.expect_absent)
 }
 
-pub fn run(args: Args, g: &Global, also: &[&dyn Sink]) -> Result<()> {
-    check_expected_ids(&args.expect_absent)?;
+pub fn run(mut args: Args, g: &Global, also: &[&dyn Sink]) -> Result<()> {
+    check_expected_ids(&mut args.expect_absent)?;
     g.machine_root()?;
     if let Some(path) = &args.replay {
         return replay(path, &args, g);
