@@ -178,6 +178,9 @@ fn bad_input_exits_2_with_one_line() {
     bad(&["--repeats", "0"]);
     // Once accepted: one work unit of primes up to 1e11 never finished, so the run never ended.
     bad(&["--max-prime", "99999999999"]);
+    // Once dropped without a word: burner flags beside no burner.
+    bad(&["--burners", "0", "--burner-cpus", "0"]);
+    bad(&["--burners", "0", "--duty", "50"]);
 }
 
 /// stress-ng, a program cpulab did not write, as the neighbour: one always-busy stress-ng worker

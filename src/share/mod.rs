@@ -121,6 +121,14 @@ impl ShareSettings {
                 self.max_prime
             )));
         }
+        // Burner flags beside no burner at all were dropped without a word.
+        let no_burner = self.burners.iter().all(|&b| b == 0);
+        if no_burner && (self.burner_cpus.is_some() || self.duty_pct != 100.0) {
+            return Err(bad_input(
+                "--burner-cpus and --duty shape the burners, and --burners 0 runs none; give \
+                 --burners 1 or more, or leave them out",
+            ));
+        }
         if let Some(c) = &self.burner_cpus {
             if c.is_empty() {
                 return Err(bad_input("--burner-cpus is empty; name at least one CPU"));
