@@ -497,4 +497,10 @@ fn bad_usage_is_exit_2() {
         None,
     );
     assert!(err.contains("--metric-unit is empty"), "{err}");
+    // Once started the server and waited out --ready-timeout (exit 1).
+    let err = exit_2(
+        &w("pair --server true --client true --ready-port 0 --metric pgbench --ready-timeout 5s"),
+        None,
+    );
+    assert!(err.contains("--ready-port 0"), "{err}");
 }

@@ -221,6 +221,13 @@ fn generic(a: &Flags) -> Result<Programs> {
     let server = words("--server", server, a.shell)?;
     let client = words("--client", client, a.shell)?;
     let ready = match (&a.ready_port, &a.ready_socket, &a.ready_cmd) {
+        // Nothing accepts a connection on port 0: the server was started and waited on until
+        // --ready-timeout ran out.
+        (Some(0), _, _) => {
+            return Err(bad_input(
+                "--ready-port 0 is no port a server listens on; give the one it listens on (1 to 65535)",
+            ));
+        }
         (Some(p), _, _) => Readiness::Port(*p),
         (_, Some(s), _) => Readiness::Socket(s.clone()),
         (_, _, Some(c)) => Readiness::Command(words("--ready-cmd", c, a.shell)?),
