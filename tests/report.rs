@@ -304,6 +304,33 @@ fn report_renders_text_and_rejects_broken_files() {
     cpulab().arg("report").arg(&bad).assert().code(2);
 }
 
+/// An output flag naming a file the command reads or the history it records in is refused
+/// before anything is written: `report r.json --html r.json` once replaced the result with its
+/// page, and `history report --html` naming the history replaced the whole history.
+#[test]
+fn an_output_over_an_input_or_the_history_is_refused_and_both_are_left_intact() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = write_sample(dir.path());
+    let before = std::fs::read(&json).unwrap();
+    let j = json.to_str().unwrap();
+    common::bad_input(&["--no-history", "report", j, "--html", j]);
+    let h = dir.path().join("h.sqlite");
+    let hs = h.to_str().unwrap();
+    cpulab()
+        .args(["--history", hs, "history", "import", "-q", j])
+        .assert()
+        .success();
+    let history = std::fs::read(&h).unwrap();
+    common::bad_input(&["--history", hs, "history", "report", "--html", hs]);
+    common::bad_input(&["--history", hs, "report", "@1", "--html", hs]);
+    assert_eq!(
+        std::fs::read(&json).unwrap(),
+        before,
+        "the result is intact"
+    );
+    assert_eq!(std::fs::read(&h).unwrap(), history, "the history is intact");
+}
+
 #[test]
 fn chromium_renders_the_charts() {
     let Some(bin) = chromium() else {

@@ -64,7 +64,10 @@ pub fn run(args: Args, g: &Global) -> Result<()> {
 pub fn load(arg: &std::path::Path) -> Result<Loaded> {
     match arg.to_str().filter(|s| s.starts_with('@')) {
         Some(id) => crate::history::actions::load_ref(id),
-        None => crate::registry::load(arg),
+        None => {
+            crate::emit::protect(arg, "a result this command reads");
+            crate::registry::load(arg)
+        }
     }
 }
 

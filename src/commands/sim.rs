@@ -119,6 +119,12 @@ fn contradictions(action: &Action, args: &Args) -> Result<()> {
 fn settings(args: &Args) -> Result<Settings> {
     let action = action(&args.what)?;
     contradictions(&action, args)?;
+    if let Action::Scenario(path) = &action {
+        crate::emit::protect(path, "the scenario this command reads");
+    }
+    if let Some(path) = &args.calibrate {
+        crate::emit::protect(path, "a result this command reads");
+    }
     let calibration = args
         .calibrate
         .as_deref()

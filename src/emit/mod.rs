@@ -23,7 +23,7 @@ mod json;
 mod text;
 
 pub use args::{JsonArg, OutputArgs};
-pub use file::{check_writable, write_file};
+pub use file::{check_writable, protect, write_file};
 
 use crate::report::envelope::{Envelope, Kind};
 use anyhow::Result;

@@ -92,6 +92,9 @@ pub fn configure(flag: Option<&Path>, no_history: bool, quiet: bool) {
             std::env::var_os("HOME").map(PathBuf::from),
         )
     });
+    if let Location::At(path) = &loc {
+        crate::emit::protect(path, "the history cpulab records in");
+    }
     let _ = CONFIGURED.set((loc, quiet));
 }
 
