@@ -132,8 +132,17 @@ pub struct Loaded {
 /// JSON, truncated, not a cpulab result, another schema version, an unknown kind) is bad input:
 /// one line naming the file and the fix, exit code 2.
 pub fn load(path: &Path, registered: &[Kind]) -> Result<Loaded> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| bad_input(format!("cannot read {}: {e}", path.display())))?;
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        let name = path.display();
+        bad_input(match e.kind() {
+            // Binary (a history file, an image): say what to pass, not only what failed.
+            std::io::ErrorKind::InvalidData => format!(
+                "{name} is not a cpulab result (not text); pass a file written by a cpulab \
+                 command's --json"
+            ),
+            _ => format!("cannot read {name}: {e}"),
+        })
+    })?;
     parse(&text, &path.display().to_string(), registered)
 }
 
@@ -183,6 +192,19 @@ pub fn parse(text: &str, name: &str, registered: &[Kind]) -> Result<Loaded> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_binary_file_is_no_result_in_one_line_saying_what_to_pass() {
+        let dir = tempfile::tempdir().unwrap();
+        let bin = dir.path().join("h.sqlite");
+        std::fs::write(&bin, b"SQLite format 3\0\xff\xfe").unwrap();
+        let e = load(&bin, &[]).unwrap_err();
+        assert_eq!(crate::error::exit_code(&e), 2);
+        let text = format!("{e:#}");
+        assert!(text.ends_with("h.sqlite is not a cpulab result (not text); pass a file written by a cpulab command's --json"), "{text}");
+        let e = load(&dir.path().join("missing.json"), &[]).unwrap_err();
+        assert!(format!("{e:#}").starts_with("cannot read "), "{e:#}");
+    }
 
     #[derive(Serialize)]
     struct Body {
