@@ -69,11 +69,18 @@ impl Machine {
         affinity::parse_and_validate(text, &self.topology, &self.allowed)
     }
 
+    /// [`Machine::cpus`] for a flag: a bad list is one line that starts with the flag and the
+    /// value given (`--cpus `7`: CPU 7 does not exist ...`), not the list's problem alone.
+    pub fn flag_cpus(&self, flag: &str, text: &str) -> Result<CpuSet> {
+        self.cpus(text)
+            .map_err(|e| e.context(format!("{flag} `{text}`")))
+    }
+
     /// Narrows this run to a CPU list (`--cpus` of a command that starts unpinned threads):
     /// the calling thread's affinity becomes the list, so every thread it starts afterwards
     /// inherits it, as under `taskset -c LIST`. The list is checked like any other.
     pub fn restrict_to(&mut self, text: &str) -> Result<()> {
-        let set = self.cpus(text)?;
+        let set = self.flag_cpus("--cpus", text)?;
         affinity::set(0, &set)?;
         self.allowed = set;
         Ok(())

@@ -151,3 +151,27 @@ fn share_takes_cpus_as_the_allowed_set() {
     bad(&["share", "--cpus", "1-0"]);
     bad(&["pair", "--preset", "http", "--cpus", "4096"]);
 }
+
+/// A bad CPU list names the flag it was given to and the value, on every command that takes
+/// one: the message was the list's problem alone (`empty CPU list; ...`), which does not say
+/// which of `--cpus`, `--burner-cpus`, `--order` or `--pairs` to fix.
+#[test]
+fn a_bad_cpu_list_names_its_flag_and_value() {
+    for (args, flag) in [
+        (&["pingpong", "--cpus", "1-0"][..], "--cpus `1-0`"),
+        (&["share", "--burner-cpus", "4096"], "--burner-cpus `4096`"),
+        (&["share", "--cpus", ","], "--cpus `,`"),
+        (&["scale", "--order", "0,,1"], "--order `0,,1`"),
+        (&["oscost", "--cpus", "4096"], "--cpus `4096`"),
+        (&["messaging", "--cpus", "0-"], "--cpus `0-`"),
+        (&["bursty", "--cpus", ""], "--cpus ``"),
+    ] {
+        bad(args);
+        let out = common::cpulab().args(args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.starts_with(&format!("cpulab: {flag}: ")),
+            "{args:?}: {err}"
+        );
+    }
+}

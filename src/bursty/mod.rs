@@ -248,7 +248,7 @@ impl Command for Bursty {
         }
         s.repeats = crate::units::flag_count("repeats", a.repeats, 1, crate::units::MAX_REPEATS)?;
         if let Some(text) = &a.cpus {
-            s.cpus = Some(machine.cpus(text)?);
+            s.cpus = Some(machine.flag_cpus("--cpus", text)?);
         }
         s.check_load = !a.no_load_check;
         Ok(s)

@@ -279,7 +279,7 @@ impl Command for Messaging {
             Channel::Socket
         };
         if let Some(text) = &a.cpus {
-            s.cpus = Some(machine.cpus(text)?);
+            s.cpus = Some(machine.flag_cpus("--cpus", text)?);
         }
         s.spread = a.spread;
         s.check_load = !a.no_load_check;

@@ -58,7 +58,7 @@ pub fn settings(args: &Args, machine: &Machine) -> Result<OscostSettings> {
         OscostSettings::standard()
     };
     if let Some(text) = &args.cpus {
-        s.cpu = machine.cpus(text)?.first();
+        s.cpu = machine.flag_cpus("--cpus", text)?.first();
     }
     if let Some(b) = args.batches {
         s.batches = b;

@@ -154,7 +154,7 @@ fn words(what: &str, cmd: &str, shell: bool) -> Result<Vec<String>> {
 fn side(machine: &Machine, text: &str) -> Result<Option<CpuSet>> {
     match text.trim() {
         "unpinned" | "any" | "*" => Ok(None),
-        t => machine.cpus(t).map(Some),
+        t => machine.flag_cpus("--pairs", t).map(Some),
     }
 }
 

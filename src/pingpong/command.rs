@@ -79,7 +79,7 @@ pub fn settings(args: &Args, machine: &Machine) -> Result<PingpongSettings> {
     }
     methods.dedup();
     let cpus = match &args.cpus {
-        Some(text) => Some(machine.cpus(text)?),
+        Some(text) => Some(machine.flag_cpus("--cpus", text)?),
         None => None,
     };
     let usable = cpus.clone().unwrap_or_else(|| machine.allowed.clone());

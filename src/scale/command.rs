@@ -72,9 +72,9 @@ pub struct Args {
     pub output: crate::emit::OutputArgs,
 }
 
-/// Parses `--cpus` keeping the order written: `4,0-1` is threads on 4, 0, 1.
+/// Parses `--order` keeping the order written: `4,0-1` is threads on 4, 0, 1.
 fn ordered_cpus(text: &str, machine: &Machine) -> Result<Vec<u32>> {
-    machine.cpus(text)?;
+    machine.flag_cpus("--order", text)?;
     let mut out = Vec::new();
     for part in text.split(',').filter(|p| !p.trim().is_empty()) {
         let set = CpuSet::parse_list(part.trim(), false).map_err(|e| bad_input(e.to_string()))?;

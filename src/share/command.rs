@@ -71,7 +71,7 @@ pub fn settings(args: &Args, machine: &Machine) -> Result<ShareSettings> {
     s.burner_cpus = args
         .burner_cpus
         .as_deref()
-        .map(|t| machine.cpus(t))
+        .map(|t| machine.flag_cpus("--burner-cpus", t))
         .transpose()?;
     s.check_load = !args.no_load_check;
     s.check(machine)?;
