@@ -48,6 +48,10 @@ pub struct Idle {
     pub per_cpu_differences: Vec<String>,
     /// `/sys/module/haltpoll/parameters/*`: the guest halt-polling window and its growth.
     pub haltpoll: Reading<BTreeMap<String, String>>,
+    /// Why those parameters act on nothing here (see [`haltpoll_inert`]); absent when they act
+    /// or there are none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub haltpoll_inert: Option<String>,
     /// `/sys/module/cpuidle_haltpoll/parameters/*` (e.g. `force`).
     pub cpuidle_haltpoll: Reading<BTreeMap<String, String>>,
     /// `/sys/module/kvm/parameters/halt_poll_ns*`: host-side polling for guests this kernel runs.
@@ -92,6 +96,32 @@ fn read_states(cpu_dir: &Path) -> Reading<Vec<IdleState>> {
     })
 }
 
+/// Why the haltpoll governor's parameters (`guest_halt_poll_ns` and the rest) act on nothing
+/// under `root`: the haltpoll cpuidle driver is not the one in use (it starts only where the
+/// host asks for it, or with `force`), so idle never polls whatever they say. `None` when it
+/// is in use.
+pub fn haltpoll_inert(root: &Path) -> Option<String> {
+    let driver = read_trim(&root.join("sys/devices/system/cpu/cpuidle/current_driver"))
+        .into_value()
+        .unwrap_or_else(|| "none".into());
+    if driver == "haltpoll" {
+        return None;
+    }
+    // A loadable module has an `initstate`; one built into the kernel does not, and cannot be
+    // started after boot.
+    let module = root.join("sys/module/cpuidle_haltpoll");
+    let how = if module.is_dir() && !module.join("initstate").exists() {
+        "it is built into this kernel, so only booting with cpuidle_haltpoll.force=1 starts it"
+    } else {
+        "boot with cpuidle_haltpoll.force=1, or where it is a module, \
+         `modprobe cpuidle-haltpoll force=1`"
+    };
+    Some(format!(
+        "the haltpoll cpuidle driver is not in use (current driver: {driver}), so idle never \
+         polls whatever this says; {how}"
+    ))
+}
+
 impl Idle {
     pub fn read(root: &Path, allowed: &[u32], cmdline: &Cmdline) -> Self {
         let cpu = root.join("sys/devices/system/cpu");
@@ -120,13 +150,18 @@ impl Idle {
             }
         }
         let module = |m: &str| root.join("sys/module").join(m).join("parameters");
+        let haltpoll = module_params(&module("haltpoll"), |_| true);
         Self {
+            haltpoll_inert: haltpoll
+                .is_value()
+                .then(|| haltpoll_inert(root))
+                .flatten(),
             driver: read_trim(&ci.join("current_driver")),
             governor,
             states_cpu,
             states,
             per_cpu_differences,
-            haltpoll: module_params(&module("haltpoll"), |_| true),
+            haltpoll,
             cpuidle_haltpoll: module_params(&module("cpuidle_haltpoll"), |_| true),
             kvm_host_halt_poll: module_params(&module("kvm"), |n| n.starts_with("halt_poll_ns")),
             cmdline: cmdline.select(

@@ -275,32 +275,8 @@ fn haltpoll(roots: &Roots, param: &str) -> FileKnob {
         subject: Subject::Wakeup,
         debugfs: None,
         unavailable: None,
-        inert: haltpoll_inert(roots),
+        inert: crate::probe::idle::haltpoll_inert(&roots.root),
     }
-}
-
-/// Why the haltpoll governor's parameters act on nothing: the haltpoll cpuidle driver is not
-/// the one in use (it starts only where the host asks for it, or with `force`), so idle never
-/// polls whatever they say.
-pub fn haltpoll_inert(roots: &Roots) -> Option<String> {
-    let driver = read_file_value(&roots.path("sys/devices/system/cpu/cpuidle/current_driver"))
-        .unwrap_or_else(|_| "none".into());
-    if driver == "haltpoll" {
-        return None;
-    }
-    // A loadable module has an `initstate`; one built into the kernel does not, and cannot be
-    // started after boot.
-    let module = roots.path("sys/module/cpuidle_haltpoll");
-    let how = if module.is_dir() && !module.join("initstate").exists() {
-        "it is built into this kernel, so only booting with cpuidle_haltpoll.force=1 starts it"
-    } else {
-        "boot with cpuidle_haltpoll.force=1, or where it is a module, \
-         `modprobe cpuidle-haltpoll force=1`"
-    };
-    Some(format!(
-        "the haltpoll cpuidle driver is not in use (current driver: {driver}), so idle never \
-         polls whatever this says; {how}"
-    ))
 }
 
 fn sysctl(roots: &Roots, key: &str) -> FileKnob {

@@ -5,7 +5,7 @@
 //! estimate, marked as one, with the trial that would measure it. Lost events are printed
 //! whenever there were any, because every count above is then a lower bound.
 
-use super::report::{ClassReport, WatchReport};
+use super::report::{ClassReport, VmReport, WatchReport};
 use crate::output::{Style, fmt_ns};
 use maud::{Markup, html};
 use std::fmt::Write;
@@ -59,11 +59,15 @@ pub fn text(r: &WatchReport, style: &Style) -> String {
     }
     let _ = writeln!(s, "{}", placement_line(r));
     if r.processes.is_empty() {
-        let _ = writeln!(s, "no wakeups of the watched tasks were seen");
+        let _ = writeln!(
+            s,
+            "no wakeups of the watched tasks were seen: none woke in the window, or none ran \
+             (names are matched whole, as in `ps -e -o comm`)"
+        );
     }
     processes_text(&mut s, r, style);
     pairs_text(&mut s, r, style);
-    vm_text(&mut s, r, style);
+    vm_text(&mut s, &r.vm, style);
     estimate_text(&mut s, r, style);
     for n in &r.conditions.notes {
         let _ = writeln!(s, "note: {n}");
@@ -110,9 +114,13 @@ fn pairs_text(s: &mut String, r: &WatchReport, style: &Style) {
 }
 
 /// The VM mechanism around the window: halts and IPIs per wakeup, steal, guest halt polling.
-fn vm_text(s: &mut String, r: &WatchReport, style: &Style) {
-    let vm = &r.vm;
-    let _ = writeln!(s, "\n{} (CPUs {})", style.bold("VM mechanism"), vm.cpus);
+fn vm_text(s: &mut String, vm: &VmReport, style: &Style) {
+    let cpus = if vm.cpus.is_empty() {
+        "none: no wakeup of the watched tasks was seen".to_string()
+    } else {
+        vm.cpus.to_string()
+    };
+    let _ = writeln!(s, "\n{} (CPUs {cpus})", style.bold("VM mechanism"));
     let per: Vec<String> = vm
         .per_wakeup
         .iter()
@@ -131,9 +139,10 @@ fn vm_text(s: &mut String, r: &WatchReport, style: &Style) {
         s,
         "  steal {:.1}%  guest halt polling: {}",
         vm.steal_pct,
-        match vm.guest_halt_poll_ns {
-            Some(ns) => format!("guest_halt_poll_ns={ns}"),
-            None => "no haltpoll driver".into(),
+        match (vm.guest_halt_poll_ns, &vm.guest_halt_poll_inert) {
+            (Some(ns), None) => format!("guest_halt_poll_ns={ns}"),
+            (Some(ns), Some(why)) => format!("off: guest_halt_poll_ns={ns}, but {why}"),
+            (None, _) => "off: no haltpoll module".into(),
         }
     );
     for u in &vm.unavailable {
@@ -347,4 +356,44 @@ pub fn html(r: &WatchReport) -> String {
         }
     };
     crate::report::html::page("cpulab watch", html! { h1 { "cpulab watch" } }, body)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cpulist::CpuSet;
+
+    #[test]
+    fn the_vm_lines_say_what_was_not_seen_and_what_acts_on_nothing() {
+        let style = Style { on: false };
+        let mut vm = VmReport {
+            guest_halt_poll_ns: Some(200000),
+            ..VmReport::default()
+        };
+        let mut s = String::new();
+        vm_text(&mut s, &vm, &style);
+        // No wakeup seen: no CPU list to show, and that is said rather than left blank.
+        assert!(s.contains("(CPUs none: no wakeup"), "{s}");
+        assert!(
+            s.contains("guest halt polling: guest_halt_poll_ns=200000\n"),
+            "{s}"
+        );
+        // Without the haltpoll cpuidle driver the window polls nothing: polling is off.
+        vm.cpus = CpuSet::from_iter_u32([0, 1]);
+        vm.guest_halt_poll_inert = Some("the haltpoll cpuidle driver is not in use".into());
+        let mut s = String::new();
+        vm_text(&mut s, &vm, &style);
+        assert!(s.contains("(CPUs 0-1)"), "{s}");
+        assert!(
+            s.contains("guest halt polling: off: guest_halt_poll_ns=200000, but the haltpoll"),
+            "{s}"
+        );
+        vm.guest_halt_poll_ns = None;
+        let mut s = String::new();
+        vm_text(&mut s, &vm, &style);
+        assert!(
+            s.contains("guest halt polling: off: no haltpoll module"),
+            "{s}"
+        );
+    }
 }

@@ -101,8 +101,12 @@ pub struct VmReport {
     /// Halts and each interrupt type per wakeup of the watched processes.
     pub per_wakeup: BTreeMap<String, f64>,
     pub steal_pct: f64,
-    /// `/sys/module/haltpoll/parameters/guest_halt_poll_ns` (None: no haltpoll driver).
+    /// `/sys/module/haltpoll/parameters/guest_halt_poll_ns` (None: no haltpoll module).
     pub guest_halt_poll_ns: Option<u64>,
+    /// Why that parameter acts on nothing here (the haltpoll cpuidle driver is not in use), so
+    /// the vCPUs halt at once whatever it says; absent when it acts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guest_halt_poll_inert: Option<String>,
     pub unavailable: Vec<String>,
 }
 
@@ -464,6 +468,7 @@ fn vm(i: &Inputs<'_>, involved: &std::collections::BTreeSet<u32>, wakeups: u64) 
         guest_halt_poll_ns: std::fs::read_to_string(poll)
             .ok()
             .and_then(|t| t.trim().parse().ok()),
+        guest_halt_poll_inert: crate::probe::idle::haltpoll_inert(i.root),
         unavailable: d.unavailable,
     }
 }

@@ -53,6 +53,9 @@ pub fn idle(s: &mut String, st: &Style, p: &Probe) {
             hp
         },
     );
+    if let Some(why) = &i.haltpoll_inert {
+        row(s, "", &st.yellow(&format!("acts on nothing here: {why}")));
+    }
     row(s, "cpuidle_haltpoll", &show_map(&i.cpuidle_haltpoll));
     row(s, "kvm (host side)", &show_map(&i.kvm_host_halt_poll));
     if i.kvm_host_halt_poll.is_value() && p.is_vm() {
