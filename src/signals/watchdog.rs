@@ -1,4 +1,6 @@
-//! A watchdog that outlives cpulab, for the one exit no code of ours sees: SIGKILL.
+//! A watchdog that outlives cpulab, for the one exit no code of ours sees: SIGKILL. `pair`
+//! starts one for its servers and directory, `try` for its restore, and every user command
+//! started through [`super::started`] for that command's process group.
 //!
 //! The kernel's parent-death signal ends the servers cpulab started directly, but nobody would
 //! remove the temporary directory, and a server that forked workers into other process groups
@@ -57,6 +59,11 @@ impl Watchdog {
         let mut w = Self::spawn(SCRIPT, &[])?;
         w.send(&format!("dir {}", dir.display()));
         Ok(w)
+    }
+
+    /// Starts the watchdog for process groups alone (no directory): [`super::started`].
+    pub fn for_groups() -> Result<Self, String> {
+        Self::spawn(SCRIPT, &[])
     }
 
     /// Starts `script` the same way (own session, pipe on its standard input, `done` on drop),
