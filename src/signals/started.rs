@@ -59,7 +59,7 @@ impl Started {
         cmd.process_group(0);
         die_with_parent(cmd);
         // The watchdog first, so the moment the command starts is not delayed by it.
-        let (mut watchdog, note) = match Watchdog::for_groups() {
+        let (watchdog, note) = match Watchdog::for_groups() {
             Ok(w) => (Some(w), None),
             Err(e) => (
                 None,
@@ -68,12 +68,20 @@ impl Started {
                 )),
             ),
         };
+        if let Some(a) = watchdog.as_ref().and_then(|w| w.announce(libc::SIGTERM)) {
+            // The child names its group to the watchdog before exec, so nothing it forks can
+            // start before the watchdog knows the group.
+            // SAFETY: from_child is async-signal-safe and allocates nothing.
+            unsafe {
+                cmd.pre_exec(move || {
+                    a.from_child();
+                    Ok(())
+                });
+            }
+        }
         let at = Instant::now();
         let child = cmd.spawn()?;
         let pgid = child.id() as i32;
-        if let Some(w) = watchdog.as_mut() {
-            w.watch_group(pgid, libc::SIGTERM);
-        }
         Ok(Self {
             child,
             pgid,

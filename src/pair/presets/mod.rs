@@ -257,10 +257,11 @@ impl ProcessServer {
         self.stop(env);
         let mut l = self.launch.clone();
         l.cpus = cpus.cloned();
-        let p = Proc::spawn(&l)?;
-        if let Some(w) = env.watchdog.as_mut() {
-            w.watch_group(p.pid, l.stop_signal);
-        }
+        let announce = env
+            .watchdog
+            .as_ref()
+            .and_then(|w| w.announce(l.stop_signal));
+        let p = Proc::spawn_announced(&l, announce)?;
         let p = self.proc.insert(p);
         wait_ready(p, &self.ready, env.ready_timeout)
     }
