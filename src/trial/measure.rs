@@ -139,6 +139,9 @@ impl Runnable for UserCommand {
             .stderr(err_file.try_clone()?);
         let mut started = crate::signals::started::Started::spawn(&mut cmd)
             .map_err(|e| bad_input(format!("cannot run {}: {e}", self.argv[0])))?;
+        if let Some(note) = &started.note {
+            progress.warn(note);
+        }
         let (status, ended) = started.wait()?;
         let wall = (ended - started.started_at()).as_secs_f64();
         drop(started);
