@@ -34,7 +34,6 @@ pub mod proctable;
 pub mod report;
 pub mod runner;
 pub mod settings;
-pub mod watchdog;
 
 pub use experiment::Pair;
 pub use report::{PairReport, PlacementResult};

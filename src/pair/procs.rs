@@ -23,6 +23,7 @@
 use crate::cpulist::CpuSet;
 use crate::pair::cleanup;
 use crate::pair::proctable::{descendants_with_start, remove_orphan_shm, start_time, wait_gone};
+use crate::signals::watchdog::Announce;
 use anyhow::{Context, Result};
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
@@ -146,6 +147,12 @@ fn cpu_set(cpus: &CpuSet) -> Result<nix::sched::CpuSet> {
 impl Proc {
     /// Starts `l`. A program that cannot be found is bad input (exit 2) naming it.
     pub fn spawn(l: &Launch) -> Result<Proc> {
+        Self::spawn_announced(l, None)
+    }
+
+    /// Starts `l`, whose process group the child itself names to the watchdog before exec
+    /// (`announce`), so that what it forks at once is ended too if cpulab is killed right after.
+    pub fn spawn_announced(l: &Launch, announce: Option<Announce>) -> Result<Proc> {
         let (prog, args) = l
             .argv
             .split_first()
@@ -171,7 +178,7 @@ impl Proc {
         // SAFETY: the closure runs between fork and exec and only makes async-signal-safe system
         // calls on values prepared before the fork; it allocates nothing.
         unsafe {
-            cmd.pre_exec(move || child_setup(set.as_ref(), ids, death, parent));
+            cmd.pre_exec(move || child_setup(set.as_ref(), ids, death, parent, announce));
         }
         let child = cmd.spawn().map_err(|e| {
             if e.kind() == std::io::ErrorKind::NotFound {
@@ -273,6 +280,7 @@ fn child_setup(
     ids: Option<(u32, u32)>,
     death_signal: Signal,
     parent: i32,
+    announce: Option<Announce>,
 ) -> std::io::Result<()> {
     use nix::unistd::{Gid, Uid};
     nix::unistd::setsid()?;
@@ -291,6 +299,9 @@ fn child_setup(
         // SAFETY: no safe wrapper for _exit; between fork and exec it ends the child without
         // running the parent's destructors or atexit handlers.
         unsafe { libc::_exit(1) }
+    }
+    if let Some(a) = announce {
+        a.from_child();
     }
     Ok(())
 }

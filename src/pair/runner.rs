@@ -211,10 +211,11 @@ fn run_process(
     tick: &mut dyn FnMut() -> Result<()>,
 ) -> Result<ClientOutcome> {
     let start = Instant::now();
-    let mut p = Proc::spawn(l)?;
-    if let Some(w) = env.watchdog.as_mut() {
-        w.watch_group(p.pid, libc::SIGKILL);
-    }
+    let announce = env
+        .watchdog
+        .as_ref()
+        .and_then(|w| w.announce(libc::SIGKILL));
+    let mut p = Proc::spawn_announced(l, announce)?;
     let mut watch = TreeWatch::start(ctx.root, Target::Tree(p.pid), true, ctx.use_perf);
     let pidfd = pidfd_open(p.pid);
     let end = ctx.expected.map(|d| start + d);

@@ -13,7 +13,7 @@ use crate::experiment::{Direction, Figure, Progress, Unit};
 use crate::machine::Machine;
 use crate::pingpong::{PairSpec, Pingpong, PingpongSettings, Placement};
 use crate::report::envelope::Kind;
-use anyhow::Result;
+use anyhow::{Context, Result};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -124,34 +124,41 @@ impl Runnable for UserCommand {
     }
     fn run(&self, _machine: &Machine, progress: &Progress) -> Result<Outcome> {
         progress.step(&format!("running {}", self.argv.join(" ")));
-        use std::os::unix::process::CommandExt;
+        // Both streams are captured (the metric is read from them) in unlinked files, so none of
+        // it reaches cpulab's stdout, which holds only the trial's result, and nothing stays on
+        // disk. The command and all it starts end with the trial (`signals::started`): an
+        // interrupt stops it at once instead of after its round.
+        let capture = || {
+            tempfile::tempfile().context("cannot create an unlinked file for the command's output")
+        };
+        let (mut out_file, mut err_file) = (capture()?, capture()?);
         let mut cmd = std::process::Command::new(&self.argv[0]);
-        cmd.args(&self.argv[1..]);
-        // SAFETY: prctl is async-signal-safe; the closure allocates nothing. The command ends
-        // with cpulab, even if cpulab is killed with SIGKILL.
-        unsafe {
-            cmd.pre_exec(|| {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-                Ok(())
-            });
-        }
-        let t0 = Instant::now();
-        // Both streams are captured (the metric is read from them): none of it reaches
-        // cpulab's stdout, which holds only the trial's result.
-        let out = cmd
-            .output()
+        cmd.args(&self.argv[1..])
+            .stdin(std::process::Stdio::null())
+            .stdout(out_file.try_clone()?)
+            .stderr(err_file.try_clone()?);
+        let mut started = crate::signals::started::Started::spawn(&mut cmd)
             .map_err(|e| bad_input(format!("cannot run {}: {e}", self.argv[0])))?;
-        let wall = t0.elapsed().as_secs_f64();
-        let (stdout, stderr) = (
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr),
-        );
+        if let Some(note) = &started.note {
+            progress.warn(note);
+        }
+        let (status, ended) = started.wait()?;
+        let wall = (ended - started.started_at()).as_secs_f64();
+        drop(started);
+        let read_all = |f: &mut std::fs::File| -> Result<String> {
+            use std::io::{Read, Seek};
+            let mut bytes = Vec::new();
+            f.seek(std::io::SeekFrom::Start(0))?;
+            f.read_to_end(&mut bytes)?;
+            Ok(String::from_utf8_lossy(&bytes).into_owned())
+        };
+        let (stdout, stderr) = (read_all(&mut out_file)?, read_all(&mut err_file)?);
         let text = format!("{stdout}\n{stderr}");
-        if !out.status.success() {
+        if !status.success() {
             anyhow::bail!(
                 "{} failed ({}); {}",
                 self.argv[0],
-                out.status,
+                status,
                 last_lines(&stdout, &stderr)
             );
         }

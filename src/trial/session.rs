@@ -12,7 +12,7 @@
 use super::journal::{self, Entry, Journal, Lock};
 use super::ops::{self, Op, Target};
 use crate::error::bad_input;
-use crate::pair::watchdog::Watchdog;
+use crate::signals::watchdog::Watchdog;
 use anyhow::Result;
 use std::path::{Path, PathBuf};
 

@@ -112,6 +112,9 @@ impl<'m> Session<'m> {
             Some(argv) => Some(targets::Child::spawn(argv).map_err(bad_input)?),
             None => None,
         };
+        if let Some(note) = child.as_ref().and_then(|c| c.0.note.as_deref()) {
+            progress.warn(note);
+        }
         let target = match &child {
             Some(c) => Target::Command(c.pid()),
             None => s.target.clone(),

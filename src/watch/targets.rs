@@ -274,47 +274,31 @@ impl Drop for Tracefs {
     }
 }
 
-/// The child of `watch -- COMMAND`: run without a shell, killed when cpulab ends. Its standard
-/// output goes to cpulab's stderr (`output::started_command_stdout`), so stdout holds only the
-/// watch's own result.
-pub struct Child(pub std::process::Child);
+/// The child of `watch -- COMMAND`: run without a shell, in its own process group, and ended
+/// with everything it started when the watch ends or cpulab does (`crate::signals::started`).
+/// Its standard output goes to cpulab's stderr (`output::started_command_stdout`), so stdout
+/// holds only the watch's own result.
+pub struct Child(pub crate::signals::started::Started);
 
 impl Child {
     pub fn spawn(argv: &[String]) -> Result<Self, String> {
-        use std::os::unix::process::CommandExt;
         let (prog, args) = argv.split_first().ok_or("no command after `--`")?;
         let stdout = crate::output::started_command_stdout()
             .map_err(|e| format!("cannot give `{prog}` cpulab's stderr as its output: {e}"))?;
         let mut cmd = std::process::Command::new(prog);
         cmd.args(args).stdout(stdout);
-        // SAFETY: prctl is async-signal-safe; the closure allocates nothing.
-        unsafe {
-            cmd.pre_exec(|| {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-                Ok(())
-            });
-        }
-        cmd.spawn()
+        crate::signals::started::Started::spawn(&mut cmd)
             .map(Self)
             .map_err(|e| format!("cannot run `{prog}`: {e}"))
     }
 
     pub fn pid(&self) -> i32 {
-        self.0.id() as i32
+        self.0.pid()
     }
 
     /// True once the command has exited.
     pub fn exited(&mut self) -> bool {
-        !matches!(self.0.try_wait(), Ok(None))
-    }
-}
-
-impl Drop for Child {
-    fn drop(&mut self) {
-        if !self.exited() {
-            let _ = self.0.kill();
-        }
-        let _ = self.0.wait();
+        self.0.try_wait().is_some()
     }
 }
 

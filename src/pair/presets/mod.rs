@@ -20,8 +20,8 @@ use crate::pair::metric::Metric;
 use crate::pair::observe::Target;
 use crate::pair::procs::{self, Launch, Proc, RunAs};
 use crate::pair::settings::{PairSettings, Programs, Readiness};
-use crate::pair::watchdog::Watchdog;
 use crate::signals;
+use crate::signals::watchdog::Watchdog;
 use anyhow::{Result, bail};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -257,10 +257,11 @@ impl ProcessServer {
         self.stop(env);
         let mut l = self.launch.clone();
         l.cpus = cpus.cloned();
-        let p = Proc::spawn(&l)?;
-        if let Some(w) = env.watchdog.as_mut() {
-            w.watch_group(p.pid, l.stop_signal);
-        }
+        let announce = env
+            .watchdog
+            .as_ref()
+            .and_then(|w| w.announce(l.stop_signal));
+        let p = Proc::spawn_announced(&l, announce)?;
         let p = self.proc.insert(p);
         wait_ready(p, &self.ready, env.ready_timeout)
     }
@@ -348,13 +349,14 @@ fn probe_command(argv: &[String]) -> bool {
     let Some((prog, args)) = argv.split_first() else {
         return false;
     };
-    let Ok(mut child) = std::process::Command::new(prog)
-        .args(args)
+    let mut cmd = std::process::Command::new(prog);
+    cmd.args(args)
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-    else {
+        .stderr(std::process::Stdio::null());
+    // A probe that hangs ends with cpulab, even if cpulab is killed with SIGKILL.
+    crate::signals::started::die_with_parent(&mut cmd);
+    let Ok(mut child) = cmd.spawn() else {
         return false;
     };
     let until = Instant::now() + Duration::from_secs(5);

@@ -9,6 +9,13 @@
 //! 128 + the signal number (130 for Ctrl-C, 143 for SIGTERM), as a shell would report it. A second
 //! signal while tearing down exits at once; the parent-death signal and the watchdog still clean
 //! up after that.
+//!
+//! [`watchdog`] is the shell that cleans up after a SIGKILL of cpulab, and [`started`] runs a
+//! user's command (`watch -- COMMAND`, `try --measure cmd:`) so that it and everything it starts
+//! end with cpulab, and an interrupt stops it at once.
+
+pub mod started;
+pub mod watchdog;
 
 use std::sync::Arc;
 use std::sync::OnceLock;
