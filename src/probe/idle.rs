@@ -152,10 +152,7 @@ impl Idle {
         let module = |m: &str| root.join("sys/module").join(m).join("parameters");
         let haltpoll = module_params(&module("haltpoll"), |_| true);
         Self {
-            haltpoll_inert: haltpoll
-                .is_value()
-                .then(|| haltpoll_inert(root))
-                .flatten(),
+            haltpoll_inert: haltpoll.is_value().then(|| haltpoll_inert(root)).flatten(),
             driver: read_trim(&ci.join("current_driver")),
             governor,
             states_cpu,
