@@ -482,6 +482,8 @@ fn bad_cpu_lists_exit_2_with_one_line() {
         assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
         assert!(!err.contains("panicked"), "{args:?}: {err}");
         assert!(out.stdout.is_empty(), "{args:?}");
+        // The line starts with the flag it is about.
+        assert!(err.contains(args[0]), "{args:?}: {err}");
     }
 }
 

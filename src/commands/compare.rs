@@ -47,7 +47,7 @@ pub fn run(args: Args, g: &Global, also: &[&dyn Sink]) -> Result<()> {
     check_shape(&b, &args.b)?;
     if a.kind != b.kind {
         return Err(bad_input(format!(
-            "{} is a {} result but {} is a {} result; compare two results of the same kind",
+            "{} is a `cpulab {}` result but {} is a `cpulab {}` result; compare two results of the same kind",
             args.a.display(),
             a.kind,
             args.b.display(),
@@ -117,7 +117,7 @@ fn check_shape(doc: &envelope::Loaded, path: &std::path::Path) -> Result<()> {
     };
     r.map_err(|e| {
         bad_input(format!(
-            "{} is a {} result of the right schema but the wrong shape ({e}); write it again with `cpulab {} --json`",
+            "{} is a `cpulab {}` result of the right schema but the wrong shape ({e}); write it again with `cpulab {} --json`",
             path.display(),
             doc.kind,
             doc.kind

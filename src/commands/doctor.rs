@@ -166,7 +166,7 @@ fn replay(path: &Path, args: &Args, g: &Global) -> Result<()> {
     let l = super::report::load(path)?;
     if l.kind != Kind::Doctor {
         return Err(bad_input(format!(
-            "{name} is a {} result; --replay takes one written by `cpulab doctor --json`",
+            "{name} is a `cpulab {}` result; --replay takes one written by `cpulab doctor --json`",
             l.kind.as_str()
         )));
     }

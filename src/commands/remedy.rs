@@ -52,7 +52,7 @@ fn from_file(path: &Path) -> Result<Source> {
     let l = super::report::load(path)?;
     if l.kind != Kind::Doctor {
         return Err(bad_input(format!(
-            "{name} is a {} result; cpulab remedy takes one written by `cpulab doctor --json`",
+            "{name} is a `cpulab {}` result; cpulab remedy takes one written by `cpulab doctor --json`",
             l.kind.as_str()
         )));
     }

@@ -195,7 +195,7 @@ pub fn diff(a: i64, b: i64, all: bool, out: &Emitter) -> Result<()> {
     let (ra, rb) = (existing(&store, a)?, existing(&store, b)?);
     if ra.kind != rb.kind {
         return Err(bad_input(format!(
-            "@{a} is a {} run but @{b} is a {} run; diff two runs of the same kind",
+            "@{a} is a `cpulab {}` run but @{b} is a `cpulab {}` run; diff two runs of the same kind",
             ra.kind, rb.kind
         )));
     }

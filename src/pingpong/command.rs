@@ -90,7 +90,8 @@ pub fn settings(args: &Args, machine: &Machine) -> Result<PingpongSettings> {
             .flat_map(|p| [p.initiator(), p.responder()])
             .flatten()
             .collect();
-        affinity::validate(&named, &machine.topology, &usable)?;
+        affinity::validate(&named, &machine.topology, &usable)
+            .map_err(|e| e.context(format!("--pairs `{}`", args.pairs)))?;
     }
     let seconds = |flag: &str, text: &str| flag_duration(flag, text).map(|d| d.as_secs_f64());
     let warmup_s = seconds("warmup", &args.warmup)?;

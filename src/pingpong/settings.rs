@@ -68,7 +68,7 @@ impl FromStr for Method {
             .find(|m| m.as_str() == s.trim())
             .ok_or_else(|| {
                 format!(
-                    "unknown method `{}`; choose from pipe, unix, tcp, futex, eventfd, spin (or all)",
+                    "--method `{}` is no method; choose from pipe, unix, tcp, futex, eventfd, spin (or all)",
                     s.trim()
                 )
             })
@@ -232,8 +232,8 @@ pub fn parse_pairs(text: &str) -> Result<PairSpec, String> {
         }
         let bad = || {
             format!(
-                "`{part}` is not a CPU pair; write initiator:responder pairs like `0:0,0:1,1:unpinned` \
-                 (or `unpinned`)"
+                "--pairs `{part}` is not a CPU pair; write initiator:responder pairs like \
+                 `0:0,0:1,1:unpinned` (or `unpinned`)"
             )
         };
         let end = |text: &str| match text.trim() {

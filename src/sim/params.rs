@@ -338,7 +338,7 @@ pub fn load_calibration(path: &Path) -> Result<Calibration> {
         }
         other => {
             return Err(bad_input(format!(
-                "{name} is a {other} result; --calibrate takes a pingpong or doctor result \
+                "{name} is a `cpulab {other}` result; --calibrate takes a pingpong or doctor result \
                  (cpulab pingpong --json > r.json)"
             )));
         }
