@@ -207,7 +207,9 @@ fn sigterm_of_messaging_ends_every_forked_task() {
         "--senders",
         "5",
         "--repeats",
-        "1000",
+        "100",
+        "--messages",
+        "10000",
         "--no-load-check",
         "--no-history",
     ];
