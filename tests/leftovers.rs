@@ -8,6 +8,7 @@
 #[macro_use]
 mod common;
 
+use common::can_trace;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use std::os::unix::process::ExitStatusExt;
@@ -107,17 +108,6 @@ fn both_sleeps(p: &[(i32, String)]) -> bool {
 }
 
 // ---- watch -- COMMAND ----
-
-fn can_trace(test: &str) -> bool {
-    if nix::unistd::geteuid().is_root() {
-        return true;
-    }
-    common::skipped(
-        test,
-        "cpulab watch needs root to open scheduler tracepoints; CI runs as root",
-    );
-    false
-}
 
 fn watch_args() -> Vec<&'static str> {
     let mut a = vec!["watch", "--quiet", "--no-history", "--duration", "600s"];

@@ -4,20 +4,8 @@
 
 mod common;
 
-use common::cpulab;
+use common::{can_trace, cpulab};
 use serde_json::Value;
-
-/// Tracepoints system-wide need root (or CAP_PERFMON with a low perf_event_paranoid).
-fn can_trace(test: &str) -> bool {
-    if nix::unistd::geteuid().is_root() {
-        return true;
-    }
-    common::skipped(
-        test,
-        "cpulab watch needs root to open scheduler tracepoints; CI runs as root",
-    );
-    false
-}
 
 /// Runs `cpulab watch --json -- cpulab pingpong --processes --pairs PAIR --json`; returns the
 /// pingpong document (the watched command's output, which goes to cpulab's stderr) and the

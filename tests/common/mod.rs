@@ -337,3 +337,17 @@ pub fn doctor_history(dir: &std::path::Path) -> (PathBuf, Value) {
 pub mod chromium;
 pub mod pgpair;
 pub mod prom;
+
+/// Tracepoints system-wide (`cpulab watch`) need root, or CAP_PERFMON with a low
+/// perf_event_paranoid; without it the test says it was skipped (a failure under CI, which runs
+/// as root).
+pub fn can_trace(test: &str) -> bool {
+    if nix::unistd::geteuid().is_root() {
+        return true;
+    }
+    skipped(
+        test,
+        "cpulab watch needs root to open scheduler tracepoints; CI runs as root",
+    );
+    false
+}

@@ -20,6 +20,10 @@ use crate::topology::PlacementClass;
 
 pub struct UnpinnedPlacement;
 
+/// At most this share of the unpinned run's samples with both ends on one CPU counts as the
+/// scheduler spreading the pair.
+const SPREAD_SHARE: f64 = 0.05;
+
 /// The two groups of a bimodal sample: (low, high), when it is bimodal.
 pub fn split_modes(values: &[f64]) -> Option<(Vec<f64>, Vec<f64>)> {
     let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
@@ -65,7 +69,11 @@ impl Rule for UnpinnedPlacement {
         let near_cross = cross.is_some_and(|c| {
             (free.rtt_ns.mean - c.rtt_ns.mean).abs() < (free.rtt_ns.mean - same.rtt_ns.mean).abs()
         });
-        if modes.is_none() && !(slow.is_some() && near_cross) {
+        // The two ends never shared a CPU: the spreading is measured, not inferred from where
+        // the mean falls between the pinned figures (each from its own run, whose run-to-run
+        // spread on a VM is far wider than its interval: the midpoint decided findings by noise).
+        let spread = free.same_cpu_share.filter(|s| *s <= SPREAD_SHARE);
+        if modes.is_none() && !(slow.is_some() && (near_cross || spread.is_some())) {
             return vec![];
         }
         let src = format!("measured: pingpong {method} unpinned");
@@ -101,9 +109,16 @@ impl Rule for UnpinnedPlacement {
                 "Unpinned placement lands on the slow side: the scheduler spreads the pair"
                     .to_string(),
                 format!(
-                    "an unpinned round trip takes {} against {} pinned to one CPU ({ratio:.1}x), close to the cross-CPU figure",
+                    "an unpinned round trip takes {} against {} pinned to one CPU ({ratio:.1}x), {}",
                     fmt_ns(free.rtt_ns.mean),
-                    fmt_ns(same.rtt_ns.mean)
+                    fmt_ns(same.rtt_ns.mean),
+                    match spread {
+                        Some(share) if !near_cross => format!(
+                            "its two ends sharing a CPU {:.0}% of the time",
+                            share * 100.0
+                        ),
+                        _ => "close to the cross-CPU figure".to_string(),
+                    }
                 ),
             ),
         };
@@ -127,7 +142,7 @@ impl Rule for UnpinnedPlacement {
                 between runs and change when something else (a monitoring tool) runs."
                 .into(),
             remedies: remedies::colocate(cpu, i.facts, i.m.app_watch.as_ref()),
-            confidence: if near_cross || modes.is_some() {
+            confidence: if near_cross || spread.is_some() || modes.is_some() {
                 Confidence::High
             } else {
                 Confidence::Medium
@@ -253,12 +268,30 @@ mod tests {
 
     /// Same CPU 10 us, pinned shared LLC 40 us, unpinned with these batch means, plus `extra`.
     fn judged(unpinned: (f64, f64), extra: Vec<WakeupRun>) -> Vec<Finding> {
+        let free = exact_wake(
+            "pipe",
+            true,
+            PlacementClass::Unpinned,
+            "",
+            unpinned,
+            None,
+            None,
+        );
+        judged_among(free, extra)
+    }
+
+    /// [`judged`] with the unpinned run given whole.
+    fn judged_with(free: WakeupRun) -> Vec<Finding> {
+        judged_among(free, vec![])
+    }
+
+    fn judged_among(free: WakeupRun, extra: Vec<WakeupRun>) -> Vec<Finding> {
         use PlacementClass::*;
         let (facts, mut m) = quiet_machine();
         m.wakeup = vec![
             exact_wake("pipe", true, SameCpu, "0:0", (9e3, 11e3), None, None),
             exact_wake("pipe", true, SharedLlc, "0:1", (39e3, 41e3), None, None),
-            exact_wake("pipe", true, Unpinned, "", unpinned, None, None),
+            free,
         ];
         m.wakeup.extend(extra);
         UnpinnedPlacement.check(Inputs {
@@ -288,8 +321,41 @@ mod tests {
                 .iter()
                 .any(|e| e.label == "pinned shared-llc round trip")
         );
-        // 25 us: halfway, as near one as the other: no finding.
+        // 25 us: halfway, as near one as the other: no finding, unless where the two ends ran
+        // was measured and says the scheduler kept them apart.
         assert!(judged((24e3, 26e3), vec![]).is_empty());
+        let halfway = |share: Option<f64>| {
+            let mut w = exact_wake(
+                "pipe",
+                true,
+                PlacementClass::Unpinned,
+                "",
+                (24e3, 26e3),
+                None,
+                None,
+            );
+            w.same_cpu_share = share;
+            judged_with(w)
+        };
+        let f = halfway(Some(0.0));
+        assert_eq!(f.len(), 1);
+        assert!(
+            f[0].magnitude
+                .text
+                .ends_with("(2.5x), its two ends sharing a CPU 0% of the time"),
+            "{}",
+            f[0].magnitude.text
+        );
+        assert_eq!(f[0].confidence, Confidence::High);
+        assert!(halfway(Some(0.05)).len() == 1);
+        assert!(
+            halfway(Some(0.3)).is_empty(),
+            "co-located a third of the time"
+        );
+        assert!(
+            halfway(None).is_empty(),
+            "not recorded is not 'never shared'"
+        );
         // The cross-CPU figure is the slowest blocking pinned run of the method, not another
         // method's, a spinning or the unpinned run.
         let f = judged(
