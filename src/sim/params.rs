@@ -215,6 +215,10 @@ pub struct Calibration {
     /// sets the cold stretch when present.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cold: Option<ColdCalibration>,
+    /// Why the calibration's run was marked noisy (other load before it), if it was: queueing
+    /// behind other tasks lengthens a cross-CPU round trip without any halt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub noisy: Option<String>,
 }
 
 /// The work after each wakeup of a `pingpong --touch` result, from the calibration's two runs.
@@ -261,6 +265,7 @@ impl Calibration {
             cross_rtt_ns: 42_000.0,
             guest_halt_poll_ns: Some(0),
             cold: None,
+            noisy: None,
         }
     }
 
@@ -343,7 +348,19 @@ pub fn load_calibration(path: &Path) -> Result<Calibration> {
             )));
         }
     }
-    pick(&runs, &name, loaded.kind.as_str(), poll)
+    let mut cal = pick(&runs, &name, loaded.kind.as_str(), poll)?;
+    cal.noisy = noisy_reason(&v["conditions"]);
+    Ok(cal)
+}
+
+/// Why a result's `conditions` say other load may have spoiled its figures, if they say so.
+fn noisy_reason(conditions: &serde_json::Value) -> Option<String> {
+    (conditions["noisy"].as_bool() == Some(true)).then(|| {
+        conditions["load_before"]["reason"]
+            .as_str()
+            .unwrap_or("other load before the run")
+            .to_string()
+    })
 }
 
 /// One blocking run of a calibration file: method, placement class, mean round trip (ns), and
@@ -381,6 +398,7 @@ fn pick(runs: &[Run], name: &str, kind: &str, poll: Option<u64>) -> Result<Calib
                     }
                     _ => None,
                 },
+                noisy: None,
             });
         }
     }
@@ -397,6 +415,27 @@ mod tests {
     // That a calibration reproduces its round trips is checked through the model, not by
     // algebra on the costs: validate's table M simulates the pipe pair with the calibrated costs
     // (`sim::validate::tests::this_machine_halt_polling_recovers_and_misses_are_explained`).
+
+    #[test]
+    fn a_noisy_result_carries_its_reason_and_a_quiet_one_none() {
+        let noisy: serde_json::Value = serde_json::from_str(
+            r#"{"noisy": true, "load_before": {"reason": "other load before the run: cpu0 26% busy"}}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            noisy_reason(&noisy).as_deref(),
+            Some("other load before the run: cpu0 26% busy")
+        );
+        let bare: serde_json::Value = serde_json::from_str(r#"{"noisy": true}"#).unwrap();
+        assert_eq!(
+            noisy_reason(&bare).as_deref(),
+            Some("other load before the run")
+        );
+        for quiet in [r#"{"noisy": false}"#, r#"{}"#] {
+            let v: serde_json::Value = serde_json::from_str(quiet).unwrap();
+            assert_eq!(noisy_reason(&v), None, "{quiet}");
+        }
+    }
 
     #[test]
     fn pick_prefers_pipe_and_skips_unpinned() {

@@ -323,6 +323,14 @@ pub(super) fn m_host_state_unlike(cal: &Calibration) -> Option<String> {
         M_HOST_STATE_TOLERANCE * 100.0,
         published_ns / 1e3
     );
+    if let Some(load) = &cal.noisy {
+        return Some(format!(
+            "The pgbench rows are not checked: the calibration was measured under other load \
+             ({load}), and a vCPU busy with other tasks lengthens the cross-vCPU round trip by \
+             queueing, not by halting, so its round trip cannot show which host state it was; \
+             {fix}, on a quiet guest."
+        ));
+    }
     if cal.method != "pipe" {
         return Some(format!(
             "The pgbench rows are not checked: the calibration's round trips were measured with \
