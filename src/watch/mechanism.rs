@@ -6,37 +6,35 @@
 use super::events::{self, Decoder, Timed};
 use super::{
     EVENT_NAMES, Mechanism, PERF_PERMISSION_LINE, PERMISSION_LINE, WatchSettings, bpf, btf, format,
-    is_denied, kernel_filters, ring, targets,
+    is_denied, kernel_filters, ring, tracefs,
 };
 use crate::error::bad_input;
 use crate::machine::Machine;
 use anyhow::Result;
 
-/// The scheduler tracepoints' record layouts (and ids) from tracefs, mounted for the moment
-/// if it is not (root only); a user who may not read them gets `denied_line`.
+/// The scheduler tracepoints' record layouts (and ids) from tracefs, mounted for the moment in a
+/// private mount namespace if it is not (root only: [`tracefs`]); a user who may not read them
+/// gets `denied_line`.
 pub(super) fn read_formats(root_user: bool, denied_line: &str) -> Result<[format::Format; 4]> {
-    let tracefs = targets::Tracefs::open().map_err(|e| {
+    let read = |dir: &std::path::Path| -> Result<[format::Format; 4], String> {
+        let fmt = |n: &str| {
+            tracefs::sched_format(dir, n)
+                .map_err(|e| format!("reading the layout of sched:{n}: {e}"))
+        };
+        Ok([
+            fmt("sched_waking")?,
+            fmt("sched_wakeup")?,
+            fmt("sched_switch")?,
+            fmt("sched_migrate_task")?,
+        ])
+    };
+    tracefs::with_tracefs(read).map_err(|e| {
         if root_user {
             anyhow::anyhow!(e)
         } else {
             bad_input(denied_line)
         }
-    })?;
-    let fmt = |n: &str| {
-        tracefs.format(n).map_err(|e| {
-            if root_user {
-                anyhow::anyhow!("reading the layout of sched:{n}: {e}")
-            } else {
-                bad_input(denied_line)
-            }
-        })
-    };
-    Ok([
-        fmt("sched_waking")?,
-        fmt("sched_wakeup")?,
-        fmt("sched_switch")?,
-        fmt("sched_migrate_task")?,
-    ])
+    })
 }
 
 /// Why the raw-tracepoint programs were not loaded.

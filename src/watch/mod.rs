@@ -9,8 +9,9 @@
 //! (halts, rescheduling and call-function IPIs, steal, guest halt polling) comes from the same
 //! /proc and /sys counters the other experiments read, sampled before and after.
 //!
-//! It only observes: tracefs is mounted just long enough to read the tracepoint layouts when it
-//! was not mounted, the perf events are closed on every exit path (they are descriptors), and
+//! It only observes: where tracefs is not mounted, it is mounted to read the tracepoint layouts
+//! in a private mount namespace of one thread, which no other process sees and which ends with
+//! that thread ([`tracefs`]), the perf events are closed on every exit path (they are descriptors), and
 //! the child of `watch -- COMMAND` ends with cpulab.
 
 pub mod analyze;
@@ -35,6 +36,7 @@ pub mod session;
 pub mod slots;
 pub mod source;
 pub mod targets;
+pub mod tracefs;
 
 use crate::experiment::{Experiment, Figure, LoadWatch, Progress};
 use crate::machine::{Conditions, Machine};

@@ -6,12 +6,10 @@
 //! analysis asks about every event's tasks, and /proc is read only the first time a thread is
 //! seen.
 //!
-//! The watch also borrows two things and gives both back: tracefs, mounted just long enough to
-//! read the tracepoint ids and layouts if it was not mounted ([`Tracefs`]), and the child of
-//! `watch -- COMMAND`, killed with cpulab ([`Child`]: parent-death signal, and a kill on drop).
+//! The child of `watch -- COMMAND` ends with cpulab ([`Child`]); tracefs, which the watch also
+//! needs, is read without changing the machine's mounts (`super::tracefs`).
 
 use super::analyze::{TaskInfo, Tasks};
-use super::format::Format;
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 
@@ -223,54 +221,6 @@ impl Tasks for LiveTasks {
                 .map_or(0, |(_, ppid)| ppid);
         let info = self.info(tgid, ppid);
         self.cache.insert(tid, Some(info));
-    }
-}
-
-const TRACEFS: &str = "/sys/kernel/tracing";
-
-/// tracefs, mounted by cpulab only if it was not, and unmounted when dropped.
-pub struct Tracefs {
-    pub dir: PathBuf,
-    mounted_here: bool,
-}
-
-impl Tracefs {
-    pub fn open() -> Result<Self, String> {
-        let dir = PathBuf::from(TRACEFS);
-        if dir.join("events").is_dir() {
-            return Ok(Self {
-                dir,
-                mounted_here: false,
-            });
-        }
-        nix::mount::mount(
-            Some("nodev"),
-            &dir,
-            Some("tracefs"),
-            nix::mount::MsFlags::empty(),
-            None::<&str>,
-        )
-        .map_err(|e| format!("cannot mount tracefs on {TRACEFS}: {e}"))?;
-        Ok(Self {
-            dir,
-            mounted_here: true,
-        })
-    }
-
-    /// The format of `events/sched/<name>`.
-    pub fn format(&self, name: &str) -> Result<Format, String> {
-        let p = self.dir.join("events/sched").join(name).join("format");
-        let text = std::fs::read_to_string(&p).map_err(|e| format!("{}: {e}", p.display()))?;
-        Format::parse(&text)
-    }
-}
-
-impl Drop for Tracefs {
-    fn drop(&mut self) {
-        if self.mounted_here {
-            // Another tool may be using it by now; then it stays mounted (its user unmounts).
-            let _ = nix::mount::umount2(&self.dir, nix::mount::MntFlags::MNT_DETACH);
-        }
     }
 }
 

@@ -1,0 +1,119 @@
+//! tracefs, read without changing the machine's mounts.
+//!
+//! A watch needs the scheduler tracepoints' ids and record layouts, which only tracefs serves.
+//! Where it is mounted, it is read in place. Where it is not (this project's guests, many
+//! containers), it is mounted in a mount namespace of one thread of cpulab's own, made private
+//! first so nothing propagates back, read there, and gone when that thread ends: no other process
+//! ever sees the mount, and no way cpulab can end (SIGKILL included) can leave it behind, because
+//! the kernel drops a namespace with its last user.
+
+use super::format::Format;
+use std::path::Path;
+
+const TRACEFS: &str = "/sys/kernel/tracing";
+
+/// Runs `read` on the tracefs directory: the machine's own if mounted, else one mounted in a
+/// private mount namespace for the duration of `read` ([`in_private_mount`]).
+pub fn with_tracefs<T: Send>(
+    read: impl FnOnce(&Path) -> Result<T, String> + Send,
+) -> Result<T, String> {
+    let dir = Path::new(TRACEFS);
+    if dir.join("events").is_dir() {
+        return read(dir);
+    }
+    in_private_mount(read)
+}
+
+/// Mounts tracefs on its usual directory in a new, private mount namespace of a thread spawned
+/// for it, runs `read` there, and lets the thread (and with it the namespace and the mount) end.
+/// Needs CAP_SYS_ADMIN, as any mount does.
+pub fn in_private_mount<T: Send>(
+    read: impl FnOnce(&Path) -> Result<T, String> + Send,
+) -> Result<T, String> {
+    use nix::mount::{MsFlags, mount};
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            // A mount namespace of this thread alone: CLONE_NEWNS (with the CLONE_FS it implies)
+            // is allowed to one thread of a multi-threaded process.
+            nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNS).map_err(|e| {
+                format!("cannot make a private mount namespace to read tracefs: {e}")
+            })?;
+            // Private before mounting: where / is shared (systemd makes it so), a mount in the
+            // copy would otherwise propagate to the machine's namespace.
+            mount(
+                None::<&str>,
+                "/",
+                None::<&str>,
+                MsFlags::MS_REC | MsFlags::MS_PRIVATE,
+                None::<&str>,
+            )
+            .map_err(|e| format!("cannot make the mounts of a private namespace private: {e}"))?;
+            mount(
+                Some("nodev"),
+                TRACEFS,
+                Some("tracefs"),
+                MsFlags::empty(),
+                None::<&str>,
+            )
+            .map_err(|e| format!("cannot mount tracefs on {TRACEFS}: {e}"))?;
+            read(Path::new(TRACEFS))
+        })
+        .join()
+        .unwrap_or_else(|_| Err("reading tracefs panicked".to_string()))
+    })
+}
+
+/// The format of `events/sched/<name>` under a tracefs directory.
+pub fn sched_format(dir: &Path, name: &str) -> Result<Format, String> {
+    let p = dir.join("events/sched").join(name).join("format");
+    let text = std::fs::read_to_string(&p).map_err(|e| format!("{}: {e}", p.display()))?;
+    Format::parse(&text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tracefs_mounts(mountinfo: &str) -> usize {
+        std::fs::read_to_string(mountinfo)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.contains(" - tracefs "))
+            .count()
+    }
+
+    /// The mount is seen by the thread that reads, and never by the process's other threads,
+    /// whose namespace is the machine's: the property that lets no ending of cpulab leave it.
+    #[test]
+    fn a_private_tracefs_mount_is_never_seen_outside_its_thread() {
+        if !nix::unistd::geteuid().is_root() {
+            crate::testing::skipped(
+                "a_private_tracefs_mount_is_never_seen_outside_its_thread",
+                "mounting needs root",
+            );
+            return;
+        }
+        let leader = format!("/proc/{}/mountinfo", std::process::id());
+        let before = tracefs_mounts(&leader);
+        let seen = in_private_mount(|dir| {
+            let inside = tracefs_mounts("/proc/thread-self/mountinfo");
+            let outside = tracefs_mounts(&leader);
+            let id = sched_format(dir, "sched_switch")?.id;
+            Ok((inside, outside, id))
+        })
+        .unwrap();
+        assert_eq!(seen.0, before + 1, "the reading thread sees its mount");
+        assert_eq!(seen.1, before, "the rest of the process never does");
+        assert!(seen.2 > 0, "a tracepoint id was read through it");
+        assert_eq!(tracefs_mounts(&leader), before, "nothing left after");
+    }
+
+    #[test]
+    fn a_failing_read_reports_its_error_and_leaves_nothing() {
+        let leader = format!("/proc/{}/mountinfo", std::process::id());
+        let before = tracefs_mounts(&leader);
+        let r: Result<(), String> = in_private_mount(|_| Err("no such event".into()));
+        assert!(r.is_err());
+        assert_eq!(tracefs_mounts(&leader), before);
+    }
+}
