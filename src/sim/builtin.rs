@@ -45,8 +45,9 @@ pub fn host_a() -> HostProfile {
         derived_from: "context_flush_ns from A's SELECT 1 same/different ratio (3.6x); \
                        turbo_drop from Intel's turbo bins for the i5-6600 (3.9 GHz one core \
                        busy, 3.6 GHz all four); cold stretch from A's perf stat of the backend \
-                       (IPC 0.48 same vCPU, 0.40 different), over A's backend burst; the other \
-                       costs are the defaults"
+                       (IPC 0.48 same vCPU, 0.40 different), over A's backend burst; wake choice \
+                       as timed on this project's KVM guest (the default); the other costs are \
+                       the defaults"
             .into(),
     }
 }
@@ -69,7 +70,8 @@ pub fn host_b() -> HostProfile {
         derived_from: "wakeup costs (default x 0.33) from B's classic pgbench ratio, \
                        context_flush_ns from B's root pgbench ratio, both with the default cold \
                        stretch (A's perf stat) in place; module contention not modelled for \
-                       this host (0)"
+                       this host (0); wake choice as timed on this project's KVM guest (the \
+                       default)"
             .into(),
     }
 }
@@ -84,7 +86,8 @@ pub fn host_e() -> HostProfile {
             ..Costs::default()
         },
         derived_from: "module_contention from E's 38% gap (a core runs at 1/1.38 with its \
-                       module sibling busy); cold stretch from A's perf stat (the default)"
+                       module sibling busy); cold stretch from A's perf stat (the default); wake \
+                       choice as timed on this project's KVM guest (the default)"
             .into(),
     }
 }
@@ -99,13 +102,15 @@ pub fn host_m(cal: &Calibration) -> HostProfile {
             None => "guest switch and wakeup costs from the calibration's same and cross \
                      round trips (the two pipe rows are its inputs, not checks); cold stretch \
                      from A's perf stat of the backend (IPC 0.48 same vCPU, 0.40 different), \
-                     over A's backend burst, none of it from this table"
+                     over A's backend burst; wake choice timed on this guest's wakeup path \
+                     (docs/sim.md); none of it from this table"
                 .into(),
             Some(c) => format!(
                 "guest switch and wakeup costs from the calibration's same and cross round \
                  trips (the two pipe rows are its inputs, not checks); cold stretch {:.0}% over \
                  the first {:.1} us after a halt from the calibration's work after each wakeup \
-                 ({}), none of it from this table",
+                 ({}); wake choice timed on this guest's wakeup path (docs/sim.md); none \
+                 of it from this table",
                 costs.cold_stretch * 100.0,
                 costs.cold_work_ns / 1e3,
                 c.describe()

@@ -114,6 +114,17 @@ fn pair_rate(c: &Costs, hv: HvKind, split: bool) -> f64 {
 
 /// The same with the client's and server's work per transaction (us) and the simulated time (ms).
 fn pair_rate_of(c: &Costs, hv: HvKind, split: bool, work_us: (f64, f64), ms: f64) -> f64 {
+    pair_rate_pinned(c, hv, (Some(u32::from(split)), Some(0)), work_us, ms)
+}
+
+/// A pair in a 2-vCPU guest with the client's and server's pins (`None`: free on both vCPUs).
+fn pair_rate_pinned(
+    c: &Costs,
+    hv: HvKind,
+    (client, server): (Option<u32>, Option<u32>),
+    work_us: (f64, f64),
+    ms: f64,
+) -> f64 {
     let s = Scenario {
         name: "mono".into(),
         description: String::new(),
@@ -138,13 +149,42 @@ fn pair_rate_of(c: &Costs, hv: HvKind, split: bool, work_us: (f64, f64), ms: f64
                 workload: vec![WorkloadSpec::Pair {
                     client_us: work_us.0,
                     server_us: work_us.1,
-                    client_vcpu: Some(u32::from(split)),
-                    server_vcpu: Some(0),
+                    client_vcpu: client,
+                    server_vcpu: server,
                 }],
             }],
         }],
     };
     simulate(&s.resolve(&Costs::default()).unwrap()[0], ms, 1, false).workloads[0].per_s
+}
+
+/// The choice of a free wakee's vCPU is paid only by a wakeup of a task that has a choice: with
+/// both ends pinned it changes nothing, to the last bit; with the server free, each transaction
+/// pays it once (the client wakes the server; the pinned client's own wakeup skips it), on the
+/// critical path.
+#[test]
+fn the_wake_choice_is_paid_once_per_wakeup_of_a_free_task_and_never_by_a_pinned_one() {
+    let base = Costs {
+        wake_choice_ns: 0.0,
+        ..Costs::default()
+    };
+    let with = Costs {
+        wake_choice_ns: 2_000.0,
+        ..Costs::default()
+    };
+    let rate = |c: &Costs, pins| pair_rate_pinned(c, HvKind::Kvm, pins, (5.0, 10.0), 200.0);
+    for pins in [(Some(0), Some(0)), (Some(1), Some(0))] {
+        assert_eq!(rate(&base, pins), rate(&with, pins), "{pins:?}");
+    }
+    // Server free, client on vCPU 1: the server goes to the idle vCPU 0 every time, as the
+    // pinned different-vCPU pair does, plus one choice per transaction.
+    let free = (Some(1), None);
+    assert_eq!(rate(&base, free), rate(&base, (Some(1), Some(0))));
+    let extra_us = 1e6 / rate(&with, free) - 1e6 / rate(&base, free);
+    assert!(
+        (extra_us / 2.0 - 1.0).abs() < 0.05,
+        "one 2 us choice per transaction, got {extra_us:.3} us"
+    );
 }
 
 /// What the cold stretch adds to one transaction, us: the time per transaction with `c` less
@@ -253,6 +293,7 @@ fn slower_ipi_beyond_the_poll_window_must_not_speed_up_a_pair() {
         wake_preempt_ns: 1_000_000.0,
         cold_stretch: 0.0,
         cold_work_ns: 0.0,
+        wake_choice_ns: 0.0,
     };
     let more = Costs {
         ipi_ns: base.ipi_ns + 18409.430990360717,
@@ -329,7 +370,7 @@ proptest! {
     fn more_cost_is_never_faster(
         base in costs(),
         extra in 1.0f64..50_000.0,
-        which in 0usize..6,
+        which in 0usize..7,
         hv in prop_oneof![Just(HvKind::Classic), Just(HvKind::Kvm), Just(HvKind::Credit)],
         split in any::<bool>(),
     ) {
@@ -341,6 +382,7 @@ proptest! {
             2 => more.host_resched_ns += extra,
             3 => more.guest_switch_ns += extra,
             4 => more.cold_stretch += extra / 50_000.0,
+            5 => more.wake_choice_ns += extra,
             _ => more.remote_wake_ns += extra,
         }
         prop_assert!(run(&more) <= run(&base), "{} > {}", run(&more), run(&base));

@@ -296,6 +296,14 @@ pub(super) fn check_m(cal: &Calibration, seed: u64) -> Result<TableCheck> {
     ));
     tc.notes
         .extend(m_cold_notes(&h.costs, cal, !tc.pass && unlike.is_none()));
+    if h.costs.wake_choice_ns > 0.0 {
+        tc.notes.push(format!(
+            "The two rows whose server is free (unpinned, and beside the busy loop) pay the choice \
+             of its vCPU once per transaction, {:.2} us (timed on this guest's wakeup path, \
+             docs/sim.md); the rows with both ends pinned never do.",
+            h.costs.wake_choice_ns / 1e3
+        ));
+    }
     if let Some(why) = unlike {
         // No pgbench row is checked, so the table does not pass (`table`).
         tc.notes.push(why.clone());

@@ -12,6 +12,11 @@ use crate::sim::engine::Nanos;
 use crate::sim::guest::{self, VcpuView};
 use crate::sim::workload::Role;
 
+/// Whether a task with this pin may run on more than one of its VM's `n` vCPUs.
+fn task_free(pin: Option<u32>, n: u32) -> bool {
+    pin.is_none() && n > 1
+}
+
 impl World {
     pub(super) fn task_done(&mut self, t: u32, v: u32) {
         let task = &mut self.t[t as usize];
@@ -68,8 +73,18 @@ impl World {
                 }
             });
         self.t[t as usize].prev = Some(target);
+        // A task free to run on more than one vCPU makes its waker choose one first
+        // (`wake_choice_ns`, on the waker's vCPU before the wakeup leaves); a pinned one does not.
+        let choice = if task_free(self.t[t as usize].pin, n) {
+            self.c.wake_choice_ns
+        } else {
+            0.0
+        };
+        if let Some(w) = waker {
+            self.v[w as usize].overhead += choice;
+        }
         match waker {
-            Some(w) if w != target && self.c.remote_wake_ns > 0.0 => {
+            Some(w) if w != target && self.c.remote_wake_ns + choice > 0.0 => {
                 // A wakeup across vCPUs is two costs in two places. The sender's part is CPU
                 // work in its own guest context: queueing the task on the remote run queue
                 // (cache lines moving) and, for a halted target, writing the IPI, a VM exit
