@@ -56,8 +56,22 @@ fn interrupted(
     ready: impl Fn(&[(i32, String)]) -> bool,
     signal: Signal,
 ) -> (ExitStatus, String) {
+    interrupted_with(args, &[], ready, signal)
+}
+
+/// [`interrupted`] with `env` set for cpulab.
+fn interrupted_with(
+    args: &[&str],
+    env: &[(&str, &std::path::Path)],
+    ready: impl Fn(&[(i32, String)]) -> bool,
+    signal: Signal,
+) -> (ExitStatus, String) {
+    use std::os::unix::fs::PermissionsExt;
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let tmp = tempfile::tempdir().unwrap();
+    // A server that runs as its own account (PostgreSQL as `postgres`) reaches its directory
+    // in the private $TMPDIR through this one.
+    std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let stderr_path = tmp.path().join("stderr");
     let private = tmp.path().join("tmp");
     std::fs::create_dir(&private).unwrap();
@@ -66,6 +80,7 @@ fn interrupted(
         .args(args)
         .env("TMPDIR", &private)
         .env("CPULAB_TEST_TAG", &tag)
+        .envs(env.iter().copied())
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(&stderr_path).unwrap())
         .spawn()
@@ -227,5 +242,89 @@ fn sigkill_of_a_custom_pair_ends_the_server_and_what_it_forked() {
         "--no-history",
     ];
     let (status, _) = interrupted(&args, both_sleeps, Signal::SIGKILL);
+    assert_eq!(status.signal(), Some(libc::SIGKILL));
+}
+
+// ---- pair's preparation (initdb, pgbench -i) ----
+
+/// A SIGKILL while the pgbench preset prepares, in a step that forks: a stand-in `initdb` (the
+/// preset's programs found through `CPULAB_PATH`) that is a shell forking a `sleep` and then
+/// becoming another. The step's own process ends by its parent-death signal; the forked sleep,
+/// not cpulab's child, only because the step named its group to the watchdog. The temporary
+/// directory (with the cluster that was being created) is gone too.
+#[test]
+fn sigkill_during_a_pair_preparation_step_ends_what_the_step_forked() {
+    use std::os::unix::fs::PermissionsExt;
+    // As root the preset runs its steps as the `postgres` account, which must exist.
+    if !common::postgres_installed(test_name!()) {
+        return;
+    }
+    let bin = tempfile::tempdir().unwrap();
+    for (name, script) in [
+        ("initdb", FORKING.to_string()),
+        (
+            "postgres",
+            "echo 'postgres (PostgreSQL) 15 stand-in'".to_string(),
+        ),
+        ("pgbench", "exit 1".to_string()),
+    ] {
+        let p = bin.path().join(name);
+        std::fs::write(&p, format!("#!/bin/sh\n{script}\n")).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    // The step runs as `postgres`, which must reach its program.
+    std::fs::set_permissions(bin.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let args = [
+        "pair",
+        "--preset",
+        "pgbench",
+        "--no-load-check",
+        "--no-history",
+    ];
+    let env = [("CPULAB_PATH", bin.path())];
+    let (status, _) = interrupted_with(&args, &env, both_sleeps, Signal::SIGKILL);
+    assert_eq!(status.signal(), Some(libc::SIGKILL));
+}
+
+/// The real preparation: a SIGKILL while PostgreSQL's `initdb` runs its bootstrap backend
+/// leaves neither of them, nor the half-made cluster.
+#[test]
+fn sigkill_during_initdb_leaves_no_process_and_no_cluster() {
+    if !common::postgres_installed(test_name!()) {
+        return;
+    }
+    let args = [
+        "pair",
+        "--preset",
+        "pgbench",
+        "--no-load-check",
+        "--no-history",
+    ];
+    let bootstrapping = |p: &[(i32, String)]| named(p, "initdb") >= 1 && named(p, "postgres") >= 1;
+    let (status, _) = interrupted(&args, bootstrapping, Signal::SIGKILL);
+    assert_eq!(status.signal(), Some(libc::SIGKILL));
+}
+
+/// A SIGKILL while `pgbench -i` loads the readonly workload's tables (the server it loads
+/// into is up for the step alone) leaves neither of them, nor the cluster.
+#[test]
+fn sigkill_during_pgbench_init_leaves_no_process_and_no_cluster() {
+    if !common::postgres_installed(test_name!()) {
+        return;
+    }
+    let args = [
+        "pair",
+        "--preset",
+        "pgbench",
+        "--workload",
+        "readonly",
+        "--scale",
+        "20",
+        "--no-load-check",
+        "--no-history",
+    ];
+    // The first pgbench of a run is the preparation's: the measured ones come after it.
+    let loading = |p: &[(i32, String)]| named(p, "pgbench") >= 1;
+    let (status, _) = interrupted(&args, loading, Signal::SIGKILL);
     assert_eq!(status.signal(), Some(libc::SIGKILL));
 }

@@ -504,3 +504,43 @@ fn bad_usage_is_exit_2() {
     );
     assert!(err.contains("--ready-port 0"), "{err}");
 }
+
+/// `--ready-socket` naming a directory, or a path in a directory that does not exist, never
+/// accepts a connection: once, the server was started and the run waited out --ready-timeout
+/// (exit 1). Now it is one line and exit 2 before anything starts: the server, which would
+/// leave a marker file as its first act, never ran.
+#[test]
+fn a_ready_socket_that_can_never_appear_is_refused_before_the_server_starts() {
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path().to_str().unwrap().to_string();
+    let marker = t.path().join("server-started");
+    let server = format!("touch {}; sleep 600", marker.display());
+    let missing = format!("{dir}/missing/server.sock");
+    for (socket, says) in [
+        (dir.as_str(), "is a directory"),
+        (missing.as_str(), "is not an existing directory"),
+    ] {
+        let args = [
+            "pair",
+            "--shell",
+            "--server",
+            &server,
+            "--client",
+            "echo 1",
+            "--metric",
+            r"(?P<value>\d+)",
+            "--ready-socket",
+            socket,
+            "--ready-timeout",
+            "5s",
+            "--no-load-check",
+        ];
+        let err = exit_2(&args, None);
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+        assert!(
+            err.contains(says) && err.contains("--ready-socket"),
+            "{err}"
+        );
+        assert!(!marker.exists(), "the server was started for {socket}");
+    }
+}

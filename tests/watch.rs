@@ -731,3 +731,105 @@ fn a_begun_watch(target: &[&str]) -> std::process::Child {
     }
     watch
 }
+
+/// `cpulab watch --json --quiet ARGS -- COMMAND`: its exit code and the one document on stdout.
+fn watch_command(args: &[&str], command: &[&str]) -> (Option<i32>, Value, String) {
+    let _one = ONE_WATCH_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    let out = cpulab()
+        .args(["watch", "--json", "--quiet"])
+        .args(args)
+        .arg("--")
+        .args(command)
+        .timeout(std::time::Duration::from_secs(120))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    let doc: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("stdout is not one JSON document ({e}); stderr: {stderr}"));
+    serde_json::from_value::<cpulab::watch::WatchReport>(doc.clone()).unwrap();
+    (out.status.code(), doc, stderr)
+}
+
+/// `watch -- COMMAND` is scripted like `time COMMAND`: after the report, cpulab exits with the
+/// command's own status when it failed by itself (128 + S for a signal), and with 0 when it
+/// succeeded or the watch stopped it; the report says which.
+#[test]
+fn a_watched_commands_own_failure_is_the_exit_status_after_the_report() {
+    if !can_trace(test_name!()) {
+        return;
+    }
+    let long = ["--duration", "60s"];
+    let (code, w, err) = watch_command(&long, &["sh", "-c", "exit 3"]);
+    assert_eq!(code, Some(3), "{err}");
+    assert_eq!(
+        w["command"],
+        serde_json::json!({"how": "exited", "status": 3})
+    );
+    assert_eq!(w["ended"], "command exited");
+    assert!(err.contains("exits with its status 3"), "{err}");
+
+    let (code, w, err) = watch_command(&long, &["true"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(
+        w["command"],
+        serde_json::json!({"how": "exited", "status": 0})
+    );
+
+    let (code, w, err) = watch_command(&long, &["sh", "-c", "kill -TERM $$"]);
+    assert_eq!(code, Some(128 + 15), "{err}");
+    assert_eq!(
+        w["command"],
+        serde_json::json!({"how": "killed", "signal": 15, "name": "SIGTERM"})
+    );
+
+    // The window ended first: the watch stopped the command (with SIGTERM), which is not the
+    // command's failure.
+    let (code, w, err) = watch_command(&["--duration", "1s"], &["sleep", "600"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(
+        w["command"],
+        serde_json::json!({"how": "stopped_by_cpulab", "why": "window elapsed"})
+    );
+
+    // Without a command there is nothing to pass on.
+    let out = cpulab()
+        .args(["watch", "--json", "--quiet", "--duration", "200ms"])
+        .timeout(std::time::Duration::from_secs(120))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(common::json_of(&out)["command"], Value::Null);
+}
+
+/// The text report says how the command ended, on its own line.
+#[test]
+fn the_text_report_says_how_the_command_ended() {
+    if !can_trace(test_name!()) {
+        return;
+    }
+    let _one = ONE_WATCH_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    let out = cpulab()
+        .args([
+            "watch",
+            "--quiet",
+            "--duration",
+            "60s",
+            "--",
+            "sh",
+            "-c",
+            "exit 7",
+        ])
+        .timeout(std::time::Duration::from_secs(120))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(7));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.lines().any(|l| l == "command: exited with status 7"),
+        "{text}"
+    );
+}

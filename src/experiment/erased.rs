@@ -146,7 +146,12 @@ where
         &report,
         |r| E::render_text(r, &Style::new()),
         Some(E::render_html),
-    )?)
+    )?)?;
+    // After the result, so a script gets both the report and the command's own status.
+    match E::passed_on(&report) {
+        Some(p) => Err(anyhow::Error::new(p)),
+        None => Ok(()),
+    }
 }
 
 fn measure_of<E: Command>(words: &[String], machine: &Machine) -> Result<Box<dyn Runnable>>

@@ -321,4 +321,11 @@ where
     /// True for an experiment that starts servers and clients and checks for the signal while
     /// they run; the dispatcher installs the handlers before the command starts.
     const ORDERLY_INTERRUPT: bool = false;
+
+    /// The exit status `cpulab NAME` passes on once its result is written, when it is not 0:
+    /// the status of a command it ran for the user that failed by itself (`watch -- COMMAND`).
+    /// `None` (the default): exit 0 after a result.
+    fn passed_on(_report: &Self::Report) -> Option<crate::error::PassedOn> {
+        None
+    }
 }

@@ -212,6 +212,46 @@ fn programs(a: &Flags) -> Result<Programs> {
     }
 }
 
+/// The longest path a Unix socket address holds (`sun_path` is 108 bytes with its NUL).
+const SOCKET_PATH_MAX: usize = 107;
+
+/// `--ready-socket PATH` must name a socket the server can create and cpulab connect to: a
+/// directory, a path in a directory that does not exist, or a path longer than a socket address
+/// holds never accepts a connection, and the run would wait out --ready-timeout with the server
+/// started. Checked before anything starts; `Err` is the one line naming the problem and the fix.
+pub fn ready_socket(path: &std::path::Path) -> Result<(), String> {
+    let shown = path.display();
+    if path.as_os_str().is_empty() {
+        return Err(
+            "--ready-socket is empty; give the path of the socket the server creates".into(),
+        );
+    }
+    if path.is_dir() {
+        return Err(format!(
+            "--ready-socket {shown} is a directory, which never accepts a connection; give the              socket file the server creates in it (e.g. {}/server.sock)",
+            shown.to_string().trim_end_matches('/')
+        ));
+    }
+    // A relative PATH with no directory part is in the current directory.
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => std::path::Path::new("."),
+    };
+    if !parent.is_dir() {
+        return Err(format!(
+            "--ready-socket {shown}: {} is not an existing directory, so no socket can appear              there; create it first or give the socket path the server creates",
+            parent.display()
+        ));
+    }
+    if path.as_os_str().len() > SOCKET_PATH_MAX {
+        return Err(format!(
+            "--ready-socket {shown} is {} bytes, longer than a Unix socket address holds              ({SOCKET_PATH_MAX}); give a shorter path (a relative one, or a directory nearer /)",
+            path.as_os_str().len()
+        ));
+    }
+    Ok(())
+}
+
 fn generic(a: &Flags) -> Result<Programs> {
     let (Some(server), Some(client)) = (&a.server, &a.client) else {
         return Err(bad_input(
@@ -229,7 +269,10 @@ fn generic(a: &Flags) -> Result<Programs> {
             ));
         }
         (Some(p), _, _) => Readiness::Port(*p),
-        (_, Some(s), _) => Readiness::Socket(s.clone()),
+        (_, Some(s), _) => {
+            ready_socket(s).map_err(bad_input)?;
+            Readiness::Socket(s.clone())
+        }
         (_, _, Some(c)) => Readiness::Command(words("--ready-cmd", c, a.shell)?),
         _ => {
             return Err(bad_input(
@@ -352,6 +395,45 @@ mod tests {
     }
 
     const GENERIC: &[&str] = &["--server", "s", "--client", "pgbench", "--ready-port", "1"];
+
+    /// A socket path that can never accept a connection is refused before the server starts.
+    #[test]
+    fn a_ready_socket_is_a_file_in_an_existing_directory() {
+        let t = tempfile::tempdir().unwrap();
+        let dir = t.path().to_str().unwrap();
+        let ok = format!("{dir}/server.sock");
+        assert_eq!(ready_socket(std::path::Path::new(&ok)), Ok(()));
+        // A stale socket or file there is the server's to replace.
+        std::fs::write(&ok, "").unwrap();
+        assert_eq!(ready_socket(std::path::Path::new(&ok)), Ok(()));
+        assert_eq!(ready_socket(std::path::Path::new("relative.sock")), Ok(()));
+        let bad = |p: &str| ready_socket(std::path::Path::new(p)).unwrap_err();
+        let e = bad(dir);
+        assert!(
+            e.starts_with(&format!("--ready-socket {dir} is a directory"))
+                && e.contains(&format!("{dir}/server.sock")),
+            "{e}"
+        );
+        assert!(bad(&format!("{dir}/")).contains("is a directory"));
+        let e = bad(&format!("{dir}/missing/server.sock"));
+        assert!(
+            e.contains(&format!("{dir}/missing is not an existing directory")),
+            "{e}"
+        );
+        // A file where the directory should be.
+        let e = bad(&format!("{ok}/server.sock"));
+        assert!(e.contains("is not an existing directory"), "{e}");
+        let long = format!("{dir}/{}.sock", "s".repeat(120));
+        assert!(bad(&long).contains("longer than a Unix socket address"));
+        assert!(bad("").contains("empty"));
+        // Through the flags: bad input, exit 2.
+        let missing = format!("{dir}/missing/s");
+        for p in [dir, missing.as_str()] {
+            let e =
+                parse(&["--server", "s", "--client", "pgbench", "--ready-socket", p]).unwrap_err();
+            assert_eq!(crate::error::exit_code(&e), 2, "{p}: {e}");
+        }
+    }
 
     /// `--ready-timeout 1e20` reached `Duration::from_secs_f64`, which panics on it.
     #[test]

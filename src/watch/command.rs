@@ -53,7 +53,8 @@ pub struct Args {
           value_parser = crate::watch::Mechanism::value_parser(crate::wakeups::Shape::Events))]
     pub mechanism: crate::watch::Mechanism,
     /// A command to start and watch (without a shell), with its children; it ends with cpulab.
-    /// What it prints goes to stderr: stdout holds only the watch's result.
+    /// What it prints goes to stderr: stdout holds only the watch's result. After the result,
+    /// cpulab exits with the command's status if it failed by itself (128+S for a signal).
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<String>,
 }
@@ -73,6 +74,16 @@ impl Command for Watch {
 
     // An interrupt ends the window, and what was seen is reported (`watch::session`).
     const ORDERLY_INTERRUPT: bool = true;
+
+    /// `watch -- COMMAND` exits with the command's own status when it failed by itself, as
+    /// `time` and `perf stat` do; 0 when it succeeded or the watch stopped it (docs/watch.md).
+    fn passed_on(report: &super::WatchReport) -> Option<crate::error::PassedOn> {
+        let end = report.command.as_ref()?;
+        Some(crate::error::PassedOn {
+            code: end.passed_on()?,
+            what: format!("the watched command ended: {}", end.describe()),
+        })
+    }
 }
 
 /// Turns flags into settings, rejecting bad input with one line (exit 2).

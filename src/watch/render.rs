@@ -41,6 +41,9 @@ pub fn text(r: &WatchReport, style: &Style) -> String {
         r.ended,
         r.events
     );
+    if let Some(end) = &r.command {
+        let _ = writeln!(s, "command: {}", end.describe());
+    }
     if r.lost_events > 0 {
         let _ = writeln!(
             s,
@@ -301,6 +304,9 @@ pub fn html(r: &WatchReport) -> String {
         p {
             (r.target) " for " (format!("{:.2}", r.interval_s)) " s (" (r.ended) "); "
             (r.events) " events, " (r.lost_events) " lost."
+        }
+        @if let Some(end) = &r.command {
+            p { "Command: " (end.describe()) "." }
         }
         @if let Some(why) = &r.incomplete {
             p { strong { (why) } }

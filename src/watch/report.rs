@@ -184,6 +184,10 @@ pub struct WatchReport {
     /// Seconds actually watched; every rate divides by this.
     pub interval_s: f64,
     pub ended: String,
+    /// How the command of `watch -- COMMAND` ended (its exit status, a signal, or stopped by
+    /// cpulab when the window ended); null without a command.
+    #[serde(default)]
+    pub command: Option<super::targets::CommandEnd>,
     /// Scheduler events analysed (all tasks, before filtering).
     pub events: u64,
     /// Records the kernel said it dropped (PERF_RECORD_LOST: the reader fell behind).
@@ -223,6 +227,7 @@ pub struct Inputs<'a> {
     pub requested_s: f64,
     pub interval_s: f64,
     pub ended: String,
+    pub command: Option<super::targets::CommandEnd>,
     pub lost: u64,
     pub torn: u64,
     pub analysis: &'a Analysis<'a>,
@@ -373,6 +378,7 @@ pub fn build(i: Inputs<'_>) -> WatchReport {
         requested_s: i.requested_s,
         interval_s: i.interval_s,
         ended: i.ended,
+        command: i.command,
         events: a.events,
         lost_events: i.lost,
         torn_bytes: i.torn,

@@ -258,6 +258,9 @@ impl<'m> Session<'m> {
         // Detach before the second sample of the system counters, so the programs' own cost
         // ends inside the window.
         self.source.disable();
+        let ended = w.ended.unwrap_or_else(|| "window elapsed".into());
+        // Asked before the command is stopped: an exit cpulab caused is not the command's.
+        let command = w.child.as_mut().map(|c| c.end(&ended));
         drop(w.child.take());
         let after = crate::counters::SystemSnapshot::take(&machine.root);
         let lost: u64 = w.tally.lost.values().sum();
@@ -289,7 +292,8 @@ impl<'m> Session<'m> {
             target: &w.target,
             requested_s: s.duration_s,
             interval_s,
-            ended: w.ended.unwrap_or_else(|| "window elapsed".into()),
+            ended,
+            command,
             lost,
             torn: w.torn,
             analysis: &w.analysis,

@@ -250,6 +250,74 @@ impl Child {
     pub fn exited(&mut self) -> bool {
         self.0.try_wait().is_some()
     }
+
+    /// How the command ended, asked just before the watch stops it: its own exit status or
+    /// signal if it had ended by itself, else stopped by cpulab because the window ended `why`.
+    pub fn end(&mut self, why: &str) -> CommandEnd {
+        match self.0.try_wait() {
+            Some(status) => CommandEnd::of(status),
+            None => CommandEnd::StoppedByCpulab {
+                why: why.to_string(),
+            },
+        }
+    }
+}
+
+/// How the command of `watch -- COMMAND` ended (the report's `command`).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "how", rename_all = "snake_case")]
+pub enum CommandEnd {
+    /// It exited by itself with this status.
+    Exited { status: i32 },
+    /// A signal that was not cpulab's ended it (a crash, the OOM killer, another user's kill).
+    Killed { signal: i32, name: String },
+    /// It still ran when the watch ended (`--duration` elapsed, Ctrl-C): cpulab stopped it, so
+    /// how it ended is not its failure.
+    StoppedByCpulab { why: String },
+}
+
+impl CommandEnd {
+    /// From the status the kernel gave when the command was reaped.
+    pub fn of(status: std::process::ExitStatus) -> Self {
+        use std::os::unix::process::ExitStatusExt;
+        match (status.code(), status.signal()) {
+            (Some(status), _) => Self::Exited { status },
+            (None, Some(signal)) => Self::Killed {
+                signal,
+                name: nix::sys::signal::Signal::try_from(signal)
+                    .map_or("an unnamed signal", |s| s.as_str())
+                    .to_string(),
+            },
+            // A reaped process either exited or was killed; a raw status says which if not.
+            (None, None) => Self::Exited {
+                status: status.into_raw(),
+            },
+        }
+    }
+
+    /// The status cpulab exits with after its report: the command's own when it failed by
+    /// itself (128 + S for a signal S, as a shell says), `None` (exit 0) when it succeeded or
+    /// cpulab stopped it.
+    pub fn passed_on(&self) -> Option<u8> {
+        let code = match self {
+            Self::Exited { status } => *status,
+            Self::Killed { signal, .. } => 128 + signal,
+            Self::StoppedByCpulab { .. } => 0,
+        };
+        // An exit status is one byte; a value outside it (none on Linux) still says failure.
+        (code != 0).then(|| u8::try_from(code).unwrap_or(1))
+    }
+
+    /// In words, for the report: `exited with status 3`.
+    pub fn describe(&self) -> String {
+        match self {
+            Self::Exited { status } => format!("exited with status {status}"),
+            Self::Killed { signal, name } => format!("killed by signal {signal} ({name})"),
+            Self::StoppedByCpulab { why } => {
+                format!("stopped by cpulab when the watch ended ({why}); not its own failure")
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -285,6 +353,32 @@ mod tests {
                 .contains("empty name")
         );
         assert!(parse_comms(&["a".into(), " ".into()], "--comm").is_err());
+    }
+
+    /// The status passed on: the command's own failure, never cpulab's stop.
+    #[test]
+    fn a_command_end_passes_on_only_its_own_failure() {
+        use std::os::unix::process::ExitStatusExt;
+        let of = |raw| CommandEnd::of(std::process::ExitStatus::from_raw(raw));
+        // Wait statuses: exit N is N << 8, a signal S is S.
+        assert_eq!(of(3 << 8), CommandEnd::Exited { status: 3 });
+        assert_eq!(of(3 << 8).passed_on(), Some(3));
+        assert_eq!(of(0).passed_on(), None);
+        assert_eq!(
+            of(libc::SIGSEGV),
+            CommandEnd::Killed {
+                signal: libc::SIGSEGV,
+                name: "SIGSEGV".into()
+            }
+        );
+        assert_eq!(of(libc::SIGSEGV).passed_on(), Some(128 + 11));
+        let stopped = CommandEnd::StoppedByCpulab {
+            why: "window elapsed".into(),
+        };
+        assert_eq!(stopped.passed_on(), None);
+        assert!(stopped.describe().contains("not its own failure"));
+        let json = serde_json::to_value(of(3 << 8)).unwrap();
+        assert_eq!(json, serde_json::json!({"how": "exited", "status": 3}));
     }
 
     #[test]

@@ -105,7 +105,11 @@ fn apache(env: &mut Env, port: u16) -> Result<Web> {
 }
 
 fn nginx_supports_e(bin: &Path) -> bool {
-    let out = std::process::Command::new(bin).arg("-v").output();
+    let mut cmd = std::process::Command::new(bin);
+    cmd.arg("-v");
+    // A query that forks nothing: the parent-death signal alone ends it with cpulab.
+    crate::signals::started::die_with_parent(&mut cmd);
+    let out = cmd.output();
     let text = out
         .map(|o| String::from_utf8_lossy(&o.stderr).to_string())
         .unwrap_or_default();

@@ -380,8 +380,27 @@ pub fn free_port() -> Result<u16> {
 }
 
 /// Runs a preparation step (initdb, pgbench -i) to completion; `Err` with its output tail.
-pub fn run_step(l: &Launch, timeout: Duration) -> Result<()> {
-    let mut p = Proc::spawn(l)?;
+///
+/// It is started as the servers and clients are: its own process group, which the child names
+/// to the watchdog before exec, so what it forks (initdb's bootstrap backend, a script's
+/// background job) ends too if cpulab is killed with SIGKILL mid-step, not just the step itself
+/// (the parent-death signal). Whatever it left in its group is stopped when it ends.
+pub fn run_step(l: &Launch, timeout: Duration, env: &mut Env) -> Result<()> {
+    let announce = env
+        .watchdog
+        .as_ref()
+        .and_then(|w| w.announce(l.stop_signal));
+    let mut p = Proc::spawn_announced(l, announce)?;
+    let r = finish_step(&mut p, l, timeout);
+    p.stop(Duration::from_secs(5));
+    if let Some(w) = env.watchdog.as_mut() {
+        w.forget_group(p.pid);
+    }
+    r
+}
+
+/// Waits for a step to end by itself (success), fail, outlast `timeout` or be interrupted.
+fn finish_step(p: &mut Proc, l: &Launch, timeout: Duration) -> Result<()> {
     let start = Instant::now();
     loop {
         signals::check()?;

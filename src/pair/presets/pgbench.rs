@@ -36,11 +36,10 @@ fn bindir_on_path() -> Option<PathBuf> {
 
 /// `pg_config --bindir`, if pg_config is installed.
 fn bindir_of_pg_config() -> Option<PathBuf> {
-    let out = std::process::Command::new(super::find_program("pg_config")?)
-        .arg("--bindir")
-        .output()
-        .ok()
-        .filter(|o| o.status.success())?;
+    let mut cmd = std::process::Command::new(super::find_program("pg_config")?);
+    cmd.arg("--bindir");
+    crate::signals::started::die_with_parent(&mut cmd);
+    let out = cmd.output().ok().filter(|o| o.status.success())?;
     let d = String::from_utf8_lossy(&out.stdout).trim().to_string();
     (!d.is_empty()).then(|| PathBuf::from(d))
 }
@@ -157,20 +156,16 @@ impl ProcessBacked for Postgres {
             "--locale=C".into(),
             "--no-sync".into(),
         ];
-        run_step(
-            &self.step("initdb", initdb, env, self.user.clone()),
-            Duration::from_secs(300),
-        )?;
+        let step = self.step("initdb", initdb, env, self.user.clone());
+        run_step(&step, Duration::from_secs(300), env)?;
         if self.settings.workload == Workload::Readonly {
             self.inner.start(None, env)?;
             let mut init = vec![s(&self.pgbench), "-i".into(), "-q".into()];
             init.extend(["-s".into(), self.settings.scale.to_string()]);
             init.extend(self.conn_args());
             init.push("postgres".into());
-            let r = run_step(
-                &self.step("pgbench-init", init, env, None),
-                Duration::from_secs(3600),
-            );
+            let step = self.step("pgbench-init", init, env, None);
+            let r = run_step(&step, Duration::from_secs(3600), env);
             self.inner.stop(env);
             r?;
         }
@@ -185,9 +180,11 @@ impl ProcessBacked for Postgres {
 }
 
 fn version(postgres: &Path) -> String {
-    std::process::Command::new(postgres)
-        .arg("--version")
-        .output()
+    let mut cmd = std::process::Command::new(postgres);
+    cmd.arg("--version");
+    // A query that forks nothing: the parent-death signal alone ends it with cpulab.
+    crate::signals::started::die_with_parent(&mut cmd);
+    cmd.output()
         .ok()
         .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
         .filter(|v| !v.is_empty())
