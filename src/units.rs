@@ -69,6 +69,28 @@ pub fn flag_count(flag: &str, value: usize, min: usize, max: usize) -> anyhow::R
     }
 }
 
+/// A number as given, for a message that quotes it: as written when it is of everyday size, in
+/// scientific notation when it is very large or very small (`1e300`, not three hundred digits;
+/// `2.5e-9`, not a string of zeros). `NaN` and `inf` as such.
+pub fn fmt_given(v: f64) -> String {
+    let a = v.abs();
+    if !v.is_finite() || a == 0.0 || (1e-3..1e9).contains(&a) {
+        format!("{v}")
+    } else {
+        format!("{v:e}")
+    }
+}
+
+/// A figure with `decimals` where it is of printable size, in scientific notation with three
+/// significant digits beyond 1e12 (no row of a table is ever a hundred digits wide).
+pub fn fmt_fixed(v: f64, decimals: usize) -> String {
+    if v.is_finite() && v.abs() >= 1e12 {
+        format!("{v:.2e}")
+    } else {
+        format!("{v:.decimals$}")
+    }
+}
+
 /// The most `--touch` accepts: 1 GiB, far beyond any cache.
 pub const MAX_BYTES: u64 = 1 << 30;
 
@@ -185,6 +207,23 @@ mod tests {
             let e = flag_count("repeats", bad, 1, MAX_REPEATS).unwrap_err();
             assert_eq!(crate::error::exit_code(&e), 2);
             assert_eq!(format!("{e:#}"), format!("--repeats {bad}: give 1 to 100"));
+        }
+    }
+
+    #[test]
+    fn quoted_numbers_never_run_to_hundreds_of_digits() {
+        assert_eq!(fmt_given(1e300), "1e300");
+        assert_eq!(fmt_given(-2.5e-9), "-2.5e-9");
+        assert_eq!(fmt_given(1500.0), "1500");
+        assert_eq!(fmt_given(0.25), "0.25");
+        assert_eq!(fmt_given(0.0), "0");
+        assert_eq!(fmt_given(f64::NAN), "NaN");
+        assert_eq!(fmt_given(f64::INFINITY), "inf");
+        assert_eq!(fmt_fixed(1271.4, 0), "1271");
+        assert_eq!(fmt_fixed(3e300, 1), "3.00e300");
+        for v in [1e300, -1e300, 1e-300, f64::MAX, f64::MIN_POSITIVE] {
+            assert!(fmt_given(v).len() < 25, "{}", fmt_given(v));
+            assert!(fmt_fixed(v, 1).len() < 16, "{}", fmt_fixed(v, 1));
         }
     }
 
