@@ -69,6 +69,54 @@ pub fn flag_count(flag: &str, value: usize, min: usize, max: usize) -> anyhow::R
     }
 }
 
+/// A number as given, for a message that quotes it: as written when it is of everyday size, in
+/// scientific notation when it is very large or very small (`1e300`, not three hundred digits;
+/// `2.5e-9`, not a string of zeros). `NaN` and `inf` as such.
+pub fn fmt_given(v: f64) -> String {
+    let a = v.abs();
+    if !v.is_finite() || a == 0.0 || (1e-3..1e9).contains(&a) {
+        format!("{v}")
+    } else {
+        format!("{v:e}")
+    }
+}
+
+/// A figure with `decimals` where it is of printable size, in scientific notation with three
+/// significant digits beyond 1e12 (no row of a table is ever a hundred digits wide).
+pub fn fmt_fixed(v: f64, decimals: usize) -> String {
+    if v.is_finite() && v.abs() >= 1e12 {
+        format!("{v:.2e}")
+    } else {
+        format!("{v:.decimals$}")
+    }
+}
+
+/// The largest percentage a regression or change threshold takes (`compare
+/// --fail-on-regression`, `history check --threshold`, `fleet --threshold`): a figure worse by
+/// more than 1000% took 11 times as long, and a rate can lose at most 100%, so a larger
+/// threshold could only fire on a time that grew more than elevenfold, and is almost surely a
+/// typo for a smaller one.
+pub const MAX_THRESHOLD_PCT: f64 = 1000.0;
+
+/// A threshold flag in percent, checked before anything is read: 0 (any change beyond noise) to
+/// [`MAX_THRESHOLD_PCT`]; negative, NaN, infinite or larger is bad input naming the flag, the
+/// value and the range (one line, exit 2).
+pub fn flag_percent(flag: &str, value: f64) -> anyhow::Result<f64> {
+    if (0.0..=MAX_THRESHOLD_PCT).contains(&value) {
+        return Ok(value);
+    }
+    let why = if value > MAX_THRESHOLD_PCT {
+        " (worse by more than 1000% is 11 times as long, and a rate loses at most 100%: a \
+         larger threshold is almost surely a typo)"
+    } else {
+        ""
+    };
+    Err(crate::error::bad_input(format!(
+        "--{flag} {}: give 0 to {MAX_THRESHOLD_PCT} percent{why}",
+        fmt_given(value)
+    )))
+}
+
 /// The most `--touch` accepts: 1 GiB, far beyond any cache.
 pub const MAX_BYTES: u64 = 1 << 30;
 
@@ -185,6 +233,51 @@ mod tests {
             let e = flag_count("repeats", bad, 1, MAX_REPEATS).unwrap_err();
             assert_eq!(crate::error::exit_code(&e), 2);
             assert_eq!(format!("{e:#}"), format!("--repeats {bad}: give 1 to 100"));
+        }
+    }
+
+    #[test]
+    fn quoted_numbers_never_run_to_hundreds_of_digits() {
+        assert_eq!(fmt_given(1e300), "1e300");
+        assert_eq!(fmt_given(-2.5e-9), "-2.5e-9");
+        assert_eq!(fmt_given(1500.0), "1500");
+        assert_eq!(fmt_given(0.25), "0.25");
+        assert_eq!(fmt_given(0.0), "0");
+        assert_eq!(fmt_given(f64::NAN), "NaN");
+        assert_eq!(fmt_given(f64::INFINITY), "inf");
+        assert_eq!(fmt_fixed(1271.4, 0), "1271");
+        assert_eq!(fmt_fixed(3e300, 1), "3.00e300");
+        for v in [1e300, -1e300, 1e-300, f64::MAX, f64::MIN_POSITIVE] {
+            assert!(fmt_given(v).len() < 25, "{}", fmt_given(v));
+            assert!(fmt_fixed(v, 1).len() < 16, "{}", fmt_fixed(v, 1));
+        }
+    }
+
+    #[test]
+    fn a_threshold_is_a_percentage_from_0_to_1000() {
+        for ok in [0.0, 5.0, 100.0, 1000.0] {
+            assert_eq!(flag_percent("threshold", ok).unwrap(), ok);
+        }
+        for bad in [
+            -0.5,
+            1000.5,
+            1e300,
+            f64::NAN,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+        ] {
+            let e = flag_percent("threshold", bad).unwrap_err();
+            let m = format!("{e:#}");
+            assert_eq!(crate::error::exit_code(&e), 2, "{m}");
+            assert!(
+                m.starts_with(&format!(
+                    "--threshold {}: give 0 to 1000 percent",
+                    fmt_given(bad)
+                )),
+                "{m}"
+            );
+            assert!(!m.contains('\n') && m.len() < 200, "{m}");
+            assert_eq!(m.contains("typo"), bad > 1000.0, "{m}");
         }
     }
 

@@ -375,3 +375,45 @@ fn each_experiments_figures_say_which_way_is_worse() {
         }
     }
 }
+
+/// A regression gate has a range, 0 to 1000 percent: a larger one (1e300 was taken, and could
+/// never fire but on a time more than elevenfold) is almost surely a typo, and NaN or inf is no
+/// percentage. Refused before either file is read, one line naming the flag, value and range.
+#[test]
+fn a_regression_threshold_outside_0_to_1000_percent_is_one_line_and_exit_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = doc("probe", &[1., 2.], &[1., 2.], &[1., 2.]).to_string();
+    let pg = write(&dir, "good.json", &good);
+    let pg = pg.to_str().unwrap();
+    for (pct, want) in [
+        (
+            "1e300",
+            "--fail-on-regression 1e300: give 0 to 1000 percent (worse by more",
+        ),
+        (
+            "1000.5",
+            "--fail-on-regression 1000.5: give 0 to 1000 percent (worse by more",
+        ),
+        ("NaN", "--fail-on-regression NaN: give 0 to 1000 percent"),
+        ("inf", "--fail-on-regression inf: give 0 to 1000 percent"),
+        ("-3", "--fail-on-regression -3: give 0 to 1000 percent"),
+    ] {
+        let flag = format!("--fail-on-regression={pct}");
+        let out = cpulab()
+            .args(["compare", &flag, pg, "/nonexistent/b.json"])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{pct}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{pct}: {err}");
+        assert!(err.contains(want), "{pct}: {err}");
+        assert!(out.stdout.is_empty(), "{pct}");
+    }
+    // The ends of the range are accepted: 0 is any figure worse beyond noise.
+    for pct in ["0", "1000"] {
+        cpulab()
+            .args(["compare", "--fail-on-regression", pct, pg, pg])
+            .assert()
+            .code(0);
+    }
+}

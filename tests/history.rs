@@ -561,13 +561,36 @@ fn filters_that_match_nothing_and_prunes_that_delete_everything_are_bad_input() 
         &["history", "check", "--kind", "pingpog"],
         &["history", "prune", "--keep", "0"],
         &["history", "prune", "--before", "2999-01-01"],
+        // A minimum effect is 0 to 1000 percent: more is almost surely a typo, NaN none.
+        &["history", "check", "--threshold", "5000"],
+        &["history", "check", "--threshold", "1e300"],
+        &["history", "check", "--threshold", "NaN"],
+        &["history", "check", "--threshold=-1"],
+        &[
+            "history",
+            "report",
+            "--threshold",
+            "inf",
+            "--html",
+            "h.html",
+        ],
     ] {
         let mut args = vec!["--history", hs];
         args.extend_from_slice(bad);
         common::bad_input(&args);
         let out = cpulab().args(&args).output().unwrap();
         assert!(out.stdout.is_empty(), "{bad:?}");
+        if bad.iter().any(|a| a.starts_with("--threshold")) {
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(err.contains(": give 0 to 1000 percent"), "{bad:?}: {err}");
+        }
     }
+    // The range's end is accepted.
+    let out = cpulab()
+        .args(["--history", hs, "history", "check", "--threshold", "1000"])
+        .output()
+        .unwrap();
+    assert_ne!(out.status.code(), Some(2), "{out:?}");
     let list = cpulab()
         .args([
             "--history",

@@ -238,3 +238,70 @@ fn old_doctor_results_have_no_deployable_form_recorded() {
     }
     assert!(!out.exists());
 }
+
+/// A watch result written before the per-class `to_idle` count and the `placement` checks
+/// existed (a real result, trimmed by hand to one process, one pair and one class each).
+const OLD_WATCH: &str = r#"{
+  "cpulab_schema": 1, "kind": "watch",
+  "conditions": {"allowed_cpus": "0-1", "cpulab_version": "0.1.0", "hostname": "vm",
+    "kernel": "6.18.44-fc-v782", "load_before": null, "noisy": false, "notes": [],
+    "online_cpus": "0-1", "started_unix_s": 1795824307},
+  "target": "command (pid 31705)", "mechanism": "eBPF programs on the raw tracepoints",
+  "requested_s": 1.0, "interval_s": 1.001570967, "ended": "window elapsed",
+  "events": 4340, "lost_events": 0, "torn_bytes": 0, "estimate": null,
+  "processes": [{"name": "sh", "pids": [31705], "threads": 1, "wakeups": 316,
+    "wakeups_per_s": 315.5, "runq_wait_s_per_s": 0.309, "on_cpu_s_per_s": 0.086,
+    "migrations": 2, "migrations_per_s": 2.0, "cpus_used": "0-1",
+    "classes": [{"class": "shared-llc", "wakeups": 160, "share": 0.506,
+      "wakeups_per_s": 159.7, "latency": {"samples": 160, "mean_ns": 683362.6,
+        "p50_ns": 23551, "p90_ns": 3555327, "p99_ns": 7831551, "max_ns": 8912895,
+        "histogram": [{"le_ns": 15999, "count": 3}, {"le_ns": 31999, "count": 111}]}}]}],
+  "pairs": [{"waker": "(interrupt)", "waker_pid": 0, "wakee": "sh", "wakee_pid": 31705,
+    "wakeups": 315, "wakeups_per_s": 314.5, "waker_cpu": 1,
+    "classes": [{"class": "same-cpu", "wakeups": 155, "share": 0.492,
+      "wakeups_per_s": 154.8, "latency": null}]}],
+  "vm": {"cpus": "0-1", "halts": null, "interrupts": {"RES": 335}, "per_wakeup": {"irq_RES": 1.05},
+    "steal_pct": 0.0, "guest_halt_poll_ns": null, "unavailable": []}
+}"#;
+
+/// Fields a watch result gained later read as not available, never as counted zeros: the text
+/// says the placement checks are not available instead of "0 by the wakeup's migration, 0 on
+/// the CPU last run on, ...", and the page shows `-` for the share onto an idle CPU, not 0%.
+#[test]
+fn an_old_watch_result_shows_what_it_lacks_as_not_available() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("watch.json");
+    std::fs::write(&file, OLD_WATCH).unwrap();
+    let out = cpulab().arg("report").arg(&file).output().unwrap();
+    assert_success(&out);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(
+            "placement: not available (the result was written before cpulab recorded it)"
+        ),
+        "{text}"
+    );
+    assert!(!text.contains("placement: 0"), "{text}");
+    let page = dir.path().join("watch.html");
+    let out = cpulab()
+        .args(["report", "-q"])
+        .arg(&file)
+        .arg("--html")
+        .arg(&page)
+        .output()
+        .unwrap();
+    assert_success(&out);
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(html.contains("onto idle"), "the column is there");
+    assert!(
+        html.contains(
+            r#"<td title="not available: the result was written before cpulab recorded it">-</td>"#
+        ),
+        "{html}"
+    );
+    assert!(!html.contains(">0%<"), "no zero share claimed: {html}");
+    // It still compares with itself on its typed figures.
+    let c = compared_with_itself(&file);
+    assert_eq!(c["result_kind"], "watch", "{c}");
+    assert!(!c["figures"].as_array().unwrap().is_empty(), "{c}");
+}

@@ -198,3 +198,72 @@ fn bad_scenarios_and_calibrations_are_one_line_and_exit_2() {
         assert!(out.stdout.is_empty(), "{args:?}: nothing on stdout");
     }
 }
+
+/// Absurd numbers in a scenario or a calibration file are refused before anything runs, one
+/// line naming the field, the value (short: `1e300`, once printed as three hundred digits, and
+/// the calibrated one simulated and printed in full) and the range it takes.
+#[test]
+fn absurd_values_are_one_short_line_naming_field_value_and_range() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = cpulab()
+        .args(["sim", "builtin", "c-fair-share", "--toml"])
+        .output()
+        .unwrap();
+    let good = String::from_utf8_lossy(&out.stdout).to_string();
+    // The file with the first line that starts with `key =` set to `value`.
+    let edit = |key: &str, value: &str, file: &str| {
+        let mut done = false;
+        let text: String = good
+            .lines()
+            .map(|l| {
+                if !done && l.starts_with(&format!("{key} =")) {
+                    done = true;
+                    format!("{key} = {value}\n")
+                } else {
+                    format!("{l}\n")
+                }
+            })
+            .collect();
+        assert!(done, "{key}");
+        let path = dir.path().join(file);
+        std::fs::write(&path, text).unwrap();
+        path.to_str().unwrap().to_string()
+    };
+    let huge_cost = edit("halt_exit_ns", "1e300", "cost.toml");
+    let tiny_work = edit("unit_us", "1e-300", "work.toml");
+    let calibration = dir.path().join("pp.json");
+    std::fs::write(
+        &calibration,
+        r#"{"cpulab_schema": 1, "kind": "pingpong", "runs": [
+            {"method": "pipe", "placement": "same-cpu", "mean_rtt_ns": {"mean": 1e300}},
+            {"method": "pipe", "placement": "shared-llc", "mean_rtt_ns": {"mean": 3e300}}]}"#,
+    )
+    .unwrap();
+    let cal = calibration.to_str().unwrap();
+    for (args, want) in [
+        (
+            vec!["sim", huge_cost.as_str()],
+            "halt_exit_ns = 1e300 is out of range; give 0 to 1e9 nanoseconds",
+        ),
+        (
+            vec!["sim", tiny_work.as_str()],
+            "unit_us = 1e-300 is out of range; give 0.01 to 1000000 microseconds",
+        ),
+        (
+            vec!["sim", "builtin", "c-fair-share", "--calibrate", cal],
+            "same-CPU mean round trip (ns) = 1e300 is out of range; give 1 to 1e9 nanoseconds",
+        ),
+        (
+            vec!["sim", "validate", "--calibrate", cal],
+            "same-CPU mean round trip (ns) = 1e300 is out of range",
+        ),
+    ] {
+        let out = cpulab().args(&args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: {err}");
+        assert!(err.len() < 200, "{args:?}: a short line: {err}");
+        assert!(out.stdout.is_empty(), "{args:?}: nothing simulated");
+    }
+}

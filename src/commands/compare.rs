@@ -21,7 +21,8 @@ pub struct Args {
     pub a: PathBuf,
     /// The later (or candidate) result, of the same kind (a file or `@ID`).
     pub b: PathBuf,
-    /// Exit with code 1 when a figure got worse by more than PCT percent beyond noise.
+    /// Exit with code 1 when a figure got worse by more than PCT percent beyond noise (0 to
+    /// 1000; 0: any figure worse beyond noise).
     #[arg(long, value_name = "PCT")]
     pub fail_on_regression: Option<f64>,
     /// Also list the plain numbers that have no samples and are not judged.
@@ -33,12 +34,8 @@ pub struct Args {
 }
 
 pub fn run(args: Args, g: &Global, also: &[&dyn Sink]) -> Result<()> {
-    if let Some(p) = args.fail_on_regression
-        && !(p.is_finite() && p >= 0.0)
-    {
-        return Err(bad_input(format!(
-            "--fail-on-regression {p} is not a percentage; give a number such as 5"
-        )));
+    if let Some(p) = args.fail_on_regression {
+        crate::units::flag_percent("fail-on-regression", p)?;
     }
     let (an, bn) = (args.a.display().to_string(), args.b.display().to_string());
     let a = super::report::load(&args.a)?;

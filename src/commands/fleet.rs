@@ -32,8 +32,8 @@ pub struct Args {
     /// Seconds each request may take (Prometheus is asked to give up at the same time).
     #[arg(long, default_value = "30s", value_name = "DURATION")]
     pub timeout: String,
-    /// The minimum move of a host's placement cost across a fact change, in percent (as
-    /// `history check --threshold`).
+    /// The minimum move of a host's placement cost across a fact change, in percent, 0 to 1000
+    /// (as `history check --threshold`).
     #[arg(long, default_value_t = 5.0, value_name = "PCT")]
     pub threshold: f64,
     /// TLS (`tls_config`: `ca_file`, `cert_file`, `key_file`, `insecure_skip_verify`) and
@@ -79,12 +79,7 @@ fn settings(args: &Args) -> Result<(Settings, Duration, webconfig::Access)> {
             args.timeout
         )));
     }
-    if !(args.threshold.is_finite() && args.threshold >= 0.0) {
-        return Err(bad_input(format!(
-            "--threshold {}: not a percentage; give a number such as 5",
-            args.threshold
-        )));
-    }
+    crate::units::flag_percent("threshold", args.threshold)?;
     let access = match &args.web_config_file {
         Some(p) => webconfig::load(p)?,
         None => webconfig::Access::default(),

@@ -77,7 +77,7 @@ pub enum Action {
         /// Runs in each series, the newest included.
         #[arg(long, default_value_t = 20, value_name = "N")]
         window: usize,
-        /// The minimum effect, in percent: smaller moves are never a change.
+        /// The minimum effect, in percent (0 to 1000): smaller moves are never a change.
         #[arg(long, default_value_t = 5.0, value_name = "PCT")]
         threshold: f64,
     },
@@ -86,7 +86,7 @@ pub enum Action {
     Report {
         #[command(flatten)]
         which: Which,
-        /// The minimum effect of a change point, in percent.
+        /// The minimum effect of a change point, in percent (0 to 1000).
         #[arg(long, default_value_t = 5.0, value_name = "PCT")]
         threshold: f64,
     },
@@ -230,16 +230,6 @@ fn emitter(output: &OutputArgs, action: &Action, quiet: bool) -> Result<Emitter<
     }
 }
 
-fn percent(flag: &str, v: f64) -> Result<f64> {
-    if v.is_finite() && v >= 0.0 {
-        Ok(v)
-    } else {
-        Err(bad_input(format!(
-            "{flag} {v} is not a percentage; give a number such as 5"
-        )))
-    }
-}
-
 pub fn run(args: Args, g: &Global) -> Result<()> {
     let out = emitter(&args.output, &args.action, g.quiet)?;
     match args.action {
@@ -261,12 +251,12 @@ pub fn run(args: Args, g: &Global) -> Result<()> {
             }
             let settings = Settings {
                 window,
-                threshold_pct: percent("--threshold", threshold)?,
+                threshold_pct: crate::units::flag_percent("threshold", threshold)?,
             };
             actions::check(kind_flag(&kind)?.as_deref(), &settings, &out)
         }
         Action::Report { which, threshold } => {
-            let threshold = percent("--threshold", threshold)?;
+            let threshold = crate::units::flag_percent("threshold", threshold)?;
             actions::report(&which.filter()?, threshold, g.quiet, &out)
         }
         Action::Export { which } => actions::export(&which.filter()?, &out),

@@ -56,18 +56,27 @@ pub const MAX_PCPUS: u32 = 64;
 
 impl Host {
     pub fn new(shape: &HostShape) -> Result<Self> {
-        let per_group = shape.cores_per_module * shape.threads_per_core;
-        let n = shape.packages * shape.modules_per_package * per_group;
-        if shape.packages == 0 || shape.modules_per_package == 0 || per_group == 0 {
-            return Err(bad_input(
-                "the host needs at least one package, module, core and thread",
-            ));
+        // Each count on its own first, so that their product cannot overflow.
+        for (name, v) in [
+            ("packages", shape.packages),
+            ("modules_per_package", shape.modules_per_package),
+            ("cores_per_module", shape.cores_per_module),
+            ("threads_per_core", shape.threads_per_core),
+        ] {
+            if !(1..=MAX_PCPUS).contains(&v) {
+                return Err(bad_input(format!(
+                    "host {name} = {v} is out of range; give 1 to {MAX_PCPUS}"
+                )));
+            }
         }
-        if n > MAX_PCPUS {
+        let per_group = shape.cores_per_module * shape.threads_per_core;
+        let n = u64::from(shape.packages * shape.modules_per_package) * u64::from(per_group);
+        if n > u64::from(MAX_PCPUS) {
             return Err(bad_input(format!(
                 "the host has {n} physical CPUs; the simulator models at most {MAX_PCPUS}"
             )));
         }
+        let n = n as u32;
         let mut pcpus = Vec::with_capacity(n as usize);
         for i in 0..n {
             pcpus.push(Pcpu {
@@ -199,5 +208,40 @@ mod tests {
         assert!(h.siblings.iter().all(|s| s.is_empty()));
         assert_eq!(mask_of("0-1,3", 4, "pcpus").unwrap(), 0b1011);
         assert!(mask_of("4", 4, "pcpus").is_err());
+    }
+
+    /// Counts whose product overflows a u32 once panicked (`attempt to multiply with
+    /// overflow`); each is now checked on its own, one line naming it.
+    #[test]
+    fn host_counts_out_of_range_are_bad_input_never_an_overflow() {
+        let shape = |packages, modules_per_package| HostShape {
+            name: String::new(),
+            packages,
+            modules_per_package,
+            cores_per_module: 1,
+            threads_per_core: 1,
+        };
+        for (p, m, want) in [
+            (
+                u32::MAX,
+                65_536,
+                "host packages = 4294967295 is out of range; give 1 to 64",
+            ),
+            (
+                1,
+                0,
+                "host modules_per_package = 0 is out of range; give 1 to 64",
+            ),
+            (
+                64,
+                64,
+                "the host has 4096 physical CPUs; the simulator models at most 64",
+            ),
+        ] {
+            let e = Host::new(&shape(p, m)).unwrap_err();
+            assert_eq!(crate::error::exit_code(&e), 2);
+            assert_eq!(format!("{e:#}"), want);
+        }
+        assert_eq!(Host::new(&shape(2, 32)).unwrap().len(), 64);
     }
 }

@@ -161,9 +161,12 @@ impl Costs {
         )
     }
 
-    /// Rejects costs the model cannot run with (one line, exit 2).
+    /// Rejects costs the model cannot run with (one line, exit 2): each named with the value
+    /// given and the range it takes. A time is at most one second (a cost beyond that is no
+    /// cost of one wakeup or switch, and is almost surely a unit mistake), a fraction within
+    /// what the model can slow a core by.
     pub fn check(&self) -> Result<()> {
-        let fields = [
+        let times = [
             ("halt_exit_ns", self.halt_exit_ns),
             ("ipi_ns", self.ipi_ns),
             ("remote_wake_ns", self.remote_wake_ns),
@@ -176,38 +179,55 @@ impl Costs {
             ("cold_work_ns", self.cold_work_ns),
             ("wake_choice_ns", self.wake_choice_ns),
         ];
-        for (name, v) in fields {
-            if !v.is_finite() || !(0.0..=1e9).contains(&v) {
-                return Err(bad_input(format!(
-                    "{name} = {v} is out of range; give 0 to 1e9 nanoseconds"
-                )));
-            }
+        for (name, v) in times {
+            in_range(
+                name,
+                v,
+                0.0..=MAX_COST_NS,
+                "0 to 1e9 nanoseconds (one second)",
+            )?;
         }
-        if !(0.0..0.95).contains(&self.turbo_drop) {
-            return Err(bad_input(format!(
-                "turbo_drop = {} is out of range; give a fraction from 0 to 0.95",
-                self.turbo_drop
-            )));
+        in_range(
+            "slice_ns",
+            self.slice_ns,
+            1e4..=MAX_COST_NS,
+            "1e4 to 1e9 nanoseconds (10 us to one second)",
+        )?;
+        let fractions = [
+            ("turbo_drop", self.turbo_drop),
+            ("module_contention", self.module_contention),
+        ];
+        for (name, v) in fractions {
+            // Below 1, or a busy core would stop: at most 0.95.
+            in_range(name, v, 0.0..=0.95, "a fraction from 0 to 0.95")?;
         }
-        if !(0.0..0.95).contains(&self.module_contention) {
-            return Err(bad_input(format!(
-                "module_contention = {} is out of range; give a fraction from 0 to 0.95",
-                self.module_contention
-            )));
-        }
-        if !(0.0..=10.0).contains(&self.cold_stretch) {
-            return Err(bad_input(format!(
-                "cold_stretch = {} is out of range; give a fraction from 0 to 10",
-                self.cold_stretch
-            )));
-        }
-        if !self.slice_ns.is_finite() || !(10_000.0..=1e9).contains(&self.slice_ns) {
-            return Err(bad_input(format!(
-                "slice_ns = {} is out of range; give 1e4 to 1e9 nanoseconds",
-                self.slice_ns
-            )));
-        }
+        in_range(
+            "cold_stretch",
+            self.cold_stretch,
+            0.0..=10.0,
+            "a fraction from 0 to 10",
+        )
+    }
+}
+
+/// The longest any cost may be: one second.
+pub const MAX_COST_NS: f64 = 1e9;
+
+/// `name = v` within `range`, else bad input quoting the value (never three hundred digits of
+/// it) and the range in words.
+pub fn in_range(
+    name: &str,
+    v: f64,
+    range: std::ops::RangeInclusive<f64>,
+    give: &str,
+) -> Result<()> {
+    if range.contains(&v) {
         Ok(())
+    } else {
+        Err(bad_input(format!(
+            "{name} = {} is out of range; give {give}",
+            crate::units::fmt_given(v)
+        )))
     }
 }
 
@@ -282,6 +302,32 @@ impl Calibration {
             cold: None,
             noisy: None,
         }
+    }
+
+    /// Rejects a file whose times no machine measures (a round trip of 1e300 ns was once taken
+    /// and printed as three hundred digits): each within 1 ns to one second, and the costs they
+    /// give within [`Costs::check`]'s ranges. One line naming the file, exit 2.
+    pub fn check(&self) -> Result<()> {
+        let file = format!("--calibrate {}", self.source);
+        let mut times = vec![
+            ("same-CPU mean round trip (ns)", self.same_rtt_ns),
+            ("cross-CPU mean round trip (ns)", self.cross_rtt_ns),
+        ];
+        if let Some(c) = &self.cold {
+            times.push(("same-CPU work after each wakeup (ns)", c.same_ns));
+            times.push(("cross-CPU work after each wakeup (ns)", c.cross_ns));
+        }
+        for (what, v) in times {
+            in_range(
+                &format!("{file}: {what}"),
+                v,
+                1.0..=MAX_COST_NS,
+                "1 to 1e9 nanoseconds (one second)",
+            )?;
+        }
+        self.apply(&Costs::default())
+            .check()
+            .map_err(|e| bad_input(format!("{file}: the costs its times give: {e}")))
     }
 
     /// Costs whose same-CPU and cross-CPU round trips match the measured ones: the guest switch
@@ -364,6 +410,7 @@ pub fn load_calibration(path: &Path) -> Result<Calibration> {
         }
     }
     let mut cal = pick(&runs, &name, loaded.kind.as_str(), poll)?;
+    cal.check()?;
     cal.noisy = noisy_reason(&v["conditions"]);
     Ok(cal)
 }
@@ -568,6 +615,35 @@ mod tests {
         assert!(with.halted_wake_ns() < without.halted_wake_ns());
     }
 
+    /// A calibration file holding absurd times is refused, one line quoting the value short:
+    /// once a 1e300 ns round trip was taken and printed as three hundred digits.
+    #[test]
+    fn calibrations_with_times_no_machine_measures_are_bad_input() {
+        assert!(Calibration::field_notes().check().is_ok());
+        for (same, cross) in [(1e300, 3e300), (5_000.0, f64::INFINITY), (0.5, 42_000.0)] {
+            let c = Calibration {
+                same_rtt_ns: same,
+                cross_rtt_ns: cross,
+                ..Calibration::field_notes()
+            };
+            let e = c.check().unwrap_err();
+            let m = format!("{e:#}");
+            assert_eq!(crate::error::exit_code(&e), 2, "{m}");
+            assert!(m.contains("1 to 1e9 nanoseconds") && m.len() < 200, "{m}");
+        }
+        // Each time in range, but a stretch of 1e6 no core shows: the derived cost is refused.
+        let c = Calibration {
+            cold: Some(ColdCalibration {
+                bytes: 4096,
+                same_ns: 1.0,
+                cross_ns: 1e6,
+            }),
+            ..Calibration::field_notes()
+        };
+        let m = format!("{:#}", c.check().unwrap_err());
+        assert!(m.contains("cold_stretch = 999999 is out of range"), "{m}");
+    }
+
     #[test]
     fn out_of_range_costs_are_bad_input() {
         let c = Costs {
@@ -587,5 +663,14 @@ mod tests {
             ..Costs::default()
         };
         assert_eq!(crate::error::exit_code(&c.check().unwrap_err()), 2);
+        // A time beyond one second is refused, quoted short with the range it takes.
+        let c = Costs {
+            halt_exit_ns: 1e300,
+            ..Costs::default()
+        };
+        assert_eq!(
+            format!("{:#}", c.check().unwrap_err()),
+            "halt_exit_ns = 1e300 is out of range; give 0 to 1e9 nanoseconds (one second)"
+        );
     }
 }

@@ -21,15 +21,11 @@ fn page(title: &str, header: Markup, body: Markup) -> String {
 }
 
 fn fmt_rate(v: f64) -> String {
-    if v >= 100.0 {
-        format!("{v:.0}")
-    } else {
-        format!("{v:.2}")
-    }
+    crate::units::fmt_fixed(v, if v >= 100.0 { 0 } else { 2 })
 }
 
 fn opt(v: Option<f64>, digits: usize) -> String {
-    v.map_or_else(|| "-".into(), |x| format!("{x:.digits$}"))
+    v.map_or_else(|| "-".into(), |x| crate::units::fmt_fixed(x, digits))
 }
 
 /// `cpulab sim SCENARIO` as text.

@@ -39,6 +39,12 @@ fn default_duration_ms() -> f64 {
     2000.0
 }
 
+/// The longest simulated time per configuration: 1000 s, far beyond any field-notes run.
+pub const MAX_DURATION_MS: f64 = 1e6;
+
+/// vCPUs of one configuration, all VMs together.
+pub const MAX_VCPUS: u64 = 256;
+
 /// One configuration to simulate.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -130,12 +136,12 @@ impl Scenario {
     /// Checks everything and resolves each configuration, starting from `base` costs (the
     /// defaults, or a calibration) with the scenario's and the configuration's overrides.
     pub fn resolve(&self, base: &Costs) -> Result<Vec<Resolved>> {
-        if !(self.duration_ms.is_finite() && self.duration_ms > 0.0 && self.duration_ms <= 1e6) {
-            return Err(bad_input(format!(
-                "scenario {}: duration_ms = {} must be between 0 and 1000000",
-                self.name, self.duration_ms
-            )));
-        }
+        super::params::in_range(
+            &format!("scenario {}: duration_ms", self.name),
+            self.duration_ms,
+            1.0..=MAX_DURATION_MS,
+            "1 to 1000000 milliseconds (1 ms to 1000 s simulated)",
+        )?;
         if self.configs.is_empty() {
             return Err(bad_input(format!(
                 "scenario {} has no [[config]]; add at least one",
@@ -149,13 +155,19 @@ impl Scenario {
             let what = format!("config {:?}", c.name);
             let costs = merge_costs(&costs, &c.params, &what)?;
             let mut vms = Vec::new();
-            let total: u32 = c.vm.iter().map(|v| v.vcpus).sum();
-            if total > 256 {
-                return Err(bad_input(format!("{what}: more than 256 vCPUs in all")));
+            // Summed wide: a VM of 4294967295 vCPUs beside another must not overflow.
+            let total: u64 = c.vm.iter().map(|v| u64::from(v.vcpus)).sum();
+            if total > MAX_VCPUS {
+                return Err(bad_input(format!(
+                    "{what}: {total} vCPUs in all; give at most {MAX_VCPUS}"
+                )));
             }
             for vm in &c.vm {
                 if vm.vcpus == 0 {
-                    return Err(bad_input(format!("{what}: VM {} has 0 vCPUs", vm.name)));
+                    return Err(bad_input(format!(
+                        "{what}: VM {} has vcpus = 0; give 1 to {MAX_VCPUS}",
+                        vm.name
+                    )));
                 }
                 let mask = match &vm.pcpus {
                     Some(list) => {
@@ -164,7 +176,7 @@ impl Scenario {
                     None => host.all_mask(),
                 };
                 for w in &vm.workload {
-                    w.check(vm.vcpus, &vm.name)?;
+                    w.check(vm.vcpus, &vm.name, self.duration_ms)?;
                 }
                 vms.push((vm.clone(), mask));
             }
@@ -227,7 +239,30 @@ server_vcpu = 0
             (&TEXT.replace("kvm", "vmware"), "unknown variant"),
             (
                 &TEXT.replace("modules_per_package = 2", "modules_per_package = 99"),
-                "at most 64",
+                "give 1 to 64",
+            ),
+            (
+                &TEXT.replace("packages = 1", "packages = 4294967295"),
+                "host packages = 4294967295 is out of range; give 1 to 64",
+            ),
+            (
+                &TEXT.replace("guest_poll_ns = 100000", "guest_poll_ns = 1e300"),
+                "guest_poll_ns = 1e300 is out of range; give 0 to 1e9 nanoseconds",
+            ),
+            (
+                &TEXT.replace(
+                    "hypervisor = \"kvm\"",
+                    "hypervisor = \"kvm\"\nduration_ms = 1e-300",
+                ),
+                "duration_ms = 1e-300 is out of range; give 1 to 1000000 milliseconds",
+            ),
+            (
+                &TEXT.replace("vcpus = 2", "vcpus = 4294967295"),
+                "4294967295 vCPUs in all; give at most 256",
+            ),
+            (
+                &format!("{TEXT}[[config.vm]]\nname = \"big\"\nvcpus = 4294967295\n"),
+                "4294967297 vCPUs in all; give at most 256",
             ),
         ] {
             let e = parse(text, "t.toml").and_then(|s| s.resolve(&Costs::default()));

@@ -10,6 +10,18 @@ use crate::output::{Style, fmt_ns};
 use maud::{Markup, html};
 use std::fmt::Write;
 
+/// Why a figure of a saved result is not available: the result predates it.
+const OLDER: &str = "the result was written before cpulab recorded it";
+
+/// The share of a class's wakeups that found their CPU idle, or `-` when the result predates
+/// the count (never 0%).
+fn onto_idle(c: &ClassReport) -> String {
+    match c.to_idle {
+        Some(n) => format!("{:.0}%", 100.0 * n as f64 / c.wakeups.max(1) as f64),
+        None => "-".into(),
+    }
+}
+
 fn class_line(c: &ClassReport) -> String {
     let lat = match &c.latency {
         Some(l) => format!(
@@ -233,7 +245,9 @@ pub fn delivery_lines(r: &WatchReport) -> Vec<String> {
 
 /// Where the wakeups' CPUs came from and how the independent sources agreed.
 pub fn placement_line(r: &WatchReport) -> String {
-    let c = &r.placement;
+    let Some(c) = &r.placement else {
+        return format!("placement: not available ({OLDER})");
+    };
     let mut s = format!(
         "placement: {} by the wakeup's migration, {} on the CPU last run on, {} where first seen running, {} already runnable",
         c.from_migration, c.from_last_cpu, c.from_switch_in, c.already_runnable
@@ -319,8 +333,9 @@ pub fn html(r: &WatchReport) -> String {
         h2 { "Processes" }
         table {
             tr {
-                th { "process" } th { "class" } th { "share" } th { "wakeups/s" } th { "p50" }
-                th { "p99" } th { "max" } th { "distribution" }
+                th { "process" } th { "class" } th { "share" } th { "wakeups/s" }
+                th title="share of the class's wakeups whose CPU was idle" { "onto idle" }
+                th { "p50" } th { "p99" } th { "max" } th { "distribution" }
             }
             @for p in &r.processes {
                 @for c in &p.classes {
@@ -330,6 +345,11 @@ pub fn html(r: &WatchReport) -> String {
                         td { (c.class) }
                         td { (format!("{:.1}%", c.share * 100.0)) }
                         td { (format!("{:.0}", c.wakeups_per_s)) }
+                        @if c.to_idle.is_some() {
+                            td { (onto_idle(c)) }
+                        } @else {
+                            td title=(format!("not available: {OLDER}")) { "-" }
+                        }
                         td { (p50) } td { (p99) } td { (max) }
                         td { (bars) }
                     }
@@ -368,6 +388,29 @@ pub fn html(r: &WatchReport) -> String {
 mod tests {
     use super::*;
     use crate::cpulist::CpuSet;
+
+    /// A class saved before `to_idle` existed reads it as not available, and shows `-`, never
+    /// 0%; a counted zero still shows 0%.
+    #[test]
+    fn a_class_without_to_idle_reads_not_available_and_shows_no_zero() {
+        let old: ClassReport = serde_json::from_str(
+            r#"{"class": "shared-llc", "wakeups": 160, "share": 0.5, "wakeups_per_s": 159.7,
+                "latency": null}"#,
+        )
+        .unwrap();
+        assert_eq!(old.to_idle, None);
+        assert_eq!(onto_idle(&old), "-");
+        let counted = ClassReport {
+            to_idle: Some(0),
+            ..old.clone()
+        };
+        assert_eq!(onto_idle(&counted), "0%");
+        let some = ClassReport {
+            to_idle: Some(40),
+            ..old
+        };
+        assert_eq!(onto_idle(&some), "25%");
+    }
 
     #[test]
     fn the_vm_lines_say_what_was_not_seen_and_what_acts_on_nothing() {

@@ -50,10 +50,10 @@ pub struct ClassReport {
     pub share: f64,
     pub wakeups_per_s: f64,
     /// Wakeups whose CPU was idle when they were placed (switched in straight from the idle
-    /// task; with `bpf-counts`, the CPU's state at `sched_wakeup`). Results written before
-    /// this field read 0.
+    /// task; with `bpf-counts`, the CPU's state at `sched_wakeup`). None: not available, the
+    /// result was written before cpulab recorded it (never read as zero).
     #[serde(default)]
-    pub to_idle: u64,
+    pub to_idle: Option<u64>,
     pub latency: Option<Latency>,
 }
 
@@ -206,9 +206,10 @@ pub struct WatchReport {
     /// Per CPU: switches into and out of the idle task delivered.
     #[serde(default)]
     pub idle_switches: Vec<IdleSwitches>,
-    /// How each wakeup's CPU was found and how the sources agreed.
+    /// How each wakeup's CPU was found and how the sources agreed. None: not available, the
+    /// result was written before cpulab recorded it (never read as zeros).
     #[serde(default)]
-    pub placement: PlacementChecks,
+    pub placement: Option<PlacementChecks>,
     /// By wakeups, most first.
     pub processes: Vec<ProcessReport>,
     /// Top waker -> wakee pairs by wakeups.
@@ -269,7 +270,7 @@ fn classes(m: &ByClass, interval_s: f64) -> (u64, Vec<ClassReport>) {
             wakeups: acc.wakeups,
             share: acc.wakeups as f64 / total.max(1) as f64,
             wakeups_per_s: acc.wakeups as f64 / interval_s,
-            to_idle: acc.to_idle,
+            to_idle: Some(acc.to_idle),
             latency: latency(acc),
         })
         .collect();
@@ -374,7 +375,7 @@ pub fn build(i: Inputs<'_>) -> WatchReport {
         delivery: i.delivery,
         lost_by_cpu: i.lost_by_cpu,
         idle_switches: i.idle_switches,
-        placement: a.checks.clone(),
+        placement: Some(a.checks.clone()),
         requested_s: i.requested_s,
         interval_s: i.interval_s,
         ended: i.ended,
