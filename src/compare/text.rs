@@ -4,11 +4,16 @@ use super::{Comparison, FigureDiff, Test, Verdict};
 use crate::output::{Style, fmt_ns};
 use comfy_table::{Table, presets};
 
-/// A figure's value for display, with its unit where the name gives one.
+/// A figure's value for display, with its unit where the name gives one: the name before a
+/// typed figure's selector (`rtt_ns` of `rtt_ns[method=pipe,cpus=0:1]`), or a path's last part.
 pub fn fmt_value(path: &str, v: f64) -> String {
-    if path.ends_with("_per_ns") {
+    let name = match path.strip_suffix(']').and_then(|p| p.rfind('[')) {
+        Some(open) => &path[..open],
+        None => path,
+    };
+    if name.ends_with("_per_ns") {
         format!("{v:.3}/ns")
-    } else if path.ends_with("_ns") {
+    } else if name.ends_with("_ns") {
         fmt_ns(v)
     } else if v != 0.0 && (v.abs() >= 1e6 || v.abs() < 1e-2) {
         format!("{v:.3e}")
@@ -121,4 +126,27 @@ pub fn render(c: &Comparison, all: bool, fail_pct: Option<f64>) -> String {
         };
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fmt_value;
+
+    #[test]
+    fn a_typed_figure_keeps_its_unit_behind_its_selector() {
+        // The unit is in the name before the selector; the selector's own text must not decide.
+        assert_eq!(
+            fmt_value("rtt_ns[method=pipe,class=shared-llc,cpus=0:1]", 71_308.311),
+            "71.31 us"
+        );
+        assert_eq!(fmt_value("cost_ns[name=syscall_getppid]", 83.0), "83 ns");
+        assert_eq!(fmt_value("rate_per_ns[x=1]", 0.8321), "0.832/ns");
+        // A path from a document without typed figures still ends with its unit.
+        assert_eq!(
+            fmt_value("measurements.wakeup[method=pipe].rtt_ns", 2_300.0),
+            "2.30 us"
+        );
+        // No unit in the name: a plain number, whatever the selector holds.
+        assert_eq!(fmt_value("share[workers=2,unit_ns=1]", 0.5), "0.500");
+    }
 }

@@ -12,7 +12,7 @@ use super::check::{self, Settings};
 use super::fingerprint::{self, Changed, Facts};
 use super::store::{Filter, NewRun, Run, Store};
 use super::{Location, changes, html, when};
-use crate::compare::{self, Comparison, text::fmt_value};
+use crate::compare::{self, Comparison};
 use crate::emit::{Emitted, Emitter};
 use crate::error::bad_input;
 use crate::experiment::Figure;
@@ -135,16 +135,15 @@ pub fn show_text(s: &Shown) -> String {
         let ci = f.ci.as_ref().map_or(String::new(), |c| {
             format!(
                 "  95% CI {} to {} (n={})",
-                fmt_value(&f.name, c.ci95_low),
-                fmt_value(&f.name, c.ci95_high),
+                check::fmt_value(f.unit, c.ci95_low),
+                check::fmt_value(f.unit, c.ci95_high),
                 c.n
             )
         });
         t += &format!(
-            "  {:<60} {}{}{}\n",
+            "  {:<60} {}{}\n",
             f.name,
-            fmt_value(&f.name, f.value),
-            f.unit.suffix(),
+            check::fmt_value(f.unit, f.value),
             ci
         );
     }
@@ -590,6 +589,9 @@ mod tests {
         assert!(t.contains("kernel"), "{t}");
         assert!(t.contains("rtt_ns"), "{t}");
         assert!(t.contains("95% CI"), "{t}");
+        // The figure reads in its unit, as every cpulab text does, not as raw nanoseconds.
+        assert!(t.contains(" 1.00 us  95% CI "), "{t}");
+        assert!(!t.contains("ns  95% CI"), "{t}");
     }
 
     #[test]

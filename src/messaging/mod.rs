@@ -137,7 +137,7 @@ pub struct Args {
     /// Senders per group, and as many receivers (perf's `--nr_fds`).
     #[arg(long, value_name = "N", default_value_t = 20)]
     pub senders: usize,
-    /// Messages of 100 bytes each sender sends to each receiver (perf's `--loop`).
+    /// Messages of 100 bytes each sender sends to each receiver (perf's `--nr_loops`).
     #[arg(long, short = 'l', value_name = "N", default_value_t = 100)]
     pub messages: usize,
     /// Processes (as perf by default) or threads (perf's `--thread`).

@@ -9,7 +9,7 @@
 //! changed all of this (field notes, case D), so its name is recorded too.
 
 use super::cgroup::{CpuLimits, Layout, Membership, read_cpu_limits};
-use super::reading::{Reading, read_dir_names, read_trim};
+use super::reading::{Reading, Reason, read_dir_names, read_trim};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -73,6 +73,23 @@ fn read_debug(dir: &Path) -> Reading<BTreeMap<String, String>> {
     })
 }
 
+/// The active tuned profile. tuned leaves `active_profile` empty when no profile is active
+/// (`tuned-adm off`, or installed and never started): that is no profile, not one named "".
+fn tuned_profile(path: &Path) -> Reading<String> {
+    read_trim(path).and_then(|name| profile_named(name, path))
+}
+
+/// Pure: the trimmed text of `active_profile` to the reading.
+fn profile_named(name: String, path: &Path) -> Reading<String> {
+    if name.is_empty() {
+        return Reading::unavailable(
+            Reason::Absent,
+            format!("{} is empty: no tuned profile is active", path.display()),
+        );
+    }
+    Reading::Value(name)
+}
+
 impl Sched {
     pub fn read(root: &Path, layout: &Layout) -> Self {
         let kernel_dir = root.join("proc/sys/kernel");
@@ -80,7 +97,7 @@ impl Sched {
             kernel: read_trim(&kernel_dir.join("osrelease")),
             tunables: read_tunables(&kernel_dir),
             debug_tunables: read_debug(&root.join("sys/kernel/debug/sched")),
-            tuned_profile: read_trim(&root.join("etc/tuned/active_profile")),
+            tuned_profile: tuned_profile(&root.join("etc/tuned/active_profile")),
             cgroup: CgroupLimits {
                 version: layout.version().map(str::to_string),
                 membership: layout.membership.clone(),
@@ -112,5 +129,24 @@ impl Sched {
             .and_then(|r| r.value())
             .or_else(|| self.debug_tunables.value().and_then(|d| d.get(name)))
             .map(String::as_str)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_empty_active_profile_is_no_profile() {
+        let path = Path::new("/etc/tuned/active_profile");
+        let none = profile_named(String::new(), path);
+        assert_eq!(none.value(), None);
+        let Reading::Unavailable { unavailable } = none else {
+            unreachable!("an empty file gave a profile")
+        };
+        assert_eq!(unavailable.reason, Reason::Absent);
+        assert!(unavailable.detail.contains("no tuned profile is active"));
+        let named = profile_named("virtual-guest".into(), path);
+        assert_eq!(named.value().map(String::as_str), Some("virtual-guest"));
     }
 }
