@@ -345,6 +345,7 @@ pub fn export_line(r: &Run, facts: &Facts, document: Option<&Value>) -> Value {
         "host_key": r.host_key,
         "hardware_key": r.hardware_key,
         "command_line": r.command_line,
+        "noisy": r.noisy,
         "facts": facts,
         "document": document,
     })
@@ -419,6 +420,9 @@ pub fn runs_of(text: &str, name: &str) -> Result<Vec<NewRun>> {
         if let Some(t) = v["time_unix_s"].as_i64() {
             run.time_unix_s = t;
         }
+        if let Some(n) = v["noisy"].as_bool() {
+            run.noisy = n;
+        }
         out.push(run);
     }
     Ok(out)
@@ -489,11 +493,23 @@ pub struct WouldDelete {
 }
 
 fn would_delete_text(w: &WouldDelete) -> String {
+    if w.would_delete.is_empty() {
+        return "nothing to delete\n".into();
+    }
     format!(
         "would delete {} run(s): {}\n",
         w.would_delete.len(),
         at_ids(&w.would_delete)
     )
+}
+
+/// The status line after a prune: how many runs went, or that none matched.
+fn deleted_text(n: usize) -> String {
+    if n == 0 {
+        "nothing to delete".into()
+    } else {
+        format!("deleted {n} run(s)")
+    }
 }
 
 /// `history prune`: deletes (one status line) or, with `dry_run`, emits what would go.
@@ -511,7 +527,7 @@ pub fn prune(
         return out.emit(&Emitted::bare(Kind::History, &w, would_delete_text, None)?);
     }
     let n = store.delete(&ids)?;
-    crate::output::status(quiet, &format!("deleted {n} run(s)"));
+    crate::output::status(quiet, &deleted_text(n));
     Ok(())
 }
 
@@ -614,6 +630,13 @@ mod tests {
             would_delete: vec![1, 2],
         };
         assert_eq!(would_delete_text(&w), "would delete 2 run(s): @1 @2\n");
+        // Nothing to go: said in words, not as a list with nothing after its colon.
+        let none = WouldDelete {
+            would_delete: vec![],
+        };
+        assert_eq!(would_delete_text(&none), "nothing to delete\n");
+        assert_eq!(deleted_text(0), "nothing to delete");
+        assert_eq!(deleted_text(3), "deleted 3 run(s)");
     }
 
     #[test]
@@ -673,10 +696,13 @@ mod tests {
         // Two exported lines: each keeps its time, keys, facts and command line.
         let r = Run {
             command_line: "cpulab doctor --quick".into(),
+            noisy: true,
             ..run(7, "doctor", "hw")
         };
         let facts: Facts = [("kernel".to_string(), "6.1.0".to_string())].into();
         let line = export_line(&r, &facts, Some(&doc));
+        // The line says noisy as `history list --json` does.
+        assert_eq!(line["noisy"], true);
         let text = export_text(&Export {
             lines: vec![line.clone(), line],
         });
@@ -686,6 +712,7 @@ mod tests {
         assert_eq!(back[1].fingerprint.hardware_key, "hw");
         assert_eq!(back[1].fingerprint.facts, facts);
         assert_eq!(back[1].command_line, "cpulab doctor --quick");
+        assert!(back[1].noisy);
         assert!(!back[1].figures.is_empty());
         // A broken line is one line of bad input naming the file and line.
         let e = runs_of(&format!("{text}{{not json\n"), "runs.jsonl").unwrap_err();
