@@ -57,7 +57,7 @@ fn every_burst_takes_at_least_its_cpu_time() {
             "--duration",
             "60ms",
             "--repeats",
-            "2",
+            "3",
             "--no-load-check",
         ],
         60,
@@ -101,6 +101,8 @@ fn bad_flags_are_one_line_and_exit_2() {
         // Once accepted, and each ran until killed.
         &["messaging", "--repeats", "99999999999"],
         &["bursty", "--repeats", "99999999999"],
+        // Once accepted, and its interval reached below zero: at least 3 runs, as pair.
+        &["bursty", "--repeats", "2"],
     ] {
         bad_input(args);
     }
@@ -133,7 +135,7 @@ fn report_and_compare_read_both_kinds_back() {
                 "--duration",
                 "20ms",
                 "--repeats",
-                "2",
+                "3",
             ],
         ),
     ] {

@@ -28,6 +28,10 @@ use anyhow::Result;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
+/// Fewest runs `--repeats` accepts: as `pair`, two runs give an interval four times wider than
+/// their spread (Student's t with one degree of freedom is 12.7), most often reaching below zero.
+pub const MIN_REPEATS: usize = 3;
+
 /// Validated settings.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct BurstySettings {
@@ -120,8 +124,8 @@ pub struct Args {
     /// Length of one measured run: `1s`, `500ms`.
     #[arg(long, value_name = "TIME", default_value = "1s")]
     pub duration: String,
-    /// Runs, for the confidence interval.
-    #[arg(long, value_name = "N", default_value_t = 3)]
+    /// Runs, for the confidence interval (at least 3).
+    #[arg(long, value_name = "N", default_value_t = MIN_REPEATS)]
     pub repeats: usize,
     /// Use only these CPUs (taskset syntax); the scheduler places the thread among them.
     #[arg(long, value_name = "LIST")]
@@ -246,7 +250,14 @@ impl Command for Bursty {
                 a.duration, a.work, a.sleep
             )));
         }
-        s.repeats = crate::units::flag_count("repeats", a.repeats, 1, crate::units::MAX_REPEATS)?;
+        if a.repeats < MIN_REPEATS {
+            return Err(bad_input(format!(
+                "--repeats {} is too few: at least {MIN_REPEATS} runs are needed for an interval",
+                a.repeats
+            )));
+        }
+        s.repeats =
+            crate::units::flag_count("repeats", a.repeats, MIN_REPEATS, crate::units::MAX_REPEATS)?;
         if let Some(text) = &a.cpus {
             s.cpus = Some(machine.flag_cpus("--cpus", text)?);
         }
@@ -263,10 +274,40 @@ fn fmt_dur(d: Duration) -> String {
     fmt_ns(d.as_nanos() as f64)
 }
 
-fn ci_ns(m: &Option<MeanCi>) -> String {
-    m.as_ref().map_or("-".into(), |m| {
-        format!("{} ± {}", fmt_ns(m.mean), fmt_ns(m.ci95_half_width))
+/// Mean and 95% interval over runs of a figure that cannot be negative (a time, a ratio of
+/// times): an interval reaching below zero is cut at zero, which still holds the true value
+/// whenever the whole interval did; `ci95_half_width` keeps the interval's real half-width.
+pub fn nonnegative_ci(values: &[f64]) -> Option<MeanCi> {
+    MeanCi::of(values).map(|mut m| {
+        m.ci95_low = m.ci95_low.max(0.0);
+        m
     })
+}
+
+/// An interval wider than its mean reaches below zero: it bounds nothing on that side.
+fn too_wide(m: &MeanCi) -> bool {
+    m.ci95_half_width >= m.mean
+}
+
+fn ci_with(
+    m: &Option<MeanCi>,
+    mean: impl Fn(f64) -> String,
+    half: impl Fn(f64) -> String,
+) -> String {
+    match m {
+        None => "-".into(),
+        Some(m) if too_wide(m) => format!(
+            "{}  (interval too wide over {} runs: ± {} reaches below zero)",
+            mean(m.mean),
+            m.n,
+            half(m.ci95_half_width)
+        ),
+        Some(m) => format!("{} ± {}", mean(m.mean), half(m.ci95_half_width)),
+    }
+}
+
+fn ci_ns(m: &Option<MeanCi>) -> String {
+    ci_with(m, fmt_ns, fmt_ns)
 }
 
 fn render_text(r: &BurstyReport, st: &Style) -> String {
@@ -290,10 +331,7 @@ fn render_text(r: &BurstyReport, st: &Style) -> String {
     );
     out += &format!(
         "  slowdown    {}  (burst p50 / warm p50; 95% CI over runs)\n",
-        r.slowdown.as_ref().map_or("-".into(), |m| format!(
-            "{:.3}x ± {:.3}",
-            m.mean, m.ci95_half_width
-        ))
+        ci_with(&r.slowdown, |v| format!("{v:.3}x"), |v| format!("{v:.3}"))
     );
     for n in &r.conditions.notes {
         out += &format!("{}\n", st.dim(&format!("note: {n}")));
@@ -350,4 +388,47 @@ fn page(r: &BurstyReport) -> String {
         (html::conditions(&r.conditions, &[]))
     };
     html::page("cpulab bursty", html::facts_line(&r.conditions), body)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_time_interval_never_bounds_below_zero_and_a_wide_one_says_so() {
+        // Two runs far apart: Student's t with one degree of freedom reaches below zero.
+        let wide = nonnegative_ci(&[100_000.0, 400_000.0]).unwrap();
+        assert!(wide.ci95_half_width > wide.mean);
+        assert_eq!(wide.ci95_low, 0.0);
+        assert!(wide.ci95_high > wide.mean);
+        let text = ci_ns(&Some(wide));
+        assert!(text.contains("interval too wide over 2 runs"), "{text}");
+        assert!(!text.contains('-'), "{text}");
+        // A tight interval is left as it is and shown as mean ± half-width.
+        let tight = nonnegative_ci(&[100.0, 101.0, 99.0]).unwrap();
+        assert_eq!(tight, MeanCi::of(&[100.0, 101.0, 99.0]).unwrap());
+        assert!(ci_ns(&Some(tight)).contains(" ± "));
+    }
+
+    #[test]
+    fn fewer_than_three_repeats_are_refused() {
+        let root =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/kvm-guest");
+        let machine = Machine::detect(&root).unwrap();
+        let args = |repeats| Args {
+            work: "1ms".into(),
+            sleep: "10ms".into(),
+            duration: "1s".into(),
+            repeats,
+            cpus: None,
+            no_load_check: true,
+            output: Default::default(),
+        };
+        for few in [0, 1, 2] {
+            let e = Bursty::settings(&args(few), &machine).unwrap_err();
+            assert_eq!(crate::error::exit_code(&e), 2);
+            assert!(format!("{e:#}").contains("at least 3"), "{e:#}");
+        }
+        assert_eq!(Bursty::settings(&args(3), &machine).unwrap().repeats, 3);
+    }
 }

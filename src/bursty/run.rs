@@ -4,7 +4,7 @@
 use super::{BurstyReport, BurstyRun, BurstySettings};
 use crate::experiment::Progress;
 use crate::machine::{Conditions, Machine};
-use crate::stats::{MeanCi, percentile};
+use crate::stats::percentile;
 use anyhow::{Context, Result};
 use nix::time::{ClockId, clock_gettime};
 use std::hint::black_box;
@@ -107,7 +107,8 @@ pub fn measure(
         runs.extend(one_run(s, iterations));
     }
     crate::affinity::set(0, &saved).context("restoring this thread's CPU affinity")?;
-    let of = |f: fn(&BurstyRun) -> f64| MeanCi::of(&runs.iter().map(f).collect::<Vec<_>>());
+    let of =
+        |f: fn(&BurstyRun) -> f64| super::nonnegative_ci(&runs.iter().map(f).collect::<Vec<_>>());
     Ok(BurstyReport {
         settings: s.clone(),
         conditions,
