@@ -188,10 +188,10 @@ fn estimate_text(s: &mut String, r: &WatchReport, style: &Style) {
             );
         }
         None => {
-            let _ = writeln!(
-                s,
-                "\nno co-location estimate: no pair had its cross-CPU and same-CPU wakeups timed (at least half of each) here"
+            let why = r.no_estimate.as_deref().unwrap_or(
+                "no pair had its cross-CPU and same-CPU wakeups timed (at least half of each) here",
             );
+            let _ = writeln!(s, "\nno co-location estimate: {why}");
         }
     }
 }
@@ -379,6 +379,8 @@ pub fn html(r: &WatchReport) -> String {
                 "Co-locating " (e.pair) ": " (format!("{:.4}", e.latency_saved_s_per_s))
                 " s of wakeup latency per second. Verify with " code { (e.verify) } "."
             }
+        } @else if let Some(why) = &r.no_estimate {
+            p { "No co-location estimate: " (why) }
         }
     };
     crate::report::html::page("cpulab watch", html! { h1 { "cpulab watch" } }, body)

@@ -118,14 +118,23 @@ pub struct Estimate {
     pub cross_wakeups_per_s: f64,
     /// Mean latency of those cross-CPU wakeups, measured here.
     pub cross_latency_ns: f64,
-    /// Mean latency of same-CPU wakeups, measured here (the pair's own, else all watched).
+    /// Mean latency of the pair's own same-CPU wakeups, measured here (never other processes').
     pub same_cpu_latency_ns: f64,
+    /// Same-CPU wakeups of the pair that were timed: the baseline's size (at least
+    /// [`MIN_TIMED_FOR_ESTIMATE`]). None: a result written before cpulab recorded it.
+    #[serde(default)]
+    pub same_cpu_timed: Option<u64>,
     /// (cross - same) x cross wakeups/s: seconds of wakeup latency per second saved (negative:
-    /// co-locating would add).
+    /// co-locating would add). Never beyond the wakee's threads in magnitude: each thread waits
+    /// at most one second per second.
     pub latency_saved_s_per_s: f64,
     /// The trial that measures it instead.
     pub verify: String,
 }
+
+/// Fewest timed wakeups of the pair, cross-CPU and same-CPU each, that the estimate compares:
+/// the mean of fewer is mostly the one wakeup that waited behind something else.
+pub const MIN_TIMED_FOR_ESTIMATE: u64 = 30;
 
 /// One event on one CPU: what the kernel counted against the records that reached cpulab.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -216,6 +225,10 @@ pub struct WatchReport {
     pub pairs: Vec<PairReport>,
     pub vm: VmReport,
     pub estimate: Option<Estimate>,
+    /// Why there is no estimate, in one line (absent when there is one, and in results written
+    /// before cpulab said why).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub no_estimate: Option<String>,
 }
 
 pub struct Inputs<'a> {
@@ -366,7 +379,10 @@ pub fn build(i: Inputs<'_>) -> WatchReport {
 
     let total_wakeups: u64 = processes.iter().map(|p| p.wakeups).sum();
     let vm = vm(&i, &a.cpus_involved, total_wakeups);
-    let estimate = estimate(&pairs, &processes);
+    let (estimate, no_estimate) = match estimate(&pairs, &processes) {
+        Ok(e) => (Some(e), None),
+        Err(why) => (None, Some(why)),
+    };
     WatchReport {
         conditions: i.conditions,
         target: i.target.describe(),
@@ -387,6 +403,7 @@ pub fn build(i: Inputs<'_>) -> WatchReport {
         pairs,
         vm,
         estimate,
+        no_estimate,
     }
 }
 
@@ -480,10 +497,10 @@ fn vm(i: &Inputs<'_>, involved: &std::collections::BTreeSet<u32>, wakeups: u64) 
     }
 }
 
-/// Mean latency and wakeups/s of the same-CPU (or the other) classes; None when fewer than half
-/// of those wakeups were timed (the rest had no delivered switch-in): a mean of the few that were
-/// is not that of the wakeups.
-fn mean_latency(classes: &[ClassReport], same: bool) -> Option<(f64, f64)> {
+/// Mean latency, wakeups/s and timed count of the same-CPU (or the other) classes; None when
+/// fewer than half of those wakeups were timed (the rest had no delivered switch-in): a mean of
+/// the few that were is not that of the wakeups.
+fn mean_latency(classes: &[ClassReport], same: bool) -> Option<(f64, f64, u64)> {
     let (mut n, mut wakeups, mut sum, mut per_s) = (0u64, 0u64, 0.0, 0.0);
     for c in classes {
         if (c.class == PlacementClass::SameCpu) != same {
@@ -496,31 +513,91 @@ fn mean_latency(classes: &[ClassReport], same: bool) -> Option<(f64, f64)> {
             sum += l.mean_ns * l.samples as f64;
         }
     }
-    (n > 0 && 2 * n >= wakeups).then(|| (sum / n as f64, per_s))
+    (n > 0 && 2 * n >= wakeups).then(|| (sum / n as f64, per_s, n))
 }
 
-fn estimate(pairs: &[PairReport], processes: &[ProcessReport]) -> Option<Estimate> {
-    let all: Vec<ClassReport> = processes.iter().flat_map(|p| p.classes.clone()).collect();
-    pairs
+/// The estimate for the first pair that allows one, or why none does (the top pair's reason).
+fn estimate(pairs: &[PairReport], processes: &[ProcessReport]) -> Result<Estimate, String> {
+    let mut first_why = None;
+    for top in pairs
         .iter()
         .filter(|p| p.waker_pid != 0 && p.waker_pid != p.wakee_pid)
-        .find_map(|top| {
-            let (cross_ns, cross_per_s) = mean_latency(&top.classes, false)?;
-            let (same_ns, _) =
-                mean_latency(&top.classes, true).or_else(|| mean_latency(&all, true))?;
-            let cpu = top.waker_cpu?;
-            Some(Estimate {
-                pair: format!(
-                    "{} ({}) -> {} ({})",
-                    top.waker, top.waker_pid, top.wakee, top.wakee_pid
-                ),
-                cross_wakeups_per_s: cross_per_s,
-                cross_latency_ns: cross_ns,
-                same_cpu_latency_ns: same_ns,
-                latency_saved_s_per_s: (cross_ns - same_ns) * cross_per_s / 1e9,
-                verify: format!("cpulab try pid:{}.affinity={cpu}", top.wakee_pid),
-            })
-        })
+    {
+        match pair_estimate(top, processes) {
+            Ok(e) => return Ok(e),
+            Err(why) => {
+                first_why.get_or_insert(why);
+            }
+        }
+    }
+    Err(first_why.unwrap_or_else(|| "no pair of two processes woke each other here".into()))
+}
+
+/// One pair's estimate: its cross-CPU wakeups against its own same-CPU ones (never another
+/// process's, whose wakeups wait behind other work), both timed often enough, and within the
+/// physical bound (the wakee's threads wait at most one second per second each).
+fn pair_estimate(top: &PairReport, processes: &[ProcessReport]) -> Result<Estimate, String> {
+    let name = format!(
+        "{} ({}) -> {} ({})",
+        top.waker, top.waker_pid, top.wakee, top.wakee_pid
+    );
+    let timed = |same: bool| {
+        top.classes
+            .iter()
+            .filter(|c| (c.class == PlacementClass::SameCpu) == same)
+            .filter_map(|c| c.latency.as_ref())
+            .map(|l| l.samples)
+            .sum::<u64>()
+    };
+    let thin = |what: &str, n: u64| {
+        format!(
+            "{name} had {n} {what} wakeups timed, fewer than {MIN_TIMED_FOR_ESTIMATE} to take a mean from"
+        )
+    };
+    let (cross_ns, cross_per_s, cross_n) =
+        mean_latency(&top.classes, false).ok_or_else(|| thin("cross-CPU", timed(false)))?;
+    let (same_ns, _, same_n) =
+        mean_latency(&top.classes, true).ok_or_else(|| thin("same-CPU", timed(true)))?;
+    if cross_n < MIN_TIMED_FOR_ESTIMATE {
+        return Err(thin("cross-CPU", cross_n));
+    }
+    if same_n < MIN_TIMED_FOR_ESTIMATE {
+        return Err(thin("same-CPU", same_n));
+    }
+    let cpu = top
+        .waker_cpu
+        .ok_or_else(|| format!("{name}: the waker's CPU was not seen"))?;
+    let threads = processes
+        .iter()
+        .find(|p| p.pids.contains(&top.wakee_pid))
+        .map(|p| p.threads)
+        .filter(|t| *t > 0)
+        .ok_or_else(|| {
+            format!("{name}: the wakee's threads were not counted, so no bound holds")
+        })?;
+    let bound = threads as f64;
+    let now = cross_ns * cross_per_s / 1e9;
+    let co_located = same_ns * cross_per_s / 1e9;
+    if now > bound {
+        return Err(format!(
+            "{name}: its cross-CPU wakeups add up to {now:.2} s of waiting per second, more than its {threads} thread(s) have: the figures disagree"
+        ));
+    }
+    if co_located > bound {
+        return Err(format!(
+            "{name}: {cross_per_s:.0} wakeups/s at the same-CPU {} each would wait {co_located:.2} s per second, more than its {threads} thread(s) have: that rate could not hold co-located",
+            crate::units::fmt_ns(same_ns)
+        ));
+    }
+    Ok(Estimate {
+        pair: name,
+        cross_wakeups_per_s: cross_per_s,
+        cross_latency_ns: cross_ns,
+        same_cpu_latency_ns: same_ns,
+        same_cpu_timed: Some(same_n),
+        latency_saved_s_per_s: now - co_located,
+        verify: format!("cpulab try pid:{}.affinity={cpu}", top.wakee_pid),
+    })
 }
 
 /// Headline figures: per process, wakeups/s, the same-CPU share and each class's p50/p99.
@@ -571,4 +648,116 @@ pub fn figures(r: &WatchReport) -> Vec<Figure> {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn class(class: PlacementClass, wakeups: u64, timed: u64, mean_ns: f64) -> ClassReport {
+        ClassReport {
+            class,
+            wakeups,
+            share: 0.5,
+            wakeups_per_s: wakeups as f64,
+            to_idle: Some(0),
+            latency: (timed > 0).then(|| Latency {
+                samples: timed,
+                mean_ns,
+                p50_ns: mean_ns as u64,
+                p90_ns: mean_ns as u64,
+                p99_ns: mean_ns as u64,
+                max_ns: mean_ns as u64,
+                histogram: vec![],
+            }),
+        }
+    }
+
+    /// A one-second window: each class's wakeups are its wakeups per second.
+    fn pair(classes: Vec<ClassReport>) -> PairReport {
+        PairReport {
+            waker: "a".into(),
+            waker_pid: 10,
+            wakee: "b".into(),
+            wakee_pid: 20,
+            wakeups: classes.iter().map(|c| c.wakeups).sum(),
+            wakeups_per_s: classes.iter().map(|c| c.wakeups_per_s).sum(),
+            classes,
+            waker_cpu: Some(0),
+        }
+    }
+
+    fn process(pid: i32, threads: usize, classes: Vec<ClassReport>) -> ProcessReport {
+        ProcessReport {
+            name: "b".into(),
+            pids: vec![pid],
+            threads,
+            wakeups: classes.iter().map(|c| c.wakeups).sum(),
+            wakeups_per_s: 0.0,
+            classes,
+            runq_wait_s_per_s: 0.0,
+            on_cpu_s_per_s: 0.5,
+            migrations: 0,
+            migrations_per_s: 0.0,
+            cpus_used: CpuSet::from_iter_u32([0, 1]),
+        }
+    }
+
+    /// The case that once printed "would add about 15.35 s of wakeup latency per second": a
+    /// pair with only cross-CPU wakeups, judged against other processes' 13 same-CPU wakeups
+    /// that waited behind a build. Now it refuses, and says it had no same-CPU baseline.
+    #[test]
+    fn other_processes_same_cpu_wakeups_are_no_baseline() {
+        let p = pair(vec![class(
+            PlacementClass::SharedLlc,
+            10_675,
+            10_600,
+            28_570.0,
+        )]);
+        let others = process(30, 1, vec![class(PlacementClass::SameCpu, 13, 13, 1.47e6)]);
+        let why = estimate(&[p], &[process(20, 1, vec![]), others]).unwrap_err();
+        assert!(
+            why.contains("0 same-CPU wakeups timed, fewer than 30"),
+            "{why}"
+        );
+    }
+
+    #[test]
+    fn a_thin_baseline_of_the_pair_itself_is_refused() {
+        let p = pair(vec![
+            class(PlacementClass::SameCpu, 13, 13, 5_000.0),
+            class(PlacementClass::SharedLlc, 1_000, 1_000, 20_000.0),
+        ]);
+        let why = estimate(&[p], &[process(20, 1, vec![])]).unwrap_err();
+        assert!(why.contains("13 same-CPU wakeups timed"), "{why}");
+    }
+
+    /// Same-CPU latency times the pair's rate beyond the wakee's threads' wall time: no figure,
+    /// since one thread cannot wait more than a second per second.
+    #[test]
+    fn an_estimate_beyond_the_wakees_wall_time_is_refused() {
+        let p = pair(vec![
+            class(PlacementClass::SameCpu, 100, 100, 1.47e6),
+            class(PlacementClass::SharedLlc, 10_000, 10_000, 28_570.0),
+        ]);
+        let why = estimate(std::slice::from_ref(&p), &[process(20, 1, vec![])]).unwrap_err();
+        assert!(why.contains("more than its 1 thread(s) have"), "{why}");
+        // With no thread count for the wakee there is no bound, and no estimate either.
+        let why = estimate(&[p], &[]).unwrap_err();
+        assert!(why.contains("threads were not counted"), "{why}");
+    }
+
+    #[test]
+    fn an_estimate_from_the_pairs_own_wakeups_is_within_its_bound() {
+        let p = pair(vec![
+            class(PlacementClass::SameCpu, 200, 200, 5_000.0),
+            class(PlacementClass::SharedLlc, 10_000, 9_000, 20_000.0),
+        ]);
+        let e = estimate(&[p], &[process(20, 1, vec![])]).unwrap();
+        assert_eq!(e.same_cpu_timed, Some(200));
+        // (20 us - 5 us) x 10,000/s = 0.15 s per second saved.
+        assert!((e.latency_saved_s_per_s - 0.15).abs() < 1e-9, "{e:?}");
+        assert!(e.latency_saved_s_per_s.abs() <= 1.0);
+        assert_eq!(e.verify, "cpulab try pid:20.affinity=0");
+    }
 }
