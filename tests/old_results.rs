@@ -305,3 +305,48 @@ fn an_old_watch_result_shows_what_it_lacks_as_not_available() {
     assert_eq!(c["result_kind"], "watch", "{c}");
     assert!(!c["figures"].as_array().unwrap().is_empty(), "{c}");
 }
+
+/// A `--mechanism bpf-counts` result: pids, threads, on-CPU time, migrations, CPUs used and
+/// pairs are not measured by it. They are null in the document, and `-` and one sentence in the
+/// text and on the page (compare's typed watch figures never included them; the generic walk
+/// is checked in `watch::report`). They once read threads 0, on-CPU 0.000 s/s, migrations 0/s.
+#[test]
+fn a_counts_only_watch_result_shows_what_it_did_not_measure_as_not_measured() {
+    let mut v: Value = serde_json::from_str(OLD_WATCH).unwrap();
+    v["mechanism"] = "in-kernel aggregation only".into();
+    let p = &mut v["processes"][0];
+    for k in [
+        "pids",
+        "threads",
+        "on_cpu_s_per_s",
+        "migrations",
+        "migrations_per_s",
+        "cpus_used",
+    ] {
+        p[k] = Value::Null;
+    }
+    v["pairs"] = Value::Null;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("watch.json");
+    std::fs::write(&file, v.to_string()).unwrap();
+    let out = cpulab().arg("report").arg(&file).output().unwrap();
+    assert_success(&out);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("pids -  threads -  ") && text.contains("on-CPU -  migrations -  CPUs -"),
+        "{text}"
+    );
+    assert!(text.contains("not measured by bpf-counts"), "{text}");
+    assert!(!text.contains("threads 0"), "{text}");
+    let page = dir.path().join("watch.html");
+    let out = cpulab()
+        .args(["report", "-q"])
+        .arg(&file)
+        .arg("--html")
+        .arg(&page)
+        .output()
+        .unwrap();
+    assert_success(&out);
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(html.contains("not measured by bpf-counts"), "{html}");
+}

@@ -270,7 +270,8 @@ impl AppWatch {
                     .collect();
                 WatchedProcess {
                     name: p.name.clone(),
-                    pids: p.pids.clone(),
+                    // Empty when not measured (`bpf-counts`): no pid to pin or name.
+                    pids: p.pids.clone().unwrap_or_default(),
                     wakeups_per_s: p.wakeups_per_s,
                     cross_share: cross.iter().map(|c| c.share).sum(),
                     cross_wakeups_per_s: cross.iter().map(|c| c.wakeups_per_s).sum(),

@@ -95,15 +95,15 @@ fn processes_text(s: &mut String, r: &WatchReport, style: &Style) {
     for p in &r.processes {
         let _ = writeln!(
             s,
-            "\n{}  pids {}  threads {}  {:.0} wakeups/s  run-queue wait {:.3} s/s  on-CPU {:.3} s/s  migrations {:.0}/s  CPUs {}",
+            "\n{}  pids {}  threads {}  {:.0} wakeups/s  run-queue wait {:.3} s/s  on-CPU {}  migrations {}  CPUs {}",
             style.bold(&p.name),
-            short_pids(&p.pids),
-            p.threads,
+            p.pids.as_deref().map_or(NOT.into(), short_pids),
+            or_not(p.threads.map(|t| t.to_string())),
             p.wakeups_per_s,
             p.runq_wait_s_per_s,
-            p.on_cpu_s_per_s,
-            p.migrations_per_s,
-            p.cpus_used
+            or_not(p.on_cpu_s_per_s.map(|v| format!("{v:.3} s/s"))),
+            or_not(p.migrations_per_s.map(|v| format!("{v:.0}/s"))),
+            or_not(p.cpus_used.as_ref().map(|c| c.to_string()))
         );
         for c in &p.classes {
             let _ = writeln!(s, "  {}", class_line(c));
@@ -111,11 +111,26 @@ fn processes_text(s: &mut String, r: &WatchReport, style: &Style) {
     }
 }
 
-/// The top waker -> wakee pairs and their classes.
+/// A figure `--mechanism bpf-counts` does not measure, in text.
+const NOT: &str = "-";
+
+/// Why the figures shown as [`NOT`] are absent, for the page and the text.
+const NOT_MEASURED: &str = "pids, threads, on-CPU time, migrations, CPUs used and who woke whom: \
+    not measured by bpf-counts (they need per-event records)";
+
+fn or_not(v: Option<String>) -> String {
+    v.unwrap_or_else(|| NOT.into())
+}
+
+/// The top waker -> wakee pairs and their classes, or why there are none.
 fn pairs_text(s: &mut String, r: &WatchReport, style: &Style) {
-    if !r.pairs.is_empty() {
+    let Some(pairs) = &r.pairs else {
+        let _ = writeln!(s, "\n{NOT_MEASURED}");
+        return;
+    };
+    if !pairs.is_empty() {
         let _ = writeln!(s, "\n{}", style.bold("top waker -> wakee pairs"));
-        for p in &r.pairs {
+        for p in pairs {
             let _ = writeln!(
                 s,
                 "  {} ({}) -> {} ({}): {:.0} wakeups/s",
@@ -357,9 +372,12 @@ pub fn html(r: &WatchReport) -> String {
             }
         }
         h2 { "Wakeup graph: top edges" }
+        @if r.pairs.is_none() {
+            p { (NOT_MEASURED) "." }
+        }
         table {
             tr { th { "waker" } th { "wakee" } th { "wakeups/s" } th { "placement" } }
-            @for p in &r.pairs {
+            @for p in r.pairs.iter().flatten() {
                 @let mix: Vec<String> = p
                     .classes
                     .iter()

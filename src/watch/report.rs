@@ -61,18 +61,25 @@ pub struct ClassReport {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ProcessReport {
     pub name: String,
-    pub pids: Vec<i32>,
-    pub threads: usize,
+    /// The figures marked "None: not measured" need per-event records: with
+    /// `--mechanism bpf-counts` (counts kept in the kernel) they are None (JSON null), never 0.
+    pub pids: Option<Vec<i32>>,
+    /// None: not measured.
+    pub threads: Option<usize>,
     pub wakeups: u64,
     pub wakeups_per_s: f64,
     /// Nearest class first.
     pub classes: Vec<ClassReport>,
     /// Time runnable but not running (after wakeups and after preemption), per second watched.
     pub runq_wait_s_per_s: f64,
-    pub on_cpu_s_per_s: f64,
-    pub migrations: u64,
-    pub migrations_per_s: f64,
-    pub cpus_used: CpuSet,
+    /// None: not measured.
+    pub on_cpu_s_per_s: Option<f64>,
+    /// None: not measured.
+    pub migrations: Option<u64>,
+    /// None: not measured.
+    pub migrations_per_s: Option<f64>,
+    /// None: not measured.
+    pub cpus_used: Option<CpuSet>,
 }
 
 /// One waker -> wakee edge of the wakeup graph.
@@ -221,8 +228,9 @@ pub struct WatchReport {
     pub placement: Option<PlacementChecks>,
     /// By wakeups, most first.
     pub processes: Vec<ProcessReport>,
-    /// Top waker -> wakee pairs by wakeups.
-    pub pairs: Vec<PairReport>,
+    /// Top waker -> wakee pairs by wakeups. None: not measured (`--mechanism bpf-counts` keeps
+    /// no per-event record to tell who woke whom), never an empty graph.
+    pub pairs: Option<Vec<PairReport>>,
     pub vm: VmReport,
     pub estimate: Option<Estimate>,
     /// Why there is no estimate, in one line (absent when there is one, and in results written
@@ -233,6 +241,10 @@ pub struct WatchReport {
 
 pub struct Inputs<'a> {
     pub mechanism: String,
+    /// Figures came from per-event records; false: from counts kept in the kernel
+    /// (`--mechanism bpf-counts`), which measure no pids, threads, pairs, on-CPU time,
+    /// migrations or CPUs used.
+    pub per_event: bool,
     pub delivery: Vec<Delivery>,
     pub lost_by_cpu: BTreeMap<u32, u64>,
     pub idle_switches: Vec<IdleSwitches>,
@@ -295,7 +307,12 @@ const TOP_PROCESSES: usize = 25;
 
 /// One row per watched process (per process name when the whole machine is watched), the
 /// busiest [`TOP_PROCESSES`] first.
-fn process_rows(a: &super::analyze::Analysis<'_>, target: &Target, dt: f64) -> Vec<ProcessReport> {
+fn process_rows(
+    a: &super::analyze::Analysis<'_>,
+    target: &Target,
+    dt: f64,
+    per_event: bool,
+) -> Vec<ProcessReport> {
     // Whole machine: one row per process name; otherwise one row per process.
     let mut rows: BTreeMap<String, (Vec<i32>, super::analyze::ProcessAcc)> = BTreeMap::new();
     for (tgid, p) in &a.processes {
@@ -326,16 +343,16 @@ fn process_rows(a: &super::analyze::Analysis<'_>, target: &Target, dt: f64) -> V
             let (wakeups, classes) = classes(&p.classes, dt);
             ProcessReport {
                 name: p.comm,
-                pids,
-                threads: p.threads.len(),
+                pids: per_event.then_some(pids),
+                threads: per_event.then_some(p.threads.len()),
                 wakeups,
                 wakeups_per_s: wakeups as f64 / dt,
                 classes,
                 runq_wait_s_per_s: p.runq_wait_ns as f64 / 1e9 / dt,
-                on_cpu_s_per_s: p.on_cpu_ns as f64 / 1e9 / dt,
-                migrations: p.migrations,
-                migrations_per_s: p.migrations as f64 / dt,
-                cpus_used: CpuSet::from_iter_u32(p.cpus.iter().copied()),
+                on_cpu_s_per_s: per_event.then(|| p.on_cpu_ns as f64 / 1e9 / dt),
+                migrations: per_event.then_some(p.migrations),
+                migrations_per_s: per_event.then(|| p.migrations as f64 / dt),
+                cpus_used: per_event.then(|| CpuSet::from_iter_u32(p.cpus.iter().copied())),
             }
         })
         .collect();
@@ -347,7 +364,7 @@ fn process_rows(a: &super::analyze::Analysis<'_>, target: &Target, dt: f64) -> V
 pub fn build(i: Inputs<'_>) -> WatchReport {
     let a = i.analysis;
     let dt = i.interval_s.max(1e-9);
-    let processes = process_rows(a, i.target, dt);
+    let processes = process_rows(a, i.target, dt, i.per_event);
 
     let mut pairs: Vec<PairReport> = a
         .pairs
@@ -376,10 +393,15 @@ pub fn build(i: Inputs<'_>) -> WatchReport {
             .then((x.waker_pid, x.wakee_pid).cmp(&(y.waker_pid, y.wakee_pid)))
     });
     pairs.truncate(TOP_PAIRS);
+    let pairs = i.per_event.then_some(pairs);
 
     let total_wakeups: u64 = processes.iter().map(|p| p.wakeups).sum();
     let vm = vm(&i, &a.cpus_involved, total_wakeups);
-    let (estimate, no_estimate) = match estimate(&pairs, &processes) {
+    let found = match &pairs {
+        Some(pairs) => estimate(pairs, &processes),
+        None => Err("who woke whom is not measured by bpf-counts (no per-event record)".into()),
+    };
+    let (estimate, no_estimate) = match found {
         Ok(e) => (Some(e), None),
         Err(why) => (None, Some(why)),
     };
@@ -569,8 +591,8 @@ fn pair_estimate(top: &PairReport, processes: &[ProcessReport]) -> Result<Estima
         .ok_or_else(|| format!("{name}: the waker's CPU was not seen"))?;
     let threads = processes
         .iter()
-        .find(|p| p.pids.contains(&top.wakee_pid))
-        .map(|p| p.threads)
+        .find(|p| p.pids.as_ref().is_some_and(|v| v.contains(&top.wakee_pid)))
+        .and_then(|p| p.threads)
         .filter(|t| *t > 0)
         .ok_or_else(|| {
             format!("{name}: the wakee's threads were not counted, so no bound holds")
@@ -690,16 +712,16 @@ mod tests {
     fn process(pid: i32, threads: usize, classes: Vec<ClassReport>) -> ProcessReport {
         ProcessReport {
             name: "b".into(),
-            pids: vec![pid],
-            threads,
+            pids: Some(vec![pid]),
+            threads: Some(threads),
             wakeups: classes.iter().map(|c| c.wakeups).sum(),
             wakeups_per_s: 0.0,
             classes,
             runq_wait_s_per_s: 0.0,
-            on_cpu_s_per_s: 0.5,
-            migrations: 0,
-            migrations_per_s: 0.0,
-            cpus_used: CpuSet::from_iter_u32([0, 1]),
+            on_cpu_s_per_s: Some(0.5),
+            migrations: Some(0),
+            migrations_per_s: Some(0.0),
+            cpus_used: Some(CpuSet::from_iter_u32([0, 1])),
         }
     }
 
@@ -759,5 +781,56 @@ mod tests {
         assert!((e.latency_saved_s_per_s - 0.15).abs() < 1e-9, "{e:?}");
         assert!(e.latency_saved_s_per_s.abs() <= 1.0);
         assert_eq!(e.verify, "cpulab try pid:20.affinity=0");
+    }
+
+    /// `--mechanism bpf-counts` fills one row per target with its classes alone: the figures
+    /// that need per-event records are absent (null in JSON, no figure for compare), never 0.
+    /// They were once 0: threads 0, on-CPU 0 s/s, migrations 0/s.
+    #[test]
+    fn counts_only_rows_leave_what_they_did_not_measure_absent() {
+        let root = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/kvm-guest");
+        let topo = crate::topology::Topology::read(Path::new(root)).unwrap();
+        let mut a = super::super::analyze::Analysis::new(&topo);
+        let mut acc = super::super::analyze::ProcessAcc {
+            comm: "app".into(),
+            ..Default::default()
+        };
+        let mut c = ClassAcc::new();
+        c.wakeups = 100;
+        acc.classes.insert(PlacementClass::SameCpu, c);
+        a.processes.insert(-1, acc);
+        let target = Target::All;
+        let counts = process_rows(&a, &target, 1.0, false);
+        let p = &counts[0];
+        assert_eq!(p.wakeups, 100);
+        assert_eq!(
+            (p.pids.clone(), p.threads, p.on_cpu_s_per_s, p.migrations),
+            (None, None, None, None)
+        );
+        assert_eq!((p.migrations_per_s, p.cpus_used.clone()), (None, None));
+        let v = serde_json::to_value(p).unwrap();
+        for k in [
+            "pids",
+            "threads",
+            "on_cpu_s_per_s",
+            "migrations",
+            "migrations_per_s",
+            "cpus_used",
+        ] {
+            assert!(v[k].is_null(), "{k}: {v}");
+        }
+        let flat = crate::compare::walk::flatten(&serde_json::json!({ "processes": [v] }));
+        let names: Vec<&String> = flat.figures.keys().collect();
+        assert!(
+            names.iter().all(|n| !n.contains("threads")
+                && !n.contains("on_cpu")
+                && !n.contains("migrations")),
+            "{names:?}"
+        );
+        // The event path measures them, a counted zero included.
+        let events = process_rows(&a, &target, 1.0, true);
+        assert_eq!(events[0].threads, Some(0));
+        assert_eq!(events[0].migrations, Some(0));
+        assert_eq!(events[0].pids, Some(vec![-1]));
     }
 }

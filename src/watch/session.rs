@@ -274,8 +274,9 @@ impl<'m> Session<'m> {
         } else {
             self.describe(bpf_kind)
         };
-        let mut r = report::build(report::Inputs {
+        let r = report::build(report::Inputs {
             mechanism,
+            per_event: !counts_only,
             delivery,
             lost_by_cpu: w.tally.lost.clone(),
             idle_switches: w
@@ -301,11 +302,6 @@ impl<'m> Session<'m> {
             after: &after,
             root: &machine.root,
         });
-        if counts_only {
-            for p in &mut r.processes {
-                p.pids.clear();
-            }
-        }
         Ok(r)
     }
 
@@ -363,8 +359,8 @@ impl<'m> Session<'m> {
 const COUNTS_MECHANISM: &str = "in-kernel aggregation only (the exporter's programs on sched_waking, \
     sched_wakeup, sched_switch: counts and exp2 latency buckets per target and class in per-CPU \
     maps, no per-event record): latency percentiles are bucket upper bounds, run-queue wait is \
-    the wakeup-to-run part only; threads, pids, pairs, on-CPU time and migrations need per-event \
-    records and are not measured (shown as 0)";
+    the wakeup-to-run part only; pids, threads, pairs, on-CPU time, migrations and CPUs used need \
+    per-event records and are not measured (null in JSON, `-` in text)";
 
 /// Puts what the aggregation counted between two snapshots where the report reads the
 /// analysis: one row per target label (no pid: pid 0), its classes' wakeups, idle destinations,
