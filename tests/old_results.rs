@@ -326,6 +326,7 @@ fn a_counts_only_watch_result_shows_what_it_did_not_measure_as_not_measured() {
         p[k] = Value::Null;
     }
     v["pairs"] = Value::Null;
+    v["placement"] = Value::Null;
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("watch.json");
     std::fs::write(&file, v.to_string()).unwrap();
@@ -337,6 +338,10 @@ fn a_counts_only_watch_result_shows_what_it_did_not_measure_as_not_measured() {
         "{text}"
     );
     assert!(text.contains("not measured by bpf-counts"), "{text}");
+    assert!(
+        text.contains("placement: not measured by bpf-counts"),
+        "{text}"
+    );
     assert!(!text.contains("threads 0"), "{text}");
     let page = dir.path().join("watch.html");
     let out = cpulab()

@@ -261,6 +261,9 @@ pub fn delivery_lines(r: &WatchReport) -> Vec<String> {
 /// Where the wakeups' CPUs came from and how the independent sources agreed.
 pub fn placement_line(r: &WatchReport) -> String {
     let Some(c) = &r.placement else {
+        if r.pairs.is_none() {
+            return "placement: not measured by bpf-counts (it checks per-event records)".into();
+        }
         return format!("placement: not available ({OLDER})");
     };
     let mut s = format!(

@@ -223,7 +223,8 @@ pub struct WatchReport {
     #[serde(default)]
     pub idle_switches: Vec<IdleSwitches>,
     /// How each wakeup's CPU was found and how the sources agreed. None: not available, the
-    /// result was written before cpulab recorded it (never read as zeros).
+    /// result was written before cpulab recorded it, or not measured (`bpf-counts`, whose
+    /// `pairs` are None too); never read as zeros.
     #[serde(default)]
     pub placement: Option<PlacementChecks>,
     /// By wakeups, most first.
@@ -413,7 +414,7 @@ pub fn build(i: Inputs<'_>) -> WatchReport {
         delivery: i.delivery,
         lost_by_cpu: i.lost_by_cpu,
         idle_switches: i.idle_switches,
-        placement: Some(a.checks.clone()),
+        placement: i.per_event.then(|| a.checks.clone()),
         requested_s: i.requested_s,
         interval_s: i.interval_s,
         ended: i.ended,
