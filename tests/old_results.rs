@@ -355,3 +355,48 @@ fn a_counts_only_watch_result_shows_what_it_did_not_measure_as_not_measured() {
     let html = std::fs::read_to_string(&page).unwrap();
     assert!(html.contains("not measured by bpf-counts"), "{html}");
 }
+
+/// A `--mechanism bpf-counts` result from a build that wrote what it did not measure as zeros
+/// (threads 0, on-CPU 0, migrations 0, no pids, CPUs or pairs, placement checks of 0) reads back
+/// as today's results write it: not measured, never counted zeros.
+#[test]
+fn an_old_counts_only_watch_result_reads_its_zeros_as_not_measured() {
+    let mut v: Value = serde_json::from_str(OLD_WATCH).unwrap();
+    v["mechanism"] = "in-kernel aggregation only (the exporter's programs on sched_waking, \
+        sched_wakeup, sched_switch: counts and exp2 latency buckets per target and class in \
+        per-CPU maps, no per-event record): latency percentiles are bucket upper bounds, run-queue \
+        wait is the wakeup-to-run part only"
+        .into();
+    let p = &mut v["processes"][0];
+    p["pids"] = serde_json::json!([]);
+    p["threads"] = 0.into();
+    p["on_cpu_s_per_s"] = 0.0.into();
+    p["migrations"] = 0.into();
+    p["migrations_per_s"] = 0.0.into();
+    p["cpus_used"] = "".into();
+    v["pairs"] = serde_json::json!([]);
+    v["placement"] = serde_json::json!({"from_migration": 0, "from_last_cpu": 0,
+        "from_switch_in": 0, "already_runnable": 0, "unplaced": 0, "switch_in_agrees": 0,
+        "switch_in_differs": 0, "switch_in_missing": 0, "wakeup_agrees": 0, "wakeup_differs": 0});
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("watch.json");
+    std::fs::write(&file, v.to_string()).unwrap();
+    let out = cpulab().arg("report").arg(&file).output().unwrap();
+    assert_success(&out);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("pids -  threads -  ") && text.contains("on-CPU -  migrations -  CPUs -"),
+        "{text}"
+    );
+    assert!(
+        text.contains("placement: not measured by bpf-counts"),
+        "{text}"
+    );
+    assert!(!text.contains("threads 0"), "{text}");
+    assert!(!text.contains("placement: 0"), "{text}");
+    // A result of another mechanism keeps its counted figures.
+    std::fs::write(&file, OLD_WATCH).unwrap();
+    let out = cpulab().arg("report").arg(&file).output().unwrap();
+    assert_success(&out);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("threads 1"));
+}

@@ -178,13 +178,15 @@ where
 /// Reads a loaded document back into the kind's typed result: a document with the right schema
 /// number but the wrong shape is bad input (one line, exit 2).
 pub fn typed<E: Experiment>(doc: &serde_json::Value) -> Result<E::Report> {
-    serde_json::from_value(doc.clone()).map_err(|e| {
-        bad_input(format!(
-            "this {} result does not match its schema ({e}); write it again with `cpulab {} --json`",
-            E::KIND,
-            E::KIND
-        ))
-    })
+    serde_json::from_value(doc.clone())
+        .map(E::read_back)
+        .map_err(|e| {
+            bad_input(format!(
+                "this {} result does not match its schema ({e}); write it again with `cpulab {} --json`",
+                E::KIND,
+                E::KIND
+            ))
+        })
 }
 
 /// A saved document of experiment `E` rendered by its own renderers (for [`Listed`]).

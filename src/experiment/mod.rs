@@ -276,6 +276,13 @@ pub trait Experiment {
     /// The figures that summarise the result, each with unit, direction, interval and samples.
     fn figures(report: &Self::Report) -> Vec<Figure>;
 
+    /// A saved report as read back from a file, with what an older build wrote in a form this
+    /// one no longer uses put right (a figure it could not measure but wrote as 0 becomes
+    /// absent). The default keeps the report as it was read.
+    fn read_back(report: Self::Report) -> Self::Report {
+        report
+    }
+
     /// Text for the terminal.
     fn render_text(report: &Self::Report, style: &Style) -> String;
 

@@ -254,6 +254,10 @@ impl Experiment for Watch {
         report::figures(report)
     }
 
+    fn read_back(report: WatchReport) -> WatchReport {
+        report::counts_only_read_back(report)
+    }
+
     fn render_text(report: &WatchReport, style: &Style) -> String {
         render::text(report, style)
     }

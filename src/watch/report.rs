@@ -624,6 +624,32 @@ fn pair_estimate(top: &PairReport, processes: &[ProcessReport]) -> Result<Estima
 }
 
 /// Headline figures: per process, wakeups/s, the same-CPU share and each class's p50/p99.
+/// A saved `--mechanism bpf-counts` result read back: builds before its unmeasured figures were
+/// left absent wrote them as zeros (threads 0, on-CPU 0, migrations 0, no pairs, placement
+/// checks of 0). That mechanism keeps no per-event record, so whatever such a file holds there
+/// was never measured: it reads as absent, as today's results write it.
+pub fn counts_only_read_back(mut r: WatchReport) -> WatchReport {
+    // Every build names the mechanism with the same opening words.
+    let opening = super::session::COUNTS_MECHANISM
+        .split(" (")
+        .next()
+        .unwrap_or(super::session::COUNTS_MECHANISM);
+    if !r.mechanism.starts_with(opening) {
+        return r;
+    }
+    for p in &mut r.processes {
+        p.pids = None;
+        p.threads = None;
+        p.on_cpu_s_per_s = None;
+        p.migrations = None;
+        p.migrations_per_s = None;
+        p.cpus_used = None;
+    }
+    r.pairs = None;
+    r.placement = None;
+    r
+}
+
 pub fn figures(r: &WatchReport) -> Vec<Figure> {
     let mut out = Vec::new();
     // Two processes of one name (both ends of `pingpong --processes`) need distinct paths, or

@@ -356,7 +356,7 @@ impl<'m> Session<'m> {
 }
 
 /// The mechanism line of `--mechanism bpf-counts`.
-const COUNTS_MECHANISM: &str = "in-kernel aggregation only (the exporter's programs on sched_waking, \
+pub(crate) const COUNTS_MECHANISM: &str = "in-kernel aggregation only (the exporter's programs on sched_waking, \
     sched_wakeup, sched_switch: counts and exp2 latency buckets per target and class in per-CPU \
     maps, no per-event record): latency percentiles are bucket upper bounds, run-queue wait is \
     the wakeup-to-run part only; pids, threads, pairs, on-CPU time, migrations and CPUs used need \
