@@ -520,10 +520,10 @@ fn vm(i: &Inputs<'_>, involved: &std::collections::BTreeSet<u32>, wakeups: u64) 
     }
 }
 
-/// Mean latency, wakeups/s and timed count of the same-CPU (or the other) classes; None when
-/// fewer than half of those wakeups were timed (the rest had no delivered switch-in): a mean of
-/// the few that were is not that of the wakeups.
-fn mean_latency(classes: &[ClassReport], same: bool) -> Option<(f64, f64, u64)> {
+/// Mean latency, wakeups/s and timed count of the same-CPU (or the other) classes; when fewer
+/// than half of those wakeups were timed (the rest had no delivered switch-in), the timed and
+/// total counts instead: a mean of the few that were is not that of the wakeups.
+fn mean_latency(classes: &[ClassReport], same: bool) -> Result<(f64, f64, u64), (u64, u64)> {
     let (mut n, mut wakeups, mut sum, mut per_s) = (0u64, 0u64, 0.0, 0.0);
     for c in classes {
         if (c.class == PlacementClass::SameCpu) != same {
@@ -536,7 +536,11 @@ fn mean_latency(classes: &[ClassReport], same: bool) -> Option<(f64, f64, u64)> 
             sum += l.mean_ns * l.samples as f64;
         }
     }
-    (n > 0 && 2 * n >= wakeups).then(|| (sum / n as f64, per_s, n))
+    if n > 0 && 2 * n >= wakeups {
+        Ok((sum / n as f64, per_s, n))
+    } else {
+        Err((n, wakeups))
+    }
 }
 
 /// The estimate for the first pair that allows one, or why none does (the top pair's reason).
@@ -564,29 +568,21 @@ fn pair_estimate(top: &PairReport, processes: &[ProcessReport]) -> Result<Estima
         "{} ({}) -> {} ({})",
         top.waker, top.waker_pid, top.wakee, top.wakee_pid
     );
-    let timed = |same: bool| {
-        top.classes
-            .iter()
-            .filter(|c| (c.class == PlacementClass::SameCpu) == same)
-            .filter_map(|c| c.latency.as_ref())
-            .map(|l| l.samples)
-            .sum::<u64>()
+    // The pair's mean latency of one side (same-CPU or cross-CPU), or why it cannot be taken.
+    let side = |same: bool| {
+        let what = if same { "same-CPU" } else { "cross-CPU" };
+        match mean_latency(&top.classes, same) {
+            Ok((_, _, n)) | Err((n, _)) if n < MIN_TIMED_FOR_ESTIMATE => Err(format!(
+                "{name} had {n} {what} wakeups timed, fewer than {MIN_TIMED_FOR_ESTIMATE} to take a mean from"
+            )),
+            Ok(m) => Ok(m),
+            Err((n, wakeups)) => Err(format!(
+                "{name}: only {n} of its {wakeups} {what} wakeups were timed, fewer than half, so their mean is not that of the wakeups"
+            )),
+        }
     };
-    let thin = |what: &str, n: u64| {
-        format!(
-            "{name} had {n} {what} wakeups timed, fewer than {MIN_TIMED_FOR_ESTIMATE} to take a mean from"
-        )
-    };
-    let (cross_ns, cross_per_s, cross_n) =
-        mean_latency(&top.classes, false).ok_or_else(|| thin("cross-CPU", timed(false)))?;
-    let (same_ns, _, same_n) =
-        mean_latency(&top.classes, true).ok_or_else(|| thin("same-CPU", timed(true)))?;
-    if cross_n < MIN_TIMED_FOR_ESTIMATE {
-        return Err(thin("cross-CPU", cross_n));
-    }
-    if same_n < MIN_TIMED_FOR_ESTIMATE {
-        return Err(thin("same-CPU", same_n));
-    }
+    let (cross_ns, cross_per_s, _) = side(false)?;
+    let (same_ns, _, same_n) = side(true)?;
     let cpu = top
         .waker_cpu
         .ok_or_else(|| format!("{name}: the waker's CPU was not seen"))?;
@@ -779,6 +775,21 @@ mod tests {
         ]);
         let why = estimate(&[p], &[process(20, 1, vec![])]).unwrap_err();
         assert!(why.contains("13 same-CPU wakeups timed"), "{why}");
+    }
+
+    /// Enough timed wakeups, but fewer than half of the side's: the reason says so, not that
+    /// too few were timed.
+    #[test]
+    fn a_side_mostly_untimed_is_refused_for_that_reason() {
+        let p = pair(vec![
+            class(PlacementClass::SameCpu, 1_000, 100, 5_000.0),
+            class(PlacementClass::SharedLlc, 1_000, 1_000, 20_000.0),
+        ]);
+        let why = estimate(&[p], &[process(20, 1, vec![])]).unwrap_err();
+        assert!(
+            why.contains("only 100 of its 1000 same-CPU wakeups were timed, fewer than half"),
+            "{why}"
+        );
     }
 
     /// Same-CPU latency times the pair's rate beyond the wakee's threads' wall time: no figure,
