@@ -626,10 +626,8 @@ fn pair_estimate(top: &PairReport, processes: &[ProcessReport]) -> Result<Estima
 /// was never measured: it reads as absent, as today's results write it.
 pub fn counts_only_read_back(mut r: WatchReport) -> WatchReport {
     // Every build names the mechanism with the same opening words.
-    let opening = super::session::COUNTS_MECHANISM
-        .split(" (")
-        .next()
-        .unwrap_or(super::session::COUNTS_MECHANISM);
+    let whole = super::session::COUNTS_MECHANISM;
+    let opening = whole.split_once(" (").map_or(whole, |(opening, _)| opening);
     if !r.mechanism.starts_with(opening) {
         return r;
     }
