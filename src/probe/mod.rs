@@ -18,6 +18,7 @@ pub mod counters;
 pub mod cpuid;
 pub mod freq;
 pub mod idle;
+pub mod kvm;
 pub mod memory;
 pub mod mitigations;
 mod notable;
