@@ -334,3 +334,19 @@ fn a_sigkilled_bench_leaves_no_vm_and_no_thread() {
     child.wait().unwrap();
     assert!(!std::path::Path::new(&format!("/proc/{pid}")).exists());
 }
+
+/// The probe names this machine's KVM and says `/dev/kvm` is usable where the bench's guests run.
+#[test]
+fn the_probe_knows_the_host_side() {
+    if !kvm(test_name!()) {
+        return;
+    }
+    let out = cpulab().args(["probe", "--json"]).output().unwrap();
+    assert!(out.status.success());
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let k = &v["kvm"];
+    assert_eq!(k["dev_kvm"], "usable", "{k}");
+    let module = k["module"].as_str().unwrap_or_default();
+    assert!(["kvm_intel", "kvm_amd", "kvm_pvm"].contains(&module), "{k}");
+    assert!(k["halt_poll_ns"].is_u64(), "{k}");
+}

@@ -24,6 +24,20 @@ pub struct KvmFacts {
     pub halt_poll_ns_writable: Option<bool>,
     /// `nx_huge_pages` (`Y`, `N`, `force`, `off`, `auto`).
     pub nx_huge_pages: Option<String>,
+    /// Whether this process can run VMs on `/dev/kvm`, and if not why. `None` for a fixture
+    /// tree (not checked: it is not this machine).
+    #[serde(default)]
+    pub dev_kvm: Option<DevKvm>,
+}
+
+/// What opening `/dev/kvm` here gave.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DevKvm {
+    /// It opens, with the in-kernel irqchip, x2APIC and binary statistics cpulab's guests need.
+    Usable,
+    /// It does not, for this reason (absent, permission, no irqchip...), with the fix.
+    Unusable { why: String },
 }
 
 impl KvmFacts {
@@ -57,7 +71,22 @@ impl KvmFacts {
             halt_poll_ns_shrink: num("halt_poll_ns_shrink"),
             halt_poll_ns_writable: writable,
             nx_huge_pages: text("nx_huge_pages"),
+            dev_kvm: None,
         }
+    }
+
+    /// [`KvmFacts::read`], and on the live machine whether `/dev/kvm` is usable here.
+    pub fn read_live(root: &Path, live: bool) -> Self {
+        let mut k = Self::read(root);
+        if live {
+            k.dev_kvm = Some(match crate::vmm::Access::open() {
+                Ok(_) => DevKvm::Usable,
+                Err(e) => DevKvm::Unusable {
+                    why: format!("{e:#}"),
+                },
+            });
+        }
+        k
     }
 }
 
