@@ -46,6 +46,8 @@ pub const ENTRIES: &[Entry] = &[
     entry::<crate::bursty::Bursty>(),
     // `cpulab host bench`, a built-in command's subcommand.
     entry::<crate::host::HostBench>(),
+    // `cpulab host`, a built-in command.
+    entry::<crate::host::HostWatch>(),
 ];
 
 /// The entry for a kind, if it is an experiment's.

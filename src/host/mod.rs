@@ -1,7 +1,9 @@
 //! The hypervisor side, measured: `cpulab host bench` runs VMs of cpulab's own on this
-//! machine's KVM ([`bench`]).
+//! machine's KVM ([`bench`]); `cpulab host` watches the VMs of a KVM host from outside
+//! ([`watch`]).
 
 pub mod bench;
+pub mod watch;
 
 use crate::experiment::{Direction, Experiment, Figure, LoadWatch, Progress, Unit};
 use crate::machine::{Conditions, Machine};
@@ -113,5 +115,80 @@ impl crate::experiment::erased::Listed for HostBench {
 
     fn figures_of_document(doc: &serde_json::Value) -> Result<Vec<Figure>> {
         crate::experiment::erased::figures_as::<HostBench>(doc)
+    }
+}
+
+/// `cpulab host`, as an experiment: its result kind is `host`.
+pub struct HostWatch;
+
+impl Experiment for HostWatch {
+    type Settings = watch::WatchSettings;
+    type Report = watch::HostReport;
+    const KIND: Kind = Kind::Experiment("host");
+
+    /// The VMs' load is what it watches.
+    fn load_watch(_: &Machine, _: &watch::WatchSettings) -> Result<Option<LoadWatch>> {
+        Ok(None)
+    }
+
+    fn measure(
+        machine: &Machine,
+        s: &watch::WatchSettings,
+        conditions: Conditions,
+        progress: &Progress,
+    ) -> Result<watch::HostReport> {
+        watch::measure(machine, s, conditions, progress)
+    }
+
+    fn conditions(r: &watch::HostReport) -> &Conditions {
+        &r.conditions
+    }
+
+    fn figures(r: &watch::HostReport) -> Vec<Figure> {
+        let mut out = Vec::new();
+        for vm in &r.vms {
+            if let Some(s) = vm.share {
+                out.push(Figure::single(
+                    format!("vm_share[vm={}]", vm.name),
+                    format!("what {}'s running vCPUs got of what they wanted", vm.name),
+                    Unit::Share,
+                    Direction::HigherIsBetter,
+                    s,
+                ));
+            }
+            for c in &vm.vcpus {
+                if let Some(w) = c.run_queue_share {
+                    out.push(Figure::single(
+                        format!("run_queue_share[vm={},vcpu={}]", vm.name, c.vcpu),
+                        format!("{} vCPU {}'s run-queue wait (its steal)", vm.name, c.vcpu),
+                        Unit::Share,
+                        Direction::LowerIsBetter,
+                        w,
+                    ));
+                }
+            }
+        }
+        out
+    }
+
+    fn render_text(r: &watch::HostReport, st: &Style) -> String {
+        watch::render::render_text(r, st)
+    }
+
+    fn render_html(r: &watch::HostReport) -> String {
+        watch::render::page(r)
+    }
+}
+
+/// A saved `cpulab host` result, as the registry lists it.
+impl crate::experiment::erased::Listed for HostWatch {
+    const KIND: Kind = <HostWatch as Experiment>::KIND;
+
+    fn render_document(doc: &serde_json::Value, style: &Style) -> Result<(String, String)> {
+        crate::experiment::erased::render_as::<HostWatch>(doc, style)
+    }
+
+    fn figures_of_document(doc: &serde_json::Value) -> Result<Vec<Figure>> {
+        crate::experiment::erased::figures_as::<HostWatch>(doc)
     }
 }

@@ -57,6 +57,9 @@ pub struct VcpuThread {
 /// A started VM. Dropping it stops every vCPU and joins its thread.
 pub struct Running {
     pub vcpus: Vec<VcpuThread>,
+    /// The VM's fd, held while it runs as every VMM holds it (an outside observer finds a VM
+    /// by it).
+    _vm: Option<kvm_ioctls::VmFd>,
     memory: Arc<Memory>,
     stop: Arc<AtomicBool>,
     pub tsc_khz: u32,
@@ -77,12 +80,22 @@ pub struct Snapshot {
 }
 
 impl Running {
-    /// Starts `vm`, vCPU n's thread restricted to `placement[n]`.
+    /// Starts `vm`, vCPU n's thread restricted to `placement[n]` and named as QEMU names its
+    /// (`CPU n/KVM`).
     pub fn start(vm: Vm, placement: &[CpuSet]) -> Result<Self> {
+        Self::start_named(vm, placement, true)
+    }
+
+    /// [`Running::start`], the threads named as QEMU names them or left with the process's
+    /// name (as some VMMs leave theirs).
+    pub fn start_named(vm: Vm, placement: &[CpuSet], named: bool) -> Result<Self> {
         install_kick_handler()?;
         let tsc_khz = vm.tsc_khz()?;
         let stop = Arc::new(AtomicBool::new(false));
-        let Vm { vcpus, memory, .. } = vm;
+        let Vm {
+            vcpus, memory, vm, ..
+        } = vm;
+        let vm = Some(vm);
         let mut threads = Vec::new();
         for (i, mut fd) in vcpus.into_iter().enumerate() {
             let stats = StatsFd::open(&fd)?;
@@ -92,8 +105,13 @@ impl Running {
                 .context("a vCPU without a placement")?;
             let stop_flag = stop.clone();
             let (tx, rx) = mpsc::channel();
-            let handle = std::thread::Builder::new()
-                .name(format!("CPU {i}/KVM"))
+            let builder = std::thread::Builder::new();
+            let builder = if named {
+                builder.name(format!("CPU {i}/KVM"))
+            } else {
+                builder
+            };
+            let handle = builder
                 .spawn(move || -> Result<()> {
                     let pinned = crate::affinity::set(0, &cpus);
                     let _ = tx.send((crate::affinity::gettid(), pinned.is_ok()));
@@ -108,23 +126,25 @@ impl Running {
                 stats,
             });
             if !pinned {
-                let mut r = Running::from_parts(threads, memory, stop, tsc_khz);
+                let mut r = Running::from_parts(threads, vm, memory, stop, tsc_khz);
                 return Err(r.stop_all().err().unwrap_or_else(|| {
                     anyhow::anyhow!("cannot pin vCPU {i} to CPUs {}", placement[i])
                 }));
             }
         }
-        Ok(Self::from_parts(threads, memory, stop, tsc_khz))
+        Ok(Self::from_parts(threads, vm, memory, stop, tsc_khz))
     }
 
     fn from_parts(
         vcpus: Vec<VcpuThread>,
+        vm: Option<kvm_ioctls::VmFd>,
         memory: Arc<Memory>,
         stop: Arc<AtomicBool>,
         tsc_khz: u32,
     ) -> Self {
         Self {
             vcpus,
+            _vm: vm,
             memory,
             stop,
             tsc_khz,

@@ -81,7 +81,7 @@ impl Drop for Memory {
 /// A VM ready to start: programs loaded, vCPUs created and set up, not yet running.
 pub struct Vm {
     pub(super) vcpus: Vec<VcpuFd>,
-    vm: VmFd,
+    pub(super) vm: VmFd,
     pub(super) memory: std::sync::Arc<Memory>,
     /// The VM's own halt-poll limit, when one was set (`None`: the module's `halt_poll_ns`).
     pub halt_poll_ns: Option<u64>,
