@@ -281,12 +281,12 @@ mod tests {
 
     #[test]
     fn stat_is_read_after_the_last_parenthesis() {
-        let fields: Vec<String> = (0..40).map(|i| i.to_string()).collect();
-        let stat = format!("4242 (CPU 0/KVM) S {}", fields[1..].join(" "));
-        // state S, then field 39 (the 37th after the state) is "37".
-        assert_eq!(parse_stat(&stat), Some(('S', 37)));
-        let odd = format!("7 (a) b) (c) R {}", fields[1..].join(" "));
-        assert_eq!(parse_stat(&odd), Some(('R', 37)));
+        // Fields 4 to 52 as their own numbers: field 39, the CPU, reads "39".
+        let rest: Vec<String> = (4..=52).map(|i| i.to_string()).collect();
+        let stat = format!("4242 (CPU 0/KVM) S {}", rest.join(" "));
+        assert_eq!(parse_stat(&stat), Some(('S', 39)));
+        let odd = format!("7 (a) b) (c) R {}", rest.join(" "));
+        assert_eq!(parse_stat(&odd), Some(('R', 39)));
         assert_eq!(parse_stat("7 (x) R 1 2"), None);
     }
 
