@@ -4,7 +4,8 @@
 //! systemd lines run on a running service: the `CPUAffinity=` drop-in applied moves every
 //! process of the service to its CPUs and its verify lines pass, its undo brings the old
 //! affinity back and verify fails again; the `systemctl set-property --runtime` trial is
-//! accepted and undone.
+//! accepted and undone; a pair in a real unit, watched by `cpulab doctor --comm`, gets its
+//! drop-in for that unit.
 
 mod common;
 
@@ -476,4 +477,95 @@ fn the_runtime_trial_is_accepted_by_systemd_and_undone() {
         before,
         "undo brings the old affinity back"
     );
+}
+
+const PAIR_UNIT: &str = "cpulab-pair-live.service";
+
+/// A pair of processes in a real unit, started by the container's systemd, watched by
+/// `cpulab doctor --comm`: the doctor reads the unit from their cgroup, and the pinning
+/// remedy's drop-in is for that unit, with no `UNIT-NOT-NAMED` placeholder.
+#[test]
+fn a_pair_in_a_unit_is_named_by_the_doctor_and_gets_that_units_drop_in() {
+    let test = test_name!();
+    let bin = common::cpulab_path();
+    let Some(c) = Container::boot(test, &[bin.parent().unwrap()]) else {
+        return;
+    };
+    // The binary under test under a name of its own, so --comm watches the pair alone: one
+    // unpinned pair of processes, each run long enough (up to 300 s) that the doctor's watch
+    // sees the same two processes throughout.
+    c.ok(&["cp", bin.to_str().unwrap(), "/usr/local/bin/pingpair"]);
+    let unit = "[Unit]\nDescription=a wakeup pair for cpulab doctor --comm\n[Service]\n\
+                Environment=CPULAB_HISTORY=off\n\
+                ExecStart=/bin/sh -c 'while :; do pingpair pingpong --processes --pairs unpinned \
+                --max-time 300s --target-ci 0.001 --quiet --no-load-check >/dev/null || exit 1; done'\n";
+    c.ok(&[
+        "sh",
+        "-c",
+        "printf '%s' \"$1\" > /etc/systemd/system/$2",
+        "sh",
+        unit,
+        PAIR_UNIT,
+    ]);
+    c.ok(&["systemctl", "daemon-reload"]);
+    c.ok(&["systemctl", "start", PAIR_UNIT]);
+    let start = Instant::now();
+    loop {
+        let comms = c.run(&["sh", "-c", "cat /proc/[0-9]*/comm 2>/dev/null"]);
+        if String::from_utf8_lossy(&comms.stdout)
+            .lines()
+            .filter(|l| *l == "pingpair")
+            .count()
+            >= 2
+        {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the pair did not start: {}",
+            String::from_utf8_lossy(&c.run(&["journalctl", "-u", PAIR_UNIT, "--no-pager"]).stdout)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // The doctor runs on this machine, as on a host whose services include a container's: its
+    // watch names processes by the kernel's pids, which are this machine's, and reads their
+    // cgroup from this machine's /proc.
+    let o = cpulab()
+        .args(["doctor", "--quick", "--json", "--comm", "pingpair"])
+        .timeout(Duration::from_secs(120))
+        .output()
+        .unwrap();
+    let live = json_of(&o);
+    let units: Vec<&Value> = live["measurements"]["app_watch"]["processes"]
+        .as_array()
+        .unwrap_or_else(|| panic!("the watch ran: {}", live["measurements"]["app_watch"]))
+        .iter()
+        .map(|p| &p["unit"])
+        .collect();
+    assert!(
+        units.iter().all(|u| u.as_str() == Some(PAIR_UNIT)) && !units.is_empty(),
+        "the doctor read the unit from the pair's cgroup: {units:?}: {}",
+        live["measurements"]["app_watch"]
+    );
+    let watched = common::pgpair::watched_pids(&live);
+    let replayed = common::pgpair::replay_with_penalty(&live);
+    let tmp = tempfile::tempdir().unwrap();
+    let result = tmp.path().join("doctor.json");
+    std::fs::write(&result, replayed.to_string()).unwrap();
+    let form = pin_form(&result, &tmp.path().join("out"));
+    let files = form["files"].as_array().unwrap();
+    assert!(!files.is_empty(), "{form}");
+    for f in files {
+        assert_eq!(
+            f["install_to"]
+                .as_str()
+                .and_then(|t| t.strip_prefix("/etc/systemd/system/"))
+                .and_then(|t| t.split_once(".d/"))
+                .map(|(u, _)| u),
+            Some(PAIR_UNIT),
+            "every drop-in is for the pair's unit: {f}"
+        );
+        assert!(f["placeholder"].is_null(), "{f}");
+    }
+    assert!(!watched.is_empty());
 }
