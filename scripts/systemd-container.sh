@@ -36,7 +36,7 @@ need() {
     command -v "$1" >/dev/null || die "no $1: apt-get install $2"
 }
 
-cache=${CPULAB_CONTAINER_CACHE:-$here/target/systemd-root}
+cache=$here/target/systemd-root
 
 key() {
     printf '%s\n' "$suite" minbase "${packages[@]}" | sha256sum | cut -c1-16
