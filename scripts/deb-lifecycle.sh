@@ -14,8 +14,9 @@
 # mmdebstrap (apt-get install), and Debian's mirror the first time (the container's root is
 # built once into target/systemd-root). The higher version is a release build of the same
 # source with CPULAB_LOCAL_VERSION=lifecycle.1 (the cpulab crate alone is rebuilt), packaged
-# by `cargo deb --no-build --deb-version`. A machine where the container cannot boot fails
-# here, with the reason.
+# by `cargo deb --no-build --deb-version`; target/release/cpulab is that build afterwards, until
+# the next scripts/build-deb.sh. A machine where the container cannot boot fails here, with the
+# reason.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib/container.sh
