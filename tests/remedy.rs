@@ -141,11 +141,13 @@ fn every_remedy_with_changes_is_written_with_a_readme_and_listed_in_json() {
     );
     assert!(file.get("placeholder").is_none(), "{file}");
     assert_eq!(systemd["needs"], "restart");
+    // The result is a cgroup v1 host's: the drop-in has CPUAffinity= alone, which
+    // `systemctl set-property` refuses, so there is no runtime trial (tests/systemd_container.rs
+    // runs the lines under a real systemd).
     assert!(
-        systemd["trial"][0]
-            .as_str()
-            .unwrap()
-            .starts_with(&format!("systemctl set-property --runtime {UNIT} "))
+        systemd["trial"].as_array().is_none_or(|t| t.is_empty()),
+        "{}",
+        systemd["trial"]
     );
     assert!(
         pin["verify_finding"]

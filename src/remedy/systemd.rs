@@ -87,9 +87,10 @@ pub fn form(dir: &str, changes: &[&Change], ctx: &Context) -> Form {
     form.apply.dedup();
     form.undo.dedup();
     form.notes.push(
-        "`systemctl set-property --runtime` is the reversible trial: it lasts until the next \
-         boot (or until undone); the drop-in keeps the change. A service's processes take \
-         CPUAffinity= when it starts again."
+        "`systemctl set-property --runtime` is the reversible trial of the cgroup settings \
+         (AllowedCPUs=, CPUWeight=, CPUQuota=): it lasts until the next boot (or until undone); \
+         the drop-in keeps the change. CPUAffinity= has no trial (systemctl set-property refuses \
+         it): a service's processes take it when it starts again."
             .into(),
     );
     form
@@ -118,11 +119,16 @@ fn one_unit(
         placeholder: placeholder.clone(),
     });
     let u = sh_quote(unit);
-    let props: Vec<String> = set.iter().map(|(k, v)| format!("{k}={v}")).collect();
-    form.trial.push(format!(
-        "systemctl set-property --runtime {u} {}",
-        props.join(" ")
-    ));
+    // `systemctl set-property` takes only the cgroup settings: it refuses CPUAffinity= (an exec
+    // setting, read when a process starts), and refuses the whole line with it.
+    let runtime: Vec<&(String, String)> = set.iter().filter(|(k, _)| k != "CPUAffinity").collect();
+    if !runtime.is_empty() {
+        let props: Vec<String> = runtime.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        form.trial.push(format!(
+            "systemctl set-property --runtime {u} {}",
+            props.join(" ")
+        ));
+    }
     form.apply.push(format!(
         "install -D -m 0644 {} {}",
         sh_quote(&path),
@@ -144,13 +150,16 @@ fn one_unit(
         ));
     }
     form.undo.push(format!("rm -f {}", sh_quote(&install)));
-    form.undo.push(format!(
-        "systemctl set-property --runtime {u} {}",
-        set.iter()
-            .map(|(k, _)| format!("{k}="))
-            .collect::<Vec<_>>()
-            .join(" ")
-    ));
+    if !runtime.is_empty() {
+        form.undo.push(format!(
+            "systemctl set-property --runtime {u} {}",
+            runtime
+                .iter()
+                .map(|(k, _)| format!("{k}="))
+                .collect::<Vec<_>>()
+                .join(" ")
+        ));
+    }
     form.undo.push("systemctl daemon-reload".into());
     form.undo.push(format!("systemctl try-restart {u}"));
     if let Some(why) = placeholder {
@@ -220,9 +229,7 @@ mod tests {
         assert_eq!(f.files[0].placeholder, None);
         assert_eq!(
             f.trial,
-            [
-                "systemctl set-property --runtime postgresql@15-main.service CPUAffinity=0 AllowedCPUs=0"
-            ]
+            ["systemctl set-property --runtime postgresql@15-main.service AllowedCPUs=0"]
         );
         assert!(f.verify[0].contains("systemctl show -P CPUAffinity postgresql@15-main.service"));
         assert!(
@@ -241,6 +248,13 @@ mod tests {
         };
         let f = form("01-pin/systemd", &[&pin(&["db.service"])], &v1);
         assert!(f.files[0].contents.ends_with("[Service]\nCPUAffinity=0\n"));
+        // CPUAffinity= is not a runtime property: no trial, and nothing to reset at undo.
+        assert!(f.trial.is_empty(), "{:?}", f.trial);
+        assert!(
+            !f.undo.iter().any(|u| u.contains("set-property")),
+            "{:?}",
+            f.undo
+        );
         let f = form(
             "01-pin/systemd",
             &[&pin(&["run-r1.scope"])],
