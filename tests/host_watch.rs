@@ -258,3 +258,130 @@ fn bad_flags_are_one_line_and_exit_2() {
     bad_input(&["host", "--duration", "100ms", "--pid", &me]);
     bad_input(&["host", "guest", "--program", "bogus"]);
 }
+
+fn run(argv: &[Value]) -> bool {
+    let words: Vec<&str> = argv.iter().map(|w| w.as_str().unwrap()).collect();
+    std::process::Command::new(words[0])
+        .args(&words[1..])
+        .stdout(Stdio::null())
+        .status()
+        .unwrap()
+        .success()
+}
+
+fn lines(f: &Value, key: &str) -> Vec<Vec<Value>> {
+    f[key]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l.as_array().unwrap().clone())
+        .collect()
+}
+
+/// The floating-vCPUs remedy, run for real on a floating VM: verify fails before it and passes
+/// after, the next window shows each vCPU on its one CPU, undo puts the old affinity back and
+/// verify fails again; its libvirt form validates.
+#[test]
+fn the_pinning_remedy_pins_each_vcpu_and_its_undo_restores_the_old_affinity() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    if !kvm(test_name!()) || !two_cpus(test_name!()) {
+        return;
+    }
+    let g = Guest::start(&["--program", "halt", "--cpus", "0-1"]);
+    // A halt ping-pong free on two CPUs moves within a few windows.
+    let mut finding = None;
+    for _ in 0..5 {
+        let v = finish(watch("1s"));
+        finding = v["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| {
+                f["id"] == "floating-vcpus"
+                    && f["vm"]
+                        .as_str()
+                        .unwrap()
+                        .ends_with(&format!("({})", g.pid()))
+            })
+            .cloned();
+        if finding.is_some() {
+            break;
+        }
+    }
+    let f = finding.expect("a free halt ping-pong moved in none of five windows");
+    let (apply, verify, undo) = (lines(&f, "apply"), lines(&f, "verify"), lines(&f, "undo"));
+    assert_eq!(apply.len(), 2, "{f}");
+    assert_eq!(verify.len(), 2, "{f}");
+    assert_eq!(undo.len(), 2, "{f}");
+    for v in &verify {
+        assert!(!run(v), "verify passes before the apply: {v:?}");
+    }
+    for a in &apply {
+        assert!(run(a), "{a:?}");
+    }
+    for v in &verify {
+        assert!(run(v), "verify fails after the apply: {v:?}");
+    }
+    let v = finish(watch("1s"));
+    let vm = vm_of(&v, g.pid());
+    for p in f["pins"].as_array().unwrap() {
+        let c = vm["vcpus"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["tid"] == p["tid"])
+            .unwrap();
+        let cpu = p["cpu"].as_u64().unwrap().to_string();
+        let ran: Vec<&String> = c["cpus"].as_object().unwrap().keys().collect();
+        assert_eq!(ran, vec![&cpu], "pinned vCPU ran elsewhere: {c}");
+        assert_eq!(c["affinity_start"], cpu.as_str(), "{c}");
+    }
+    assert!(
+        !v["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|x| x["id"] == "floating-vcpus" && x["vm"] == f["vm"]),
+        "a pinned VM is not floating: {v}"
+    );
+    for u in &undo {
+        assert!(run(u), "{u:?}");
+    }
+    for v in &verify {
+        assert!(!run(v), "verify still passes after the undo: {v:?}");
+    }
+    for p in f["pins"].as_array().unwrap() {
+        let status =
+            std::fs::read_to_string(format!("/proc/{}/task/{}/status", g.pid(), p["tid"])).unwrap();
+        assert!(
+            status.contains(&format!(
+                "Cpus_allowed_list:\t{}",
+                p["before"].as_str().unwrap()
+            )),
+            "{status}"
+        );
+    }
+    // The libvirt form, in a minimal domain, is valid libvirt XML.
+    if common::installed(test_name!(), &[("virt-xml-validate", "libvirt-clients")]) {
+        let dir = tempfile::tempdir().unwrap();
+        let xml = dir.path().join("domain.xml");
+        std::fs::write(
+            &xml,
+            format!(
+                "<domain type='kvm'>\n<name>t</name>\n<memory unit='KiB'>65536</memory>\n<vcpu placement='static'>2</vcpu>\n{}<os>\n<type arch='x86_64'>hvm</type>\n</os>\n</domain>\n",
+                f["libvirt_cputune"].as_str().unwrap()
+            ),
+        )
+        .unwrap();
+        let out = std::process::Command::new("virt-xml-validate")
+            .arg(&xml)
+            .arg("domain")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}

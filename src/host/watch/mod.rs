@@ -7,6 +7,7 @@
 //! IPIs) are reported as not measured, with the reason.
 
 pub mod discover;
+pub mod findings;
 pub mod render;
 pub mod sample;
 
@@ -88,7 +89,21 @@ pub struct VcpuView {
     pub affinity_end: Option<String>,
     /// The thread's state at the last look (`R` running or runnable, `S` halted in `KVM_RUN`).
     pub state: Option<char>,
+    /// Its context switches over the window: each voluntary one a halt that slept (the thread
+    /// blocked in `KVM_RUN`; a halt won by polling does not switch), each involuntary one a
+    /// preemption by another thread.
+    #[serde(default)]
+    pub switches: Option<Switches>,
 }
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Switches {
+    pub voluntary: u64,
+    pub involuntary: u64,
+}
+
+/// A thread's affinity and switches at the first look.
+type Start = (String, Option<(u64, u64)>);
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct VmView {
@@ -131,6 +146,9 @@ pub struct HostReport {
     pub not_inspected: usize,
     /// What this version does not measure, each with why.
     pub not_measured: Vec<(String, String)>,
+    /// What to act on, with evidence and remedy.
+    #[serde(default)]
+    pub findings: Vec<findings::HostFinding>,
 }
 
 pub fn measure(
@@ -158,7 +176,7 @@ pub fn measure(
     let stat_before = proc_stat(root);
     let start = Instant::now();
     let mut tracks: BTreeMap<(i32, i32), Track> = BTreeMap::new();
-    let mut affinity_start: BTreeMap<(i32, i32), Option<String>> = BTreeMap::new();
+    let mut affinity_start: BTreeMap<(i32, i32), Option<Start>> = BTreeMap::new();
     while start.elapsed() < s.duration {
         for vm in &mut vms {
             if !vm.complete() {
@@ -167,7 +185,7 @@ pub fn measure(
             for &tid in vm.threads.keys() {
                 affinity_start
                     .entry((vm.pid, tid))
-                    .or_insert_with(|| sample::affinity(root, vm.pid, tid));
+                    .or_insert_with(|| sample::status(root, vm.pid, tid));
                 if let Some(l) = sample::look(root, vm.pid, tid) {
                     tracks.entry((vm.pid, tid)).or_default().add(l);
                 }
@@ -190,6 +208,10 @@ pub fn measure(
     for c in &mut r.host_cpus {
         c.busy_share = busy.get(&c.cpu).copied();
     }
+    let cgroup_of = |pid: i32| {
+        std::fs::read_to_string(root.join(format!("proc/{pid}/cgroup"))).unwrap_or_default()
+    };
+    r.findings = findings::findings(&r, &machine.topology, &machine.allowed, &cgroup_of);
     Ok(r)
 }
 
@@ -222,7 +244,7 @@ fn report(
     interval: f64,
     vms: &[FoundVm],
     tracks: &BTreeMap<(i32, i32), Track>,
-    affinity_start: &BTreeMap<(i32, i32), Option<String>>,
+    affinity_start: &BTreeMap<(i32, i32), Option<Start>>,
     not_inspected: usize,
 ) -> HostReport {
     let root = &machine.root;
@@ -310,6 +332,7 @@ fn report(
         vms: views,
         host_cpus,
         not_inspected,
+        findings: Vec::new(),
         not_measured: vec![(
             "halts, halt polls won and lost, exits, IPIs".into(),
             "not available: this version of cpulab host reads /proc only; KVM's statistics are \
@@ -353,6 +376,7 @@ fn missing_vcpu(v: u32) -> VcpuView {
         affinity_start: None,
         affinity_end: None,
         state: None,
+        switches: None,
     }
 }
 
@@ -362,10 +386,12 @@ fn vcpu_view(
     tid: i32,
     found: &discover::FoundThread,
     track: Option<&Track>,
-    affinity_start: &BTreeMap<(i32, i32), Option<String>>,
+    affinity_start: &BTreeMap<(i32, i32), Option<Start>>,
     interval: f64,
 ) -> VcpuView {
     let v = found.vcpu;
+    let start = affinity_start.get(&(vm.pid, tid)).cloned().flatten();
+    let end = sample::status(root, vm.pid, tid);
     let tid = Some(tid);
     let totals = track.and_then(|t| t.totals());
     let ns = interval * 1e9;
@@ -391,8 +417,20 @@ fn vcpu_view(
         moves_seen: track.map_or(0, |t| t.moves_seen),
         on_cpu_share: totals.map(|t| t.0 as f64 / ns),
         run_queue_share: totals.map(|t| t.1 as f64 / ns),
-        affinity_start: tid.and_then(|t| affinity_start.get(&(vm.pid, t)).cloned().flatten()),
-        affinity_end: tid.and_then(|t| sample::affinity(root, vm.pid, t)),
+        affinity_start: start.as_ref().map(|s| s.0.clone()),
+        affinity_end: end.as_ref().map(|s| s.0.clone()),
+        // Counts only grow for a thread: one that read lower (a thread id reused) is absent.
+        switches: match (start.and_then(|s| s.1), end.and_then(|s| s.1)) {
+            (Some(a), Some(b)) => {
+                b.0.checked_sub(a.0)
+                    .zip(b.1.checked_sub(a.1))
+                    .map(|(voluntary, involuntary)| Switches {
+                        voluntary,
+                        involuntary,
+                    })
+            }
+            _ => None,
+        },
         state: track.and_then(|t| t.last).map(|l| l.state),
     }
 }

@@ -11,7 +11,7 @@ fn pct(v: Option<f64>) -> String {
     v.map_or(NA.into(), |v| format!("{:.1}%", 100.0 * v))
 }
 
-const VCPU_HEADER: [&str; 9] = [
+const VCPU_HEADER: [&str; 10] = [
     "VM",
     "vCPU",
     "thread",
@@ -19,6 +19,7 @@ const VCPU_HEADER: [&str; 9] = [
     "moves",
     "on CPU",
     "run-queue wait",
+    "slept/s, preempted/s",
     "affinity",
     "state",
 ];
@@ -57,6 +58,13 @@ fn vcpu_rows(r: &HostReport) -> Vec<Vec<String>> {
                 moves,
                 pct(c.on_cpu_share),
                 pct(c.run_queue_share),
+                c.switches.as_ref().map_or(NA.into(), |w| {
+                    format!(
+                        "{:.0}, {:.0}",
+                        w.voluntary as f64 / r.interval_s,
+                        w.involuntary as f64 / r.interval_s
+                    )
+                }),
                 aff,
                 c.state.map_or(NA.into(), |s| s.to_string()),
             ]);
@@ -119,8 +127,9 @@ pub fn render_text(r: &HostReport, st: &Style) -> String {
             .iter()
             .map(|c| {
                 format!(
-                    "CPU {}: {:.0}% running vCPUs of {}",
+                    "CPU {}: busy {}, of which {:.0}% running vCPUs of {}",
                     c.cpu,
+                    pct(c.busy_share),
                     100.0 * c.guest_share,
                     c.vms.join(", ")
                 )
@@ -128,6 +137,34 @@ pub fn render_text(r: &HostReport, st: &Style) -> String {
             .collect();
         for c in cpus {
             out += &format!("  {c}\n");
+        }
+    }
+    for f in &r.findings {
+        out += &format!("\n{} {}\n", st.bold(&format!("{}:", f.id)), f.vm);
+        for e in &f.evidence {
+            out += &format!("  - {e}\n");
+        }
+        let block = |title: &str, lines: &[super::findings::Argv]| -> String {
+            if lines.is_empty() {
+                return String::new();
+            }
+            let mut s = format!("  {title}:\n");
+            for l in lines {
+                s += &format!("    {}\n", super::findings::line(l));
+            }
+            s
+        };
+        out += &block("apply", &f.apply);
+        out += &block("verify (each exits 0 once it holds)", &f.verify);
+        out += &block("undo", &f.undo);
+        if let Some(x) = &f.libvirt_cputune {
+            out += "  libvirt (virsh edit DOMAIN):\n";
+            for l in x.lines() {
+                out += &format!("    {l}\n");
+            }
+        }
+        for n in &f.notes {
+            out += &format!("  {}\n", st.dim(&format!("note: {n}")));
         }
     }
     for (what, why) in &r.not_measured {

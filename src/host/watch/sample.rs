@@ -33,6 +33,26 @@ pub fn parse_allowed(status: &str) -> Option<String> {
     })
 }
 
+/// `voluntary_ctxt_switches` and `nonvoluntary_ctxt_switches` from a `status` file.
+pub fn parse_switches(status: &str) -> Option<(u64, u64)> {
+    let get = |k: &str| {
+        status.lines().find_map(|l| {
+            l.strip_prefix(k)
+                .and_then(|v| v.trim_start_matches(':').trim().parse().ok())
+        })
+    };
+    Some((
+        get("voluntary_ctxt_switches")?,
+        get("nonvoluntary_ctxt_switches")?,
+    ))
+}
+
+/// A thread's affinity and context switches now, from its `status`.
+pub fn status(root: &Path, pid: i32, tid: i32) -> Option<(String, Option<(u64, u64)>)> {
+    let s = std::fs::read_to_string(root.join(format!("proc/{pid}/task/{tid}/status"))).ok()?;
+    Some((parse_allowed(&s)?, parse_switches(&s)))
+}
+
 /// Looks at thread `tid` of `pid`; `None` once it has gone.
 pub fn look(root: &Path, pid: i32, tid: i32) -> Option<Look> {
     let dir = root.join(format!("proc/{pid}/task/{tid}"));
@@ -112,6 +132,9 @@ mod tests {
             parse_allowed("Name:\tx\nCpus_allowed:\t3\nCpus_allowed_list:\t0-1\n"),
             Some("0-1".into())
         );
+        let st = "Name:\tx\nvoluntary_ctxt_switches:\t120\nnonvoluntary_ctxt_switches:\t7\n";
+        assert_eq!(parse_switches(st), Some((120, 7)));
+        assert_eq!(parse_switches("Name:\tx\n"), None);
     }
 
     #[test]

@@ -1,0 +1,324 @@
+//! What a `cpulab host` window shows that an operator should act on, each finding with its
+//! evidence and its remedy as commands (argument vectors, quoted once when printed), with a
+//! verify that passes only once the remedy holds and an undo that puts back what was there.
+//!
+//! - **floating vCPUs** (the Hyper-V case): a VM whose vCPU threads may run on several host
+//!   CPUs and moved during the window. Remedy: one host CPU per vCPU, chosen from the topology
+//!   (one hardware thread per core first, in one last-level cache where the VM fits, each VM on
+//!   CPUs of its own where there are enough), as `taskset -p` lines for each thread and, for a
+//!   libvirt domain, the `<cputune>` to put in its XML with `virsh vcpupin` for the running one.
+//! - **CPU contention** (the fair-share case): a VM whose running vCPUs got clearly less than
+//!   they wanted while another VM's vCPUs ran on the same CPUs.
+
+use super::{HostReport, VmView, label};
+use crate::topology::Topology;
+use serde::{Deserialize, Serialize};
+
+/// One command, as its words.
+pub type Argv = Vec<String>;
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Pin {
+    pub vcpu: u32,
+    pub tid: i32,
+    pub cpu: u32,
+    /// The thread's affinity when the window ended: what undo puts back.
+    pub before: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct HostFinding {
+    /// `floating-vcpus` or `cpu-contention`.
+    pub id: String,
+    pub vm: String,
+    pub evidence: Vec<String>,
+    /// The CPUs chosen, one per vCPU (floating vCPUs).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pins: Vec<Pin>,
+    pub apply: Vec<Argv>,
+    /// Each exits 0 once the remedy holds, non-zero before.
+    pub verify: Vec<Argv>,
+    pub undo: Vec<Argv>,
+    /// For a libvirt domain: the `<cputune>` element for its XML (`virsh edit`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub libvirt_cputune: Option<String>,
+    pub notes: Vec<String>,
+}
+
+/// A VM is libvirt's when its process sits in libvirt's `machine.slice`.
+pub fn is_libvirt(cgroup: &str) -> bool {
+    cgroup.contains("machine.slice") || cgroup.contains("machine-qemu")
+}
+
+/// The CPUs to pin to, in the order to hand them out: one hardware thread of each core first
+/// (cores grouped by last-level cache, the largest group first), then the siblings.
+pub fn pin_order(topo: &Topology, allowed: &crate::cpulist::CpuSet) -> Vec<u32> {
+    let mut groups: Vec<crate::cpulist::CpuSet> = Vec::new();
+    for c in allowed.iter() {
+        let llc = topo
+            .cpu(c)
+            .and_then(|x| x.llc().cloned())
+            .unwrap_or_else(|| crate::cpulist::CpuSet::from_iter_u32([c]))
+            .intersection(allowed);
+        if !groups.contains(&llc) {
+            groups.push(llc);
+        }
+    }
+    groups.sort_by_key(|g| std::cmp::Reverse(g.len()));
+    let (mut first, mut rest) = (Vec::new(), Vec::new());
+    for g in &groups {
+        let mut cores_seen = crate::cpulist::CpuSet::new();
+        for c in g.iter() {
+            if cores_seen.contains(c) {
+                rest.push(c);
+                continue;
+            }
+            first.push(c);
+            if let Some(x) = topo.cpu(c) {
+                for s in x.smt_siblings.iter() {
+                    cores_seen.insert(s);
+                }
+            }
+        }
+    }
+    first.extend(rest);
+    first
+}
+
+/// The `awk` check that thread `tid` of `pid` may run on `cpus` exactly.
+fn affinity_is(pid: i32, tid: i32, cpus: &str) -> Argv {
+    vec![
+        "awk".into(),
+        format!("$1 == \"Cpus_allowed_list:\" {{ ok = ($2 == \"{cpus}\") }} END {{ exit !ok }}"),
+        format!("/proc/{pid}/task/{tid}/status"),
+    ]
+}
+
+fn taskset(cpus: &str, tid: i32) -> Argv {
+    ["taskset", "-pc", cpus, &tid.to_string()]
+        .map(String::from)
+        .to_vec()
+}
+
+/// `taskset -p` for each thread; for a libvirt domain `virsh vcpupin --live` instead, which
+/// libvirt keeps in its own record of the running domain.
+fn apply_lines(pins: &[Pin], libvirt_domain: Option<&str>) -> Vec<Argv> {
+    pins.iter()
+        .map(|p| match libvirt_domain {
+            Some(d) => [
+                "virsh",
+                "vcpupin",
+                d,
+                &p.vcpu.to_string(),
+                &p.cpu.to_string(),
+                "--live",
+            ]
+            .map(String::from)
+            .to_vec(),
+            None => taskset(&p.cpu.to_string(), p.tid),
+        })
+        .collect()
+}
+
+fn cputune(pins: &[Pin], emulator: &str) -> String {
+    let mut x = String::from("<cputune>\n");
+    for p in pins {
+        x += &format!("  <vcpupin vcpu='{}' cpuset='{}'/>\n", p.vcpu, p.cpu);
+    }
+    x += &format!("  <emulatorpin cpuset='{emulator}'/>\n</cputune>\n");
+    x
+}
+
+fn floating(vm: &VmView) -> bool {
+    vm.vcpus.iter().any(|c| {
+        let wide = c
+            .affinity_end
+            .as_deref()
+            .and_then(|a| crate::cpulist::CpuSet::parse_list(a, false).ok())
+            .is_some_and(|s| s.len() > 1);
+        let moved = c.migrations.unwrap_or(c.moves_seen) > 0 || c.cpus.len() > 1;
+        wide && moved
+    })
+}
+
+/// The findings of a window. `cgroups` gives each VM process's cgroup line (libvirt or not).
+pub fn findings(
+    r: &HostReport,
+    topo: &Topology,
+    allowed: &crate::cpulist::CpuSet,
+    cgroup_of: &dyn Fn(i32) -> String,
+) -> Vec<HostFinding> {
+    let order = pin_order(topo, allowed);
+    let mut next = 0usize;
+    let mut out = Vec::new();
+    for vm in r.vms.iter().filter(|v| floating(v)) {
+        let mut pins = Vec::new();
+        for c in vm.vcpus.iter() {
+            let Some(tid) = c.tid else { continue };
+            if order.is_empty() {
+                break;
+            }
+            let cpu = order[next % order.len()];
+            next += 1;
+            pins.push(Pin {
+                vcpu: c.vcpu,
+                tid,
+                cpu,
+                before: c
+                    .affinity_end
+                    .clone()
+                    .unwrap_or_else(|| allowed.to_string()),
+            });
+        }
+        if pins.is_empty() {
+            continue;
+        }
+        let evidence = vm
+            .vcpus
+            .iter()
+            .filter(|c| c.tid.is_some())
+            .map(|c| {
+                let ran: Vec<String> = c.cpus.keys().map(|k| k.to_string()).collect();
+                format!(
+                    "vCPU {} (thread {}) may run on CPUs {}, ran on {} and moved {} times in the window",
+                    c.vcpu,
+                    c.tid.unwrap_or(0),
+                    c.affinity_end.as_deref().unwrap_or("?"),
+                    if ran.is_empty() { "none".into() } else { ran.join(", ") },
+                    c.migrations.unwrap_or(c.moves_seen)
+                )
+            })
+            .collect();
+        let libvirt = is_libvirt(&cgroup_of(vm.pid));
+        let mut notes = vec![
+            "taskset acts on the running threads only: a restarted VM floats again; make it \
+             permanent in the VMM's configuration (libvirt's <cputune>, QEMU's thread ids \
+             through QMP query-cpus-fast, or a systemd CPUAffinity= for the VMM's unit)"
+                .to_string(),
+        ];
+        if pins.len() > order.len() {
+            notes.push(format!(
+                "more vCPUs than CPUs ({} for {}): some share a CPU",
+                pins.len(),
+                order.len()
+            ));
+        }
+        let emulator = allowed.to_string();
+        out.push(HostFinding {
+            id: "floating-vcpus".into(),
+            vm: label(vm),
+            evidence,
+            apply: apply_lines(&pins, libvirt.then_some(vm.name.as_str())),
+            verify: pins
+                .iter()
+                .map(|p| affinity_is(vm.pid, p.tid, &p.cpu.to_string()))
+                .collect(),
+            undo: pins.iter().map(|p| taskset(&p.before, p.tid)).collect(),
+            libvirt_cputune: Some(cputune(&pins, &emulator)),
+            pins,
+            notes,
+        });
+    }
+    for vm in &r.vms {
+        let (Some(s), Some(m)) = (vm.share, vm.model) else {
+            continue;
+        };
+        if vm.shares_cpus_with.is_empty() || s >= 0.9 || vm.running_vcpus == 0 {
+            continue;
+        }
+        out.push(HostFinding {
+            id: "cpu-contention".into(),
+            vm: label(vm),
+            evidence: vec![format!(
+                "its {} running vCPUs got {:.0}% of the CPU time they wanted (the model gives \
+                 {:.0}% with every running vCPU on this host sharing its CPUs evenly); it shared \
+                 CPUs with {}",
+                vm.running_vcpus,
+                100.0 * s,
+                100.0 * m,
+                vm.shares_cpus_with.join(", ")
+            )],
+            pins: Vec::new(),
+            apply: Vec::new(),
+            verify: Vec::new(),
+            undo: Vec::new(),
+            libvirt_cputune: None,
+            notes: vec![
+                "give the VMs CPUs of their own (the floating-vcpus remedy's pins do, where \
+                 there are enough CPUs), or weigh them (cgroup cpu.weight, libvirt \
+                 <shares>) so the one that matters wins"
+                    .into(),
+            ],
+        });
+    }
+    out
+}
+
+/// A command as a shell line, each word quoted once.
+pub fn line(argv: &Argv) -> String {
+    shell_words::join(argv)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn libvirt_is_known_by_its_slice() {
+        assert!(is_libvirt(
+            "0::/machine.slice/machine-qemu\\x2d1\\x2ddb1.scope/libvirt/emulator"
+        ));
+        assert!(!is_libvirt("0::/user.slice/user-0.slice/session-1.scope"));
+    }
+
+    #[test]
+    fn pins_take_one_thread_per_core_first() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/intel-2s");
+        let topo = Topology::read(&root).unwrap();
+        assert!(topo.smt_active(), "the fixture has SMT");
+        let allowed = topo.online.clone();
+        let order = pin_order(&topo, &allowed);
+        assert_eq!(order.len(), allowed.len(), "every CPU once");
+        // The first half holds no two siblings.
+        let half = &order[..allowed.len() / 2];
+        for (i, &a) in half.iter().enumerate() {
+            let sib = &topo.cpu(a).unwrap().smt_siblings;
+            for &b in &half[i + 1..] {
+                assert!(!sib.contains(b), "{a} and {b} are siblings in {half:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_awk_check_and_taskset_lines_quote_once() {
+        let v = affinity_is(10, 11, "3");
+        assert_eq!(v[0], "awk");
+        assert!(v[1].contains("\"3\""));
+        assert_eq!(v[2], "/proc/10/task/11/status");
+        assert_eq!(line(&taskset("0-1", 42)), "taskset -pc 0-1 42");
+        let l = line(&v);
+        assert_eq!(shell_words::split(&l).unwrap(), v);
+    }
+
+    #[test]
+    fn cputune_pins_each_vcpu_and_the_emulator() {
+        let pins = [
+            Pin {
+                vcpu: 0,
+                tid: 1,
+                cpu: 2,
+                before: "0-3".into(),
+            },
+            Pin {
+                vcpu: 1,
+                tid: 2,
+                cpu: 3,
+                before: "0-3".into(),
+            },
+        ];
+        let x = cputune(&pins, "0-3");
+        assert!(x.contains("<vcpupin vcpu='0' cpuset='2'/>"));
+        assert!(x.contains("<vcpupin vcpu='1' cpuset='3'/>"));
+        assert!(x.contains("<emulatorpin cpuset='0-3'/>"));
+    }
+}
