@@ -350,3 +350,39 @@ fn the_probe_knows_the_host_side() {
     assert!(["kvm_intel", "kvm_amd", "kvm_pvm"].contains(&module), "{k}");
     assert!(k["halt_poll_ns"].is_u64(), "{k}");
 }
+
+/// A vCPU woken by its own TSC-deadline timer: it halts once per wake, never wakes before its
+/// deadline (each period lasts at least what was armed), and polling off wins no poll.
+#[test]
+fn a_timer_wake_halts_once_per_wake_and_never_comes_early() {
+    if !kvm(test_name!()) {
+        return;
+    }
+    let v = bench(&[
+        "--parts",
+        "timer",
+        "--duration",
+        "150ms",
+        "--timer-period",
+        "200us",
+    ]);
+    let points = v["timer"].as_array().unwrap();
+    assert!(!points.is_empty(), "{v}");
+    for t in points {
+        let wakes = t["wakes"].as_f64().unwrap();
+        assert!(wakes > 0.0, "{t}");
+        let h = per_trip(&t["vcpu"], "halt_exits");
+        let edge = 4.0 * 3.0 / wakes;
+        assert!(
+            h >= 1.0 - edge && h <= 1.0 + edge,
+            "halts per wake {h}: {t}"
+        );
+        let period = t["achieved_period_ns"]["mean"].as_f64().unwrap();
+        assert!(period >= 200_000.0, "woke before the deadline: {t}");
+        let l = &t["lateness"];
+        assert!(l["p50_ns"].as_u64() <= l["p99_ns"].as_u64(), "{t}");
+        if t["halt_poll_limit_ns"] == 0 {
+            assert_eq!(per_trip(&t["vcpu"], "halt_successful_poll"), 0.0, "{t}");
+        }
+    }
+}

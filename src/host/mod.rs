@@ -90,6 +90,22 @@ fn figures(r: &HostBenchReport) -> Vec<Figure> {
     // Two sweep points may share an id with an exchange point (the module default): keep one.
     let mut seen = std::collections::BTreeSet::new();
     out.retain(|f| seen.insert(f.name.clone()));
+    for t in &r.timer {
+        let limit = t
+            .halt_poll_limit_ns
+            .map_or(String::new(), |l| format!(",halt_poll_ns={l}"));
+        out.extend(Figure::from_samples(
+            format!("timer_period_ns[period_ns={}{limit}]", t.period_ns),
+            format!(
+                "achieved period of a timer armed {} ahead, CPU {}",
+                crate::units::fmt_ns(t.period_ns as f64),
+                t.cpu
+            ),
+            Unit::Nanoseconds,
+            Direction::LowerIsBetter,
+            t.achieved_period_ns_per_window.clone(),
+        ));
+    }
     for row in &r.share {
         out.extend(Figure::from_samples(
             format!("share[vm1={},vm2={}]", row.vm1_vcpus, row.vm2_vcpus),

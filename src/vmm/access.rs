@@ -14,6 +14,8 @@ pub struct Access {
     pub cpuid: CpuId,
     /// Whether a VM may set its own halt-poll limit (`KVM_CAP_HALT_POLL`).
     pub halt_poll_cap: bool,
+    /// Whether the guests' local APIC timer has TSC-deadline mode (CPUID 1 ECX bit 24).
+    pub tsc_deadline: bool,
 }
 
 /// CPUID leaf 1, ECX bit 21.
@@ -50,10 +52,15 @@ impl Access {
             ));
         }
         let halt_poll_cap = kvm.check_extension_raw(182) > 0;
+        let tsc_deadline = cpuid
+            .as_slice()
+            .iter()
+            .any(|e| e.function == 1 && e.ecx & (1 << 24) != 0);
         Ok(Self {
             kvm,
             cpuid,
             halt_poll_cap,
+            tsc_deadline,
         })
     }
 }

@@ -43,6 +43,10 @@ const MSR_APIC_BASE: u32 = 0x1b;
 const MSR_X2APIC_SVR: u32 = 0x80f;
 const MSR_X2APIC_EOI: u32 = 0x80b;
 const MSR_X2APIC_ICR: u32 = 0x830;
+const MSR_X2APIC_LVT_TIMER: u32 = 0x832;
+const MSR_TSC_DEADLINE: u32 = 0x6e0;
+/// LVT timer mode bits 18:17 = 10b: TSC-deadline.
+const LVT_TSC_DEADLINE: u32 = 2 << 17;
 
 /// The address of vCPU `n`'s figure at `offset` in the data page.
 pub fn line(n: u32, offset: u64) -> u64 {
@@ -72,6 +76,12 @@ pub enum Program {
     },
     /// A busy vCPU that counts loop iterations (neighbours, fair share).
     Burner,
+    /// A vCPU that arms its local APIC timer in TSC-deadline mode `period_cycles` ahead and
+    /// halts until it fires (the duty cycle of `bursty`, one level down); its ring holds how
+    /// late each wake came, in TSC cycles past the deadline.
+    TimerWake {
+        period_cycles: u32,
+    },
 }
 
 /// A program assembled for one vCPU, with where it is loaded.
@@ -113,6 +123,7 @@ pub fn assemble(program: Program, n: u32, peer: u32) -> Result<Image> {
         Program::PollPing { window_cycles } => poll_side(&mut a, n, peer, window_cycles, true)?,
         Program::PollPong { window_cycles } => poll_side(&mut a, n, peer, window_cycles, false)?,
         Program::Burner => burner(&mut a, n)?,
+        Program::TimerWake { period_cycles } => timer_wake(&mut a, n, period_cycles)?,
     }
     let code = a.assemble(load_at).context("assembling a guest program")?;
     anyhow::ensure!(code.len() < 0x1000, "guest program over one page");
@@ -295,6 +306,34 @@ fn poll_side(
     Ok(())
 }
 
+/// Arm the deadline (EDX:EAX = now + period; EBP keeps its low half), halt, then write how
+/// late the wake came (now - deadline, low 32 bits) into the ring and count.
+fn timer_wake(a: &mut CodeAssembler, n: u32, period_cycles: u32) -> Result<()> {
+    say_ready(a, n)?;
+    a.mov(ecx, MSR_X2APIC_LVT_TIMER)?;
+    a.mov(eax, IPI_VECTOR | LVT_TSC_DEADLINE)?;
+    a.xor(edx, edx)?;
+    a.wrmsr()?;
+    let mut top = a.create_label();
+    a.set_label(&mut top)?;
+    a.rdtsc()?;
+    a.add(eax, period_cycles)?;
+    a.adc(edx, 0)?;
+    a.mov(ebp, eax)?;
+    a.mov(ecx, MSR_TSC_DEADLINE)?;
+    a.wrmsr()?;
+    a.sti()?;
+    a.hlt()?;
+    a.cli()?;
+    a.rdtsc()?;
+    a.sub(eax, ebp)?;
+    a.mov(dword_ptr(di).es(), eax)?;
+    a.add(di, 4)?;
+    a.inc(dword_ptr(line(n, COUNT)))?;
+    a.jmp(top)?;
+    Ok(())
+}
+
 fn burner(a: &mut CodeAssembler, n: u32) -> Result<()> {
     say_ready(a, n)?;
     let mut top = a.create_label();
@@ -328,6 +367,9 @@ mod tests {
                 window_cycles: 1000,
             },
             Program::Burner,
+            Program::TimerWake {
+                period_cycles: 100_000,
+            },
         ];
         for p in all {
             for n in 0..2 {

@@ -34,6 +34,9 @@ pub struct Spec {
 /// round trip.
 pub struct RingReader {
     vcpu: u32,
+    /// Whether the ring holds stamps (each entry minus the one before is a round trip) or
+    /// values to take as they are (a timer's lateness).
+    deltas: bool,
     last: u32,
     prev: Option<u32>,
     hist: hdrhistogram::Histogram<u64>,
@@ -46,6 +49,7 @@ impl RingReader {
     pub fn new(r: &Running, vcpu: u32) -> Result<Self> {
         Ok(Self {
             vcpu,
+            deltas: true,
             last: r.count(vcpu),
             prev: None,
             hist: hdrhistogram::Histogram::new(3).context("a histogram")?,
@@ -69,6 +73,12 @@ impl RingReader {
         for k in 0..new {
             let idx = self.last.wrapping_add(k) % RING_ENTRIES;
             let stamp = r.memory().read_u32(base + u64::from(idx) * 4);
+            if !self.deltas {
+                let _ = self.hist.record(u64::from(stamp));
+                self.sum_cycles += u128::from(stamp);
+                self.n += 1;
+                continue;
+            }
             if let Some(p) = self.prev {
                 let d = stamp.wrapping_sub(p);
                 let _ = self.hist.record(u64::from(d));
@@ -78,6 +88,14 @@ impl RingReader {
             self.prev = Some(stamp);
         }
         self.last = c;
+    }
+
+    /// A reader of a ring of values, each taken as it is.
+    pub fn values(r: &Running, vcpu: u32) -> Result<Self> {
+        Ok(Self {
+            deltas: false,
+            ..Self::new(r, vcpu)?
+        })
     }
 
     /// Forgets what was read so far (the warm-up), keeping its place in the ring.
@@ -271,4 +289,67 @@ pub fn burners(access: &Access, n: u32, cpus: &CpuSet) -> Result<Running> {
     let programs: Vec<(Program, u32)> = (0..n).map(|i| (Program::Burner, i)).collect();
     let vm = Vm::new(access, &programs)?;
     Running::start(vm, &vec![cpus.clone(); n as usize])
+}
+
+/// One timer-wake point: a vCPU arming its TSC-deadline timer `period_ns` ahead and halting,
+/// on `cpu`, with the VM's halt-poll limit `halt_poll_ns` (`None`: the module's).
+pub fn timer_point(
+    access: &Access,
+    period_ns: u64,
+    halt_poll_ns: Option<u64>,
+    cpu: &CpuSet,
+    s: &BenchSettings,
+    tsc_khz: u32,
+) -> Result<super::report::TimerPoint> {
+    let cycles =
+        (period_ns as u128 * u128::from(tsc_khz) / 1_000_000).min(u32::MAX as u128 / 2) as u32;
+    let mut vm = Vm::new(
+        access,
+        &[(
+            Program::TimerWake {
+                period_cycles: cycles,
+            },
+            0,
+        )],
+    )?;
+    if let Some(ns) = halt_poll_ns {
+        vm.set_halt_poll_ns(ns)?;
+    }
+    let mut r = Running::start(vm, std::slice::from_ref(cpu))?;
+    let mut rings = [RingReader::values(&r, 0)?];
+    let w = windows(&r, s, &mut rings);
+    let stopped = r.stop_all();
+    let w = w?;
+    stopped?;
+    let ring = &rings[0];
+    let wakes: u64 = w
+        .iter()
+        .map(|(a, b)| u64::from(b.counts[0].wrapping_sub(a.counts[0])))
+        .sum();
+    let wall: f64 = w
+        .iter()
+        .map(|(a, b)| b.at.duration_since(a.at).as_nanos() as f64)
+        .sum();
+    let ns_per_cycle = 1e6 / f64::from(tsc_khz.max(1));
+    let periods: Vec<f64> = w
+        .iter()
+        .filter_map(|(a, b)| {
+            let n = b.counts[0].wrapping_sub(a.counts[0]);
+            (n > 0).then(|| b.at.duration_since(a.at).as_nanos() as f64 / f64::from(n))
+        })
+        .collect();
+    Ok(super::report::TimerPoint {
+        period_ns,
+        halt_poll_limit_ns: halt_poll_ns,
+        cpu: cpu.to_string(),
+        wakes,
+        achieved_period_ns: MeanCi::of(&periods),
+        achieved_period_ns_per_window: periods,
+        lateness: (ring.n > 0)
+            .then(|| Percentiles::from_histogram_scaled(&ring.hist, ns_per_cycle)),
+        lateness_mean_ns: (ring.n > 0)
+            .then(|| ring.sum_cycles as f64 / ring.n as f64 * ns_per_cycle),
+        stamps_lost: ring.lost,
+        vcpu: vcpu_counts(0, &w, wakes, wall),
+    })
 }

@@ -11,7 +11,9 @@
 //!   turn (`KVM_CAP_HALT_POLL`: nothing on the host changes), the round trip it saves against
 //!   the CPU it burns polling, and where the curve bends;
 //! - **share**: two VMs of burners on the same host CPUs (case C), each VM's rate beside the
-//!   other over its rate alone, against the model (CPUs shared evenly by running vCPUs).
+//!   other over its rate alone, against the model (CPUs shared evenly by running vCPUs);
+//! - **timer**: a vCPU that arms its TSC-deadline timer and halts until it fires (`bursty`'s
+//!   duty cycle one level down): how late each wake comes, with halt polling and without.
 //!
 //! Every round trip is counted over the host clock and timed inside the guest (`rdtsc`
 //! stamps), and KVM's own statistics are read per vCPU (`KVM_GET_STATS_FD`) before and after
@@ -142,6 +144,11 @@ pub fn measure(
     } else {
         Vec::new()
     };
+    let timer = if s.parts.contains(&Part::Timer) {
+        timer(&access, &cpus, s, tsc_khz, progress)?
+    } else {
+        Vec::new()
+    };
     if facts.guest_code_emulated() {
         conditions.notes.push(
             "kvm_pvm runs guests without VMX/SVM by emulating their instructions: KVM's own work \
@@ -165,7 +172,48 @@ pub fn measure(
         sweep,
         share,
         differences,
+        timer,
     })
+}
+
+/// Per period, the timer wake with the module's halt-poll limit and, where a VM may set its
+/// own, with polling off, on the first allowed CPU.
+fn timer(
+    access: &Access,
+    cpus: &CpuSet,
+    s: &BenchSettings,
+    tsc_khz: u32,
+    progress: &Progress,
+) -> Result<Vec<report::TimerPoint>> {
+    anyhow::ensure!(
+        access.tsc_deadline,
+        "this KVM gives its guests no TSC-deadline timer (CPUID 1 ECX bit 24); run without \
+         --parts timer"
+    );
+    let Some(first) = cpus.iter().next() else {
+        return Ok(Vec::new());
+    };
+    let cpu = CpuSet::from_iter_u32([first]);
+    let mut limits = vec![None];
+    if access.halt_poll_cap {
+        limits.push(Some(0));
+    }
+    let mut out = Vec::new();
+    for &p in &s.timer_period_ns {
+        for &l in &limits {
+            progress.step(&format!(
+                "timer wake every {}, halt polling {}, CPU {first}",
+                crate::units::fmt_ns(p as f64),
+                if l == Some(0) {
+                    "off"
+                } else {
+                    "as the module sets it"
+                }
+            ));
+            out.push(measure::timer_point(access, p, l, &cpu, s, tsc_khz)?);
+        }
+    }
+    Ok(out)
 }
 
 fn sweep(

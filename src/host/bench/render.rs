@@ -169,6 +169,51 @@ fn share_rows(rows: &[ShareRow]) -> Vec<Vec<String>> {
         .collect()
 }
 
+const TIMER_HEADER: [&str; 8] = [
+    "period",
+    "halt-poll limit",
+    "CPU",
+    "achieved period ± 95% CI",
+    "late p50",
+    "late p99",
+    "halts/wake",
+    "polls won/wake",
+];
+
+fn timer_rows(r: &HostBenchReport) -> Vec<Vec<String>> {
+    r.timer
+        .iter()
+        .map(|t| {
+            let per = |k: &str| {
+                t.vcpu
+                    .per_round_trip
+                    .get(k)
+                    .map_or(NA.into(), |v| format!("{v:.2}"))
+            };
+            vec![
+                fmt_ns(t.period_ns as f64),
+                t.halt_poll_limit_ns.map_or("module".into(), |v| {
+                    if v == 0 {
+                        "0 (off)".into()
+                    } else {
+                        fmt_ns(v as f64)
+                    }
+                }),
+                t.cpu.clone(),
+                ci_ns(&t.achieved_period_ns),
+                t.lateness
+                    .as_ref()
+                    .map_or(NA.into(), |l| fmt_ns(l.p50_ns as f64)),
+                t.lateness
+                    .as_ref()
+                    .map_or(NA.into(), |l| fmt_ns(l.p99_ns as f64)),
+                per("halt_exits"),
+                per("halt_successful_poll"),
+            ]
+        })
+        .collect()
+}
+
 fn text_table(header: &[&str], rows: &[Vec<String>]) -> String {
     let mut t = Table::new();
     t.load_style(presets::NOTHING);
@@ -254,6 +299,14 @@ pub fn render_text(r: &HostBenchReport, st: &Style) -> String {
         out += &text_table(&SHARE_HEADER, &share_rows(&r.share));
         out.push('\n');
     }
+    if !r.timer.is_empty() {
+        out += &format!(
+            "\n{}\n",
+            st.bold("Timer wake: a vCPU arms its TSC-deadline timer a period ahead and halts; how late each wake comes (guest rdtsc)")
+        );
+        out += &text_table(&TIMER_HEADER, &timer_rows(r));
+        out.push('\n');
+    }
     for n in &r.conditions.notes {
         out += &format!("{}\n", st.dim(&format!("note: {n}")));
     }
@@ -283,6 +336,12 @@ pub fn page(r: &HostBenchReport) -> String {
             section {
                 h2 { "Fair share" }
                 (html::table(&SHARE_HEADER, &share_rows(&r.share), 1))
+            }
+        }
+        @if !r.timer.is_empty() {
+            section {
+                h2 { "Timer wake" }
+                (html::table(&TIMER_HEADER, &timer_rows(r), 3))
             }
         }
         (html::conditions(&r.conditions, &[]))

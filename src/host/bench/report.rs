@@ -144,6 +144,28 @@ pub struct Difference {
     pub ns: MeanCi,
 }
 
+/// A vCPU woken by its own local APIC timer (TSC-deadline mode) after each halt.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TimerPoint {
+    /// How far ahead each deadline was armed.
+    pub period_ns: u64,
+    /// The VM's own halt-poll limit; `None`: the module's.
+    pub halt_poll_limit_ns: Option<u64>,
+    /// The host CPU the vCPU thread ran on.
+    pub cpu: String,
+    pub wakes: u64,
+    /// Each window's length over its wakes: the period plus how late each wake came plus the
+    /// guest's loop.
+    pub achieved_period_ns_per_window: Vec<f64>,
+    pub achieved_period_ns: Option<MeanCi>,
+    /// How late each wake came past its deadline, read by the guest's `rdtsc` when it resumed.
+    pub lateness: Option<Percentiles>,
+    pub lateness_mean_ns: Option<f64>,
+    pub stamps_lost: u64,
+    /// KVM's counts per wake.
+    pub vcpu: VcpuCounts,
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct HostBenchReport {
     pub settings: BenchSettings,
@@ -153,4 +175,7 @@ pub struct HostBenchReport {
     pub sweep: Option<Sweep>,
     pub share: Vec<ShareRow>,
     pub differences: Vec<Difference>,
+    /// The timer-wake part; absent from results written before it existed.
+    #[serde(default)]
+    pub timer: Vec<TimerPoint>,
 }

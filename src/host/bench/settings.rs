@@ -24,16 +24,19 @@ pub enum Part {
     HaltPoll,
     /// Two VMs of burners on the same CPUs (fair share).
     Share,
+    /// A vCPU woken by its own timer after each halt.
+    Timer,
 }
 
 impl Part {
-    const ALL: [Part; 3] = [Part::Exchange, Part::HaltPoll, Part::Share];
+    const ALL: [Part; 4] = [Part::Exchange, Part::HaltPoll, Part::Share, Part::Timer];
 
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Exchange => "exchange",
             Self::HaltPoll => "halt-poll",
             Self::Share => "share",
+            Self::Timer => "timer",
         }
     }
 }
@@ -57,6 +60,9 @@ pub struct BenchSettings {
     pub poll_window_ns: Vec<u64>,
     /// Fair-share rows: busy vCPUs of VM1 and of VM2.
     pub share: Vec<(u32, u32)>,
+    /// The timer-wake part's periods, ns.
+    #[serde(default)]
+    pub timer_period_ns: Vec<u64>,
     pub check_load: bool,
 }
 
@@ -68,8 +74,13 @@ pub struct BenchSettings {
     cpulab host bench --parts share --share 2+2,1+2 --cpus 0-1")]
 pub struct Args {
     /// Which parts to run: exchange (halt, spin and polling ping-pong per placement),
-    /// halt-poll (the VM's own limit swept), share (two VMs of burners).
-    #[arg(long, value_name = "LIST", default_value = "exchange,halt-poll,share")]
+    /// halt-poll (the VM's own limit swept), share (two VMs of burners), timer (a vCPU woken by
+    /// its own timer after each halt).
+    #[arg(
+        long,
+        value_name = "LIST",
+        default_value = "exchange,halt-poll,share,timer"
+    )]
     pub parts: String,
     /// One measured window.
     #[arg(long, value_name = "TIME", default_value = "1s")]
@@ -93,6 +104,9 @@ pub struct Args {
     /// Fair-share rows, VM1's busy vCPUs + VM2's (each 1 to 8).
     #[arg(long, value_name = "LIST", default_value = "1+1,2+2,1+2,2+1")]
     pub share: String,
+    /// The timer part's periods: how far ahead the vCPU arms its timer before each halt.
+    #[arg(long, value_name = "LIST", default_value = "50us,1ms")]
+    pub timer_period: String,
     /// Skip the check for other load before measuring.
     #[arg(long)]
     pub no_load_check: bool,
@@ -126,7 +140,7 @@ fn parts(text: &str) -> Result<Vec<Part>> {
             .find(|p| p.as_str() == w)
             .ok_or_else(|| {
                 bad_input(format!(
-                    "--parts {text}: no part named '{w}'; give some of exchange, halt-poll, share"
+                    "--parts {text}: no part named '{w}'; give some of exchange, halt-poll, share, timer"
                 ))
             })?;
         if !out.contains(&p) {
@@ -173,6 +187,10 @@ pub fn settings(a: &Args, machine: &Machine) -> Result<BenchSettings> {
         halt_poll_ns: durations_ns("halt-poll", &a.halt_poll)?,
         poll_window_ns: durations_ns("poll-window", &a.poll_window)?,
         share: share_rows(&a.share)?,
+        timer_period_ns: durations_ns("timer-period", &a.timer_period)?
+            .into_iter()
+            .map(|v| v.max(1_000))
+            .collect(),
         check_load: !a.no_load_check,
     })
 }

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# What watching costs the watched: the halt ping-pong's round trip (scripts/kvm-pingpong.py, a
+# VMM apart from cpulab) with `cpulab host` attached against without, rounds alternated in one
+# run. Prints each round, the means, and without/with as a ratio (1 = watching costs nothing;
+# the target is at least 0.97).
+#
+# Usage: scripts/host-watch-cost.sh [CPULAB] [ROUNDS] [SECONDS]   (as root, /dev/kvm needed)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cpulab=${1:-target/release/cpulab}
+rounds=${2:-5}
+secs=${3:-2}
+a=${CPU_A:-0}
+b=${CPU_B:-1}
+[ -x "$cpulab" ] || { echo "no cpulab binary at $cpulab: cargo build --release" >&2; exit 2; }
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+for r in $(seq "$rounds"); do
+    python3 scripts/kvm-pingpong.py halt "$a" "$b" module "$secs" | sed 's/^/without /' >> "$out/runs"
+    # The watcher's window covers the whole measured stretch (the VMM warms up for 0.2 s first).
+    "$cpulab" --quiet --no-history host --duration "$(awk "BEGIN { print $secs + 1 }")s" > /dev/null &
+    w=$!
+    python3 scripts/kvm-pingpong.py halt "$a" "$b" module "$secs" | sed 's/^/with /' >> "$out/runs"
+    wait "$w"
+    echo "round $r of $rounds done" >&2
+done
+python3 - "$out/runs" <<'PY'
+import json, statistics as st, sys
+runs = {"without": [], "with": []}
+for line in open(sys.argv[1]):
+    side, doc = line.split(" ", 1)
+    runs[side].append(json.loads(doc)["rtt_ns"])
+for side in ("without", "with"):
+    v = runs[side]
+    print(f"{side:8} cpulab host: " + ", ".join(f"{x/1e3:.2f}" for x in v)
+          + f" us; mean {st.mean(v)/1e3:.2f} us, stdev {st.stdev(v)/1e3:.2f} us")
+print(f"round trip without / with (1 = no cost; target >= 0.97): "
+      f"{st.mean(runs['without'])/st.mean(runs['with']):.3f}")
+PY
