@@ -58,6 +58,15 @@ main_pid() {
     prop MainPID "$exporter"
 }
 metrics() { curl -sf "$@" "http://$listen/metrics"; }
+# Whether a line matching PATTERN is on /metrics (curl's other arguments after it). The scrape
+# is read whole first: `metrics | grep -q` under pipefail fails whenever grep stops reading
+# before curl has written everything (curl then exits 23 on the closed pipe).
+on_metrics() {
+    local pattern=$1 page
+    shift
+    page=$(metrics "$@") || return 1
+    grep -q -- "$pattern" <<<"$page"
+}
 serving() { metrics "$@" -o /dev/null; }
 # Processes running the installed binary, also after dpkg replaced or deleted it.
 installed_binary_running() {
@@ -82,7 +91,7 @@ check_installed() {
         [ -f "$unitdir/$u" ] || fail "no $unitdir/$u"
         [ "$(prop LoadState "$u")" = loaded ] || fail "$u is $(prop LoadState "$u"), not loaded"
     done
-    dpkg-query -W -f='${Conffiles}\n' cpulab | grep -q "^ $conffile " || fail "$conffile is not a conffile"
+    grep -q "^ $conffile " <<<"$(dpkg-query -W -f='${Conffiles}\n' cpulab)" || fail "$conffile is not a conffile"
     out=$(cd "$unitdir" && systemd-analyze verify --man=no "${units[@]}" 2>&1) || fail "systemd-analyze verify: $out"
     [ -z "$out" ] || fail "systemd-analyze verify: $out"
 }
@@ -107,7 +116,7 @@ systemctl enable --now "$exporter" 2>/dev/null
 [ "$(systemctl is-enabled "$exporter")" = enabled ] || fail "$exporter is not enabled"
 pid=$(main_pid)
 wait_for "/metrics on $listen" serving
-metrics | grep -q '^cpulab_machine_info{' || fail "no cpulab_machine_info on /metrics"
+on_metrics '^cpulab_machine_info{' || fail "no cpulab_machine_info on /metrics"
 uid=$(awk '/^Uid:/ { print $2 }' "/proc/$pid/status")
 [ "$uid" -ne 0 ] || fail "the exporter runs as root"
 awk '/^Uid:|^Gid:/ { for (i = 2; i <= 5; i++) if ($i == 0) bad = 1 } END { exit bad }' "/proc/$pid/status" \
@@ -151,7 +160,7 @@ restart_s=$(prop RestartUSec "$exporter" | sed -n 's/^\([0-9]*\)s$/\1/p')
 sleep $((2 * restart_s))
 [ "$(prop ActiveState "$exporter")" = failed ] || fail "after exit 2 the exporter is $(prop ActiveState "$exporter"), not failed"
 [ "$(prop NRestarts "$exporter")" = "$restarts" ] || fail "exit 2 was restarted (NRestarts $restarts -> $(prop NRestarts "$exporter"))"
-journalctl -u "$exporter" --no-pager -n 20 | grep -q -- '--no-such-flag' || fail "the journal does not name the bad flag"
+grep -q -- '--no-such-flag' <<<"$(journalctl -u "$exporter" --no-pager -n 20)" || fail "the journal does not name the bad flag"
 cp /tmp/conffile.orig "$conffile"
 systemctl reset-failed "$exporter"
 say "restart: a bad flag exits 2 and stays failed for $((2 * restart_s)) s, not restarted, the flag named in the journal"
@@ -191,10 +200,10 @@ run_id=$(CPULAB_HISTORY=/var/lib/cpulab/history.sqlite cpulab history list --kin
     | sed -n 's/.*"id": *\([0-9][0-9]*\).*/\1/p' | sort -n | tail -1)
 [ -n "$run_id" ] || fail "the timer's doctor run is not in /var/lib/cpulab/history.sqlite"
 published() {
-    metrics -u "$user:$password" | grep -q "^cpulab_doctor_run_info{history_id=\"$run_id\","
+    on_metrics "^cpulab_doctor_run_info{history_id=\"$run_id\"," -u "$user:$password"
 }
 wait_for "doctor run $run_id on /metrics" published
-metrics -u "$user:$password" | grep -q '^cpulab_doctor_history_info{state="ok"} 1' || fail "cpulab_doctor_history_info is not ok"
+on_metrics '^cpulab_doctor_history_info{state="ok"} 1' -u "$user:$password" || fail "cpulab_doctor_history_info is not ok"
 findings=$(CPULAB_HISTORY=/var/lib/cpulab/history.sqlite cpulab history show "$run_id" --json \
     | jq -r '.. | objects | select(has("findings")) | .findings[]? | objects | .id' | sort -u)
 served=$(metrics -u "$user:$password" | sed -n 's/^cpulab_doctor_finding{id="\([^"]*\)".*/\1/p' | sort -u)
