@@ -385,3 +385,81 @@ fn the_pinning_remedy_pins_each_vcpu_and_its_undo_restores_the_old_affinity() {
         );
     }
 }
+
+/// A real QEMU (Debian's qemu-system-x86; SeaBIOS with nothing to boot is a VM all the same)
+/// is found and named by its `-name`, each vCPU with its thread, run time and state.
+#[test]
+fn a_real_qemu_is_found_and_named_by_its_name() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    if !kvm(test_name!())
+        || !common::installed(test_name!(), &[("qemu-system-x86_64", "qemu-system-x86")])
+    {
+        return;
+    }
+    let child = std::process::Command::new("qemu-system-x86_64")
+        .args([
+            "-enable-kvm",
+            "-smp",
+            "2",
+            "-m",
+            "64",
+            "-nographic",
+            "-nodefaults",
+        ])
+        .args(["-display", "none", "-name", "cpulab-test,debug-threads=on"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let q = Guest(child);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !q.threads().iter().any(|t| t.1 == "CPU 1/KVM") {
+        assert!(
+            Instant::now() < deadline,
+            "QEMU's vCPU threads did not start: {:?}",
+            q.threads()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let pid = q.pid().to_string();
+    let out = cpulab_process()
+        .args([
+            "--quiet",
+            "host",
+            "--json",
+            "--duration",
+            "1s",
+            "--pid",
+            &pid,
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let vm = vm_of(&v, q.pid());
+    assert_eq!(vm["name"], "cpulab-test", "{vm}");
+    assert_eq!(
+        v["vms"].as_array().unwrap().len(),
+        1,
+        "--pid keeps one VM: {v}"
+    );
+    let vcpus = vm["vcpus"].as_array().unwrap();
+    assert_eq!(vcpus.len(), 2, "{vm}");
+    for (i, c) in vcpus.iter().enumerate() {
+        assert_eq!(c["thread_name"], format!("CPU {i}/KVM"), "{c}");
+        assert_eq!(
+            c["tid"].as_i64(),
+            Some(q.thread_named(&format!("CPU {i}/KVM"))),
+            "{c}"
+        );
+        assert!(c["on_cpu_share"].is_f64(), "{c}");
+        assert!(c["state"].is_string(), "{c}");
+    }
+    // vCPU 0 runs the BIOS; it ran.
+    assert!(vcpus[0]["on_cpu_share"].as_f64().unwrap() > 0.0, "{vm}");
+}
