@@ -7,6 +7,9 @@
 //!   (one hardware thread per core first, in one last-level cache where the VM fits, each VM on
 //!   CPUs of its own where there are enough), as `taskset -p` lines for each thread and, for a
 //!   libvirt domain, the `<cputune>` to put in its XML with `virsh vcpupin` for the running one.
+//! - **stacked vCPUs** (the Xen case): two running vCPUs of one VM spent most of their time
+//!   on one core's SMT siblings, the two cores of one module (a shared L2) or one CPU, while a
+//!   core of the host ran no running vCPU at all. Remedy: the same pins, one core each first.
 //! - **CPU contention** (the fair-share case): a VM whose running vCPUs got clearly less than
 //!   they wanted while another VM's vCPUs ran on the same CPUs.
 
@@ -50,8 +53,9 @@ pub fn is_libvirt(cgroup: &str) -> bool {
     cgroup.contains("machine.slice") || cgroup.contains("machine-qemu")
 }
 
-/// The CPUs to pin to, in the order to hand them out: one hardware thread of each core first
-/// (cores grouped by last-level cache, the largest group first), then the siblings.
+/// The CPUs to pin to, in the order to hand them out: one hardware thread of each core (a
+/// module's two cores counting as one) first, cores grouped by last-level cache with the
+/// largest group first, then the siblings and module partners.
 pub fn pin_order(topo: &Topology, allowed: &crate::cpulist::CpuSet) -> Vec<u32> {
     let mut groups: Vec<crate::cpulist::CpuSet> = Vec::new();
     for c in allowed.iter() {
@@ -75,7 +79,14 @@ pub fn pin_order(topo: &Topology, allowed: &crate::cpulist::CpuSet) -> Vec<u32> 
             }
             first.push(c);
             if let Some(x) = topo.cpu(c) {
-                for s in x.smt_siblings.iter() {
+                // A module (two cores sharing an L2 below the last level) counts as one core.
+                let module = x
+                    .llc_level()
+                    .filter(|&l| l > 2)
+                    .and_then(|_| x.sharing_at(2))
+                    .cloned()
+                    .unwrap_or_default();
+                for s in x.smt_siblings.iter().chain(module.iter()) {
                     cores_seen.insert(s);
                 }
             }
@@ -152,27 +163,6 @@ pub fn findings(
     let mut next = 0usize;
     let mut out = Vec::new();
     for vm in r.vms.iter().filter(|v| floating(v)) {
-        let mut pins = Vec::new();
-        for c in vm.vcpus.iter() {
-            let Some(tid) = c.tid else { continue };
-            if order.is_empty() {
-                break;
-            }
-            let cpu = order[next % order.len()];
-            next += 1;
-            pins.push(Pin {
-                vcpu: c.vcpu,
-                tid,
-                cpu,
-                before: c
-                    .affinity_end
-                    .clone()
-                    .unwrap_or_else(|| allowed.to_string()),
-            });
-        }
-        if pins.is_empty() {
-            continue;
-        }
         let evidence = vm
             .vcpus
             .iter()
@@ -189,35 +179,33 @@ pub fn findings(
                 )
             })
             .collect();
-        let libvirt = is_libvirt(&cgroup_of(vm.pid));
-        let mut notes = vec![
-            "taskset acts on the running threads only: a restarted VM floats again; make it \
-             permanent in the VMM's configuration (libvirt's <cputune>, QEMU's thread ids \
-             through QMP query-cpus-fast, or a systemd CPUAffinity= for the VMM's unit)"
-                .to_string(),
-        ];
-        if pins.len() > order.len() {
-            notes.push(format!(
-                "more vCPUs than CPUs ({} for {}): some share a CPU",
-                pins.len(),
-                order.len()
-            ));
-        }
-        let emulator = allowed.to_string();
-        out.push(HostFinding {
-            id: "floating-vcpus".into(),
-            vm: label(vm),
+        out.extend(pinned(
+            "floating-vcpus",
+            vm,
             evidence,
-            apply: apply_lines(&pins, libvirt.then_some(vm.name.as_str())),
-            verify: pins
-                .iter()
-                .map(|p| affinity_is(vm.pid, p.tid, &p.cpu.to_string()))
-                .collect(),
-            undo: pins.iter().map(|p| taskset(&p.before, p.tid)).collect(),
-            libvirt_cputune: Some(cputune(&pins, &emulator)),
-            pins,
-            notes,
-        });
+            &order,
+            &mut next,
+            allowed,
+            cgroup_of,
+        ));
+    }
+    let busy_cores = busy_cores(r, topo);
+    for vm in &r.vms {
+        if out.iter().any(|f| f.vm == label(vm)) {
+            continue;
+        }
+        let Some(evidence) = stacked(vm, topo, allowed, &busy_cores) else {
+            continue;
+        };
+        out.extend(pinned(
+            "stacked-vcpus",
+            vm,
+            evidence,
+            &order,
+            &mut next,
+            allowed,
+            cgroup_of,
+        ));
     }
     for vm in &r.vms {
         let (Some(s), Some(m)) = (vm.share, vm.model) else {
@@ -252,6 +240,141 @@ pub fn findings(
         });
     }
     out
+}
+
+/// A VM's running vCPUs: those that wanted half the window or more.
+fn running(vm: &VmView) -> impl Iterator<Item = &super::VcpuView> {
+    vm.vcpus
+        .iter()
+        .filter(|c| c.on_cpu_share.unwrap_or(0.0) + c.run_queue_share.unwrap_or(0.0) >= super::BUSY)
+}
+
+/// The host CPU a vCPU spent most of its run time on.
+fn main_cpu(c: &super::VcpuView) -> Option<u32> {
+    c.cpus
+        .iter()
+        .max_by(|a, b| a.1.total_cmp(b.1))
+        .map(|(cpu, _)| *cpu)
+}
+
+/// The cores (by their SMT sibling sets) where some running vCPU of any VM mostly ran.
+fn busy_cores(r: &HostReport, topo: &Topology) -> Vec<crate::cpulist::CpuSet> {
+    let mut cores = Vec::new();
+    for vm in &r.vms {
+        for c in running(vm) {
+            if let Some(core) = main_cpu(c)
+                .and_then(|m| topo.cpu(m))
+                .map(|x| x.smt_siblings.clone())
+                && !cores.contains(&core)
+            {
+                cores.push(core);
+            }
+        }
+    }
+    cores
+}
+
+/// The evidence that `vm`'s running vCPUs were stacked: pairs of them mostly on one CPU, SMT
+/// siblings or one module, while an allowed core ran no running vCPU.
+fn stacked(
+    vm: &VmView,
+    topo: &Topology,
+    allowed: &crate::cpulist::CpuSet,
+    busy_cores: &[crate::cpulist::CpuSet],
+) -> Option<Vec<String>> {
+    use crate::topology::PlacementClass as C;
+    let mains: Vec<(u32, u32)> = running(vm)
+        .filter_map(|c| Some((c.vcpu, main_cpu(c)?)))
+        .collect();
+    let idle_core = allowed.iter().find(|&c| {
+        topo.cpu(c)
+            .is_some_and(|x| !busy_cores.contains(&x.smt_siblings))
+    })?;
+    let mut evidence = Vec::new();
+    for (i, &(va, a)) in mains.iter().enumerate() {
+        for &(vb, b) in &mains[i + 1..] {
+            let what = match topo.class(a, b) {
+                C::SameCpu => "one CPU",
+                C::SmtSibling => "SMT siblings of one core",
+                C::SharedL2 => "the two cores of one module (a shared L2)",
+                _ => continue,
+            };
+            evidence.push(format!(
+                "vCPUs {va} and {vb} ran mostly on CPUs {a} and {b}: {what}"
+            ));
+        }
+    }
+    if evidence.is_empty() {
+        return None;
+    }
+    let core = topo
+        .cpu(idle_core)
+        .map_or_else(|| idle_core.to_string(), |x| x.smt_siblings.to_string());
+    evidence.push(format!(
+        "while the core of CPUs {core} ran no running vCPU of any VM"
+    ));
+    Some(evidence)
+}
+
+/// A finding whose remedy pins each of `vm`'s vCPUs to the next CPU of `order`.
+fn pinned(
+    id: &str,
+    vm: &VmView,
+    evidence: Vec<String>,
+    order: &[u32],
+    next: &mut usize,
+    allowed: &crate::cpulist::CpuSet,
+    cgroup_of: &dyn Fn(i32) -> String,
+) -> Option<HostFinding> {
+    let mut pins = Vec::new();
+    for c in vm.vcpus.iter() {
+        let Some(tid) = c.tid else { continue };
+        if order.is_empty() {
+            break;
+        }
+        let cpu = order[*next % order.len()];
+        *next += 1;
+        pins.push(Pin {
+            vcpu: c.vcpu,
+            tid,
+            cpu,
+            before: c
+                .affinity_end
+                .clone()
+                .unwrap_or_else(|| allowed.to_string()),
+        });
+    }
+    if pins.is_empty() {
+        return None;
+    }
+    let libvirt = is_libvirt(&cgroup_of(vm.pid));
+    let mut notes = vec![
+        "taskset acts on the running threads only: a restarted VM floats again; make it \
+         permanent in the VMM's configuration (libvirt's <cputune>, QEMU's thread ids \
+         through QMP query-cpus-fast, or a systemd CPUAffinity= for the VMM's unit)"
+            .to_string(),
+    ];
+    if pins.len() > order.len() {
+        notes.push(format!(
+            "more vCPUs than CPUs ({} for {}): some share a CPU",
+            pins.len(),
+            order.len()
+        ));
+    }
+    Some(HostFinding {
+        id: id.into(),
+        vm: label(vm),
+        evidence,
+        apply: apply_lines(&pins, libvirt.then_some(vm.name.as_str())),
+        verify: pins
+            .iter()
+            .map(|p| affinity_is(vm.pid, p.tid, &p.cpu.to_string()))
+            .collect(),
+        undo: pins.iter().map(|p| taskset(&p.before, p.tid)).collect(),
+        libvirt_cputune: Some(cputune(&pins, &allowed.to_string())),
+        pins,
+        notes,
+    })
 }
 
 /// A command as a shell line, each word quoted once.
@@ -289,6 +412,19 @@ mod tests {
         }
     }
 
+    /// On an EPYC of several L3 groups a VM that fits in one gets CPUs that share it, one per
+    /// core.
+    #[test]
+    fn pins_keep_a_small_vm_in_one_l3() {
+        let topo = Topology::read(&fixture("epyc-4ccx")).unwrap();
+        let order = pin_order(&topo, &topo.online);
+        assert_eq!(
+            topo.class(order[0], order[1]),
+            crate::topology::PlacementClass::SharedLlc,
+            "{order:?}"
+        );
+    }
+
     #[test]
     fn the_awk_check_and_taskset_lines_quote_once() {
         let v = affinity_is(10, 11, "3");
@@ -298,6 +434,111 @@ mod tests {
         assert_eq!(line(&taskset("0-1", 42)), "taskset -pc 0-1 42");
         let l = line(&v);
         assert_eq!(shell_words::split(&l).unwrap(), v);
+    }
+
+    /// A VM of two busy vCPUs, each mostly on one CPU, pinned (so not floating).
+    fn report(root: &std::path::Path, a: u32, b: u32) -> HostReport {
+        let machine = crate::machine::Machine::detect(root).unwrap();
+        let vcpu = |v: u32, cpu: u32| super::super::VcpuView {
+            vcpu: v,
+            tid: Some(100 + v as i32),
+            thread_name: Some(format!("CPU {v}/KVM")),
+            found_by: Some("kvm_run".into()),
+            cpus: [(cpu, 1.0)].into_iter().collect(),
+            migrations: Some(0),
+            moves_seen: 0,
+            on_cpu_share: Some(0.9),
+            run_queue_share: Some(0.05),
+            affinity_start: Some(cpu.to_string()),
+            affinity_end: Some(cpu.to_string()),
+            state: Some('R'),
+            switches: None,
+        };
+        HostReport {
+            settings: super::super::WatchSettings {
+                duration: std::time::Duration::from_secs(1),
+                pid: None,
+            },
+            conditions: crate::machine::Conditions::now(&machine),
+            interval_s: 1.0,
+            vms: vec![VmView {
+                pid: 42,
+                name: "db1".into(),
+                comm: "qemu-system-x86".into(),
+                vm_fds: 1,
+                vcpus: vec![vcpu(0, a), vcpu(1, b)],
+                running_vcpus: 2,
+                share: Some(0.95),
+                model: Some(1.0),
+                shares_cpus_with: Vec::new(),
+            }],
+            host_cpus: Vec::new(),
+            not_inspected: 0,
+            not_measured: Vec::new(),
+            findings: Vec::new(),
+        }
+    }
+
+    fn fixture(name: &str) -> std::path::PathBuf {
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures")
+            .join(name)
+    }
+
+    /// The Xen slides' case on the machines we do not have: two busy vCPUs on one core's
+    /// siblings (2-socket Intel with SMT) or one module's cores (Opteron 6376) while cores sit
+    /// idle is a finding, and its pins put them on cores of their own; apart, it is none.
+    #[test]
+    fn vcpus_stacked_on_siblings_or_one_module_are_found_and_spread() {
+        let none = |_: i32| String::new();
+        for (name, want) in [("intel-2s", "SMT siblings"), ("opteron-6376", "one module")] {
+            let root = fixture(name);
+            let topo = Topology::read(&root).unwrap();
+            let allowed = topo.online.clone();
+            let a = allowed.iter().next().unwrap();
+            let b = allowed
+                .iter()
+                .find(|&b| {
+                    let c = topo.class(a, b);
+                    if name == "intel-2s" {
+                        c == crate::topology::PlacementClass::SmtSibling
+                    } else {
+                        c == crate::topology::PlacementClass::SharedL2
+                    }
+                })
+                .unwrap_or_else(|| panic!("{name} has no such pair"));
+            let r = report(&root, a, b);
+            let f = findings(&r, &topo, &allowed, &none);
+            assert_eq!(f.len(), 1, "{name}: {f:?}");
+            assert_eq!(f[0].id, "stacked-vcpus");
+            assert!(
+                f[0].evidence.iter().any(|e| e.contains(want)),
+                "{name}: {:?}",
+                f[0].evidence
+            );
+            let (p, q) = (f[0].pins[0].cpu, f[0].pins[1].cpu);
+            let class = topo.class(p, q);
+            assert!(
+                !matches!(
+                    class,
+                    crate::topology::PlacementClass::SameCpu
+                        | crate::topology::PlacementClass::SmtSibling
+                        | crate::topology::PlacementClass::SharedL2
+                ),
+                "{name}: pins {p} and {q} are {class}"
+            );
+            assert_eq!(f[0].verify.len(), 2);
+            assert_eq!(f[0].undo.len(), 2);
+            // Apart, on two cores of different caches, nothing is stacked.
+            let far = allowed
+                .iter()
+                .find(|&c| topo.class(a, c) > crate::topology::PlacementClass::SharedLlc)
+                .unwrap();
+            assert!(
+                findings(&report(&root, a, far), &topo, &allowed, &none).is_empty(),
+                "{name}"
+            );
+        }
     }
 
     #[test]
