@@ -142,35 +142,15 @@ fn context(s: &Source, root: &Path) -> Context {
     if !this_host {
         return ctx;
     }
-    for f in &s.findings {
-        for c in f.remedies.iter().flat_map(|r| r.changes.iter().flatten()) {
-            use crate::doctor::findings::Change;
-            match c {
-                Change::ModuleParam { module, param, .. } => {
-                    let file = root.join(format!("sys/module/{module}/parameters/{param}"));
-                    if let Ok(v) = std::fs::read_to_string(file) {
-                        let entry = (module.clone(), param.clone(), v.trim().to_string());
-                        if !ctx.current_params.contains(&entry) {
-                            ctx.current_params.push(entry);
-                        }
-                    }
-                }
-                Change::Sysctl { key, .. } => {
-                    let file = root.join("proc/sys").join(key.replace('.', "/"));
-                    if let Ok(v) = std::fs::read_to_string(file) {
-                        let entry = (key.clone(), v.trim().to_string());
-                        if !ctx.current_sysctls.contains(&entry) {
-                            ctx.current_sysctls.push(entry);
-                        }
-                    }
-                }
-                _ => {}
-            }
-        }
+    if ctx.online_cpus.is_none() {
+        ctx.online_cpus = std::fs::read_to_string(root.join("sys/devices/system/cpu/online"))
+            .ok()
+            .map(|v| v.trim().to_string())
+            .filter(|v| !v.is_empty());
     }
     ctx.bootloaders = ["update-grub", "grub2-mkconfig", "grubby"]
         .iter()
-        .filter(|t| on_path(t))
+        .filter(|t| crate::pair::presets::find_program(t).is_some())
         .map(|t| t.to_string())
         .collect();
     ctx
@@ -249,11 +229,6 @@ fn stored_trials(path: &Path) -> Result<Vec<Stored>> {
     Ok(runs)
 }
 
-fn on_path(tool: &str) -> bool {
-    std::env::var_os("PATH")
-        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()))
-}
-
 /// Refuses an output directory that holds files, unless `--force`.
 fn check_out(out: &Path, force: bool) -> Result<()> {
     match std::fs::read_dir(out) {
@@ -301,8 +276,9 @@ pub fn run(args: Args, g: &Global) -> Result<()> {
     let ctx = context(&source, &g.root);
     let out_words = args.out.display().to_string();
     let plan = remedy::plan(&source.findings, &ctx, &formats, &out_words);
+    // Refused alike whether or not this result has something to write.
+    check_out(&args.out, args.force)?;
     if plan.all_files().next().is_some() {
-        check_out(&args.out, args.force)?;
         write(&plan, &args.out)?;
     }
     // What was written is output, not a run: no history sink.
