@@ -1384,3 +1384,93 @@ fn a_history_run_is_taken_as_at_id() {
     ]);
     assert!(!o.exists(), "nothing written for a pingpong run");
 }
+
+/// Kills and reaps the process the affinity test starts, however the test ends.
+struct Child(std::process::Child);
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The systemd form's check of the main process's affinity, proven both ways on a process the
+/// test starts. This machine has no systemd as PID 1, so the service's restart with
+/// `CPUAffinity=` cannot run: a stand-in `systemctl` (first on the verify's PATH) answers
+/// `show -P MainPID` with the process's pid, and `taskset` moves it as the restart would.
+/// Verify exits 1 while the process may run on every CPU, 0 once it is pinned to the
+/// remedy's CPUs, 1 again once it is given every CPU back.
+#[test]
+fn the_main_process_affinity_verify_fails_before_the_pin_and_passes_after() {
+    let test = test_name!();
+    if !common::installed(test, &[("taskset", "util-linux")]) {
+        return;
+    }
+    let online = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap();
+    let online = online.trim();
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    let plan = remedy_json(&with_unit(tmp.path(), UNIT), &out, &["--format", "systemd"]);
+    let pin = deployment(&plan, "pin");
+    let cpus = pin["changes"][0]["cpus"].as_str().unwrap().to_string();
+    if cpus == online {
+        return common::skipped(
+            test,
+            &format!("the pin's CPUs {cpus} are every online CPU here: nothing to move"),
+        );
+    }
+    let verify = form(pin, "systemd")["verify"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| line(c).contains("Cpus_allowed_list"))
+        .expect("the main process's affinity check")
+        .clone();
+    let child = Child(
+        std::process::Command::new("sleep")
+            .arg("600")
+            .spawn()
+            .unwrap(),
+    );
+    let pid = child.0.id().to_string();
+    let shim = tmp.path().join("bin");
+    std::fs::create_dir(&shim).unwrap();
+    let systemctl = shim.join("systemctl");
+    std::fs::write(
+        &systemctl,
+        format!(
+            "#!/bin/sh\n[ \"$1 $2 $3 $4\" = 'show -P MainPID {UNIT}' ] && echo {pid} && exit 0\nexit 1\n"
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&systemctl, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = format!(
+        "{}:{}",
+        shim.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let argv: Vec<String> = shell_words::split(&line(&verify)).unwrap();
+    let holds = || {
+        std::process::Command::new(&argv[0])
+            .args(&argv[1..])
+            .env("PATH", &path)
+            .status()
+            .unwrap()
+            .success()
+    };
+    let taskset = |list: &str| {
+        let o = std::process::Command::new("taskset")
+            .args(["-pc", list, &pid])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    };
+    taskset(online);
+    assert!(!holds(), "fails while {pid} may run on {online}");
+    taskset(&cpus);
+    assert!(holds(), "passes once {pid} is pinned to {cpus}");
+    taskset(online);
+    assert!(!holds(), "fails again once {pid} has {online} back");
+}
