@@ -92,7 +92,7 @@ fn from_history() -> Result<Source> {
             "no result given and the history is off; give a saved result: `cpulab remedy doctor.json`",
         ));
     };
-    let host = hostname();
+    let host = crate::machine::hostname();
     let none = || {
         bad_input(format!(
             "no doctor run of this host ({host}) in the history {}; run `cpulab doctor` first, or give a saved result",
@@ -113,18 +113,12 @@ fn from_history() -> Result<Source> {
     of_document(document, &format!("history run @{}", run.id))
 }
 
-fn hostname() -> String {
-    nix::sys::utsname::uname()
-        .ok()
-        .and_then(|u| u.nodename().to_str().map(str::to_string))
-        .unwrap_or_default()
-}
-
 /// The facts of the host the generators use: from the result, and read live when the result is
 /// this host's (the values undo restores, the bootloader tooling).
 fn context(s: &Source, root: &Path) -> Context {
     let facts = &s.document["facts"];
-    let this_host = s.document["conditions"]["hostname"].as_str() == Some(hostname().as_str());
+    let this_host =
+        s.document["conditions"]["hostname"].as_str() == Some(crate::machine::hostname().as_str());
     let mut ctx = Context {
         source: s.words.clone(),
         cgroup_version: facts["cgroup_version"].as_u64().map(|v| v as u8),
@@ -213,7 +207,7 @@ fn stored_trials(path: &Path) -> Result<Vec<Stored>> {
     let store = crate::history::store::Store::open_read_only(path)?;
     let filter = crate::history::store::Filter {
         kind: Some(Kind::Try.as_str().to_string()),
-        host: Some(hostname()),
+        host: Some(crate::machine::hostname()),
         ..Default::default()
     };
     let mut runs = Vec::new();
