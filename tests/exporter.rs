@@ -5,20 +5,12 @@
 
 mod common;
 
+use common::prom::free_port;
 use common::{bad_input, cpulab_process};
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
-
-/// A port nothing listens on now.
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// A running exporter, killed on drop.
 struct Exporter {

@@ -5,7 +5,9 @@
 
 mod common;
 
-use common::prom::{Prometheus, contrib, exporter, free_port, label, spawn, value};
+use common::prom::{
+    Prometheus, contrib, exporter, free_port, label, prometheus_installed, spawn, value,
+};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -45,17 +47,6 @@ fn now_s() -> f64 {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_secs_f64()
-}
-
-fn prometheus_installed(test: &str) -> bool {
-    common::installed(
-        test,
-        &[
-            ("prometheus", "prometheus"),
-            ("promtool", "prometheus (promtool on newer Debian)"),
-            ("curl", "curl"),
-        ],
-    )
 }
 
 #[test]
@@ -432,11 +423,7 @@ fn assert_self_health_arrives(prom: &Prometheus) {
         at["process_resident_memory_bytes"] <= at["process_virtual_memory_bytes"],
         "{at:?}"
     );
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs_f64();
-    assert!(at["process_start_time_seconds"] < now, "{at:?}");
+    assert!(at["process_start_time_seconds"] < now_s(), "{at:?}");
     assert!(at["process_open_fds"] <= at["process_max_fds"], "{at:?}");
     for c in [
         "wakeups",
