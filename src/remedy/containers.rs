@@ -21,9 +21,14 @@ fn container(w: &Workload) -> Option<String> {
     })
 }
 
-/// How many CPUs a CPU list names (`0-3,8` is 5).
-fn count(cpus: &str) -> usize {
-    crate::cpulist::CpuSet::parse_list(cpus, false).map_or(1, |s| s.len().max(1))
+/// How many CPUs a CPU list names (`0-3,8` is 5); a list that names none is an error, never
+/// a stand-in count.
+fn count(cpus: &str) -> Result<usize, String> {
+    crate::cpulist::CpuSet::parse_list(cpus, false)
+        .ok()
+        .map(|s| s.len())
+        .filter(|n| *n > 0)
+        .ok_or_else(|| format!("the pin's CPU list `{cpus}` names no CPU, so no pod size follows"))
 }
 
 fn yaml(value: &serde_json::Value) -> String {
@@ -153,13 +158,13 @@ pub fn docker(dir: &str, changes: &[&Change], ctx: &Context) -> Result<Form, Str
 }
 
 /// The kubelet's static CPU manager and a Guaranteed pod with integer CPUs.
-pub fn kubernetes(dir: &str, changes: &[&Change], ctx: &Context) -> Form {
+pub fn kubernetes(dir: &str, changes: &[&Change], ctx: &Context) -> Result<Form, String> {
     let mut form = Form::empty(Format::Kubernetes, Needs::NodeDrain);
     let Some(cpus) = changes.iter().find_map(|c| match c {
         Change::Pin { cpus, .. } => Some(cpus.clone()),
         _ => None,
     }) else {
-        return form;
+        return Ok(form);
     };
     let reserved = ctx
         .online_cpus
@@ -178,7 +183,7 @@ pub fn kubernetes(dir: &str, changes: &[&Change], ctx: &Context) -> Form {
         // Whole cores only, so no other container shares the pod's cores' siblings.
         kubelet["cpuManagerPolicyOptions"] = serde_json::json!({ "full-pcpus-only": "true" });
     }
-    let n = count(&cpus).to_string();
+    let n = count(&cpus)?.to_string();
     let pod = serde_json::json!({
         "apiVersion": "v1",
         "kind": "Pod",
@@ -224,7 +229,7 @@ pub fn kubernetes(dir: &str, changes: &[&Change], ctx: &Context) -> Form {
         form.notes
             .push("the node is a placeholder: the result names no host".into());
     }
-    form
+    Ok(form)
 }
 
 /// The node drain, the kubelet's restart with the static policy, the pod, and their undo.
@@ -390,7 +395,7 @@ mod tests {
             hostname: "node1".into(),
             ..Context::default()
         };
-        let f = kubernetes("01-pin/kubernetes", &[&pin(&[])], &ctx);
+        let f = kubernetes("01-pin/kubernetes", &[&pin(&[])], &ctx).unwrap();
         let kubelet: serde_json::Value = serde_yaml_ng::from_str(&f.files[0].contents).unwrap();
         assert_eq!(kubelet["cpuManagerPolicy"], "static");
         assert_eq!(kubelet["reservedSystemCPUs"], "0");
@@ -414,5 +419,16 @@ mod tests {
             "-f",
             "/var/lib/kubelet/cpu_manager_state"
         ])));
+    }
+
+    #[test]
+    fn a_pin_that_names_no_cpu_is_no_pod_size() {
+        let c = Change::Pin {
+            cpus: "x".into(),
+            workload: Workload::default(),
+        };
+        let e = kubernetes("01-pin/kubernetes", &[&c], &Context::default()).unwrap_err();
+        assert!(e.contains("`x` names no CPU"), "{e}");
+        assert_eq!(count("0-3,8"), Ok(5));
     }
 }

@@ -164,7 +164,7 @@ pub fn form(
         Format::Cmdline => super::kernel::cmdline(&dir, id, &fitting, ctx),
         Format::Tuned => super::tuned::form(&dir, id, &fitting, ctx),
         Format::Containers => super::containers::docker(&dir, &fitting, ctx)?,
-        Format::Kubernetes => super::containers::kubernetes(&dir, &fitting, ctx),
+        Format::Kubernetes => super::containers::kubernetes(&dir, &fitting, ctx)?,
         Format::Libvirt => super::libvirt::form(&dir, &fitting, ctx),
         _ => {
             return Err(format!(
