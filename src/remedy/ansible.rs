@@ -22,6 +22,9 @@ use serde_json::{Value, json};
 
 const LIVE: &str = "cpulab_root | default('') == ''";
 
+/// The handler that writes GRUB's configuration again, with the host's tool.
+const GRUB_HANDLER: &str = "cpulab grub configuration";
+
 fn tags(id: &str) -> Value {
     json!(["never", id])
 }
@@ -124,7 +127,7 @@ fn tasks(d: &Deployment, ctx: &Context, handlers: &mut Vec<Value>) -> (Vec<Value
         let notify: Vec<String> = match form.format {
             Format::Systemd => vec!["cpulab daemon-reload".into()],
             Format::Sysctl => vec!["cpulab sysctl".into()],
-            Format::Cmdline => vec!["cpulab update-grub".into()],
+            Format::Cmdline => vec![GRUB_HANDLER.into()],
             Format::Modprobe => vec![],
             _ => continue,
         };
@@ -285,11 +288,15 @@ fn units(d: &Deployment) -> Vec<String> {
 /// cmdline form chose.
 fn base_handlers(ctx: &Context) -> Vec<Value> {
     let update: Vec<String> = Bootloader::of(ctx).update().argv.iter().map(word).collect();
-    vec![
+    let mut handlers = vec![
         json!({ "name": "cpulab daemon-reload", "ansible.builtin.systemd": { "daemon_reload": true }, "when": LIVE }),
         json!({ "name": "cpulab sysctl", "ansible.builtin.command": "sysctl --system", "when": LIVE }),
-        json!({ "name": "cpulab update-grub", "ansible.builtin.command": { "argv": update }, "when": LIVE }),
-    ]
+    ];
+    // grubby needs none: its own task changes the boot entries.
+    if Bootloader::of(ctx) != Bootloader::Grubby {
+        handlers.push(json!({ "name": GRUB_HANDLER, "ansible.builtin.command": { "argv": update }, "when": LIVE }));
+    }
+    handlers
 }
 
 /// The playbook: one play for the machines the doctor ran on, one for their hypervisor hosts.
@@ -341,5 +348,86 @@ pub fn playbook(p: &Plan) -> File {
             ids.join(", "),
             serde_yaml_ng::to_string(&plays).unwrap_or_default()
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::doctor::rules::{Inputs, evaluate, fixtures::everything_wrong};
+
+    /// The rules' fixture machine through every format, on a host whose tools are `tools`.
+    fn plays(tools: &[&str]) -> Vec<Value> {
+        let (facts, m) = everything_wrong();
+        let findings = evaluate(Inputs {
+            facts: &facts,
+            m: &m,
+        });
+        let ctx = Context {
+            source: "fixture".into(),
+            cgroup_version: Some(2),
+            guest: true,
+            bootloaders: tools.iter().map(|t| t.to_string()).collect(),
+            ..Context::default()
+        };
+        let p = super::super::plan(&findings, &ctx, &Format::ALL, "out");
+        let book = p.files.iter().find(|f| f.path == "playbook.yml").unwrap();
+        serde_yaml_ng::from_str(&book.contents).unwrap()
+    }
+
+    fn tasks_of(plays: &[Value]) -> Vec<&Value> {
+        plays
+            .iter()
+            .flat_map(|p| p["tasks"].as_array().unwrap())
+            .collect()
+    }
+
+    fn tagged<'a>(tasks: &[&'a Value], tag: &str) -> Vec<&'a Value> {
+        tasks
+            .iter()
+            .copied()
+            .filter(|t| t["tags"].as_array().unwrap().iter().any(|x| x == tag))
+            .collect()
+    }
+
+    #[test]
+    fn every_remedy_has_its_undo_and_the_boot_loader_is_the_hosts() {
+        let grubby = plays(&["grubby"]);
+        let tasks = tasks_of(&grubby);
+        let ids: Vec<&str> = tasks
+            .iter()
+            .flat_map(|t| t["tags"].as_array().unwrap())
+            .filter_map(Value::as_str)
+            .filter(|t| *t != "never" && !t.ends_with("-undo"))
+            .collect();
+        assert!(!ids.is_empty());
+        for id in &ids {
+            assert!(
+                !tagged(&tasks, &format!("{id}-undo")).is_empty(),
+                "{id} has no undo task"
+            );
+        }
+        // grubby's own command, no GRUB snippet, no update-grub.
+        let text = serde_json::to_string(&grubby).unwrap();
+        assert!(!text.contains("/etc/default/grub.d/"), "{text}");
+        assert!(!text.contains("update-grub"), "{text}");
+        assert!(text.contains("--update-kernel=ALL"), "{text}");
+        // GRUB without update-grub: the snippet, and grub2-mkconfig as the handler.
+        let rhel = serde_json::to_string(&plays(&["grub2-mkconfig"])).unwrap();
+        assert!(rhel.contains("/etc/default/grub.d/"));
+        assert!(rhel.contains("grub2-mkconfig") && !rhel.contains("\"update-grub\""));
+        // A module parameter's value is kept once and put back by its undo.
+        let creates = tasks
+            .iter()
+            .filter(|t| t["ansible.builtin.command"]["creates"].is_string())
+            .count();
+        let removes = tasks
+            .iter()
+            .filter(|t| t["ansible.builtin.command"]["removes"].is_string())
+            .count();
+        assert!(
+            creates > 0 && creates == removes,
+            "{creates} kept, {removes} put back"
+        );
     }
 }
