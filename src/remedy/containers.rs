@@ -264,8 +264,16 @@ fn kubernetes_commands(form: &mut Form, dir: &str, install: &str, ctx: &Context)
     form.apply
         .push(Command::new(["systemctl", "start", "kubelet"]));
     form.apply.push(kubectl(&["uncordon"], &node));
-    form.apply
-        .push(Command::new(["kubectl", "apply", "-f", pod.as_str()]));
+    form.apply.push(Command::new([
+        Word::from("kubectl"),
+        "apply".into(),
+        "-f".into(),
+        // The file holds IMAGE and MEMORY: applied as written, it would ask for an image
+        // called IMAGE.
+        Word::placeholder(format!(
+            "{pod}, once its IMAGE and MEMORY are the workload's"
+        )),
+    ]));
     form.verify.push(Command::new([
         "grep",
         "-Fq",
@@ -419,6 +427,15 @@ mod tests {
             "-f",
             "/var/lib/kubelet/cpu_manager_state"
         ])));
+        // The pod file holds placeholders, so applying it is not runnable as written.
+        let apply_pod = f.apply.last().unwrap();
+        assert_eq!(apply_pod.line(), None);
+        assert!(
+            apply_pod
+                .placeholders()
+                .any(|p| p.starts_with("01-pin/kubernetes/pod.yaml, once")),
+            "{apply_pod:?}"
+        );
     }
 
     #[test]
