@@ -114,7 +114,8 @@ fn from_history() -> Result<Source> {
 }
 
 /// The facts of the host the generators use: from the result, and read live when the result is
-/// this host's (the values undo restores, the bootloader tooling).
+/// this host's (the online CPUs when the result lacks them, the bootloader tooling). The values
+/// an undo puts back are not read here: the apply keeps them on the host when it runs.
 fn context(s: &Source, root: &Path) -> Context {
     let facts = &s.document["facts"];
     let this_host =
