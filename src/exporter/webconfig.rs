@@ -25,6 +25,7 @@
 //! once and the last good configuration stays in use.
 
 use super::auth::Users;
+use super::tls::{ClientAuth, TlsFile};
 use crate::error::bad_input;
 use anyhow::Result;
 use serde::Deserialize;
@@ -39,46 +40,6 @@ pub struct File {
     pub tls_server_config: Option<TlsFile>,
     #[serde(default)]
     pub basic_auth_users: BTreeMap<String, String>,
-}
-
-#[derive(Debug, Default, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct TlsFile {
-    pub cert_file: PathBuf,
-    pub key_file: PathBuf,
-    #[serde(default)]
-    pub min_version: Option<String>,
-    #[serde(default)]
-    pub client_ca_file: Option<PathBuf>,
-    #[serde(default)]
-    pub client_auth_type: ClientAuth,
-}
-
-/// `client_auth_type`, Go's `tls.ClientAuthType` names as exporter-toolkit spells them.
-#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
-pub enum ClientAuth {
-    /// No client certificate asked for.
-    #[default]
-    NoClientCert,
-    /// One asked for, not required, not verified.
-    RequestClientCert,
-    /// One required, not verified (exporter-toolkit's older `RequireClientCert` too).
-    #[serde(alias = "RequireClientCert")]
-    RequireAnyClientCert,
-    /// One verified against `client_ca_file` if given.
-    VerifyClientCertIfGiven,
-    /// One required and verified against `client_ca_file`.
-    RequireAndVerifyClientCert,
-}
-
-impl ClientAuth {
-    /// True when certificates are verified against a CA.
-    pub fn verifies(self) -> bool {
-        matches!(
-            self,
-            ClientAuth::VerifyClientCertIfGiven | ClientAuth::RequireAndVerifyClientCert
-        )
-    }
 }
 
 /// Parses the YAML text and checks every bcrypt hash's shape. `what` names the file in errors.
