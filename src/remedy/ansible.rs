@@ -202,6 +202,22 @@ fn tasks(d: &Deployment, ctx: &Context, handlers: &mut Vec<Value>) -> (Vec<Value
             }
         }
     }
+    kept_values(d, &undo_tag, &mut up, &mut down);
+    if d.forms.iter().any(|f| f.format == Format::Cmdline) {
+        for (list, tag) in [(&mut up, &d.id), (&mut down, &undo_tag)] {
+            list.push(json!({
+                "name": format!("{}: the kernel command line changes at the next boot", d.id),
+                "ansible.builtin.debug": { "msg": "reboot the host for the boot options to take effect" },
+                "tags": tags(tag),
+            }));
+        }
+    }
+    (up, down)
+}
+
+/// For each module parameter and sysctl of `d`: the value kept before the change (once) and
+/// the module parameter set now, with the undo that puts the kept value back.
+fn kept_values(d: &Deployment, undo_tag: &str, up: &mut Vec<Value>, down: &mut Vec<Value>) {
     let installed = |format: Format| {
         d.forms
             .iter()
@@ -233,7 +249,7 @@ fn tasks(d: &Deployment, ctx: &Context, handlers: &mut Vec<Value>) -> (Vec<Value
                     &format!("{} undo: {path} as it was before", d.id),
                     &saved,
                     &path,
-                    &undo_tag,
+                    undo_tag,
                 ));
             }
             Change::Sysctl { key, .. } => {
@@ -253,22 +269,12 @@ fn tasks(d: &Deployment, ctx: &Context, handlers: &mut Vec<Value>) -> (Vec<Value
                     &format!("{} undo: {key} as it was before", d.id),
                     &saved,
                     &path,
-                    &undo_tag,
+                    undo_tag,
                 ));
             }
             _ => {}
         }
     }
-    if d.forms.iter().any(|f| f.format == Format::Cmdline) {
-        for (list, tag) in [(&mut up, &d.id), (&mut down, &undo_tag)] {
-            list.push(json!({
-                "name": format!("{}: the kernel command line changes at the next boot", d.id),
-                "ansible.builtin.debug": { "msg": "reboot the host for the boot options to take effect" },
-                "tags": tags(tag),
-            }));
-        }
-    }
-    (up, down)
 }
 
 fn units(d: &Deployment) -> Vec<String> {
