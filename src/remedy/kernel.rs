@@ -82,6 +82,9 @@ pub fn sysctl(dir: &str, changes: &[&Change], _ctx: &Context) -> Form {
     let path = format!("{dir}/90-cpulab-{name}.conf");
     let mut text = format!("# Written by `cpulab remedy`; install as {install}\n");
     let mut restore = Vec::new();
+    // Installed first (it takes effect only at `sysctl -p` or the next boot), so the values
+    // are kept in a directory that exists.
+    form.apply.push(install_file(&path, &install));
     for c in changes {
         let Change::Sysctl { key, value } = c else {
             continue;
@@ -100,7 +103,6 @@ pub fn sysctl(dir: &str, changes: &[&Change], _ctx: &Context) -> Form {
         install_to: Some(install.clone()),
         placeholder: None,
     });
-    form.apply.push(install_file(&path, &install));
     form.apply
         .push(Command::new(["sysctl", "-p", install.as_str()]));
     form.undo.push(Command::new(["rm", "-f", "--", &install]));
@@ -384,7 +386,14 @@ mod tests {
         let f = sysctl("02-sysctl/sysctl", &[&c], &Context::default());
         let proc = "/proc/sys/kernel/sched_autogroup_enabled";
         let saved = "/etc/sysctl.d/90-cpulab-02-sysctl.conf.kernel.sched_autogroup_enabled.before";
-        assert_eq!(f.apply[0], Command::save(proc, saved));
+        assert_eq!(
+            f.apply[0],
+            install_file(
+                "02-sysctl/sysctl/90-cpulab-02-sysctl.conf",
+                "/etc/sysctl.d/90-cpulab-02-sysctl.conf"
+            )
+        );
+        assert_eq!(f.apply[1], Command::save(proc, saved));
         assert_eq!(
             f.undo,
             [
