@@ -1,7 +1,8 @@
 //! Puts the git revision beside the version, so `cpulab --version` says which commit a result
 //! came from: `cpulab 0.1.0 (1a2b3c4)` in a git checkout, `cpulab 0.1.0` anywhere else (a
-//! source tarball, no git installed). The build script reruns only when the checked-out commit
-//! changes, never on every build.
+//! source tarball, no git installed), and a packager's `CPULAB_LOCAL_VERSION` after a `+`.
+//! The build script reruns only when the checked-out commit or that variable changes, never on
+//! every build.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -50,7 +51,17 @@ fn revision(manifest_dir: &Path) -> Option<(String, Vec<PathBuf>)> {
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
-    let version = std::env::var("CARGO_PKG_VERSION").unwrap_or_default();
+    println!("cargo:rerun-if-env-changed=CPULAB_LOCAL_VERSION");
+    let mut version = std::env::var("CARGO_PKG_VERSION").unwrap_or_default();
+    // A packager's local version, as SemVer build metadata: CPULAB_LOCAL_VERSION=lifecycle.1
+    // builds a 0.1.0+lifecycle.1 (scripts/deb-lifecycle.sh's higher package, whose exporter
+    // must say it is not the one it replaced).
+    if let Ok(local) = std::env::var("CPULAB_LOCAL_VERSION")
+        && !local.is_empty()
+    {
+        version = format!("{version}+{local}");
+    }
+    println!("cargo:rustc-env=CPULAB_PKG_VERSION={version}");
     let manifest_dir = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap_or_default());
     match revision(&manifest_dir) {
         Some((rev, watch)) => {

@@ -58,6 +58,9 @@ pub enum Command {
     /// Rank a fleet's hosts by what placement costs them, with their doctor findings and the
     /// machine facts that changed, from the Prometheus that scrapes their exporters.
     Fleet(commands::fleet::Args),
+    /// The hypervisor side: `cpulab host bench` measures this machine's KVM with VMs of
+    /// cpulab's own.
+    Host(commands::host::Args),
 }
 
 /// The whole command line: the subcommands above plus one per experiment of the registry that
@@ -170,5 +173,6 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Exporter(a) => commands::exporter::run(a, &g),
         Command::History(a) => commands::history::run(a, &g),
         Command::Fleet(a) => commands::fleet::run(a, &g),
+        Command::Host(a) => commands::host::run(a, &g, also),
     }
 }

@@ -5,7 +5,7 @@
 //! exit codes. Layers, top down (docs/architecture.md has the rule for each): `cli`, the
 //! `commands`, the `registry` of experiments, `trial`, `doctor` and `sim`, `compare`, the
 //! experiments (`pingpong`, `pair`, `share`, `scale`, `oscost`, `messaging`, `bursty`, `watch`,
-//! which never import each other), `probe`, the `experiment` interface, then the machine's facts
+//! `host`, which never import each other), `probe`, the `experiment` interface, then the machine's facts
 //! and the shared parts (`report`, `machine`, `counters`, `topology`, `load`, `signals`,
 //! `output`, `stats`, `cpulist`). A module imports only layers below its own.
 
@@ -23,6 +23,7 @@ pub mod experiment;
 pub mod exporter;
 pub mod fleet;
 pub mod history;
+pub mod host;
 pub mod load;
 pub mod machine;
 pub mod messaging;
@@ -45,5 +46,6 @@ pub(crate) mod testing;
 pub mod topology;
 pub mod trial;
 pub mod units;
+pub mod vmm;
 pub mod wakeups;
 pub mod watch;

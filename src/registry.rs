@@ -44,6 +44,10 @@ pub const ENTRIES: &[Entry] = &[
     entry::<crate::probe::Probe>(),
     entry::<crate::messaging::Messaging>(),
     entry::<crate::bursty::Bursty>(),
+    // `cpulab host bench`, a built-in command's subcommand.
+    entry::<crate::host::HostBench>(),
+    // `cpulab host`, a built-in command.
+    entry::<crate::host::HostWatch>(),
 ];
 
 /// The entry for a kind, if it is an experiment's.
@@ -121,7 +125,11 @@ mod tests {
         let cli = crate::cli::command();
         for e in ENTRIES {
             let name = e.kind.as_str();
-            let sub = cli.find_subcommand(name);
+            // A kind named `a-b` may be the subcommand `cpulab a b` (`host-bench`).
+            let sub = cli.find_subcommand(name).or_else(|| {
+                let (a, b) = name.split_once('-')?;
+                cli.find_subcommand(a)?.find_subcommand(b)
+            });
             assert!(sub.is_some(), "`cpulab {name}` is not a subcommand");
             if let Some(c) = &e.command {
                 assert_eq!((c.clap)().get_name(), name);

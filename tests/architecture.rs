@@ -41,12 +41,14 @@ const LAYERS: &[(&str, &[&str])] = &[
             "messaging",
             "bursty",
             "watch",
+            "host",
         ],
     ),
     ("probe", &["probe"]),
     ("experiment interface", &["experiment"]),
     ("output path", &["emit"]),
     ("result format, machine", &["report", "machine"]),
+    ("virtual machines", &["vmm"]),
     (
         "observation",
         &[

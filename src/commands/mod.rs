@@ -9,6 +9,7 @@ pub mod doctor;
 pub mod exporter;
 pub mod fleet;
 pub mod history;
+pub mod host;
 pub mod manpages;
 pub mod probe;
 pub mod remedy;

@@ -662,7 +662,7 @@ mod tests {
         assert!(t.contains("cpulab_exporter_mechanism_info{mechanism=\"fake\",preferred=\"fake\",fallback=\"none\"} 1"), "{t}");
         assert!(t.contains(&format!(
             "cpulab_exporter_build_info{{version=\"{}\"}} 1",
-            env!("CARGO_PKG_VERSION")
+            env!("CPULAB_PKG_VERSION")
         )));
     }
 

@@ -476,7 +476,7 @@ fn encode_self(f: &Frame, enc: &mut DescriptorEncoder) -> Result<(), std::fmt::E
         None,
         MetricType::Info,
     )?
-    .encode_info(&labels(&[("version", env!("CARGO_PKG_VERSION"))]))?;
+    .encode_info(&labels(&[("version", env!("CPULAB_PKG_VERSION"))]))?;
     enc.encode_descriptor(
         "exporter_mechanism",
         "How wakeups are counted, the mechanism asked for (bpf for --mechanism auto), and why \

@@ -18,6 +18,7 @@ pub mod counters;
 pub mod cpuid;
 pub mod freq;
 pub mod idle;
+pub mod kvm;
 pub mod memory;
 pub mod mitigations;
 mod notable;
@@ -63,6 +64,10 @@ pub struct Probe {
     pub sched: sched::Sched,
     /// Which perf counters can be opened.
     pub counters: counters::Counters,
+    /// This machine as a KVM host: the module, its halt-polling parameters, `/dev/kvm`.
+    /// Absent from results written before it existed.
+    #[serde(default)]
+    pub kvm: kvm::KvmFacts,
 }
 
 /// The first `model name` line of /proc/cpuinfo (pure).
@@ -93,6 +98,7 @@ pub fn probe(machine: &Machine) -> Probe {
     let mitigations = mitigations::Mitigations::read(root, &cmdline);
     let sched = sched::Sched::read(root, &layout);
     let counters = counters::Counters::read(root, live);
+    let kvm = kvm::KvmFacts::read_live(root, live);
     let mut conditions = Conditions::now(machine);
     if !live {
         conditions.notes.push(format!(
@@ -122,6 +128,7 @@ pub fn probe(machine: &Machine) -> Probe {
         mitigations,
         sched,
         counters,
+        kvm,
     };
     p.notable = notable::notable(&p);
     p

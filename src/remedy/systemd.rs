@@ -87,9 +87,10 @@ pub fn form(dir: &str, changes: &[&Change], ctx: &Context) -> Form {
     form.apply.dedup();
     form.undo.dedup();
     form.notes.push(
-        "`systemctl set-property --runtime` is the reversible trial: it lasts until the next \
-         boot (or until undone); the drop-in keeps the change. A service's processes take \
-         CPUAffinity= when it starts again."
+        "`systemctl set-property --runtime` is the reversible trial of the cgroup settings \
+         (AllowedCPUs=, CPUWeight=, CPUQuota=): it lasts until the next boot (or until undone); \
+         the drop-in keeps the change. CPUAffinity= has no trial (systemctl set-property refuses \
+         it): a service's processes take it when it starts again."
             .into(),
     );
     form
@@ -135,9 +136,14 @@ fn one_unit(
         argv.extend(tail.iter().map(Word::from));
         Command::new(argv)
     };
-    let props: Vec<String> = set.iter().map(|(k, v)| format!("{k}={v}")).collect();
-    form.trial
-        .push(systemctl(&["set-property", "--runtime"], &props));
+    // `systemctl set-property` takes only the cgroup settings: it refuses CPUAffinity= (an exec
+    // setting, read when a process starts), and refuses the whole line with it.
+    let runtime: Vec<&(String, String)> = set.iter().filter(|(k, _)| k != "CPUAffinity").collect();
+    if !runtime.is_empty() {
+        let props: Vec<String> = runtime.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        form.trial
+            .push(systemctl(&["set-property", "--runtime"], &props));
+    }
     form.apply.push(Command::new([
         Word::from("install"),
         "-D".into(),
@@ -172,9 +178,11 @@ fn one_unit(
         "--".into(),
         to,
     ]));
-    let cleared: Vec<String> = set.iter().map(|(k, _)| format!("{k}=")).collect();
-    form.undo
-        .push(systemctl(&["set-property", "--runtime"], &cleared));
+    if !runtime.is_empty() {
+        let cleared: Vec<String> = runtime.iter().map(|(k, _)| format!("{k}=")).collect();
+        form.undo
+            .push(systemctl(&["set-property", "--runtime"], &cleared));
+    }
     form.undo.push(Command::new(["systemctl", "daemon-reload"]));
     form.undo.push(systemctl(&["try-restart"], &[]));
     if let Some(why) = placeholder {
@@ -258,7 +266,7 @@ mod tests {
         assert_eq!(f.files[0].placeholder, None);
         assert_eq!(
             f.trial[0].line().unwrap(),
-            "systemctl set-property --runtime postgresql@15-main.service 'CPUAffinity=0' 'AllowedCPUs=0'"
+            "systemctl set-property --runtime postgresql@15-main.service 'AllowedCPUs=0'"
         );
         assert!(
             f.verify[0]
@@ -285,6 +293,13 @@ mod tests {
         };
         let f = form("01-pin/systemd", &[&pin(&["db.service"])], &v1);
         assert!(f.files[0].contents.ends_with("[Service]\nCPUAffinity=0\n"));
+        // CPUAffinity= is not a runtime property: no trial, and nothing to reset at undo.
+        assert!(f.trial.is_empty(), "{:?}", f.trial);
+        assert!(
+            !f.undo.iter().any(|u| u.shown().contains("set-property")),
+            "{:?}",
+            f.undo
+        );
         let f = form(
             "01-pin/systemd",
             &[&pin(&["run-r1.scope"])],

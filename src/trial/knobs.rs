@@ -20,6 +20,15 @@ pub const HALTPOLL_PARAMS: &[&str] = &[
     "guest_halt_poll_allow_shrink",
 ];
 
+/// The host's KVM halt-polling parameters (`kvm.halt_poll_ns` and its grow/shrink): what a
+/// vCPU thread of this host's VMs polls before it sleeps.
+pub const KVM_PARAMS: &[&str] = &[
+    "halt_poll_ns",
+    "halt_poll_ns_grow",
+    "halt_poll_ns_grow_start",
+    "halt_poll_ns_shrink",
+];
+
 /// Debugfs scheduler knobs cpulab knows (kernels 5.13 and later keep them in debugfs).
 pub const SCHED_KNOBS: &[&str] = &[
     "migration_cost_ns",
@@ -94,6 +103,8 @@ pub enum Persist {
     Sysctl(String),
     /// An option of tuned's `[cpu]` plugin.
     TunedCpu(String),
+    /// An `options MODULE PARAM=VALUE` line in modprobe.d, read when the module loads.
+    Modprobe { module: String, param: String },
     /// No native form: a systemd oneshot unit that repeats the writes at boot.
     Unit,
 }
@@ -223,6 +234,11 @@ impl Setting for FileKnob {
                 file: Some("/etc/tuned/cpulab/tuned.conf".into()),
                 text: format!("[main]\ninclude=throughput-performance\n\n[cpu]\n{key}={value}\n"),
             },
+            Persist::Modprobe { module, param } => Permanent {
+                form: "modprobe.d file".into(),
+                file: Some(format!("/etc/modprobe.d/cpulab-{module}.conf")),
+                text: format!("options {module} {param}={value}\n"),
+            },
             Persist::Unit => unit(&self.name, value, &self.plan(value).unwrap_or_default()),
         }
     }
@@ -276,6 +292,34 @@ fn haltpoll(roots: &Roots, param: &str) -> FileKnob {
         debugfs: None,
         unavailable: None,
         inert: crate::probe::idle::haltpoll_inert(&roots.root),
+    }
+}
+
+fn kvm_param(roots: &Roots, param: &str) -> FileKnob {
+    FileKnob {
+        name: format!("kvm.{param}"),
+        about: match param {
+            "halt_poll_ns" => {
+                "longest the host polls for a halted vCPU before its thread sleeps (ns; 0 = never)"
+            }
+            "halt_poll_ns_grow" => "factor a vCPU's poll time grows by after a wakeup within it",
+            "halt_poll_ns_grow_start" => "poll time a vCPU grows from (ns)",
+            _ => "divisor a vCPU's poll time shrinks by after a wakeup beyond it",
+        }
+        .into(),
+        path: roots.path(&format!("sys/module/kvm/parameters/{param}")),
+        rule: Rule::UInt {
+            max: u64::from(u32::MAX),
+        },
+        persist: Persist::Modprobe {
+            module: "kvm".into(),
+            param: param.into(),
+        },
+        cost: Cost::PollTime,
+        subject: Subject::Wakeup,
+        debugfs: None,
+        unavailable: None,
+        inert: None,
     }
 }
 
@@ -384,6 +428,11 @@ pub fn lookup(roots: &Roots, name: &str) -> Result<Option<Box<dyn Setting>>> {
             .contains(&p)
             .then(|| Box::new(haltpoll(roots, p)) as Box<dyn Setting>));
     }
+    if let Some(p) = name.strip_prefix("kvm.") {
+        return Ok(KVM_PARAMS
+            .contains(&p)
+            .then(|| Box::new(kvm_param(roots, p)) as Box<dyn Setting>));
+    }
     if name == "cpuidle_haltpoll.force" {
         return Ok(Some(Box::new(FileKnob {
             name: name.into(),
@@ -453,6 +502,7 @@ pub fn catalogue(roots: &Roots) -> Vec<Box<dyn Setting>> {
         .map(|p| format!("haltpoll.{p}"))
         .collect();
     names.push("cpuidle_haltpoll.force".into());
+    names.extend(KVM_PARAMS.iter().map(|p| format!("kvm.{p}")));
     names.extend(["cpuidle.max_latency_us", "cpuidle.disable"].map(String::from));
     names.extend(
         ["governor", "epp", "min_khz", "max_khz"]
@@ -916,6 +966,48 @@ mod knob_tests {
             panic!("not inert with the driver as a module")
         };
         assert!(why.contains("`modprobe cpuidle-haltpoll force=1`"), "{why}");
+    }
+
+    /// The host's kvm.halt_poll_ns: read-only where its mode says so (this project's machines,
+    /// mode 0444 even for root), changeable where it is writable, made permanent by a
+    /// modprobe.d line.
+    #[test]
+    fn kvm_halt_poll_ns_is_read_only_at_mode_444_and_made_permanent_in_modprobe_d() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("sys/module/kvm/parameters");
+        std::fs::create_dir_all(&p).unwrap();
+        std::fs::write(p.join("halt_poll_ns"), "200000\n").unwrap();
+        let set = |mode| {
+            std::fs::set_permissions(
+                p.join("halt_poll_ns"),
+                std::fs::Permissions::from_mode(mode),
+            )
+            .unwrap()
+        };
+        set(0o444);
+        let r = Roots::new(d.path(), None);
+        let k = get(&r, "kvm.halt_poll_ns");
+        assert_eq!(k.current().unwrap(), "200000");
+        let Availability::BootOnly(why) = k.availability() else {
+            panic!("mode 444 is not read-only: {:?}", k.availability())
+        };
+        assert!(why.contains("read-only (mode 444)"), "{why}");
+        set(0o644);
+        assert_eq!(
+            get(&r, "kvm.halt_poll_ns").availability(),
+            Availability::Changeable
+        );
+        let perm = k.permanent("50000");
+        assert_eq!(perm.form, "modprobe.d file");
+        assert_eq!(perm.text, "options kvm halt_poll_ns=50000\n");
+        assert!(missing(&r, "kvm.halt_poll_nope"));
+        // A machine without KVM has the setting, not here.
+        let e = tempfile::tempdir().unwrap();
+        assert!(matches!(
+            get(&Roots::new(e.path(), None), "kvm.halt_poll_ns").availability(),
+            Availability::NotHere(_)
+        ));
     }
 
     #[test]

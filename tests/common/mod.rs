@@ -335,6 +335,7 @@ pub fn doctor_history(dir: &std::path::Path) -> (PathBuf, Value) {
     (history, doc)
 }
 pub mod chromium;
+pub mod container;
 pub mod pgpair;
 pub mod prom;
 

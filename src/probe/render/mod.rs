@@ -115,6 +115,7 @@ pub fn render(p: &Probe, st: &Style) -> String {
     }
     topology(&mut s, st, p);
     virt(&mut s, st, p);
+    kvm_host(&mut s, st, p);
     tuning::idle(&mut s, st, p);
     tuning::freq(&mut s, st, p);
     tuning::mitigations(&mut s, st, p);
@@ -231,6 +232,58 @@ fn topology(s: &mut String, st: &Style, p: &Probe) {
             format!("{}:{}", c.example.0, c.example.1)
         );
     }
+}
+
+/// This machine as a KVM host, where it is one.
+fn kvm_host(s: &mut String, st: &Style, p: &Probe) {
+    let k = &p.kvm;
+    head(s, st, "KVM host");
+    let Some(module) = &k.module else {
+        row(
+            s,
+            "module",
+            "none loaded (no kvm_intel, kvm_amd or kvm_pvm in /sys/module)",
+        );
+        return;
+    };
+    row(
+        s,
+        "module",
+        &if k.guest_code_emulated() {
+            format!("{module} (runs guests without VMX/SVM, emulating their instructions)")
+        } else {
+            module.clone()
+        },
+    );
+    let n = |v: Option<u64>| v.map_or("not available".to_string(), |v| v.to_string());
+    let ro = match k.halt_poll_ns_writable {
+        Some(false) => " (read-only: mode 0444, fixed at module load)",
+        _ => "",
+    };
+    row(s, "halt_poll_ns", &format!("{}{ro}", n(k.halt_poll_ns)));
+    row(
+        s,
+        "grow / start / shrink",
+        &format!(
+            "{} / {} / {}",
+            n(k.halt_poll_ns_grow),
+            n(k.halt_poll_ns_grow_start),
+            n(k.halt_poll_ns_shrink)
+        ),
+    );
+    row(
+        s,
+        "nx_huge_pages",
+        k.nx_huge_pages.as_deref().unwrap_or("not available"),
+    );
+    let dev = match &k.dev_kvm {
+        None => "not checked (a fixture tree)".to_string(),
+        Some(crate::probe::kvm::DevKvm::Usable) => {
+            "usable: `cpulab host bench` can run its guests here".into()
+        }
+        Some(crate::probe::kvm::DevKvm::Unusable { why }) => st.yellow(why),
+    };
+    row(s, "/dev/kvm", &dev);
 }
 
 fn virt(s: &mut String, st: &Style, p: &Probe) {

@@ -1,0 +1,145 @@
+//! `cpulab host`: the hypervisor side. `cpulab host bench` measures this machine's KVM with
+//! guests cpulab brings (`crate::host::bench`).
+
+use super::Global;
+use crate::emit::{Emitted, Emitter, Sink};
+use crate::experiment::{Experiment, Progress};
+use crate::host::bench::settings;
+use crate::host::{HostBench, HostWatch};
+use crate::machine::Machine;
+use crate::output::{self, Style};
+use anyhow::Result;
+
+#[derive(Debug, clap::Args)]
+#[command(
+    args_conflicts_with_subcommands = true,
+    after_help = "Examples:\n  \
+    cpulab host\n  \
+    cpulab host --duration 10s --json > host.json\n  \
+    cpulab host bench\n  \
+    cpulab host bench --parts exchange --json > host-bench.json"
+)]
+pub struct Args {
+    #[command(subcommand)]
+    pub command: Option<HostCommand>,
+    /// Without a subcommand: watch this host's VMs.
+    #[command(flatten)]
+    pub watch: crate::host::watch::WatchArgs,
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum HostCommand {
+    /// Measure this machine's KVM with VMs of cpulab's own: halt, spin and polling ping-pong
+    /// per placement of their vCPU threads, the VM's halt-poll limit swept, two VMs sharing
+    /// CPUs. Needs /dev/kvm (root or the kvm group); changes nothing on the host.
+    Bench(settings::Args),
+    /// Run one of cpulab's guests until the time is up or cpulab is stopped: a VM to watch
+    /// with `cpulab host` (tests, demonstrations). Measures nothing.
+    #[command(hide = true)]
+    Guest(GuestArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct GuestArgs {
+    /// halt (IPI ping-pong, both vCPUs halting), spin, or burn (busy vCPUs).
+    #[arg(long, default_value = "halt")]
+    pub program: String,
+    /// Busy vCPUs of a burn guest (1 to 8).
+    #[arg(long, default_value_t = 2)]
+    pub vcpus: u32,
+    /// Host CPUs of the vCPU threads: `A:B` (one each, ping-pong), or a list they share.
+    #[arg(long, value_name = "CPUS")]
+    pub cpus: Option<String>,
+    /// How long to run.
+    #[arg(long, value_name = "TIME", default_value = "10s")]
+    pub duration: String,
+    /// Leave the vCPU threads with the process's name instead of QEMU's `CPU N/KVM`.
+    #[arg(long)]
+    pub unnamed: bool,
+}
+
+pub fn run(args: Args, g: &Global, also: &[&dyn Sink]) -> Result<()> {
+    match args.command {
+        Some(HostCommand::Bench(a)) => bench(a, g, also),
+        Some(HostCommand::Guest(a)) => guest(a, g),
+        None => watch(args.watch, g, also),
+    }
+}
+
+fn watch(a: crate::host::watch::WatchArgs, g: &Global, also: &[&dyn Sink]) -> Result<()> {
+    let machine = Machine::detect(&g.root)?;
+    let s = crate::host::watch::settings(&a)?;
+    let emitter = Emitter::new(&a.output, g.quiet, also)?;
+    let printer = output::progress_printer(g.quiet);
+    let report = HostWatch::run(&machine, &s, &Progress::new(&printer))?;
+    emitter.emit(&Emitted::new(
+        <HostWatch as Experiment>::KIND,
+        &report,
+        |r| HostWatch::render_text(r, &Style::new()),
+        Some(HostWatch::render_html),
+    )?)
+}
+
+fn bench(a: settings::Args, g: &Global, also: &[&dyn Sink]) -> Result<()> {
+    let mut machine = Machine::detect(&g.root)?;
+    if let Some(text) = &a.cpus {
+        machine.restrict_to(text)?;
+    }
+    let s = settings::settings(&a, &machine)?;
+    // Refused before anything runs: no /dev/kvm, no permission, no irqchip or x2APIC.
+    crate::vmm::Access::open()?;
+    let emitter = Emitter::new(&a.output, g.quiet, also)?;
+    let printer = output::progress_printer(g.quiet);
+    let report = HostBench::run(&machine, &s, &Progress::new(&printer))?;
+    emitter.emit(&Emitted::new(
+        <HostBench as Experiment>::KIND,
+        &report,
+        |r| HostBench::render_text(r, &Style::new()),
+        Some(HostBench::render_html),
+    )?)
+}
+
+fn guest(a: GuestArgs, g: &Global) -> Result<()> {
+    use crate::error::bad_input;
+    use crate::vmm::{Program, Running, Vm};
+    let machine = Machine::detect(&g.root)?;
+    let duration = crate::units::flag_duration("duration", &a.duration)?;
+    let programs: Vec<(Program, u32)> = match a.program.as_str() {
+        "halt" => vec![(Program::HaltPing, 1), (Program::HaltPong, 0)],
+        "spin" => vec![(Program::SpinPing, 1), (Program::SpinPong, 0)],
+        "burn" if (1..=8).contains(&a.vcpus) => {
+            (0..a.vcpus).map(|i| (Program::Burner, i)).collect()
+        }
+        "burn" => return Err(bad_input(format!("--vcpus {}: give 1 to 8", a.vcpus))),
+        p => {
+            return Err(bad_input(format!("--program {p}: give halt, spin or burn")));
+        }
+    };
+    let n = programs.len();
+    let placement = match a.cpus.as_deref() {
+        None => vec![machine.allowed.clone(); n],
+        Some(t) => match t.split_once(':') {
+            Some((x, y)) if n == 2 => vec![
+                machine.flag_cpus("--cpus", x)?,
+                machine.flag_cpus("--cpus", y)?,
+            ],
+            _ => vec![machine.flag_cpus("--cpus", t)?; n],
+        },
+    };
+    let access = crate::vmm::Access::open()?;
+    let vm = Vm::new(&access, &programs)?;
+    let mut r = Running::start_named(vm, &placement, !a.unnamed)?;
+    crate::output::status(
+        g.quiet,
+        &format!(
+            "cpulab host guest: pid {}, {n} vCPUs running {}",
+            std::process::id(),
+            a.program
+        ),
+    );
+    let end = std::time::Instant::now() + duration;
+    while std::time::Instant::now() < end && r.alive() {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    r.stop_all()
+}

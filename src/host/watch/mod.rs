@@ -1,0 +1,398 @@
+//! `cpulab host`: the VMs on this KVM host seen from outside, over a window: each VM and its
+//! vCPU threads ([`discover`]), where each vCPU ran and how often it moved, its run time and
+//! run-queue wait (what its guest sees as steal), the share of CPU each VM's running vCPUs got
+//! against the model, and the host CPUs they shared.
+//!
+//! This version reads /proc only: KVM's own events (halts, halt polls won and lost, exits,
+//! IPIs) are reported as not measured, with the reason.
+
+pub mod discover;
+pub mod render;
+pub mod sample;
+
+use crate::cpulist::CpuSet;
+use crate::error::bad_input;
+use crate::experiment::Progress;
+use crate::machine::{Conditions, Machine};
+use anyhow::Result;
+use discover::FoundVm;
+use sample::Track;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+/// How often each vCPU thread is looked at.
+const LOOK_EVERY: Duration = Duration::from_millis(10);
+/// A vCPU that wanted at least this share of the window (on a CPU or waiting for one) counts as
+/// running.
+const BUSY: f64 = 0.5;
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct WatchArgs {
+    /// How long to watch.
+    #[arg(long, value_name = "TIME", default_value = "5s")]
+    pub duration: String,
+    /// Only the VM run by this process.
+    #[arg(long, value_name = "PID")]
+    pub pid: Option<i32>,
+    #[command(flatten)]
+    pub output: crate::emit::OutputArgs,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WatchSettings {
+    #[serde(rename = "duration_s", with = "crate::units::serde_secs")]
+    pub duration: Duration,
+    pub pid: Option<i32>,
+}
+
+pub fn settings(a: &WatchArgs) -> Result<WatchSettings> {
+    let duration = crate::units::flag_duration("duration", &a.duration)?;
+    if duration < Duration::from_millis(100) || duration > Duration::from_secs(3600) {
+        return Err(bad_input(format!(
+            "--duration {}: give 100ms to 1h",
+            a.duration
+        )));
+    }
+    if let Some(p) = a.pid
+        && p <= 0
+    {
+        return Err(bad_input(format!("--pid {p}: give a process id above 0")));
+    }
+    Ok(WatchSettings {
+        duration,
+        pid: a.pid,
+    })
+}
+
+/// One vCPU over the window.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct VcpuView {
+    pub vcpu: u32,
+    /// Its thread; `None` when no look tied one to it.
+    pub tid: Option<i32>,
+    pub thread_name: Option<String>,
+    /// `kvm_run` or `thread name`.
+    pub found_by: Option<String>,
+    /// Share of its on-CPU time on each host CPU.
+    pub cpus: BTreeMap<u32, f64>,
+    /// The kernel's count of its migrations over the window (`se.nr_migrations`); `None` where
+    /// the kernel does not count them (no CONFIG_SCHED_DEBUG).
+    pub migrations: Option<u64>,
+    /// Looks that found it on another CPU than the look before: a lower bound of its moves.
+    pub moves_seen: u64,
+    pub on_cpu_share: Option<f64>,
+    /// Run-queue wait over the window: what its guest sees as steal.
+    pub run_queue_share: Option<f64>,
+    pub affinity_start: Option<String>,
+    pub affinity_end: Option<String>,
+    /// The thread's state at the last look (`R` running or runnable, `S` halted in `KVM_RUN`).
+    pub state: Option<char>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct VmView {
+    pub pid: i32,
+    pub name: String,
+    pub comm: String,
+    /// The VMs this process runs (`anon_inode:kvm-vm` fds); their vCPUs are listed together.
+    pub vm_fds: u32,
+    pub vcpus: Vec<VcpuView>,
+    /// vCPUs that wanted half the window or more (on a CPU or waiting for one).
+    pub running_vcpus: u32,
+    /// What its running vCPUs got of what they wanted: on-CPU time over on-CPU plus run-queue.
+    pub share: Option<f64>,
+    /// The model: host CPUs shared evenly by every running vCPU on the host, at most 1.
+    pub model: Option<f64>,
+    /// Other VMs whose vCPUs ran on the CPUs this one's did.
+    pub shares_cpus_with: Vec<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct HostCpuView {
+    pub cpu: u32,
+    /// Its busy time over the window from /proc/stat (user, nice, system, irq, softirq), seconds
+    /// per second: beside `guest_share`, what else ran there.
+    pub busy_share: Option<f64>,
+    /// Time it spent running vCPU threads, seconds per second.
+    pub guest_share: f64,
+    /// The VMs whose vCPUs ran on it.
+    pub vms: Vec<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct HostReport {
+    pub settings: WatchSettings,
+    pub conditions: Conditions,
+    pub interval_s: f64,
+    pub vms: Vec<VmView>,
+    pub host_cpus: Vec<HostCpuView>,
+    /// Processes whose fds this user may not read (they may run VMs).
+    pub not_inspected: usize,
+    /// What this version does not measure, each with why.
+    pub not_measured: Vec<(String, String)>,
+}
+
+pub fn measure(
+    machine: &Machine,
+    s: &WatchSettings,
+    mut conditions: Conditions,
+    progress: &Progress,
+) -> Result<HostReport> {
+    let root = &machine.root;
+    let (mut vms, not_inspected) = discover::scan(root);
+    if let Some(p) = s.pid {
+        vms.retain(|v| v.pid == p);
+        if vms.is_empty() {
+            return Err(bad_input(format!(
+                "--pid {p}: no VM there (the process holds no anon_inode:kvm-vm fd); `cpulab host` without --pid lists them"
+            )));
+        }
+    }
+    if not_inspected > 0 {
+        conditions.notes.push(format!(
+            "{not_inspected} processes could not be inspected (their fds are not this user's to read): run as root to see every VM"
+        ));
+    }
+    progress.step(&format!("watching {} VMs for {:?}", vms.len(), s.duration));
+    let stat_before = proc_stat(root);
+    let start = Instant::now();
+    let mut tracks: BTreeMap<(i32, i32), Track> = BTreeMap::new();
+    let mut affinity_start: BTreeMap<(i32, i32), Option<String>> = BTreeMap::new();
+    while start.elapsed() < s.duration {
+        for vm in &mut vms {
+            if !vm.complete() {
+                vm.tie_threads(root);
+            }
+            for &tid in vm.threads.keys() {
+                affinity_start
+                    .entry((vm.pid, tid))
+                    .or_insert_with(|| sample::affinity(root, vm.pid, tid));
+                if let Some(l) = sample::look(root, vm.pid, tid) {
+                    tracks.entry((vm.pid, tid)).or_default().add(l);
+                }
+            }
+        }
+        std::thread::sleep(LOOK_EVERY);
+    }
+    let interval = start.elapsed().as_secs_f64();
+    let busy = busy_shares(&stat_before, &proc_stat(root));
+    let mut r = report(
+        machine,
+        s,
+        conditions,
+        interval,
+        &vms,
+        &tracks,
+        &affinity_start,
+        not_inspected,
+    );
+    for c in &mut r.host_cpus {
+        c.busy_share = busy.get(&c.cpu).copied();
+    }
+    Ok(r)
+}
+
+fn proc_stat(root: &std::path::Path) -> BTreeMap<u32, crate::counters::parse::CpuTimes> {
+    std::fs::read_to_string(root.join("proc/stat"))
+        .map(|t| crate::counters::parse::parse_proc_stat(&t))
+        .unwrap_or_default()
+}
+
+/// Each CPU's busy ticks over all its ticks between two readings.
+fn busy_shares(
+    a: &BTreeMap<u32, crate::counters::parse::CpuTimes>,
+    b: &BTreeMap<u32, crate::counters::parse::CpuTimes>,
+) -> BTreeMap<u32, f64> {
+    b.iter()
+        .filter_map(|(cpu, y)| {
+            let x = a.get(cpu)?;
+            let total = y.total().checked_sub(x.total()).filter(|t| *t > 0)?;
+            let busy = y.busy().checked_sub(x.busy())?;
+            Some((*cpu, busy as f64 / total as f64))
+        })
+        .collect()
+}
+
+#[allow(clippy::too_many_arguments)]
+fn report(
+    machine: &Machine,
+    s: &WatchSettings,
+    conditions: Conditions,
+    interval: f64,
+    vms: &[FoundVm],
+    tracks: &BTreeMap<(i32, i32), Track>,
+    affinity_start: &BTreeMap<(i32, i32), Option<String>>,
+    not_inspected: usize,
+) -> HostReport {
+    let root = &machine.root;
+    let mut views: Vec<VmView> = vms
+        .iter()
+        .map(|vm| {
+            let mut vcpus: Vec<VcpuView> = vm
+                .threads
+                .iter()
+                .map(|(&tid, f)| {
+                    let track = tracks.get(&(vm.pid, tid));
+                    vcpu_view(root, vm, tid, f, track, affinity_start, interval)
+                })
+                .collect();
+            vcpus.sort_by_key(|c| (c.vcpu, c.tid));
+            // vCPUs whose thread no look found, by index.
+            let seen: std::collections::BTreeSet<u32> = vcpus.iter().map(|c| c.vcpu).collect();
+            for v in vm.indexes().difference(&seen) {
+                vcpus.push(missing_vcpu(*v));
+            }
+            VmView {
+                pid: vm.pid,
+                name: vm.name.clone(),
+                comm: vm.comm.clone(),
+                vm_fds: vm.vm_fds,
+                vcpus,
+                running_vcpus: 0,
+                share: None,
+                model: None,
+                shares_cpus_with: Vec::new(),
+            }
+        })
+        .collect();
+    let wanted = |c: &VcpuView| c.on_cpu_share.unwrap_or(0.0) + c.run_queue_share.unwrap_or(0.0);
+    let running_total: u32 = views
+        .iter()
+        .flat_map(|v| &v.vcpus)
+        .filter(|c| wanted(c) >= BUSY)
+        .count() as u32;
+    let host_cpus = machine.allowed.len() as f64;
+    for v in &mut views {
+        let busy: Vec<&VcpuView> = v.vcpus.iter().filter(|c| wanted(c) >= BUSY).collect();
+        v.running_vcpus = busy.len() as u32;
+        let got: f64 = busy.iter().map(|c| c.on_cpu_share.unwrap_or(0.0)).sum();
+        let want: f64 = busy.iter().map(|c| wanted(c)).sum();
+        v.share = (want > 0.0).then(|| got / want);
+        v.model = (running_total > 0 && !busy.is_empty())
+            .then(|| (host_cpus / f64::from(running_total)).min(1.0));
+    }
+    let cpu_vms = cpu_users(&views);
+    for v in &mut views {
+        let mine: CpuSet = v
+            .vcpus
+            .iter()
+            .flat_map(|c| c.cpus.keys().copied())
+            .collect();
+        let mut others: Vec<String> = cpu_vms
+            .iter()
+            .filter(|(cpu, _)| mine.contains(**cpu))
+            .flat_map(|(_, names)| names.iter().map(|(_, n)| n.clone()))
+            .filter(|n| *n != label(v))
+            .collect();
+        others.sort();
+        others.dedup();
+        v.shares_cpus_with = others;
+    }
+    let host_cpus = cpu_vms
+        .into_iter()
+        .map(|(cpu, users)| HostCpuView {
+            cpu,
+            busy_share: None,
+            guest_share: users.iter().map(|(s, _)| s).sum(),
+            vms: {
+                let mut n: Vec<String> = users.into_iter().map(|(_, n)| n).collect();
+                n.sort();
+                n.dedup();
+                n
+            },
+        })
+        .collect();
+    HostReport {
+        settings: s.clone(),
+        conditions,
+        interval_s: interval,
+        vms: views,
+        host_cpus,
+        not_inspected,
+        not_measured: vec![(
+            "halts, halt polls won and lost, exits, IPIs".into(),
+            "not available: this version of cpulab host reads /proc only; KVM's statistics are \
+             the VMM's alone to read (KVM refuses another process's ioctls), and its tracepoints \
+             (kvm_vcpu_wakeup, kvm_apic_ipi) are not read yet"
+                .into(),
+        )],
+    }
+}
+
+/// `name (pid)`: VMs may share a name.
+pub fn label(v: &VmView) -> String {
+    format!("{} ({})", v.name, v.pid)
+}
+
+/// Per host CPU, each VM's vCPUs' on-CPU time there (seconds per second) and its label.
+fn cpu_users(views: &[VmView]) -> BTreeMap<u32, Vec<(f64, String)>> {
+    let mut m: BTreeMap<u32, Vec<(f64, String)>> = BTreeMap::new();
+    for v in views {
+        for c in &v.vcpus {
+            let on = c.on_cpu_share.unwrap_or(0.0);
+            for (&cpu, &share) in &c.cpus {
+                m.entry(cpu).or_default().push((on * share, label(v)));
+            }
+        }
+    }
+    m
+}
+
+fn missing_vcpu(v: u32) -> VcpuView {
+    VcpuView {
+        vcpu: v,
+        tid: None,
+        thread_name: None,
+        found_by: None,
+        cpus: BTreeMap::new(),
+        migrations: None,
+        moves_seen: 0,
+        on_cpu_share: None,
+        run_queue_share: None,
+        affinity_start: None,
+        affinity_end: None,
+        state: None,
+    }
+}
+
+fn vcpu_view(
+    root: &std::path::Path,
+    vm: &FoundVm,
+    tid: i32,
+    found: &discover::FoundThread,
+    track: Option<&Track>,
+    affinity_start: &BTreeMap<(i32, i32), Option<String>>,
+    interval: f64,
+) -> VcpuView {
+    let v = found.vcpu;
+    let tid = Some(tid);
+    let totals = track.and_then(|t| t.totals());
+    let ns = interval * 1e9;
+    let cpus = track.map_or_else(BTreeMap::new, |t| {
+        let sum: u64 = t.on_cpu_ns.values().sum();
+        t.on_cpu_ns
+            .iter()
+            .filter(|(_, n)| **n > 0)
+            .map(|(&c, &n)| (c, n as f64 / sum.max(1) as f64))
+            .collect()
+    });
+    VcpuView {
+        vcpu: v,
+        tid,
+        thread_name: tid.and_then(|t| {
+            std::fs::read_to_string(root.join(format!("proc/{}/task/{t}/comm", vm.pid)))
+                .ok()
+                .map(|s| s.trim().to_string())
+        }),
+        found_by: Some(found.found_by.clone()),
+        cpus,
+        migrations: totals.and_then(|t| t.2),
+        moves_seen: track.map_or(0, |t| t.moves_seen),
+        on_cpu_share: totals.map(|t| t.0 as f64 / ns),
+        run_queue_share: totals.map(|t| t.1 as f64 / ns),
+        affinity_start: tid.and_then(|t| affinity_start.get(&(vm.pid, t)).cloned().flatten()),
+        affinity_end: tid.and_then(|t| sample::affinity(root, vm.pid, t)),
+        state: track.and_then(|t| t.last).map(|l| l.state),
+    }
+}

@@ -1,0 +1,260 @@
+//! `cpulab host` watching VMs from outside: cpulab's own guests (`cpulab host guest`, hidden)
+//! run as the VMs, in processes of their own, named as QEMU names its vCPU threads or left
+//! unnamed; the watcher must find each VM and vCPU thread, see where they ran and a move made
+//! during its window, and put VMs that share CPUs side by side.
+
+mod common;
+
+use common::{bad_input, cpulab_process, skipped};
+use serde_json::Value;
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn kvm(test: &str) -> bool {
+    match std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/kvm")
+    {
+        Ok(_) => true,
+        Err(e) => {
+            skipped(test, &format!("/dev/kvm does not open here: {e}"));
+            false
+        }
+    }
+}
+
+fn two_cpus(test: &str) -> bool {
+    let n = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if n < 2 {
+        skipped(test, "one CPU here: no placement across two");
+    }
+    n >= 2
+}
+
+/// A guest process, ended when dropped (the test failing included).
+struct Guest(Child);
+
+impl Drop for Guest {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Guest {
+    fn start(args: &[&str]) -> Self {
+        let child = cpulab_process()
+            .args(["--quiet", "host", "guest", "--duration", "60s"])
+            .args(args)
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        let g = Guest(child);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while g.vcpu_threads().len() < 2 {
+            assert!(
+                Instant::now() < deadline,
+                "the guest's vCPU threads did not start"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        g
+    }
+
+    fn pid(&self) -> i64 {
+        i64::from(self.0.id())
+    }
+
+    /// The process's threads other than its main one and KVM's own worker
+    /// (`kvm-nx-lpage-re`), with their names.
+    fn threads(&self) -> Vec<(i64, String)> {
+        let pid = self.0.id();
+        let mut t: Vec<(i64, String)> = std::fs::read_dir(format!("/proc/{pid}/task"))
+            .map(|d| {
+                d.flatten()
+                    .filter_map(|e| {
+                        let tid: i64 = e.file_name().to_str()?.parse().ok()?;
+                        let comm = std::fs::read_to_string(e.path().join("comm")).ok()?;
+                        Some((tid, comm.trim().to_string()))
+                    })
+                    .filter(|(tid, comm)| *tid != i64::from(pid) && comm != "kvm-nx-lpage-re")
+                    .collect()
+            })
+            .unwrap_or_default();
+        t.sort();
+        t
+    }
+
+    fn vcpu_threads(&self) -> Vec<i64> {
+        self.threads().into_iter().map(|t| t.0).collect()
+    }
+
+    fn thread_named(&self, name: &str) -> i64 {
+        self.threads()
+            .into_iter()
+            .find(|t| t.1 == name)
+            .map(|t| t.0)
+            .unwrap_or_else(|| panic!("no thread {name}: {:?}", self.threads()))
+    }
+}
+
+fn watch(secs: &str) -> std::process::Child {
+    cpulab_process()
+        .args(["--quiet", "host", "--json", "--duration", secs])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+fn finish(w: std::process::Child) -> Value {
+    let out = w.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["kind"], "host");
+    v
+}
+
+fn vm_of(v: &Value, pid: i64) -> Value {
+    v["vms"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["pid"] == pid)
+        .cloned()
+        .unwrap_or_else(|| panic!("VM {pid} not found: {v}"))
+}
+
+#[test]
+fn both_vms_and_every_vcpu_thread_are_named_and_a_move_shows_as_a_move() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    if !kvm(test_name!()) || !two_cpus(test_name!()) {
+        return;
+    }
+    let pong = Guest::start(&["--program", "halt", "--cpus", "0:1"]);
+    let burn = Guest::start(&["--program", "burn", "--vcpus", "2", "--cpus", "0-1"]);
+    let w = watch("1500ms");
+    // Move the ping-pong's second vCPU from CPU 1 to CPU 0 during the window.
+    std::thread::sleep(Duration::from_millis(600));
+    let moved = pong.thread_named("CPU 1/KVM");
+    let status = std::process::Command::new("taskset")
+        .args(["-pc", "0", &moved.to_string()])
+        .stdout(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let v = finish(w);
+    let p = vm_of(&v, pong.pid());
+    let b = vm_of(&v, burn.pid());
+    for vm in [&p, &b] {
+        let vcpus = vm["vcpus"].as_array().unwrap();
+        assert_eq!(vcpus.len(), 2, "{vm}");
+        for (i, c) in vcpus.iter().enumerate() {
+            assert_eq!(c["vcpu"], i as u64, "{c}");
+            assert_eq!(c["thread_name"], format!("CPU {i}/KVM"), "{c}");
+            assert!(c["tid"].is_i64(), "{c}");
+            let cpus = c["cpus"].as_object().unwrap();
+            assert!(!cpus.is_empty(), "{c}");
+            let total: f64 = cpus.values().map(|s| s.as_f64().unwrap()).sum();
+            assert!(
+                (total - 1.0).abs() < 1e-9,
+                "shares of its run time add up to 1: {c}"
+            );
+        }
+    }
+    let c = p["vcpus"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["tid"] == moved)
+        .unwrap()
+        .clone();
+    assert_eq!(c["affinity_start"], "1", "{c}");
+    assert_eq!(c["affinity_end"], "0", "{c}");
+    let ran = c["cpus"].as_object().unwrap();
+    assert!(
+        ran.contains_key("0") && ran.contains_key("1"),
+        "ran on both: {c}"
+    );
+    let moves = c["migrations"]
+        .as_u64()
+        .unwrap_or_else(|| c["moves_seen"].as_u64().unwrap());
+    assert!(moves >= 1, "{c}");
+    // The two VMs ran on the same CPUs, and each names the other.
+    let label = |vm: &Value| format!("{} ({})", vm["name"].as_str().unwrap(), vm["pid"]);
+    let with = |vm: &Value| {
+        vm["shares_cpus_with"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s.as_str().unwrap().to_string())
+            .collect::<Vec<_>>()
+    };
+    assert!(with(&p).contains(&label(&b)), "{p}");
+    assert!(with(&b).contains(&label(&p)), "{b}");
+    // KVM's own events are not read by this version: said so, never zero.
+    assert!(!v["not_measured"].as_array().unwrap().is_empty());
+}
+
+#[test]
+fn unnamed_vcpu_threads_are_found_in_kvm_run() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    if !kvm(test_name!()) {
+        return;
+    }
+    let g = Guest::start(&["--program", "halt", "--unnamed"]);
+    let v = finish(watch("500ms"));
+    let vm = vm_of(&v, g.pid());
+    let vcpus = vm["vcpus"].as_array().unwrap();
+    assert_eq!(vcpus.len(), 2, "{vm}");
+    let threads = g.vcpu_threads();
+    for c in vcpus {
+        assert_eq!(c["found_by"], "kvm_run", "{c}");
+        assert!(threads.contains(&c["tid"].as_i64().unwrap()), "{c}");
+        assert_eq!(c["thread_name"], "cpulab", "{c}");
+    }
+}
+
+#[test]
+fn two_vms_of_two_busy_vcpus_each_get_what_the_model_gives_at_most() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    if !kvm(test_name!()) || !two_cpus(test_name!()) {
+        return;
+    }
+    let a = Guest::start(&["--program", "burn", "--vcpus", "2", "--cpus", "0-1"]);
+    let b = Guest::start(&["--program", "burn", "--vcpus", "2", "--cpus", "0-1"]);
+    let v = finish(watch("1s"));
+    for g in [&a, &b] {
+        let vm = vm_of(&v, g.pid());
+        assert_eq!(vm["running_vcpus"], 2, "{vm}");
+        let share = vm["share"].as_f64().unwrap();
+        assert!(share > 0.0 && share <= 1.0 + 1e-9, "{vm}");
+        // Worked by hand: four busy vCPUs on two CPUs get half a CPU each.
+        if std::thread::available_parallelism().map_or(0, |n| n.get()) == 2 {
+            assert_eq!(vm["model"].as_f64(), Some(0.5), "{vm}");
+        }
+        for c in vm["vcpus"].as_array().unwrap() {
+            let on = c["on_cpu_share"].as_f64().unwrap();
+            let wait = c["run_queue_share"].as_f64().unwrap();
+            // A thread is on a CPU or waiting for one at most all of the window (small slack
+            // for the window's edges).
+            assert!(on + wait <= 1.05, "{c}");
+        }
+    }
+}
+
+#[test]
+fn bad_flags_are_one_line_and_exit_2() {
+    bad_input(&["host", "--duration", "1ms"]);
+    bad_input(&["host", "--pid", "0"]);
+    // This test's own process runs no VM.
+    let me = std::process::id().to_string();
+    bad_input(&["host", "--duration", "100ms", "--pid", &me]);
+    bad_input(&["host", "guest", "--program", "bogus"]);
+}
