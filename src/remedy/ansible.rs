@@ -360,23 +360,10 @@ pub fn playbook(p: &Plan) -> File {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::doctor::rules::{Inputs, evaluate, fixtures::everything_wrong};
 
-    /// The rules' fixture machine through every format, on a host whose tools are `tools`.
+    /// The rules' fixture machine's playbook, on a host whose tools are `tools`.
     fn plays(tools: &[&str]) -> Vec<Value> {
-        let (facts, m) = everything_wrong();
-        let findings = evaluate(Inputs {
-            facts: &facts,
-            m: &m,
-        });
-        let ctx = Context {
-            source: "fixture".into(),
-            cgroup_version: Some(2),
-            guest: true,
-            bootloaders: tools.iter().map(|t| t.to_string()).collect(),
-            ..Context::default()
-        };
-        let p = super::super::plan(&findings, &ctx, &Format::ALL, "out");
+        let p = super::super::tests::plan_of_everything_wrong_on(tools);
         let book = p.files.iter().find(|f| f.path == "playbook.yml").unwrap();
         serde_yaml_ng::from_str(&book.contents).unwrap()
     }

@@ -359,6 +359,11 @@ mod tests {
     /// The rules' fixture machine (a KVM guest with a watched PostgreSQL in
     /// `postgresql@15-main.service`, every problem at once) through every format.
     fn plan_of_everything_wrong() -> Plan {
+        plan_of_everything_wrong_on(&[])
+    }
+
+    /// The same, on a host whose boot-loader tools are `bootloaders`.
+    pub(super) fn plan_of_everything_wrong_on(bootloaders: &[&str]) -> Plan {
         let (facts, m) = everything_wrong();
         let findings = evaluate(Inputs {
             facts: &facts,
@@ -368,6 +373,7 @@ mod tests {
             source: "fixture".into(),
             cgroup_version: Some(2),
             guest: true,
+            bootloaders: bootloaders.iter().map(|t| t.to_string()).collect(),
             ..Context::default()
         };
         plan(&findings, &ctx, &Format::ALL, "out")
