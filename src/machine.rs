@@ -11,6 +11,13 @@ use anyhow::Result;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
+/// This host's name (its `uname` node name), empty when it cannot be read.
+pub fn hostname() -> String {
+    nix::sys::utsname::uname()
+        .map(|u| u.nodename().to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
 /// What every experiment needs to know about the live machine.
 #[derive(Clone, Debug)]
 pub struct Machine {

@@ -177,15 +177,14 @@ fn every_remedy_with_changes_is_written_with_a_readme_and_listed_in_json() {
         .as_array()
         .unwrap()
         .iter()
-        .find(|d| d["site"] == "host");
-    if let Some(h) = host {
-        assert!(
-            form(h, "modprobe")["notes"][0]
-                .as_str()
-                .unwrap()
-                .contains("for the hypervisor host, not this guest")
-        );
-    }
+        .find(|d| d["site"] == "host")
+        .expect("the fixture's KVM host halt polling remedy");
+    assert!(
+        form(host, "modprobe")["notes"][0]
+            .as_str()
+            .unwrap()
+            .contains("for the hypervisor host, not this guest")
+    );
 }
 
 #[test]
@@ -225,7 +224,22 @@ fn a_result_from_before_changes_were_recorded_asks_for_a_new_doctor_run() {
     assert!(text.contains("No file written"), "{text}");
     assert!(text.contains("no deployable form recorded"), "{text}");
     assert!(text.contains("re-run `cpulab doctor`"), "{text}");
+    // No README is written, so the text lists them itself rather than point at one.
+    assert!(!text.contains("README"), "{text}");
+    assert!(text.contains("\n  cross-cpu-wakeup: "), "{text}");
     assert!(!out.exists());
+    // An --out that is a file is refused here too, though nothing would be written.
+    let file_out = tmp.path().join("a-file");
+    std::fs::write(&file_out, "x").unwrap();
+    common::bad_input(&[
+        "remedy",
+        common::fixture("results")
+            .join("kvm-emr-16-doctor.json")
+            .to_str()
+            .unwrap(),
+        "--out",
+        file_out.to_str().unwrap(),
+    ]);
 }
 
 #[test]
@@ -583,9 +597,14 @@ fn the_ansible_playbook_is_idempotent_and_its_undo_tag_brings_the_host_back() {
     assert!(modprobe.exists());
     assert_eq!(changed(&ansible(&book, &["--tags", &id, "-e", &staged])), 0);
     // The undo tag removes what was deployed.
+    let kept = root.join("etc/modprobe.d/cpulab-haltpoll.conf.guest_halt_poll_ns.before");
+    assert_eq!(std::fs::read_to_string(&kept).unwrap(), "0\n");
     let o = ansible(&book, &["--tags", &undo, "-e", &staged]);
     assert!(changed(&o) >= 1);
     assert!(!modprobe.exists());
+    // The value kept before the first deploy is back, and the kept copy gone.
+    assert_eq!(std::fs::read_to_string(&param).unwrap(), "0\n");
+    assert!(!kept.exists());
     assert!(
         !root
             .join("etc/default/grub.d")
@@ -637,14 +656,17 @@ fn the_kubelet_configuration_uses_real_fields_and_the_pod_gets_exclusive_cpus() 
         cpu.parse::<u32>().is_ok_and(|n| n >= 1),
         "integer CPUs: {cpu}"
     );
-    let apply: Vec<&str> = k8s["apply"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|a| a.as_str().unwrap())
-        .collect();
-    assert!(apply[0].starts_with("kubectl drain "), "{apply:?}");
-    assert!(apply.contains(&"rm -f /var/lib/kubelet/cpu_manager_state"));
+    let apply = k8s["apply"].as_array().unwrap();
+    // Applying the pod file waits for its IMAGE and MEMORY: a placeholder, with no line.
+    let (pod, known) = apply.split_last().unwrap();
+    assert!(pod.get("line").is_none(), "{pod}");
+    assert_eq!(
+        pod["argv"].as_array().unwrap()[..3],
+        ["kubectl", "apply", "-f"]
+    );
+    let known: Vec<String> = known.iter().map(line).collect();
+    assert!(known[0].starts_with("kubectl drain "), "{known:?}");
+    assert!(known.contains(&"rm -f /var/lib/kubelet/cpu_manager_state".to_string()));
 }
 
 /// `virt-xml-validate` accepts the `<cputune>` fragment inside a whole domain document once the
@@ -779,25 +801,46 @@ fn virt_xml_validate_accepts_the_numatune_of_a_cross_node_finding() {
 const HALT_POLL: &str = "/sys/module/haltpoll/parameters/guest_halt_poll_ns";
 const MODPROBE_FILE: &str = "/etc/modprobe.d/cpulab-haltpoll.conf";
 
-/// Puts guest_halt_poll_ns back and removes the modprobe.d file however the test ends.
+const MODPROBE_SAVED: &str = "/etc/modprobe.d/cpulab-haltpoll.conf.guest_halt_poll_ns.before";
+
+/// Puts guest_halt_poll_ns back and removes the modprobe.d file and the value apply kept,
+/// however the test ends.
 struct Restore(String);
 
 impl Drop for Restore {
     fn drop(&mut self) {
         let _ = std::fs::write(HALT_POLL, &self.0);
         let _ = std::fs::remove_file(MODPROBE_FILE);
+        let _ = std::fs::remove_file(MODPROBE_SAVED);
     }
 }
 
-/// Runs each shell line in `dir`; the exit status of each.
-fn run_lines(lines: &Value, dir: &Path) -> Vec<bool> {
-    lines
-        .as_array()
-        .unwrap()
+/// The line of a command from the JSON, which it has only when no placeholder stands.
+fn line(c: &Value) -> String {
+    c["line"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a command with a placeholder: {c}"))
+        .to_string()
+}
+
+/// Runs each command's argument vector (no shell) in `dir`; the exit status of each. A command
+/// with a placeholder cannot run, and fails the test.
+fn run_lines(commands: &Value, dir: &Path) -> Vec<bool> {
+    let commands = commands.as_array().unwrap();
+    assert!(!commands.is_empty(), "no commands to run");
+    commands
         .iter()
-        .map(|l| {
-            std::process::Command::new("sh")
-                .args(["-c", l.as_str().unwrap()])
+        .map(|c| {
+            let argv: Vec<&str> = c["argv"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|w| w.as_str().unwrap_or_else(|| panic!("a placeholder in {c}")))
+                .collect();
+            // The line is the same vector, quoted once.
+            assert_eq!(shell_words::split(&line(c)).unwrap(), argv, "{c}");
+            std::process::Command::new(argv[0])
+                .args(&argv[1..])
                 .current_dir(dir)
                 .status()
                 .unwrap()
@@ -806,15 +849,20 @@ fn run_lines(lines: &Value, dir: &Path) -> Vec<bool> {
         .collect()
 }
 
-/// End to end on this machine: halt polling off (guest_halt_poll_ns 0), `remedy`, the
-/// modprobe.d/sysfs part applied for real, verify exits 0, undo, verify exits 1 again, and the
-/// value and files are as before. The finding's own check is run too: on a guest whose cpuidle
-/// driver is not haltpoll the parameter is read by nobody, so the finding stays (docs/remedy.md).
+/// End to end on this machine: `remedy` written while guest_halt_poll_ns is 5000, then halt
+/// polling off (0) before the apply, as an operator who applies later would find it; the
+/// modprobe.d/sysfs part applied for real, verify exits 1 before and 0 after, undo, verify
+/// exits 1 again, and the value is the one in force when apply ran (0, not 5000) and the files
+/// are gone. The finding's own check is run too: on a guest whose cpuidle driver is not
+/// haltpoll the parameter is read by nobody, so the finding stays (docs/remedy.md).
 #[test]
 fn the_halt_polling_remedy_applies_verifies_and_undoes_on_this_machine() {
     let test = test_name!();
     if !nix::unistd::geteuid().is_root() {
         common::skipped(test, "writing /sys/module needs root; CI runs as root");
+        return;
+    }
+    if !common::installed(test, &[("modprobe", "kmod")]) {
         return;
     }
     let Ok(original) = std::fs::read_to_string(HALT_POLL) else {
@@ -824,28 +872,26 @@ fn the_halt_polling_remedy_applies_verifies_and_undoes_on_this_machine() {
         );
         return;
     };
-    if Path::new(MODPROBE_FILE).exists() {
-        common::skipped(
-            test,
-            &format!("{MODPROBE_FILE} exists already: not ours to replace"),
-        );
-        return;
+    for f in [MODPROBE_FILE, MODPROBE_SAVED] {
+        if Path::new(f).exists() {
+            common::skipped(test, &format!("{f} exists already: not ours to replace"));
+            return;
+        }
     }
     let _restore = Restore(original.clone());
-    std::fs::write(HALT_POLL, "0").unwrap();
-    // The saved result as this host's, so undo restores the value read here (0).
+    if std::fs::write(HALT_POLL, "5000").is_err() {
+        common::skipped(test, &format!("{HALT_POLL} is read-only on this kernel"));
+        return;
+    }
+    // The saved result as this host's.
     let tmp = tempfile::tempdir().unwrap();
     let mut doc = fixture_doc("kvm-guest-remedies-doctor.json");
-    let host = nix::sys::utsname::uname()
-        .unwrap()
-        .nodename()
-        .to_string_lossy()
-        .to_string();
-    doc["conditions"]["hostname"] = Value::from(host);
+    doc["conditions"]["hostname"] = Value::from(this_host());
     let result = tmp.path().join("doctor.json");
     std::fs::write(&result, doc.to_string()).unwrap();
     let out = tmp.path().join("out");
     let plan = remedy_json(&result, &out, &["--format", "modprobe"]);
+    std::fs::write(HALT_POLL, "0").unwrap();
     let d = plan["deployments"]
         .as_array()
         .unwrap()
@@ -862,22 +908,31 @@ fn the_halt_polling_remedy_applies_verifies_and_undoes_on_this_machine() {
     let f = form(d, "modprobe");
     let verify = || run_lines(&f["verify"], &out);
     assert_eq!(verify(), [false], "halt polling is off before");
-    assert!(run_lines(&f["apply"], &out).iter().all(|ok| *ok));
+    assert_eq!(run_lines(&f["apply"], &out), [true, true, true]);
     assert_eq!(verify(), [true]);
+    assert_eq!(std::fs::read_to_string(MODPROBE_SAVED).unwrap(), "0\n");
+    // Applied twice: the value kept is still the one from before the first.
+    assert_eq!(run_lines(&f["apply"], &out), [true, true, true]);
+    assert_eq!(std::fs::read_to_string(MODPROBE_SAVED).unwrap(), "0\n");
     let shown = std::process::Command::new("modprobe")
         .arg("--showconfig")
-        .output();
-    if let Ok(o) = shown {
-        let text = String::from_utf8_lossy(&o.stdout);
-        assert!(
-            text.lines()
-                .any(|l| l == "options haltpoll guest_halt_poll_ns=200000")
-        );
-    }
-    assert!(run_lines(&f["undo"], &out).iter().all(|ok| *ok));
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&shown.stdout);
+    assert!(
+        text.lines()
+            .any(|l| l == "options haltpoll guest_halt_poll_ns=200000"),
+        "{text}"
+    );
+    assert_eq!(run_lines(&f["undo"], &out), [true, true]);
     assert_eq!(verify(), [false], "undone");
-    assert_eq!(std::fs::read_to_string(HALT_POLL).unwrap().trim(), "0");
+    assert_eq!(
+        std::fs::read_to_string(HALT_POLL).unwrap().trim(),
+        "0",
+        "the value in force when apply ran, not the one when the files were written"
+    );
     assert!(!Path::new(MODPROBE_FILE).exists());
+    assert!(!Path::new(MODPROBE_SAVED).exists());
     // The finding's check on the same result: exit 1 while cross-cpu-wakeup is found.
     let o = cpulab()
         .args(["doctor", "--replay"])
@@ -1170,18 +1225,16 @@ fn a_trial_in_the_history_is_what_the_remedy_buys_measured_here() {
         words.contains("2027-01-15 08:00 UTC") && words.contains(HALT_POLL_TRY),
         "{words}"
     );
-    // The headline figure with its interval, as the trial recorded it.
-    let r = &t["figures"][0]["ratio"];
-    let (lo, mean, hi) = (
-        r["ci95_low"].as_f64().unwrap(),
-        r["mean"].as_f64().unwrap(),
-        r["ci95_high"].as_f64().unwrap(),
+    // The headline figure with its interval, as the trial file recorded it (the command's wall
+    // time, its second comparison: 0.9506x [0.7413, 1.1599]), not as this code recomputes it.
+    let trial: Value =
+        serde_json::from_str(&std::fs::read_to_string(common::fixture("try-rate.json")).unwrap())
+            .unwrap();
+    assert_eq!(
+        t["figures"][0]["ratio"], trial["trial"]["comparisons"][1]["ratio"],
+        "{t}"
     );
-    assert!(lo <= mean && mean <= hi && lo < hi, "{r}");
-    assert!(
-        words.contains(&format!("{mean:.2}x [{lo:.2}, {hi:.2}]")),
-        "{words}"
-    );
+    assert!(words.contains("0.95x [0.74, 1.16]"), "{words}");
     assert!(text.contains(&format!("tried here: {words}")), "{text}");
     let readme = std::fs::read_to_string(tmp.path().join("out-text/README.md")).unwrap();
     assert!(readme.contains(words), "{readme}");
@@ -1201,25 +1254,32 @@ fn a_trial_in_the_history_is_what_the_remedy_buys_measured_here() {
 
 const SWAPPINESS: &str = "/proc/sys/vm/swappiness";
 
-/// Writes vm.swappiness back however the test ends (applying the file writes the same value,
-/// so this only matters if something went wrong).
-struct RestoreSysctl(String);
+/// Writes vm.swappiness back and removes what apply installed and kept, however the test ends.
+struct RestoreSysctl {
+    before: String,
+    files: Vec<PathBuf>,
+}
 
 impl Drop for RestoreSysctl {
     fn drop(&mut self) {
-        if std::fs::read_to_string(SWAPPINESS).ok().as_deref() != Some(self.0.as_str()) {
-            let _ = std::fs::write(SWAPPINESS, self.0.trim());
+        if std::fs::read_to_string(SWAPPINESS).ok().as_deref() != Some(self.before.as_str()) {
+            let _ = std::fs::write(SWAPPINESS, self.before.trim());
+        }
+        for f in &self.files {
+            let _ = std::fs::remove_file(f);
         }
     }
 }
 
-/// `sysctl -p` reads the generated `sysctl.d` file. No rule proposes a sysctl yet, so the
-/// result gets a synthetic remedy setting `vm.swappiness` to its current value: applying the
-/// file (from the output directory; nothing is installed in /etc) changes nothing, sysctl
-/// accepts it and prints the setting, the form's verify line exits 0, and the value is the same
-/// after. As a control, a copy naming a key the kernel lacks is refused, so the file was read.
+/// The sysctl form both ways, for real (root). No rule proposes a sysctl yet, so the result
+/// gets a synthetic remedy setting `vm.swappiness` to a value it does not have: verify exits 1
+/// before, apply (keep the value, install the `sysctl.d` file, `sysctl -p` it) makes it hold,
+/// verify exits 0, undo removes the file and writes the kept value back, verify exits 1 again
+/// and the value is what it was. `sysctl -p` prints the setting, so the file was read; as a
+/// control, a copy naming a key the kernel lacks is refused. A guard writes the value back and
+/// removes the files should anything fail.
 #[test]
-fn sysctl_p_accepts_the_generated_file_and_changes_nothing() {
+fn the_sysctl_form_applies_verifies_and_undoes_on_this_machine() {
     let test = test_name!();
     if !common::installed(test, &[("sysctl", "procps")]) {
         return;
@@ -1234,35 +1294,47 @@ fn sysctl_p_accepts_the_generated_file_and_changes_nothing() {
     let Ok(before) = std::fs::read_to_string(SWAPPINESS) else {
         return common::skipped(test, "no /proc/sys/vm/swappiness here");
     };
-    let _restore = RestoreSysctl(before.clone());
     let current = before.trim().to_string();
+    let want = if current == "10" { "11" } else { "10" };
     let tmp = tempfile::tempdir().unwrap();
     let mut doc = fixture_doc("kvm-guest-remedies-doctor.json");
     doc["findings"][0]["remedies"]
         .as_array_mut()
         .unwrap()
         .push(serde_json::json!({
-            "command": format!("sysctl -w vm.swappiness={current}"),
-            "effect": "A synthetic remedy that sets a value to what it is.",
+            "command": format!("sysctl -w vm.swappiness={want}"),
+            "effect": "A synthetic remedy that changes a harmless setting.",
             "cost_caveat": "None.",
             "site": "this-machine",
-            "changes": [{"kind": "sysctl", "key": "vm.swappiness", "value": current}]
+            "changes": [{"kind": "sysctl", "key": "vm.swappiness", "value": want}]
         }));
-    // This host's result, so undo carries the value read before the change.
-    doc["conditions"]["hostname"] = serde_json::json!(this_host());
     let result = tmp.path().join("doctor.json");
     std::fs::write(&result, doc.to_string()).unwrap();
     let out = tmp.path().join("out");
     let plan = remedy_json(&result, &out, &["--format", "sysctl"]);
     let f = form(deployment(&plan, "sysctl"), "sysctl");
-    assert!(
-        f["apply"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|a| a.as_str().unwrap().starts_with("sysctl -p /etc/sysctl.d/")),
-        "{f}"
-    );
+    let installed = PathBuf::from(f["files"][0]["install_to"].as_str().unwrap());
+    let kept = PathBuf::from(format!("{}.vm.swappiness.before", installed.display()));
+    for p in [&installed, &kept] {
+        if p.exists() {
+            return common::skipped(test, &format!("{} exists already: not ours", p.display()));
+        }
+    }
+    let _restore = RestoreSysctl {
+        before: before.clone(),
+        files: vec![installed.clone(), kept.clone()],
+    };
+    let verify = || run_lines(&f["verify"], &out);
+    assert_eq!(verify(), [false], "vm.swappiness is {current} before");
+    assert_eq!(run_lines(&f["apply"], &out), [true, true, true]);
+    assert_eq!(std::fs::read_to_string(SWAPPINESS).unwrap().trim(), want);
+    assert_eq!(verify(), [true]);
+    assert_eq!(std::fs::read_to_string(&kept).unwrap(), before);
+    assert_eq!(run_lines(&f["undo"], &out), [true, true]);
+    assert_eq!(std::fs::read_to_string(SWAPPINESS).unwrap(), before);
+    assert_eq!(verify(), [false], "undone");
+    assert!(!installed.exists() && !kept.exists());
+    // sysctl reads the generated file (from the output directory, nothing installed).
     let file = out.join(f["files"][0]["path"].as_str().unwrap());
     let o = std::process::Command::new("sysctl")
         .arg("-p")
@@ -1272,18 +1344,9 @@ fn sysctl_p_accepts_the_generated_file_and_changes_nothing() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert_eq!(
         String::from_utf8_lossy(&o.stdout).trim(),
-        format!("vm.swappiness = {current}")
+        format!("vm.swappiness = {want}")
     );
-    assert_eq!(run_lines(&f["verify"], &out), [true]);
-    assert_eq!(std::fs::read_to_string(SWAPPINESS).unwrap(), before);
-    assert!(
-        f["undo"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|u| u.as_str() == Some(&format!("sysctl -w vm.swappiness={current}"))),
-        "undo does not restore the value read before: {f}"
-    );
+    std::fs::write(SWAPPINESS, &current).unwrap();
     // The control: a key this kernel lacks is refused.
     let bad = tmp.path().join("bad.conf");
     let text = std::fs::read_to_string(&file).unwrap();
@@ -1315,11 +1378,16 @@ fn a_history_run_is_taken_as_at_id() {
         .success();
     let from_file = remedy_json(&result, &tmp.path().join("a"), &[]);
     let from_history = remedy_json(Path::new("@1"), &tmp.path().join("b"), &["--history", hs]);
+    // The same remedies, forms, files and commands; only the words naming the source differ.
+    assert!(!from_file["deployments"].as_array().unwrap().is_empty());
+    assert_eq!(from_file["deployments"], from_history["deployments"]);
+    assert_eq!(from_file["undeployable"], from_history["undeployable"]);
     assert_eq!(
-        from_file["files"].as_array().unwrap().len(),
-        from_history["files"].as_array().unwrap().len()
+        from_history["context"]["source"]
+            .as_str()
+            .map(|s| s.starts_with("@1 ")),
+        Some(true)
     );
-    assert!(!from_history["files"].as_array().unwrap().is_empty());
     let o = tmp.path().join("c");
     common::bad_input(&[
         "--history",
@@ -1330,4 +1398,94 @@ fn a_history_run_is_taken_as_at_id() {
         o.to_str().unwrap(),
     ]);
     assert!(!o.exists(), "nothing written for a pingpong run");
+}
+
+/// Kills and reaps the process the affinity test starts, however the test ends.
+struct Child(std::process::Child);
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The systemd form's check of the main process's affinity, proven both ways on a bare process
+/// the test starts, with no systemd (tests/systemd_container.rs runs the form under one): a
+/// stand-in `systemctl` (first on the verify's PATH) answers `show -P MainPID` with the
+/// process's pid, and `taskset` moves it as the service's restart with `CPUAffinity=` would.
+/// Verify exits 1 while the process may run on every CPU, 0 once it is pinned to the
+/// remedy's CPUs, 1 again once it is given every CPU back.
+#[test]
+fn the_main_process_affinity_verify_fails_before_the_pin_and_passes_after() {
+    let test = test_name!();
+    if !common::installed(test, &[("taskset", "util-linux")]) {
+        return;
+    }
+    let online = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap();
+    let online = online.trim();
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    let plan = remedy_json(&with_unit(tmp.path(), UNIT), &out, &["--format", "systemd"]);
+    let pin = deployment(&plan, "pin");
+    let cpus = pin["changes"][0]["cpus"].as_str().unwrap().to_string();
+    if cpus == online {
+        return common::skipped(
+            test,
+            &format!("the pin's CPUs {cpus} are every online CPU here: nothing to move"),
+        );
+    }
+    let verify = form(pin, "systemd")["verify"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| line(c).contains("Cpus_allowed_list"))
+        .expect("the main process's affinity check")
+        .clone();
+    let child = Child(
+        std::process::Command::new("sleep")
+            .arg("600")
+            .spawn()
+            .unwrap(),
+    );
+    let pid = child.0.id().to_string();
+    let shim = tmp.path().join("bin");
+    std::fs::create_dir(&shim).unwrap();
+    let systemctl = shim.join("systemctl");
+    std::fs::write(
+        &systemctl,
+        format!(
+            "#!/bin/sh\n[ \"$1 $2 $3 $4\" = 'show -P MainPID {UNIT}' ] && echo {pid} && exit 0\nexit 1\n"
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&systemctl, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = format!(
+        "{}:{}",
+        shim.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let argv: Vec<String> = shell_words::split(&line(&verify)).unwrap();
+    let holds = || {
+        std::process::Command::new(&argv[0])
+            .args(&argv[1..])
+            .env("PATH", &path)
+            .status()
+            .unwrap()
+            .success()
+    };
+    let taskset = |list: &str| {
+        let o = std::process::Command::new("taskset")
+            .args(["-pc", list, &pid])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    };
+    taskset(online);
+    assert!(!holds(), "fails while {pid} may run on {online}");
+    taskset(&cpus);
+    assert!(holds(), "passes once {pid} is pinned to {cpus}");
+    taskset(online);
+    assert!(!holds(), "fails again once {pid} has {online} back");
 }

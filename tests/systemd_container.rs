@@ -178,10 +178,21 @@ fn pin_form(result: &Path, out: &Path) -> Value {
         .clone()
 }
 
+/// The shell lines of a form's commands (`line`, the argument vector quoted once); a command
+/// with a placeholder has none, and fails the test.
 fn lines(form: &Value, key: &str) -> Vec<String> {
     form[key]
         .as_array()
-        .map(|a| a.iter().map(|l| l.as_str().unwrap().to_string()).collect())
+        .map(|a| {
+            a.iter()
+                .map(|c| {
+                    c["line"]
+                        .as_str()
+                        .unwrap_or_else(|| panic!("a command with a placeholder: {c}"))
+                        .to_string()
+                })
+                .collect()
+        })
         .unwrap_or_default()
 }
 
@@ -419,9 +430,10 @@ fn the_runtime_trial_is_accepted_by_systemd_and_undone() {
     let form = pin_form(&result_for(tmp.path(), 2), &out);
     let trial = lines(&form, "trial");
     assert_eq!(trial.len(), 1, "{form}");
-    let cpus = trial[0]
-        .rsplit_once("AllowedCPUs=")
-        .map(|(_, v)| v.to_string())
+    let cpus = shell_words::split(&trial[0])
+        .unwrap()
+        .iter()
+        .find_map(|w| w.strip_prefix("AllowedCPUs=").map(str::to_string))
         .unwrap_or_else(|| panic!("an AllowedCPUs= trial: {trial:?}"));
     let check: Vec<String> = lines(&form, "verify")
         .into_iter()

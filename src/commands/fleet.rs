@@ -45,15 +45,9 @@ pub struct Args {
     pub output: OutputArgs,
 }
 
-fn now() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as i64)
-}
-
 /// The validated settings, the timeout and the server's access.
 fn settings(args: &Args) -> Result<(Settings, Duration, webconfig::Access)> {
-    let t = now();
+    let t = crate::history::when::now_unix_s() as i64;
     let since = crate::history::when::parse(&args.since, t).ok_or_else(|| {
         bad_input(format!(
             "--since {}: not a time; give an age like 7d, 36h or 90m, or a time like 2026-11-20",

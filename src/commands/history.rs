@@ -114,10 +114,9 @@ pub enum Action {
     },
 }
 
+/// Now, whole seconds since the Unix epoch.
 fn now() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as i64)
+    crate::history::when::now_unix_s() as i64
 }
 
 fn time_flag(flag: &str, v: &Option<String>) -> Result<Option<i64>> {

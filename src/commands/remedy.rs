@@ -92,7 +92,7 @@ fn from_history() -> Result<Source> {
             "no result given and the history is off; give a saved result: `cpulab remedy doctor.json`",
         ));
     };
-    let host = hostname();
+    let host = crate::machine::hostname();
     let none = || {
         bad_input(format!(
             "no doctor run of this host ({host}) in the history {}; run `cpulab doctor` first, or give a saved result",
@@ -113,18 +113,13 @@ fn from_history() -> Result<Source> {
     of_document(document, &format!("history run @{}", run.id))
 }
 
-fn hostname() -> String {
-    nix::sys::utsname::uname()
-        .ok()
-        .and_then(|u| u.nodename().to_str().map(str::to_string))
-        .unwrap_or_default()
-}
-
 /// The facts of the host the generators use: from the result, and read live when the result is
-/// this host's (the values undo restores, the bootloader tooling).
+/// this host's (the online CPUs when the result lacks them, the bootloader tooling). The values
+/// an undo puts back are not read here: the apply keeps them on the host when it runs.
 fn context(s: &Source, root: &Path) -> Context {
     let facts = &s.document["facts"];
-    let this_host = s.document["conditions"]["hostname"].as_str() == Some(hostname().as_str());
+    let this_host =
+        s.document["conditions"]["hostname"].as_str() == Some(crate::machine::hostname().as_str());
     let mut ctx = Context {
         source: s.words.clone(),
         cgroup_version: facts["cgroup_version"].as_u64().map(|v| v as u8),
@@ -142,35 +137,15 @@ fn context(s: &Source, root: &Path) -> Context {
     if !this_host {
         return ctx;
     }
-    for f in &s.findings {
-        for c in f.remedies.iter().flat_map(|r| r.changes.iter().flatten()) {
-            use crate::doctor::findings::Change;
-            match c {
-                Change::ModuleParam { module, param, .. } => {
-                    let file = root.join(format!("sys/module/{module}/parameters/{param}"));
-                    if let Ok(v) = std::fs::read_to_string(file) {
-                        let entry = (module.clone(), param.clone(), v.trim().to_string());
-                        if !ctx.current_params.contains(&entry) {
-                            ctx.current_params.push(entry);
-                        }
-                    }
-                }
-                Change::Sysctl { key, .. } => {
-                    let file = root.join("proc/sys").join(key.replace('.', "/"));
-                    if let Ok(v) = std::fs::read_to_string(file) {
-                        let entry = (key.clone(), v.trim().to_string());
-                        if !ctx.current_sysctls.contains(&entry) {
-                            ctx.current_sysctls.push(entry);
-                        }
-                    }
-                }
-                _ => {}
-            }
-        }
+    if ctx.online_cpus.is_none() {
+        ctx.online_cpus = std::fs::read_to_string(root.join("sys/devices/system/cpu/online"))
+            .ok()
+            .map(|v| v.trim().to_string())
+            .filter(|v| !v.is_empty());
     }
     ctx.bootloaders = ["update-grub", "grub2-mkconfig", "grubby"]
         .iter()
-        .filter(|t| on_path(t))
+        .filter(|t| crate::pair::presets::find_program(t).is_some())
         .map(|t| t.to_string())
         .collect();
     ctx
@@ -233,7 +208,7 @@ fn stored_trials(path: &Path) -> Result<Vec<Stored>> {
     let store = crate::history::store::Store::open_read_only(path)?;
     let filter = crate::history::store::Filter {
         kind: Some(Kind::Try.as_str().to_string()),
-        host: Some(hostname()),
+        host: Some(crate::machine::hostname()),
         ..Default::default()
     };
     let mut runs = Vec::new();
@@ -247,11 +222,6 @@ fn stored_trials(path: &Path) -> Result<Vec<Stored>> {
         }
     }
     Ok(runs)
-}
-
-fn on_path(tool: &str) -> bool {
-    std::env::var_os("PATH")
-        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()))
 }
 
 /// Refuses an output directory that holds files, unless `--force`.
@@ -301,8 +271,9 @@ pub fn run(args: Args, g: &Global) -> Result<()> {
     let ctx = context(&source, &g.root);
     let out_words = args.out.display().to_string();
     let plan = remedy::plan(&source.findings, &ctx, &formats, &out_words);
+    // Refused alike whether or not this result has something to write.
+    check_out(&args.out, args.force)?;
     if plan.all_files().next().is_some() {
-        check_out(&args.out, args.force)?;
         write(&plan, &args.out)?;
     }
     // What was written is output, not a run: no history sink.

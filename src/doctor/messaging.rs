@@ -14,7 +14,7 @@
 //! sized from its placement's latest rate and the time left before the stage's deadline.
 //! Repetitions stop at the deadline with the ones done (at least one of each placement).
 
-use super::battery::Deadline;
+use super::mode::Deadline;
 use crate::counters::SystemSnapshot;
 use crate::cpulist::CpuSet;
 use crate::doctor::measurements::ThroughputRun;

@@ -77,7 +77,7 @@ pub struct DoctorRun {
     pub mode: String,
     /// Its findings, most important first, at most [`MAX_FINDINGS`].
     pub findings: Vec<FindingFigure>,
-    /// Findings left out by the cap (or repeating an id already published).
+    /// Findings left out: beyond the cap, repeating an id already published, or unreadable.
     pub dropped: u64,
 }
 
@@ -121,14 +121,16 @@ fn label_safe(id: &str) -> String {
 /// The published findings of a doctor document (pure): most important first, one per id, at
 /// most [`MAX_FINDINGS`]; returns them and how many were left out.
 pub fn findings_of(document: &serde_json::Value) -> (Vec<FindingFigure>, u64) {
-    let stored: Vec<StoredFinding> = document
+    let listed: Vec<serde_json::Value> = document
         .get("findings")
-        .and_then(|f| serde_json::from_value::<Vec<serde_json::Value>>(f.clone()).ok())
-        .unwrap_or_default()
+        .and_then(|f| serde_json::from_value(f.clone()).ok())
+        .unwrap_or_default();
+    // Counted before parsing: a finding this cpulab cannot read is left out too.
+    let total = listed.len();
+    let stored: Vec<StoredFinding> = listed
         .into_iter()
         .filter_map(|f| serde_json::from_value(f).ok())
         .collect();
-    let total = stored.len();
     let mut out: Vec<FindingFigure> = Vec::new();
     let mut sorted = stored;
     // Stable: the doctor's own order breaks ties within a severity.
@@ -320,15 +322,15 @@ mod tests {
         assert_eq!(f[0].severity, Severity::High);
         assert_eq!(f[0].ratio, Some(8.0));
         assert_eq!(f[1].ratio, None);
-        // The repeated id is dropped; the unreadable one is not a finding at all.
-        assert_eq!(dropped, 1);
+        // The repeated id and the unreadable one are both left out.
+        assert_eq!(dropped, 2);
         for i in 0..MAX_FINDINGS + 3 {
             list.push(finding(&format!("extra-{i}"), "low", Some(1.1)));
         }
         let (f, dropped) = findings_of(&doctor_doc(json!(list)));
         assert_eq!(f.len(), MAX_FINDINGS);
-        // 23 readable findings, one a repeated id: 16 published, 7 left out.
-        assert_eq!(dropped, 7);
+        // 24 findings, one unreadable and one a repeated id: 16 published, 8 left out.
+        assert_eq!(dropped, 8);
         assert_eq!(findings_of(&json!({"kind": "doctor"})), (vec![], 0));
     }
 

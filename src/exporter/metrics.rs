@@ -445,8 +445,8 @@ fn encode_health(f: &Frame, enc: &mut DescriptorEncoder) -> Result<(), std::fmt:
     for (name, help, v) in [
         (
             "exporter_doctor_findings_dropped",
-            "Findings of the newest doctor run left unpublished by the findings cap (or \
-             repeating an id)",
+            "Findings of the newest doctor run left unpublished: beyond the findings cap, \
+             repeating an id, or unreadable",
             f.doctor.run.as_ref().map_or(0, |r| r.dropped as i64),
         ),
         (

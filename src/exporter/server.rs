@@ -208,7 +208,7 @@ async fn connection(shared: Arc<Shared>, tcp: TcpStream, id: u64, state: Arc<Con
     };
     let accepted = Instant::now();
     let _ = tcp.set_nodelay(true);
-    let web = shared.web.as_ref().and_then(|w| w.current());
+    let web = shared.web.as_ref().map(|w| w.current());
     let limits = shared.limits;
     let deadline = async {
         tokio::time::sleep_until(accepted + limits.head_timeout).await;
@@ -324,4 +324,140 @@ fn to_hyper(r: Response) -> hyper::Response<Full<Bytes>> {
         *fallback.status_mut() = hyper::StatusCode::INTERNAL_SERVER_ERROR;
         fallback
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+    use std::sync::atomic::AtomicBool;
+
+    /// Serves `web` on a loopback port with a handler that answers `scraped`, until dropped.
+    struct Running {
+        port: u16,
+        stop: Arc<AtomicBool>,
+        thread: Option<std::thread::JoinHandle<()>>,
+    }
+
+    impl Running {
+        fn start(web: Arc<WebConfig>) -> Self {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let port = listener.local_addr().unwrap().port();
+            let stop = Arc::new(AtomicBool::new(false));
+            let handler: Handler = Arc::new(|_| Response::text((200, "OK"), "scraped\n"));
+            let flag = stop.clone();
+            let thread = std::thread::spawn(move || {
+                let stop = move || flag.load(Ordering::Relaxed);
+                serve(
+                    listener,
+                    Some(web),
+                    handler,
+                    Limits::default(),
+                    Arc::default(),
+                    &stop,
+                )
+                .unwrap();
+            });
+            Self {
+                port,
+                stop,
+                thread: Some(thread),
+            }
+        }
+
+        /// A plain-HTTP GET of /metrics; what came back (empty when the connection closed).
+        fn get(&self, authorization: Option<&str>) -> String {
+            let mut c = std::net::TcpStream::connect(("127.0.0.1", self.port)).unwrap();
+            c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+            let auth = authorization
+                .map(|a| format!("Authorization: {a}\r\n"))
+                .unwrap_or_default();
+            let _ = write!(c, "GET /metrics HTTP/1.1\r\nHost: x\r\n{auth}\r\n");
+            let mut out = Vec::new();
+            let _ = c.read_to_end(&mut out);
+            String::from_utf8_lossy(&out).into_owned()
+        }
+    }
+
+    impl Drop for Running {
+        fn drop(&mut self) {
+            self.stop.store(true, Ordering::Relaxed);
+            if let Some(t) = self.thread.take() {
+                let _ = t.join();
+            }
+        }
+    }
+
+    #[test]
+    fn a_poisoned_web_config_serves_no_scrape_without_its_basic_auth() {
+        use base64::Engine;
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().join("web.yml");
+        let hash = bcrypt::hash("secret", 4).unwrap();
+        std::fs::write(
+            &path,
+            format!("basic_auth_users:\n  prometheus: '{hash}'\n"),
+        )
+        .unwrap();
+        let web = Arc::new(WebConfig::load(&path).unwrap());
+        let server = Running::start(web.clone());
+        let good = format!(
+            "Basic {}",
+            base64::engine::general_purpose::STANDARD.encode("prometheus:secret")
+        );
+        // Before: refused without the password, served with it.
+        assert!(server.get(None).starts_with("HTTP/1.1 401"));
+        let served = server.get(Some(&good));
+        assert!(
+            served.starts_with("HTTP/1.1 200") && served.contains("scraped"),
+            "{served}"
+        );
+        web.poison();
+        let refused = server.get(None);
+        assert!(refused.starts_with("HTTP/1.1 401"), "{refused}");
+        assert!(!refused.contains("scraped"), "{refused}");
+        let served = server.get(Some(&good));
+        assert!(
+            served.starts_with("HTTP/1.1 200") && served.contains("scraped"),
+            "{served}"
+        );
+    }
+
+    #[test]
+    fn a_poisoned_web_config_serves_no_scrape_without_its_tls() {
+        let test = "a_poisoned_web_config_serves_no_scrape_without_its_tls";
+        let Some(openssl) = crate::pair::presets::find_program("openssl") else {
+            crate::testing::skipped(test, "openssl is not installed (apt-get install openssl)");
+            return;
+        };
+        let d = tempfile::tempdir().unwrap();
+        let made = std::process::Command::new(openssl)
+            .current_dir(d.path())
+            .args(["req", "-x509", "-newkey", "ec", "-pkeyopt"])
+            .args(["ec_paramgen_curve:prime256v1", "-nodes", "-days", "1"])
+            .args([
+                "-subj",
+                "/CN=127.0.0.1",
+                "-keyout",
+                "key.pem",
+                "-out",
+                "cert.pem",
+            ])
+            .output()
+            .unwrap();
+        assert!(made.status.success(), "{made:?}");
+        let path = d.path().join("web.yml");
+        std::fs::write(
+            &path,
+            "tls_server_config:\n  cert_file: cert.pem\n  key_file: key.pem\n",
+        )
+        .unwrap();
+        let web = Arc::new(WebConfig::load(&path).unwrap());
+        let server = Running::start(web.clone());
+        web.poison();
+        let plain = server.get(None);
+        assert!(!plain.contains("scraped"), "served in plain text: {plain}");
+        assert!(!plain.starts_with("HTTP/1.1 200"), "{plain}");
+        assert!(web.has_tls(), "the last good configuration keeps its TLS");
+    }
 }

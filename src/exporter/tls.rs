@@ -15,7 +15,6 @@
 //! The unverified modes still check that the client holds the certificate's key (the
 //! handshake's signature), as Go does; cpulab authorises nothing by the certificate itself.
 
-use super::webconfig::{ClientAuth, TlsFile};
 use crate::error::bad_input;
 use anyhow::Result;
 use rustls::client::danger::HandshakeSignatureValid;
@@ -25,8 +24,50 @@ use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::server::{ServerConfig, WebPkiClientVerifier};
 use rustls::{DigitallySignedStruct, DistinguishedName, SignatureScheme};
 use rustls_pki_types::pem::PemObject;
-use std::path::Path;
+use serde::Deserialize;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
+
+/// `tls_server_config` of the web config file.
+#[derive(Debug, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct TlsFile {
+    pub cert_file: PathBuf,
+    pub key_file: PathBuf,
+    #[serde(default)]
+    pub min_version: Option<String>,
+    #[serde(default)]
+    pub client_ca_file: Option<PathBuf>,
+    #[serde(default)]
+    pub client_auth_type: ClientAuth,
+}
+
+/// `client_auth_type`, Go's `tls.ClientAuthType` names as exporter-toolkit spells them.
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+pub enum ClientAuth {
+    /// No client certificate asked for.
+    #[default]
+    NoClientCert,
+    /// One asked for, not required, not verified.
+    RequestClientCert,
+    /// One required, not verified (exporter-toolkit's older `RequireClientCert` too).
+    #[serde(alias = "RequireClientCert")]
+    RequireAnyClientCert,
+    /// One verified against `client_ca_file` if given.
+    VerifyClientCertIfGiven,
+    /// One required and verified against `client_ca_file`.
+    RequireAndVerifyClientCert,
+}
+
+impl ClientAuth {
+    /// True when certificates are verified against a CA.
+    pub fn verifies(self) -> bool {
+        matches!(
+            self,
+            ClientAuth::VerifyClientCertIfGiven | ClientAuth::RequireAndVerifyClientCert
+        )
+    }
+}
 
 /// Builds the server configuration; every problem is bad input naming the file and the fix.
 pub fn server_config(t: &TlsFile, dir: &Path, what: &str) -> Result<ServerConfig> {

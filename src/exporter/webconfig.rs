@@ -25,6 +25,7 @@
 //! once and the last good configuration stays in use.
 
 use super::auth::Users;
+use super::tls::{ClientAuth, TlsFile};
 use crate::error::bad_input;
 use anyhow::Result;
 use serde::Deserialize;
@@ -39,46 +40,6 @@ pub struct File {
     pub tls_server_config: Option<TlsFile>,
     #[serde(default)]
     pub basic_auth_users: BTreeMap<String, String>,
-}
-
-#[derive(Debug, Default, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct TlsFile {
-    pub cert_file: PathBuf,
-    pub key_file: PathBuf,
-    #[serde(default)]
-    pub min_version: Option<String>,
-    #[serde(default)]
-    pub client_ca_file: Option<PathBuf>,
-    #[serde(default)]
-    pub client_auth_type: ClientAuth,
-}
-
-/// `client_auth_type`, Go's `tls.ClientAuthType` names as exporter-toolkit spells them.
-#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
-pub enum ClientAuth {
-    /// No client certificate asked for.
-    #[default]
-    NoClientCert,
-    /// One asked for, not required, not verified.
-    RequestClientCert,
-    /// One required, not verified (exporter-toolkit's older `RequireClientCert` too).
-    #[serde(alias = "RequireClientCert")]
-    RequireAnyClientCert,
-    /// One verified against `client_ca_file` if given.
-    VerifyClientCertIfGiven,
-    /// One required and verified against `client_ca_file`.
-    RequireAndVerifyClientCert,
-}
-
-impl ClientAuth {
-    /// True when certificates are verified against a CA.
-    pub fn verifies(self) -> bool {
-        matches!(
-            self,
-            ClientAuth::VerifyClientCertIfGiven | ClientAuth::RequireAndVerifyClientCert
-        )
-    }
 }
 
 /// Parses the YAML text and checks every bcrypt hash's shape. `what` names the file in errors.
@@ -221,13 +182,27 @@ impl WebConfig {
     }
 
     /// The configuration to serve the next connection with: loaded again first if one of its
-    /// files changed; the last good one if that load fails.
-    pub fn current(&self) -> Option<Arc<Generation>> {
-        let mut live = self.state.lock().ok()?;
+    /// files changed; the last good one if that load fails. There is always one: a connection
+    /// is never served without the TLS and users the file asked for.
+    pub fn current(&self) -> Arc<Generation> {
+        let mut live = self.state.lock().unwrap_or_else(|poisoned| {
+            // A reload panicked while it held the lock. `current` is only ever replaced whole,
+            // by a generation that loaded, so it is still the last good one: keep serving it,
+            // and take the files as they are now as failed, so they are not loaded again
+            // until they change.
+            self.state.clear_poison();
+            let mut live = poisoned.into_inner();
+            live.failed = Some(stamps(&live.current.files));
+            log::error!(
+                "web config {}: a reload failed part way, so the last good one stays in use",
+                self.path.display()
+            );
+            live
+        });
         let files = live.current.files.clone();
         let now = stamps(&files);
         if now == live.loaded || live.failed.as_ref() == Some(&now) {
-            return Some(live.current.clone());
+            return live.current.clone();
         }
         match Generation::load(&self.path) {
             Ok(g) => {
@@ -252,15 +227,28 @@ impl WebConfig {
                 );
             }
         }
-        Some(live.current.clone())
+        live.current.clone()
     }
 
     pub fn has_tls(&self) -> bool {
-        self.current().is_some_and(|g| g.tls.is_some())
+        self.current().tls.is_some()
     }
 
     pub fn has_users(&self) -> bool {
-        self.current().is_some_and(|g| !g.users.is_empty())
+        !self.current().users.is_empty()
+    }
+
+    /// Poisons the lock as a reload that panicked would.
+    #[cfg(test)]
+    pub(crate) fn poison(&self) {
+        let _ = std::thread::scope(|s| {
+            s.spawn(|| {
+                let _held = self.state.lock();
+                panic!("a reload that panics while it holds the lock");
+            })
+            .join()
+        });
+        assert!(self.state.is_poisoned());
     }
 }
 
@@ -377,25 +365,39 @@ mod tests {
         };
         std::fs::write(&path, users(1)).unwrap();
         let w = WebConfig::load(&path).unwrap();
-        let first = w.current().unwrap();
+        let first = w.current();
         assert!(
-            Arc::ptr_eq(&first, &w.current().unwrap()),
+            Arc::ptr_eq(&first, &w.current()),
             "unchanged: same generation"
         );
         std::fs::write(&path, users(2)).unwrap();
-        let second = w.current().unwrap();
+        let second = w.current();
         assert!(!Arc::ptr_eq(&first, &second));
         assert!(second.users.remembered("u1", "x").is_none());
         std::fs::write(&path, "basic_auth_users:\n  u0: plaintext\n").unwrap();
-        assert!(
-            Arc::ptr_eq(&second, &w.current().unwrap()),
-            "broken: the last good"
-        );
-        assert!(Arc::ptr_eq(&second, &w.current().unwrap()));
+        assert!(Arc::ptr_eq(&second, &w.current()), "broken: the last good");
+        assert!(Arc::ptr_eq(&second, &w.current()));
         std::fs::write(&path, users(3)).unwrap();
+        assert!(!Arc::ptr_eq(&second, &w.current()), "mended: loaded");
+    }
+
+    #[test]
+    fn a_poisoned_lock_keeps_the_last_good_configuration() {
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().join("web.yml");
+        std::fs::write(&path, format!("basic_auth_users:\n  u0: '{}'\n", hash())).unwrap();
+        let w = WebConfig::load(&path).unwrap();
+        let good = w.current();
+        w.poison();
+        let after = w.current();
         assert!(
-            !Arc::ptr_eq(&second, &w.current().unwrap()),
-            "mended: loaded"
+            Arc::ptr_eq(&good, &after),
+            "the last good generation is served"
+        );
+        assert!(w.has_users());
+        assert!(
+            !w.state.is_poisoned(),
+            "recovered once, not on every connection"
         );
     }
 

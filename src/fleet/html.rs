@@ -9,19 +9,6 @@ use crate::report::{html as page, svg};
 use crate::units::fmt_ns;
 use maud::{Markup, html};
 
-fn secs(r: &Reading) -> String {
-    match (r.mean, r.stddev) {
-        (Some(m), Some(sd)) => format!("{} ±{}", fmt_ns(m * 1e9), fmt_ns(sd * 1e9)),
-        (Some(m), None) => fmt_ns(m * 1e9),
-        _ => "n/a".to_string(),
-    }
-}
-
-fn num(r: &Reading) -> String {
-    r.mean
-        .map_or_else(|| "n/a".to_string(), |m| format!("{m:.2}"))
-}
-
 fn ranking(r: &Report) -> Markup {
     // Each reason a figure is missing is said once, below the table, and referred to by number.
     let mut notes = Footnotes::default();
@@ -34,19 +21,22 @@ fn ranking(r: &Report) -> Markup {
                 x.rank.to_string(),
                 x.instance.clone(),
                 x.target.clone(),
-                cell(&x.cost_s, secs(&x.cost_s)),
+                cell(&x.cost_s, x.cost_s.shown_as_time()),
                 cell(
                     &x.cross_share,
                     x.cross_share
                         .mean
                         .map_or("n/a".into(), |m| format!("{:.0}%", m * 100.0)),
                 ),
-                cell(&x.cross_latency_s, secs(&x.cross_latency_s)),
-                cell(&x.same_latency_s, secs(&x.same_latency_s)),
-                cell(&x.wakeups_per_s, num(&x.wakeups_per_s)),
-                cell(&x.halts_per_wakeup, num(&x.halts_per_wakeup)),
-                cell(&x.ipis_per_wakeup, num(&x.ipis_per_wakeup)),
-                cell(&x.probe_cross_over_same, num(&x.probe_cross_over_same)),
+                cell(&x.cross_latency_s, x.cross_latency_s.shown_as_time()),
+                cell(&x.same_latency_s, x.same_latency_s.shown_as_time()),
+                cell(&x.wakeups_per_s, x.wakeups_per_s.shown_as_number(2)),
+                cell(&x.halts_per_wakeup, x.halts_per_wakeup.shown_as_number(2)),
+                cell(&x.ipis_per_wakeup, x.ipis_per_wakeup.shown_as_number(2)),
+                cell(
+                    &x.probe_cross_over_same,
+                    x.probe_cross_over_same.shown_as_number(2),
+                ),
                 x.findings.join(", "),
             ]
         })

@@ -65,6 +65,23 @@ pub struct Reading {
 }
 
 impl Reading {
+    /// A latency or cost in seconds as people read it, with its spread when it has one; `n/a`
+    /// without a mean (the reason is a footnote of the table).
+    pub fn shown_as_time(&self) -> String {
+        use crate::units::fmt_ns;
+        match (self.mean, self.stddev) {
+            (Some(m), Some(sd)) => format!("{} ±{}", fmt_ns(m * 1e9), fmt_ns(sd * 1e9)),
+            (Some(m), None) => fmt_ns(m * 1e9),
+            _ => "n/a".to_string(),
+        }
+    }
+
+    /// The mean with `decimals` places, or `n/a`.
+    pub fn shown_as_number(&self, decimals: usize) -> String {
+        self.mean
+            .map_or_else(|| "n/a".to_string(), |m| format!("{m:.decimals$}"))
+    }
+
     pub fn of(mean: Option<f64>, why: &str) -> Self {
         match mean.filter(|m| m.is_finite()) {
             Some(m) => Self {
@@ -179,16 +196,10 @@ fn preflight(p: &Prometheus, since_s: u64, end: f64) -> Result<(Window, f64, u64
     Ok((w, interval, hosts))
 }
 
-fn now() -> f64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64())
-}
-
 /// Queries `p` and builds the report.
 pub fn run(p: &Prometheus, s: &Settings) -> Result<Report> {
     // Milliseconds, as every query states its times.
-    let end = (now() * 1000.0).round() / 1000.0;
+    let end = (crate::history::when::now_unix_s() * 1000.0).round() / 1000.0;
     let (w, rule_interval_s, hosts_seen) = preflight(p, s.since_s, end)?;
     let hosts_answering = p
         .instant(&queries::hosts_now(), end)?

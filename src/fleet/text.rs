@@ -7,19 +7,6 @@ use crate::units::fmt_ns;
 use std::fmt::Write;
 
 /// A latency or cost in seconds as people read it, with its spread when it has one.
-fn secs(r: &Reading) -> String {
-    match (r.mean, r.stddev) {
-        (Some(m), Some(sd)) => format!("{} ±{}", fmt_ns(m * 1e9), fmt_ns(sd * 1e9)),
-        (Some(m), None) => fmt_ns(m * 1e9),
-        _ => "n/a".to_string(),
-    }
-}
-
-fn num(r: &Reading, decimals: usize) -> String {
-    r.mean
-        .map_or_else(|| "n/a".to_string(), |m| format!("{m:.decimals$}"))
-}
-
 fn pct(r: &Reading) -> String {
     r.mean
         .map_or_else(|| "n/a".to_string(), |m| format!("{:.0}%", m * 100.0))
@@ -72,14 +59,17 @@ fn ranking(r: &Report, s: &mut String) {
             x.rank.to_string(),
             x.instance.clone(),
             x.target.clone(),
-            cell(&x.cost_s, secs(&x.cost_s)),
+            cell(&x.cost_s, x.cost_s.shown_as_time()),
             cell(&x.cross_share, pct(&x.cross_share)),
-            cell(&x.cross_latency_s, secs(&x.cross_latency_s)),
-            cell(&x.same_latency_s, secs(&x.same_latency_s)),
-            cell(&x.wakeups_per_s, num(&x.wakeups_per_s, 1)),
-            cell(&x.halts_per_wakeup, num(&x.halts_per_wakeup, 2)),
-            cell(&x.ipis_per_wakeup, num(&x.ipis_per_wakeup, 2)),
-            cell(&x.probe_cross_over_same, num(&x.probe_cross_over_same, 2)),
+            cell(&x.cross_latency_s, x.cross_latency_s.shown_as_time()),
+            cell(&x.same_latency_s, x.same_latency_s.shown_as_time()),
+            cell(&x.wakeups_per_s, x.wakeups_per_s.shown_as_number(1)),
+            cell(&x.halts_per_wakeup, x.halts_per_wakeup.shown_as_number(2)),
+            cell(&x.ipis_per_wakeup, x.ipis_per_wakeup.shown_as_number(2)),
+            cell(
+                &x.probe_cross_over_same,
+                x.probe_cross_over_same.shown_as_number(2),
+            ),
             x.findings.len().to_string(),
         ]);
     }

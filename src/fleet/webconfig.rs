@@ -105,43 +105,42 @@ fn read(dir: &Path, p: &Path, key: &str, what: &str) -> Result<Vec<u8>> {
     })
 }
 
+/// The PEM certificates of the file `key` names; none is bad input.
+fn certificates(
+    dir: &Path,
+    p: &Path,
+    key: &str,
+    what: &str,
+) -> Result<Vec<ureq::tls::Certificate<'static>>> {
+    use ureq::tls::PemItem;
+    let pem = read(dir, p, key, what)?;
+    let certs: Vec<_> = ureq::tls::parse_pem(&pem)
+        .filter_map(|i| match i {
+            Ok(PemItem::Certificate(c)) => Some(c),
+            _ => None,
+        })
+        .collect();
+    if certs.is_empty() {
+        return Err(bad_input(format!("{what}: {key} holds no PEM certificate")));
+    }
+    Ok(certs)
+}
+
 fn tls(t: &TlsFile, dir: &Path, what: &str) -> Result<ureq::tls::TlsConfig> {
-    use ureq::tls::{Certificate, ClientCert, PemItem, PrivateKey, RootCerts, TlsConfig};
+    use ureq::tls::{ClientCert, PrivateKey, RootCerts, TlsConfig};
     let mut b = TlsConfig::builder().disable_verification(t.insecure_skip_verify);
     if let Some(ca) = &t.ca_file {
-        let pem = read(dir, ca, "tls_config.ca_file", what)?;
-        let certs: Vec<Certificate<'static>> = ureq::tls::parse_pem(&pem)
-            .filter_map(|i| match i {
-                Ok(PemItem::Certificate(c)) => Some(c),
-                _ => None,
-            })
-            .collect();
-        if certs.is_empty() {
-            return Err(bad_input(format!(
-                "{what}: tls_config.ca_file holds no PEM certificate"
-            )));
-        }
+        let certs = certificates(dir, ca, "tls_config.ca_file", what)?;
         b = b.root_certs(RootCerts::new_with_certs(&certs));
     }
     if let (Some(cert), Some(key)) = (&t.cert_file, &t.key_file) {
-        let pem = read(dir, cert, "tls_config.cert_file", what)?;
-        let chain: Vec<Certificate<'static>> = ureq::tls::parse_pem(&pem)
-            .filter_map(|i| match i {
-                Ok(PemItem::Certificate(c)) => Some(c),
-                _ => None,
-            })
-            .collect();
+        let chain = certificates(dir, cert, "tls_config.cert_file", what)?;
         let key_pem = read(dir, key, "tls_config.key_file", what)?;
         let key = PrivateKey::from_pem(&key_pem).map_err(|e| {
             bad_input(format!(
                 "{what}: tls_config.key_file is no PEM private key ({e})"
             ))
         })?;
-        if chain.is_empty() {
-            return Err(bad_input(format!(
-                "{what}: tls_config.cert_file holds no PEM certificate"
-            )));
-        }
         b = b.client_cert(Some(ClientCert::new_with_certs(&chain, key)));
     }
     Ok(b.build())

@@ -1,5 +1,12 @@
 //! Times as the history shows and reads them: UTC, `YYYY-MM-DD HH:MM`, no time-zone database.
 
+/// Now, in seconds since the Unix epoch (0 on a clock set before it).
+pub fn now_unix_s() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
 /// Days since 1970-01-01 of a civil date (Howard Hinnant's `days_from_civil`).
 fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
     let y = if m <= 2 { y - 1 } else { y };

@@ -21,7 +21,8 @@ pub enum Format {
     Tuned,
     /// One Ansible playbook for every remedy, by tag, with its undo.
     Ansible,
-    /// `docker run --cpuset-cpus` and a compose file's `cpuset`.
+    /// `docker update --cpuset-cpus` (or `--cpus`) on the running container, and a compose
+    /// file's `cpuset` (or `cpus`) for its next start.
     Containers,
     /// The kubelet's static CPU manager and a pod spec with exclusive CPUs.
     Kubernetes,
@@ -162,8 +163,8 @@ pub fn form(
         Format::Sysctl => super::kernel::sysctl(&dir, &fitting, ctx),
         Format::Cmdline => super::kernel::cmdline(&dir, id, &fitting, ctx),
         Format::Tuned => super::tuned::form(&dir, id, &fitting, ctx),
-        Format::Containers => super::containers::docker(&dir, &fitting, ctx),
-        Format::Kubernetes => super::containers::kubernetes(&dir, &fitting, ctx),
+        Format::Containers => super::containers::docker(&dir, &fitting, ctx)?,
+        Format::Kubernetes => super::containers::kubernetes(&dir, &fitting, ctx)?,
         Format::Libvirt => super::libvirt::form(&dir, &fitting, ctx),
         _ => {
             return Err(format!(

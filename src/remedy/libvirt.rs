@@ -8,7 +8,7 @@
 //! Where the finding points at the guest's socket or NUMA layout (`one_node`), a `<numatune>`
 //! keeps the guest's memory on the host node its vCPUs are pinned to.
 
-use super::{Context, File, Form, Format, Needs};
+use super::{Command, Context, File, Form, Format, Needs, Word};
 use crate::doctor::findings::Change;
 
 /// The `<cputune>` fragment for `vcpus` vCPUs, with placeholder host CPUs.
@@ -69,31 +69,64 @@ fn pin(form: &mut Form, dir: &str, vcpus: u32, one_node: bool, ctx: &Context) {
         install_to: None,
         placeholder: Some(why),
     });
+    let domain = domain();
+    let before = Word::placeholder(
+        "the host CPUs this vCPU ran on before (`virsh vcpupin DOMAIN` shows them)",
+    );
     for v in 0..vcpus {
-        form.apply.push(format!(
-            "virsh vcpupin DOMAIN {v} HOST_CPU_{v} --live --config"
+        let cpu = Word::placeholder(format!("HOST_CPU_{v}: the host CPU for vCPU {v}"));
+        let vcpu = Word::from(v.to_string());
+        form.apply.push(virsh_pin(&domain, &vcpu, &cpu));
+        form.verify.push(Command::sh(
+            r#"virsh dumpxml --inactive "$1" | grep -Fq "<vcpupin vcpu='$2' cpuset='$3'/>""#,
+            [domain.clone(), vcpu.clone(), cpu],
         ));
-        form.verify.push(format!(
-            "virsh dumpxml DOMAIN | grep -q \"<vcpupin vcpu='{v}' cpuset='HOST_CPU_{v}'/>\""
-        ));
-        form.undo.push(format!(
-            "virsh vcpupin DOMAIN {v} HOST_CPUS_BEFORE --live --config"
-        ));
+        form.undo.push(virsh_pin(&domain, &vcpu, &before));
     }
-    form.apply
-        .push("virsh emulatorpin DOMAIN HOST_CPUS_EMULATOR --live --config".into());
-    form.undo
-        .push("virsh emulatorpin DOMAIN HOST_CPUS_BEFORE --live --config".into());
+    let emulator = |cpus: Word| {
+        Command::new([
+            Word::from("virsh"),
+            "emulatorpin".into(),
+            domain.clone(),
+            cpus,
+            "--live".into(),
+            "--config".into(),
+        ])
+    };
+    form.apply.push(emulator(Word::placeholder(
+        "HOST_CPUS_EMULATOR: the host CPUs for the emulator threads",
+    )));
+    form.undo.push(emulator(Word::placeholder(
+        "the host CPUs the emulator threads ran on before (`virsh emulatorpin DOMAIN` shows them)",
+    )));
     form.notes.push(format!(
-        "DOMAIN is a placeholder: the libvirt domain of this guest (its host name here is \
-         `{}`; a domain is often, not always, named so); HOST_CPUS_BEFORE is the host's \
-         CPU list the vCPUs ran on before (`virsh vcpupin DOMAIN` shows it)",
+        "the domain is a placeholder: the libvirt domain of this guest (its host name here is \
+         `{}`; a domain is often, not always, named so); so are the host's CPUs, before and \
+         after",
         if ctx.hostname.is_empty() {
             "not recorded"
         } else {
             &ctx.hostname
         }
     ));
+}
+
+/// The libvirt domain, which the guest cannot see.
+fn domain() -> Word {
+    Word::placeholder("DOMAIN: the libvirt domain of this guest")
+}
+
+/// `virsh vcpupin DOMAIN VCPU CPUS --live --config`.
+fn virsh_pin(domain: &Word, vcpu: &Word, cpus: &Word) -> Command {
+    Command::new([
+        Word::from("virsh"),
+        "vcpupin".into(),
+        domain.clone(),
+        vcpu.clone(),
+        cpus.clone(),
+        "--live".into(),
+        "--config".into(),
+    ])
 }
 
 /// The `<numatune>` file and the `virsh numatune` commands: the memory's node is part of the
@@ -110,19 +143,33 @@ fn node(form: &mut Form, dir: &str) {
         install_to: None,
         placeholder: Some(NODE_WHY.to_string()),
     });
-    form.apply
-        .push("virsh numatune DOMAIN --mode strict --nodeset HOST_NODE --config".into());
-    form.verify.push(
-        "virsh numatune DOMAIN --config | grep -Eq '^numa_nodeset[[:space:]]*:[[:space:]]*HOST_NODE$'"
-            .into(),
-    );
-    form.undo.push(
-        "virsh numatune DOMAIN --mode MODE_BEFORE --nodeset HOST_NODES_BEFORE --config".into(),
-    );
+    let domain = domain();
+    let node = Word::placeholder("HOST_NODE: the host NUMA node the guest keeps to");
+    let numatune = |mode: Word, nodes: Word| {
+        Command::new([
+            Word::from("virsh"),
+            "numatune".into(),
+            domain.clone(),
+            "--mode".into(),
+            mode,
+            "--nodeset".into(),
+            nodes,
+            "--config".into(),
+        ])
+    };
+    form.apply.push(numatune("strict".into(), node.clone()));
+    form.verify.push(Command::sh(
+        r#"virsh numatune "$1" --config | grep -Eq "^numa_nodeset[[:space:]]*:[[:space:]]*$2\$""#,
+        [domain.clone(), node],
+    ));
+    form.undo.push(numatune(
+        Word::placeholder("the memory mode before (`virsh numatune DOMAIN --config`)"),
+        Word::placeholder("the node set before (`virsh numatune DOMAIN --config`)"),
+    ));
     form.needs = Needs::GuestRestart;
     form.notes.push(
-        "HOST_NODE is a placeholder (the host node the guest keeps to); MODE_BEFORE and \
-         HOST_NODES_BEFORE are what `virsh numatune DOMAIN --config` shows before (with no \
+        "HOST_NODE is a placeholder (the host node the guest keeps to); so are the memory mode \
+         and node set before, which `virsh numatune DOMAIN --config` shows (with no \
          <numatune> before, undo removes the element with `virsh edit DOMAIN` instead). The \
          vCPU pinning takes effect at once, the memory's node when the guest is shut down and \
          started again."
@@ -151,6 +198,15 @@ mod tests {
             &Context::default(),
         );
         assert_eq!(f.apply.len(), 3);
+        // Nothing the host must supply is runnable text.
+        assert!(f.commands().all(|c| c.line().is_none()));
+        assert!(
+            f.apply[0]
+                .shown()
+                .starts_with("# PLACEHOLDER, replace each <...>: virsh vcpupin <DOMAIN: "),
+            "{}",
+            f.apply[0].shown()
+        );
         assert_eq!(f.files.len(), 1, "no <numatune> without one_node");
         assert_eq!(f.needs, Needs::Nothing);
         assert!(f.files[0].placeholder.is_some());
@@ -203,11 +259,10 @@ mod tests {
                 .unwrap()
                 .contains("HOST_NODE")
         );
-        assert!(
-            f.apply
-                .iter()
-                .any(|a| a.contains("numatune DOMAIN --mode strict"))
-        );
+        assert!(f.apply.iter().any(|a| {
+            a.shown()
+                .contains("numatune <DOMAIN: the libvirt domain of this guest> --mode strict")
+        }));
         assert_eq!(f.apply.len(), f.undo.len());
         assert_eq!(f.needs, Needs::GuestRestart);
     }

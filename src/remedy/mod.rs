@@ -20,6 +20,7 @@
 //! once, naming every finding it answers.
 
 pub mod ansible;
+pub mod command;
 pub mod containers;
 pub mod formats;
 pub mod kernel;
@@ -33,6 +34,7 @@ pub mod tuned;
 use crate::doctor::findings::{Change, Finding, Remedy, Site};
 use serde::Serialize;
 
+pub use command::{Command, Word};
 pub use formats::Format;
 
 /// What the generators know about the host the result came from, besides the result itself.
@@ -55,14 +57,6 @@ pub struct Context {
     /// The active tuned profile, which a child profile includes.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tuned_profile: Option<String>,
-    /// The current value of a module parameter, read on this host when the result is this
-    /// host's: (module, parameter, value). What undo restores; absent, undo names a placeholder.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub current_params: Vec<(String, String, String)>,
-    /// The current value of a `/proc/sys` setting, read on this host when the result is this
-    /// host's: (key, value). What undo restores; absent, undo names a placeholder.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub current_sysctls: Vec<(String, String)>,
     /// The bootloader tooling found on this host (`update-grub`, `grub2-mkconfig`, `grubby`),
     /// when the result is this host's; empty when not known.
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -70,22 +64,6 @@ pub struct Context {
     /// This host's `cpulab try` runs from the history, or why they were not read.
     #[serde(skip)]
     pub trials: trials::Trials,
-}
-
-impl Context {
-    fn current_param(&self, module: &str, param: &str) -> Option<&str> {
-        self.current_params
-            .iter()
-            .find(|(m, p, _)| m == module && p == param)
-            .map(|(_, _, v)| v.as_str())
-    }
-
-    fn current_sysctl(&self, key: &str) -> Option<&str> {
-        self.current_sysctls
-            .iter()
-            .find(|(k, _)| k == key)
-            .map(|(_, v)| v.as_str())
-    }
 }
 
 /// What a change needs before it takes effect.
@@ -139,13 +117,13 @@ pub struct Form {
     pub files: Vec<File>,
     /// A reversible trial first, where the format has one (`systemctl set-property --runtime`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub trial: Vec<String>,
-    /// Shell command lines, run in order, as root.
-    pub apply: Vec<String>,
+    pub trial: Vec<Command>,
+    /// Run in order, as root, from the output directory.
+    pub apply: Vec<Command>,
     /// Each exits 0 when the change holds, non-zero when it does not.
-    pub verify: Vec<String>,
-    /// Files removed, previous values restored.
-    pub undo: Vec<String>,
+    pub verify: Vec<Command>,
+    /// Files removed, the values apply saved put back.
+    pub undo: Vec<Command>,
     pub needs: Needs,
     /// What the operator should know about this form (which of two forms applies here).
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -165,6 +143,21 @@ impl Form {
             needs,
             notes: vec![],
         }
+    }
+
+    /// Whether a file or a command of it holds a value the operator must supply.
+    pub fn has_placeholder(&self) -> bool {
+        self.files.iter().any(|f| f.placeholder.is_some())
+            || self.commands().any(|c| c.placeholders().next().is_some())
+    }
+
+    /// Every command: trial, apply, verify, undo.
+    pub fn commands(&self) -> impl Iterator<Item = &Command> {
+        self.trial
+            .iter()
+            .chain(&self.apply)
+            .chain(&self.verify)
+            .chain(&self.undo)
     }
 }
 
@@ -358,18 +351,6 @@ fn verify_finding(ids: &[String]) -> String {
     format!("cpulab doctor --quick --expect-absent {}", ids.join(","))
 }
 
-/// A value safe inside single quotes of a POSIX shell line.
-pub fn sh_quote(s: &str) -> String {
-    if !s.is_empty()
-        && s.chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-_./=:,@%+".contains(c))
-    {
-        s.to_string()
-    } else {
-        format!("'{}'", s.replace('\'', r"'\''"))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -378,6 +359,11 @@ mod tests {
     /// The rules' fixture machine (a KVM guest with a watched PostgreSQL in
     /// `postgresql@15-main.service`, every problem at once) through every format.
     fn plan_of_everything_wrong() -> Plan {
+        plan_of_everything_wrong_on(&[])
+    }
+
+    /// The same, on a host whose boot-loader tools are `bootloaders`.
+    pub(super) fn plan_of_everything_wrong_on(bootloaders: &[&str]) -> Plan {
         let (facts, m) = everything_wrong();
         let findings = evaluate(Inputs {
             facts: &facts,
@@ -387,6 +373,7 @@ mod tests {
             source: "fixture".into(),
             cgroup_version: Some(2),
             guest: true,
+            bootloaders: bootloaders.iter().map(|t| t.to_string()).collect(),
             ..Context::default()
         };
         plan(&findings, &ctx, &Format::ALL, "out")
@@ -464,17 +451,56 @@ mod tests {
     #[test]
     fn advice_is_listed_as_not_deployable_and_host_remedies_say_so() {
         let p = plan_of_everything_wrong();
+        assert!(!p.undeployable.is_empty(), "the fixture has advice");
         assert!(
             p.undeployable
                 .iter()
                 .all(|u| u.reason.starts_with("not a setting a file can carry"))
         );
-        for d in p.deployments.iter().filter(|d| d.site == Site::Host) {
-            for f in &d.forms {
-                assert!(f.notes[0].starts_with("for the hypervisor host, not this guest"));
-            }
+        let host_forms: Vec<&Form> = p
+            .deployments
+            .iter()
+            .filter(|d| d.site == Site::Host)
+            .flat_map(|d| &d.forms)
+            .collect();
+        assert!(!host_forms.is_empty(), "the fixture has host remedies");
+        for f in host_forms {
+            assert!(f.notes[0].starts_with("for the hypervisor host, not this guest"));
         }
         let readme = &p.files[0].contents;
         assert!(readme.contains("## Order\n\n1. `"), "{readme}");
+    }
+
+    #[test]
+    fn no_command_that_holds_a_placeholder_has_a_line_to_run() {
+        let p = plan_of_everything_wrong();
+        let (mut with, mut without) = (0, 0);
+        for c in p
+            .deployments
+            .iter()
+            .flat_map(|d| &d.forms)
+            .flat_map(Form::commands)
+        {
+            let json = serde_json::to_value(c).unwrap();
+            if c.placeholders().next().is_some() {
+                with += 1;
+                assert!(json.get("line").is_none(), "{json}");
+                assert!(c.shown().starts_with("# PLACEHOLDER"), "{}", c.shown());
+            } else {
+                without += 1;
+                assert_eq!(json["line"], c.line().unwrap());
+            }
+        }
+        // Both kinds are in the fixture's plan, so neither branch above went unchecked.
+        assert!(with > 0 && without > 0, "{with} with, {without} without");
+        let text = serde_json::to_string(&p).unwrap();
+        for stale in [
+            "<value before>",
+            "HOST_CPUS_BEFORE",
+            "<the CPUs before>",
+            "MODE_BEFORE",
+        ] {
+            assert!(!text.contains(stale), "{stale}");
+        }
     }
 }

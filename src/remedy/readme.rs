@@ -1,7 +1,7 @@
 //! The README.md at the top of the output: the order to apply the remedies in, what each needs
 //! (nothing, a restart, a reboot, the host), and how to verify and undo each.
 
-use super::{Deployment, File, Form, Needs, Plan};
+use super::{Command, Deployment, File, Form, Needs, Plan};
 use crate::doctor::findings::Site;
 
 /// Remedies in the order to apply them: this machine's before the host's, then those that take
@@ -22,13 +22,13 @@ pub fn order(p: &Plan) -> Vec<&Deployment> {
     ds
 }
 
-fn commands(out: &mut String, title: &str, lines: &[String]) {
+fn commands(out: &mut String, title: &str, lines: &[Command]) {
     if lines.is_empty() {
         return;
     }
     out.push_str(&format!("{title}:\n\n```sh\n"));
     for l in lines {
-        out.push_str(l);
+        out.push_str(&l.shown());
         out.push('\n');
     }
     out.push_str("```\n\n");
@@ -50,6 +50,12 @@ fn form(out: &mut String, f: &Form) {
         }
     }
     out.push('\n');
+    if f.commands().any(|c| c.line().is_none()) {
+        out.push_str(
+            "A command with a value cpulab cannot know is commented out below as `# PLACEHOLDER`, \
+             each such value shown as `<what it is>`: supply them before running it.\n\n",
+        );
+    }
     for n in &f.notes {
         let end = if n.ends_with('.') { "" } else { "." };
         out.push_str(&format!("Note: {n}{end}\n\n"));

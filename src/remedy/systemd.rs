@@ -6,7 +6,7 @@
 //! the drop-in is written for `UNIT-NOT-NAMED.service` with the reason at its top: a wrong unit
 //! would pin some other service, so no unit is ever guessed.
 
-use super::{Context, File, Form, Needs, sh_quote};
+use super::{Command, Context, File, Form, Needs, Word};
 use crate::doctor::findings::{Change, Workload};
 
 /// The stand-in for a unit the doctor could not name.
@@ -118,55 +118,92 @@ fn one_unit(
         install_to: Some(install.clone()),
         placeholder: placeholder.clone(),
     });
-    let u = sh_quote(unit);
+    // An unnamed unit is a placeholder in every command, so none of them runs as written.
+    let (u, to) = match &placeholder {
+        Some(_) => (
+            Word::placeholder("the unit that runs the workload"),
+            Word::placeholder(format!(
+                "/etc/systemd/system/UNIT.d/50-cpulab-{name}.conf, UNIT the unit that runs the \
+                 workload"
+            )),
+        ),
+        None => (Word::from(unit), Word::from(&install)),
+    };
+    let systemctl = |args: &[&str], tail: &[String]| {
+        let mut argv: Vec<Word> = vec!["systemctl".into()];
+        argv.extend(args.iter().map(|a| Word::from(*a)));
+        argv.push(u.clone());
+        argv.extend(tail.iter().map(Word::from));
+        Command::new(argv)
+    };
     // `systemctl set-property` takes only the cgroup settings: it refuses CPUAffinity= (an exec
     // setting, read when a process starts), and refuses the whole line with it.
     let runtime: Vec<&(String, String)> = set.iter().filter(|(k, _)| k != "CPUAffinity").collect();
     if !runtime.is_empty() {
         let props: Vec<String> = runtime.iter().map(|(k, v)| format!("{k}={v}")).collect();
-        form.trial.push(format!(
-            "systemctl set-property --runtime {u} {}",
-            props.join(" ")
-        ));
+        form.trial
+            .push(systemctl(&["set-property", "--runtime"], &props));
     }
-    form.apply.push(format!(
-        "install -D -m 0644 {} {}",
-        sh_quote(&path),
-        sh_quote(&install)
-    ));
-    form.apply.push("systemctl daemon-reload".into());
-    form.apply.push(format!("systemctl try-restart {u}"));
+    form.apply.push(Command::new([
+        Word::from("install"),
+        "-D".into(),
+        "-m".into(),
+        "0644".into(),
+        Word::from(&path),
+        to.clone(),
+    ]));
+    form.apply
+        .push(Command::new(["systemctl", "daemon-reload"]));
+    form.apply.push(systemctl(&["try-restart"], &[]));
     for (k, v) in &set {
-        form.verify.push(format!(
-            "test \"$(systemctl show -P {k} {u})\" = {}",
-            sh_quote(v)
+        form.verify.push(Command::output_is(
+            v,
+            [
+                Word::from("systemctl"),
+                "show".into(),
+                "-P".into(),
+                k.into(),
+                u.clone(),
+            ],
         ));
     }
     if let Change::Pin { cpus, .. } = change
         && section(unit) == "Service"
     {
-        form.verify.push(format!(
-            "grep -Eq '^Cpus_allowed_list:[[:space:]]*{cpus}$' /proc/\"$(systemctl show -P MainPID {u})\"/status"
-        ));
+        form.verify.push(affinity_is(cpus, u.clone()));
     }
-    form.undo.push(format!("rm -f {}", sh_quote(&install)));
+    form.undo.push(Command::new([
+        Word::from("rm"),
+        "-f".into(),
+        "--".into(),
+        to,
+    ]));
     if !runtime.is_empty() {
-        form.undo.push(format!(
-            "systemctl set-property --runtime {u} {}",
-            runtime
-                .iter()
-                .map(|(k, _)| format!("{k}="))
-                .collect::<Vec<_>>()
-                .join(" ")
-        ));
+        let cleared: Vec<String> = runtime.iter().map(|(k, _)| format!("{k}=")).collect();
+        form.undo
+            .push(systemctl(&["set-property", "--runtime"], &cleared));
     }
-    form.undo.push("systemctl daemon-reload".into());
-    form.undo.push(format!("systemctl try-restart {u}"));
+    form.undo.push(Command::new(["systemctl", "daemon-reload"]));
+    form.undo.push(systemctl(&["try-restart"], &[]));
     if let Some(why) = placeholder {
         form.notes.push(format!(
-            "{UNNAMED} is a placeholder ({why}): rename the directory to the unit that runs the workload before applying"
+            "{UNNAMED} is a placeholder ({why}): rename the directory to the unit that runs the \
+             workload, and name it in the commands, before applying"
         ));
     }
+}
+
+/// Exits 0 when the unit's main process may run on exactly `cpus` (its `Cpus_allowed_list`,
+/// compared as a fixed string).
+pub fn affinity_is(cpus: &str, unit: Word) -> Command {
+    Command::new([
+        Word::from("sh"),
+        "-c".into(),
+        r#"grep -Fxq "$(printf 'Cpus_allowed_list:\t%s' "$1")" "/proc/$(systemctl show -P MainPID "$2")/status""#.into(),
+        "sh".into(),
+        cpus.into(),
+        unit,
+    ])
 }
 
 /// A drop-in's text: where it goes, why, and its settings.
@@ -228,15 +265,23 @@ mod tests {
         );
         assert_eq!(f.files[0].placeholder, None);
         assert_eq!(
-            f.trial,
-            ["systemctl set-property --runtime postgresql@15-main.service AllowedCPUs=0"]
+            f.trial[0].line().unwrap(),
+            "systemctl set-property --runtime postgresql@15-main.service 'AllowedCPUs=0'"
         );
-        assert!(f.verify[0].contains("systemctl show -P CPUAffinity postgresql@15-main.service"));
         assert!(
-            f.undo
-                .iter()
-                .any(|u| u.starts_with("rm -f /etc/systemd/system/postgresql@15-main"))
+            f.verify[0]
+                .line()
+                .unwrap()
+                .ends_with("sh 0 systemctl show -P CPUAffinity postgresql@15-main.service"),
+            "{:?}",
+            f.verify[0].line()
         );
+        assert!(f.undo.iter().any(|u| {
+            u.line()
+                .unwrap()
+                .starts_with("rm -f -- /etc/systemd/system/postgresql@15-main")
+        }));
+        assert!(!f.has_placeholder());
         assert_eq!(f.needs, Needs::Restart);
     }
 
@@ -251,7 +296,7 @@ mod tests {
         // CPUAffinity= is not a runtime property: no trial, and nothing to reset at undo.
         assert!(f.trial.is_empty(), "{:?}", f.trial);
         assert!(
-            !f.undo.iter().any(|u| u.contains("set-property")),
+            !f.undo.iter().any(|u| u.shown().contains("set-property")),
             "{:?}",
             f.undo
         );
@@ -278,5 +323,17 @@ mod tests {
                 .starts_with("# PLACEHOLDER: no unit seen.\n")
         );
         assert!(f.notes[0].contains("placeholder"));
+        // No command names the stand-in unit as if it were one.
+        assert!(!f.apply.is_empty());
+        for c in f.commands() {
+            if c.argv
+                .iter()
+                .any(|w| matches!(w, Word::Text(t) if t == UNNAMED))
+            {
+                panic!("{c:?}");
+            }
+        }
+        assert!(f.apply.iter().any(|c| c.line().is_none()));
+        assert!(f.has_placeholder());
     }
 }

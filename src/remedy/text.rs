@@ -39,7 +39,7 @@ pub fn render(p: &Plan) -> String {
                 f.format.as_str(),
                 f.files.len(),
                 f.needs.words(),
-                if f.files.iter().any(|x| x.placeholder.is_some()) {
+                if f.has_placeholder() {
                     "; holds a PLACEHOLDER (see the README)"
                 } else {
                     ""
@@ -51,9 +51,15 @@ pub fn render(p: &Plan) -> String {
         }
     }
     if !p.undeployable.is_empty() {
+        let readme = p.files.iter().any(|f| f.path == "README.md");
         out.push_str(&format!(
-            "\n{} remedies are not deployable as files (listed in the README)",
-            p.undeployable.len()
+            "\n{} remedies are not deployable as files{}",
+            p.undeployable.len(),
+            if readme {
+                " (listed in the README)"
+            } else {
+                ""
+            }
         ));
         if p.undeployable
             .iter()
@@ -62,6 +68,11 @@ pub fn render(p: &Plan) -> String {
             out.push_str(&format!(": {}", super::NOT_RECORDED));
         }
         out.push_str(".\n");
+        if !readme {
+            for u in &p.undeployable {
+                out.push_str(&format!("  {}: {}\n", u.finding, u.remedy));
+            }
+        }
     }
     out
 }

@@ -3,7 +3,7 @@
 //! options, `[sysctl]`, `[cpu]` for the governor and the idle latency). Written with an INI
 //! crate, the format tuned's parser (Python's configparser) reads.
 
-use super::{Context, File, Form, Format, Needs, sh_quote};
+use super::{Command, Context, File, Form, Format, Needs};
 use crate::doctor::findings::Change;
 
 /// The profile's sections: (section, key, value), in order.
@@ -72,23 +72,22 @@ pub fn form(dir: &str, id: &str, changes: &[&Change], ctx: &Context) -> Form {
         }],
         trial: vec![],
         apply: vec![
-            format!(
-                "install -D -m 0644 {} {}",
-                sh_quote(&path),
-                sh_quote(&install)
-            ),
-            format!("tuned-adm profile {profile}"),
+            super::kernel::install_file(&path, &install),
+            Command::new(["tuned-adm", "profile", profile.as_str()]),
         ],
         verify: vec![
-            format!("test \"$(tuned-adm active)\" = 'Current active profile: {profile}'"),
-            "tuned-adm verify".into(),
+            Command::output_is(
+                format!("Current active profile: {profile}"),
+                ["tuned-adm", "active"],
+            ),
+            Command::new(["tuned-adm", "verify"]),
         ],
         undo: vec![
             match &ctx.tuned_profile {
-                Some(p) => format!("tuned-adm profile {}", sh_quote(p)),
-                None => "tuned-adm off".into(),
+                Some(p) => Command::new(["tuned-adm", "profile", p.as_str()]),
+                None => Command::new(["tuned-adm", "off"]),
             },
-            format!("rm -rf {}", sh_quote(&format!("/etc/tuned/{profile}"))),
+            Command::new(["rm", "-rf", "--", &format!("/etc/tuned/{profile}")]),
         ],
         needs: if reboot {
             Needs::Reboot
@@ -144,11 +143,11 @@ mod tests {
             Some("cpuidle_haltpoll.force=1")
         );
         assert_eq!(f.needs, Needs::Reboot);
-        assert_eq!(f.undo[0], "tuned-adm profile virtual-guest");
+        assert_eq!(f.undo[0].line().unwrap(), "tuned-adm profile virtual-guest");
         // No active profile: none included, and the file says so.
         let f = form("02-x/tuned", "02-x", &refs, &Context::default());
         assert!(!f.files[0].contents.contains("include"));
         assert!(f.files[0].placeholder.is_some());
-        assert_eq!(f.undo[0], "tuned-adm off");
+        assert_eq!(f.undo[0].line().unwrap(), "tuned-adm off");
     }
 }

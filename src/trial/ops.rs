@@ -54,7 +54,11 @@ impl Op {
     /// The exact write, as a person would type it.
     pub fn shell(&self) -> String {
         match &self.target {
-            Target::File { path } => format!("echo {} > {}", quote(&self.value), path.display()),
+            Target::File { path } => format!(
+                "echo {} > {}",
+                shell_words::quote(&self.value),
+                shell_words::quote(&path.display().to_string())
+            ),
             Target::SchedFeature { path, feature } => {
                 let word = if self.value == "off" {
                     format!("NO_{feature}")
@@ -69,14 +73,6 @@ impl Op {
             }
             Target::Mount { path } => format!("umount {}", path.display()),
         }
-    }
-}
-
-fn quote(v: &str) -> String {
-    if v.is_empty() || v.contains(|c: char| c.is_whitespace() || "'\"$`\\;&|<>".contains(c)) {
-        format!("'{}'", v.replace('\'', r"'\''"))
-    } else {
-        v.to_string()
     }
 }
 

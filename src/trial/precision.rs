@@ -244,10 +244,12 @@ mod tests {
         assert_eq!(c.target_rel, Some(0.10));
         let n = c.rounds_needed.unwrap();
         assert!(n > 3);
-        assert_eq!(
-            Some(n),
-            rounds_needed(c.baseline.stddev, c.changed.stddev, 10.0, 3)
-        );
+        // By definition, not by rounds_needed again: the first count whose detectable effect
+        // is within 10% of the baseline's mean of 100 (spreads 20 and 18.93 by hand).
+        let (sa, sb) = (20.0, (716.666_666_666_7_f64 / 2.0).sqrt());
+        assert!((c.baseline.stddev - sa).abs() < 1e-9 && (c.changed.stddev - sb).abs() < 1e-9);
+        assert!(detectable_from(sa, n, sb, n).unwrap() <= 10.0);
+        assert!(detectable_from(sa, n - 1, sb, n - 1).unwrap() > 10.0);
         assert_eq!(c.more_time_s, Some((n - 3) as f64 * 8.0));
     }
 

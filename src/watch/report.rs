@@ -619,6 +619,14 @@ fn pair_estimate(top: &PairReport, processes: &[ProcessReport]) -> Result<Estima
     })
 }
 
+/// The mechanism line of `--mechanism bpf-counts`, which the session writes and a read-back
+/// recognises by its opening words.
+pub(crate) const COUNTS_MECHANISM: &str = "in-kernel aggregation only (the exporter's programs on sched_waking, \
+    sched_wakeup, sched_switch: counts and exp2 latency buckets per target and class in per-CPU \
+    maps, no per-event record): latency percentiles are bucket upper bounds, run-queue wait is \
+    the wakeup-to-run part only; pids, threads, pairs, on-CPU time, migrations and CPUs used need \
+    per-event records and are not measured (null in JSON, `-` in text)";
+
 /// Headline figures: per process, wakeups/s, the same-CPU share and each class's p50/p99.
 /// A saved `--mechanism bpf-counts` result read back: builds before its unmeasured figures were
 /// left absent wrote them as zeros (threads 0, on-CPU 0, migrations 0, no pairs, placement
@@ -626,7 +634,7 @@ fn pair_estimate(top: &PairReport, processes: &[ProcessReport]) -> Result<Estima
 /// was never measured: it reads as absent, as today's results write it.
 pub fn counts_only_read_back(mut r: WatchReport) -> WatchReport {
     // Every build names the mechanism with the same opening words.
-    let whole = super::session::COUNTS_MECHANISM;
+    let whole = COUNTS_MECHANISM;
     let opening = whole.split_once(" (").map_or(whole, |(opening, _)| opening);
     if !r.mechanism.starts_with(opening) {
         return r;

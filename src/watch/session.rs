@@ -270,7 +270,7 @@ impl<'m> Session<'m> {
             conditions.noisy = true;
         }
         let mechanism = if counts_only {
-            COUNTS_MECHANISM.to_string()
+            report::COUNTS_MECHANISM.to_string()
         } else {
             self.describe(bpf_kind)
         };
@@ -354,13 +354,6 @@ impl<'m> Session<'m> {
         }
     }
 }
-
-/// The mechanism line of `--mechanism bpf-counts`.
-pub(crate) const COUNTS_MECHANISM: &str = "in-kernel aggregation only (the exporter's programs on sched_waking, \
-    sched_wakeup, sched_switch: counts and exp2 latency buckets per target and class in per-CPU \
-    maps, no per-event record): latency percentiles are bucket upper bounds, run-queue wait is \
-    the wakeup-to-run part only; pids, threads, pairs, on-CPU time, migrations and CPUs used need \
-    per-event records and are not measured (null in JSON, `-` in text)";
 
 /// Puts what the aggregation counted between two snapshots where the report reads the
 /// analysis: one row per target label (no pid: pid 0), its classes' wakeups, idle destinations,

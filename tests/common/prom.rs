@@ -278,8 +278,16 @@ pub fn label<'a>(sample: &'a Value, name: &str) -> &'a str {
     sample["metric"][name].as_str().unwrap_or("")
 }
 
+/// Prometheus, promtool and curl, or a visible skip (a failure under CI).
 pub fn prometheus_installed(test: &str) -> bool {
-    super::installed(test, &[("prometheus", "prometheus"), ("curl", "curl")])
+    super::installed(
+        test,
+        &[
+            ("prometheus", "prometheus"),
+            ("promtool", "prometheus (promtool on newer Debian)"),
+            ("curl", "curl"),
+        ],
+    )
 }
 
 /// Waits until nothing listens on `port` (a process just killed), so it can be taken again.

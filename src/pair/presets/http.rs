@@ -19,8 +19,6 @@ use crate::pair::settings::{HttpClientKind, HttpServerKind, Readiness};
 use anyhow::{Context, Result};
 use std::path::{Path, PathBuf};
 
-/// The page every request fetches: small, so the request is all round trip and no bandwidth.
-pub const PAGE: &str = "<html><body><h1>It works!</h1><p>cpulab pair</p></body></html>\n";
 pub const PATH: &str = "/index.html";
 const USERS: &[&str] = &["www-data", "apache", "nginx", "nobody"];
 
@@ -229,7 +227,7 @@ fn wrk_client(wrk: &Path, port: u16, secs: u32) -> ClientKind {
 pub fn setup(server: HttpServerKind, client: HttpClientKind, env: &mut Env) -> Result<Setup> {
     let port = free_port()?;
     let docs = env.scratch.subdir("htdocs")?;
-    std::fs::write(docs.join("index.html"), PAGE)?;
+    std::fs::write(docs.join("index.html"), builtin::PAGE)?;
     let server = choose_server(server, env, port)?;
     let need = |name: &str, pkg: &str| super::require_program(name, pkg);
     let (factory, metric): (super::ClientFactory, Metric) = match client {
