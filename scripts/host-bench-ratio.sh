@@ -4,9 +4,9 @@
 # both alike. Prints, per exchange, each side's round trip and cpulab's over the independent one;
 # the same for the differences that do not depend on how fast this KVM runs guest instructions
 # (halt minus spin, polling off minus the module's default); cpulab's guest-timed round trip
-# (rdtsc) over its host-counted one; and cpulab's harness cost (its round trip over the
-# independent one's, for the halt exchange on two CPUs: the three stamping instructions and the
-# host reading the ring every 5 ms).
+# (rdtsc) over its host-counted one in its stamped windows; and cpulab's harness cost, its
+# stamped round trip over its bare one (three guest instructions more and the host reading the
+# ring every 5 ms). The cpulab/independent column is itself the bare harness's cost.
 #
 # Usage: scripts/host-bench-ratio.sh [CPULAB] [ROUNDS] [SECONDS]   (as root, /dev/kvm needed)
 set -euo pipefail
@@ -67,6 +67,8 @@ for name, c, i in rows:
 g = [p["guest_over_host"] for p in cpoints() if p.get("guest_over_host")]
 print(f"guest-timed (rdtsc) over host-counted round trip, cpulab, {len(g)} points: "
       f"mean {st.mean(g):.4f}, range {min(g):.4f} to {max(g):.4f}")
-if rows[0][1] and rows[0][2]:
-    print(f"cpulab's harness cost (halt, two CPUs, cpulab over independent): {rows[0][1]/rows[0][2]:.3f}")
+sc = [p["stamping_cost"] for p in cpoints() if p.get("stamping_cost")]
+if sc:
+    print(f"cpulab's stamping cost (stamped over bare round trip), {len(sc)} points: "
+          f"mean {st.mean(sc):.3f}, range {min(sc):.3f} to {max(sc):.3f}")
 PY

@@ -108,8 +108,9 @@ fn halt_ping_pong_halts_and_takes_an_ipi_per_side_and_the_spin_never_halts() {
         let trips = p["round_trips"].as_f64().unwrap();
         assert!(trips > 0.0, "{p}");
         // A snapshot reads KVM's statistics, then the guest's count, while the guest goes on:
-        // a few round trips at each window's edges.
-        let edge = 4.0 * 3.0 / trips;
+        // a few round trips at each window's edges, more when this thread is preempted between
+        // the two reads (at most 2% of the round trips on a loaded machine).
+        let edge = (4.0 * 3.0 / trips).max(0.02);
         for vcpu in p["vcpus"].as_array().unwrap() {
             let (h, i) = (
                 per_trip(vcpu, "halt_exits"),
@@ -372,7 +373,7 @@ fn a_timer_wake_halts_once_per_wake_and_never_comes_early() {
         let wakes = t["wakes"].as_f64().unwrap();
         assert!(wakes > 0.0, "{t}");
         let h = per_trip(&t["vcpu"], "halt_exits");
-        let edge = 4.0 * 3.0 / wakes;
+        let edge = (4.0 * 3.0 / wakes).max(0.02);
         assert!(
             h >= 1.0 - edge && h <= 1.0 + edge,
             "halts per wake {h}: {t}"

@@ -209,7 +209,8 @@ fn unnamed_vcpu_threads_are_found_in_kvm_run() {
         return;
     }
     let g = Guest::start(&["--program", "halt", "--unnamed"]);
-    let v = finish(watch("500ms"));
+    // A polling vCPU thread reads `running`; over two seconds of looks each is seen halted too.
+    let v = finish(watch("2s"));
     let vm = vm_of(&v, g.pid());
     let vcpus = vm["vcpus"].as_array().unwrap();
     assert_eq!(vcpus.len(), 2, "{vm}");

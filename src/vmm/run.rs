@@ -73,6 +73,9 @@ pub struct Snapshot {
     /// The guest's count of each vCPU (round trips, answers, loop iterations), widened from
     /// its 32 bits by the caller's previous snapshot.
     pub counts: Vec<u32>,
+    /// The counts again, read after the statistics: the guest went on meanwhile, so a count of
+    /// events between two snapshots' statistics lies between the two readings.
+    pub counts_after: Vec<u32>,
     /// KVM's statistics of each vCPU.
     pub kvm: Vec<BTreeMap<String, u64>>,
     /// `/proc/self/task/TID/schedstat` of each vCPU thread: on-CPU ns, run-queue wait ns.
@@ -171,13 +174,18 @@ impl Running {
 
     /// Everything the host side sees now.
     pub fn snapshot(&self) -> Result<Snapshot> {
+        let counts = (0..self.vcpus.len() as u32)
+            .map(|n| self.count(n))
+            .collect();
+        let at = Instant::now();
         let mut kvm = Vec::new();
         for v in &self.vcpus {
             kvm.push(v.stats.read()?);
         }
         Ok(Snapshot {
-            at: Instant::now(),
-            counts: (0..self.vcpus.len() as u32)
+            at,
+            counts,
+            counts_after: (0..self.vcpus.len() as u32)
                 .map(|n| self.count(n))
                 .collect(),
             kvm,

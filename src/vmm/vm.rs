@@ -89,8 +89,13 @@ pub struct Vm {
 
 impl Vm {
     /// A VM with one vCPU per program, vCPU n running `programs[n]` with `peer[n]` as its
-    /// partner.
+    /// partner, its round trips stamped.
     pub fn new(access: &Access, programs: &[(Program, u32)]) -> Result<Self> {
+        Self::new_with(access, programs, true)
+    }
+
+    /// [`Vm::new`], the round trips stamped into the rings or only counted.
+    pub fn new_with(access: &Access, programs: &[(Program, u32)], stamped: bool) -> Result<Self> {
         let n = programs.len() as u32;
         if n == 0 || n > guest::MAX_VCPUS {
             bail!(
@@ -117,7 +122,7 @@ impl Vm {
         memory.write(h.load_at, &h.code)?;
         let mut vcpus = Vec::new();
         for (i, &(program, peer)) in programs.iter().enumerate() {
-            let img = guest::assemble(program, i as u32, peer)?;
+            let img = guest::assemble_with(program, i as u32, peer, stamped)?;
             memory.write(img.load_at, &img.code)?;
             vcpus.push(vcpu(&vm, access, i as u64, &img)?);
         }

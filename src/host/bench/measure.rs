@@ -156,19 +156,36 @@ pub fn windows(
     Ok(out)
 }
 
-/// One exchange point, measured.
-pub fn point(access: &Access, spec: &Spec, s: &BenchSettings, tsc_khz: u32) -> Result<Point> {
-    let mut vm = Vm::new(access, &programs(spec, tsc_khz))?;
+/// A VM of `spec`'s exchange started on its placement, its round trips stamped or not.
+fn start(access: &Access, spec: &Spec, tsc_khz: u32, stamped: bool) -> Result<Running> {
+    let mut vm = Vm::new_with(access, &programs(spec, tsc_khz), stamped)?;
     if let Some(ns) = spec.halt_poll_ns {
         vm.set_halt_poll_ns(ns)?;
     }
-    let mut r = Running::start(vm, &spec.cpus)?;
-    let mut rings = [RingReader::new(&r, 0)?];
-    let w = windows(&r, s, &mut rings);
+    Running::start(vm, &spec.cpus)
+}
+
+/// One exchange point, measured twice: the bare hot path (the starting side only counts, the
+/// host reads nothing while it runs) over `repeats` windows for the round trip and KVM's counts;
+/// then one window of the same exchange with each round trip stamped, for the guest-timed
+/// percentiles, the guest clock against the host's, and what stamping costs.
+pub fn point(access: &Access, spec: &Spec, s: &BenchSettings, tsc_khz: u32) -> Result<Point> {
+    let mut r = start(access, spec, tsc_khz, false)?;
+    let w = windows(&r, s, &mut []);
     let stopped = r.stop_all();
     let w = w?;
     stopped?;
-    Ok(summarise(spec, &w, &rings[0], r.tsc_khz))
+    let one = BenchSettings {
+        repeats: 1,
+        ..s.clone()
+    };
+    let mut r = start(access, spec, tsc_khz, true)?;
+    let mut rings = [RingReader::new(&r, 0)?];
+    let ws = windows(&r, &one, &mut rings);
+    let stopped = r.stop_all();
+    let ws = ws?;
+    stopped?;
+    Ok(summarise(spec, &w, &ws, &rings[0], r.tsc_khz))
 }
 
 /// A counter's increase over a window; `None` when it went backwards (it never should) or is
@@ -177,7 +194,13 @@ fn delta(a: &BTreeMap<String, u64>, b: &BTreeMap<String, u64>, k: &str) -> Optio
     b.get(k)?.checked_sub(*a.get(k)?)
 }
 
-fn summarise(spec: &Spec, w: &[(Snapshot, Snapshot)], ring: &RingReader, tsc_khz: u32) -> Point {
+fn summarise(
+    spec: &Spec,
+    w: &[(Snapshot, Snapshot)],
+    stamped: &[(Snapshot, Snapshot)],
+    ring: &RingReader,
+    tsc_khz: u32,
+) -> Point {
     let trips_of = |(a, b): &(Snapshot, Snapshot)| u64::from(b.counts[0].wrapping_sub(a.counts[0]));
     let wall_of = |(a, b): &(Snapshot, Snapshot)| b.at.duration_since(a.at).as_nanos() as f64;
     let rtt: Vec<f64> = w
@@ -193,6 +216,11 @@ fn summarise(spec: &Spec, w: &[(Snapshot, Snapshot)], ring: &RingReader, tsc_khz
     let ns_per_cycle = 1e6 / f64::from(tsc_khz.max(1));
     let rtt_ci = MeanCi::of(&rtt);
     let guest_mean = (ring.n > 0).then(|| ring.sum_cycles as f64 / ring.n as f64 * ns_per_cycle);
+    let (s_trips, s_wall) = (
+        stamped.iter().map(trips_of).sum::<u64>(),
+        stamped.iter().map(wall_of).sum::<f64>(),
+    );
+    let stamped_rtt = (s_trips > 0).then(|| s_wall / s_trips as f64);
     Point {
         exchange: spec.exchange,
         placement: spec.placement,
@@ -201,10 +229,15 @@ fn summarise(spec: &Spec, w: &[(Snapshot, Snapshot)], ring: &RingReader, tsc_khz
         poll_window_ns: spec.poll_window_ns,
         guest_rtt: (ring.n > 0)
             .then(|| Percentiles::from_histogram_scaled(&ring.hist, ns_per_cycle)),
-        // Both pooled over the windows: the guest's stamps weigh each round trip alike, and so
-        // does the host's total time over its total count.
-        guest_over_host: match guest_mean {
-            Some(g) if trips > 0 && wall > 0.0 => Some(g / (wall / trips as f64)),
+        // The stamped run's two clocks, both pooled: the guest's stamps weigh each round trip
+        // alike, and so does the host's total time over its total count.
+        guest_over_host: match (guest_mean, stamped_rtt) {
+            (Some(g), Some(h)) if h > 0.0 => Some(g / h),
+            _ => None,
+        },
+        stamped_rtt_ns: stamped_rtt,
+        stamping_cost: match (stamped_rtt, &rtt_ci) {
+            (Some(st), Some(b)) if b.mean > 0.0 => Some(st / b.mean),
             _ => None,
         },
         guest_rtt_mean_ns: guest_mean,

@@ -68,7 +68,7 @@ fn limit(p: &Point) -> String {
     })
 }
 
-const POINT_HEADER: [&str; 12] = [
+const POINT_HEADER: [&str; 13] = [
     "exchange",
     "vCPU threads",
     "placement",
@@ -77,6 +77,7 @@ const POINT_HEADER: [&str; 12] = [
     "guest p50",
     "guest p99",
     "guest/host",
+    "stamped/bare",
     "halts/rt",
     "IPIs/rt",
     "vCPU CPU",
@@ -101,6 +102,7 @@ fn point_row(p: &Point) -> Vec<String> {
             .as_ref()
             .map_or(NA.into(), |g| fmt_ns(g.p99_ns as f64)),
         p.guest_over_host.map_or(NA.into(), |r| format!("{r:.3}")),
+        p.stamping_cost.map_or(NA.into(), |r| format!("{r:.3}")),
         per_trip(p, "halt_exits"),
         per_trip(p, "irq_injections"),
         cpu_of(p, |v| v.on_cpu_share),
@@ -261,7 +263,7 @@ pub fn render_text(r: &HostBenchReport, st: &Style) -> String {
     if !r.points.is_empty() {
         out += &format!(
             "\n{}\n",
-            st.bold("Exchanges: round trip over the host clock; guest-timed percentiles (rdtsc); KVM's counts per round trip, vCPU 0 + vCPU 1")
+            st.bold("Exchanges: the bare round trip over the host clock; guest-timed percentiles (rdtsc) from a stamped window; KVM's counts per round trip, vCPU 0 + vCPU 1")
         );
         let rows: Vec<_> = r.points.iter().map(point_row).collect();
         out += &text_table(&POINT_HEADER, &rows);

@@ -79,16 +79,24 @@ pub struct Point {
     pub halt_poll_limit_ns: Option<u64>,
     /// The polling exchange's window (guest TSC time before it halts).
     pub poll_window_ns: Option<u64>,
-    /// Round trips over the host clock, one per window.
+    /// Round trips of the bare exchange (the starting side only counts) over the host clock,
+    /// one per window.
     pub rtt_ns_per_window: Vec<f64>,
     /// Their mean and 95% interval.
     pub rtt_ns: Option<MeanCi>,
-    /// Round trips timed inside the guest (`rdtsc` stamps, consecutive differences).
+    /// Round trips timed inside the guest (`rdtsc` stamps, consecutive differences), from the
+    /// stamped window.
     pub guest_rtt: Option<Percentiles>,
     pub guest_rtt_mean_ns: Option<f64>,
-    /// The guest-timed mean over the host's (all windows' time over all their round trips): 1
-    /// when the two clocks agree.
+    /// The stamped window's guest-timed mean over its host-counted round trip (its time over
+    /// its round trips): 1 when the two clocks agree.
     pub guest_over_host: Option<f64>,
+    /// The stamped window's round trip over the host clock.
+    #[serde(default)]
+    pub stamped_rtt_ns: Option<f64>,
+    /// The stamped round trip over the bare one (`rtt_ns`): what stamping costs the exchange.
+    #[serde(default)]
+    pub stamping_cost: Option<f64>,
     /// Stamps the host read too late to keep (the ring had wrapped past them).
     pub stamps_lost: u64,
     pub round_trips: u64,
