@@ -11,17 +11,7 @@ use std::time::{Duration, Instant};
 
 /// Whether real guests can run here; a visible skip (a failure in CI) when not.
 fn kvm(test: &str) -> bool {
-    match std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/dev/kvm")
-    {
-        Ok(_) => true,
-        Err(e) => {
-            skipped(test, &format!("/dev/kvm does not open here: {e}"));
-            false
-        }
-    }
+    common::kvm_usable(test)
 }
 
 /// The tests measure: one at a time, so their VMs do not share the CPUs with each other's.

@@ -13,17 +13,7 @@ use std::time::{Duration, Instant};
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn kvm(test: &str) -> bool {
-    match std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/dev/kvm")
-    {
-        Ok(_) => true,
-        Err(e) => {
-            skipped(test, &format!("/dev/kvm does not open here: {e}"));
-            false
-        }
-    }
+    common::kvm_usable(test)
 }
 
 fn two_cpus(test: &str) -> bool {

@@ -13,6 +13,18 @@ use anyhow::Result;
 use bench::report::HostBenchReport;
 use bench::settings::BenchSettings;
 
+/// A borderless text table of rows of cells under `header`: the same rows the HTML page's
+/// tables show.
+pub fn text_table(header: &[&str], rows: &[Vec<String>]) -> String {
+    let mut t = comfy_table::Table::new();
+    t.load_style(comfy_table::presets::NOTHING);
+    t.set_header(header.iter().map(|h| h.to_string()));
+    for r in rows {
+        t.add_row(r.clone());
+    }
+    t.to_string()
+}
+
 /// `cpulab host bench`, as an experiment: its result kind is `host-bench`.
 pub struct HostBench;
 

@@ -352,3 +352,19 @@ pub fn can_trace(test: &str) -> bool {
     );
     false
 }
+
+/// Whether `/dev/kvm` opens here for real guests (`host bench`, `host`); a visible skip, and a
+/// failure under CI, when it does not.
+pub fn kvm_usable(test: &str) -> bool {
+    match std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/kvm")
+    {
+        Ok(_) => true,
+        Err(e) => {
+            skipped(test, &format!("/dev/kvm does not open here: {e}"));
+            false
+        }
+    }
+}

@@ -2,11 +2,11 @@
 //! serve both.
 
 use super::report::{HostBenchReport, Point, ShareRow, Sweep};
+use crate::host::text_table;
 use crate::output::Style;
 use crate::report::html;
 use crate::stats::MeanCi;
 use crate::units::fmt_ns;
-use comfy_table::{Table, presets};
 
 const NA: &str = "-";
 
@@ -214,16 +214,6 @@ fn timer_rows(r: &HostBenchReport) -> Vec<Vec<String>> {
             ]
         })
         .collect()
-}
-
-fn text_table(header: &[&str], rows: &[Vec<String>]) -> String {
-    let mut t = Table::new();
-    t.load_style(presets::NOTHING);
-    t.set_header(header.iter().map(|h| h.to_string()));
-    for r in rows {
-        t.add_row(r.clone());
-    }
-    t.to_string()
 }
 
 fn kvm_line(r: &HostBenchReport) -> String {

@@ -1,9 +1,9 @@
 //! The text and the page of a `cpulab host` window.
 
 use super::{HostReport, label};
+use crate::host::text_table as table;
 use crate::output::Style;
 use crate::report::html;
-use comfy_table::{Table, presets};
 
 const NA: &str = "-";
 
@@ -98,16 +98,6 @@ fn vm_rows(r: &HostReport) -> Vec<Vec<String>> {
             ]
         })
         .collect()
-}
-
-fn table(header: &[&str], rows: &[Vec<String>]) -> String {
-    let mut t = Table::new();
-    t.load_style(presets::NOTHING);
-    t.set_header(header.iter().map(|h| h.to_string()));
-    for r in rows {
-        t.add_row(r.clone());
-    }
-    t.to_string()
 }
 
 pub fn render_text(r: &HostReport, st: &Style) -> String {
