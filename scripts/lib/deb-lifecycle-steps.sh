@@ -218,7 +218,9 @@ dpkg -i --force-confold "$higher_deb" >/dev/null
 check_installed "$higher"
 new_pid=$(main_pid)
 [ "$new_pid" != "$old_pid" ] || fail "the upgrade did not restart the exporter (pid $old_pid)"
-[ "$(readlink "/proc/$new_pid/exe")" = /usr/bin/cpulab ] || fail "the restarted exporter runs $(readlink "/proc/$new_pid/exe")"
+# systemd forks the new main process and execs the binary after: until then its exe is systemd.
+runs_cpulab() { [ "$(readlink "/proc/$new_pid/exe")" = /usr/bin/cpulab ]; }
+wait_for "the restarted exporter (pid $new_pid) to run /usr/bin/cpulab, not $(readlink "/proc/$new_pid/exe")" runs_cpulab
 wait_for "/metrics after the upgrade" serving -u "$user:$password"
 new_version=$(build_version -u "$user:$password")
 [ -n "$new_version" ] && [ "$new_version" != "$old_version" ] || fail "cpulab_exporter_build_info is still ${old_version} after the upgrade"
