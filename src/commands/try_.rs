@@ -111,7 +111,7 @@ fn list(roots: &Roots, json: bool) -> Result<()> {
 }
 
 fn setting_rows(roots: &Roots) -> Vec<serde_json::Value> {
-    setting::catalogue_all(roots)
+    crate::trial::changes::catalogue_all(roots)
         .iter()
         .map(|k| {
             let availability = k.availability();
@@ -218,7 +218,7 @@ pub fn run(args: Args, g: &Global, also: &[&dyn Sink]) -> Result<()> {
     crate::units::flag_count("rounds", args.rounds, 3, crate::units::MAX_REPEATS)?;
     unused_metric(&args)?;
     let goal = goal(&args)?;
-    let (changes, skipped) = setting::parse_changes(&roots, &args.settings)?;
+    let (changes, skipped) = crate::trial::parse::parse_changes(&roots, &args.settings)?;
     let machine = Machine::detect(&g.root)?;
     let (measure, measure_label) = match &args.measure {
         Some(spec) => (

@@ -22,6 +22,7 @@ mod observe;
 mod plan;
 pub mod render;
 mod report;
+mod run;
 mod runner;
 mod settings;
 pub mod summary;
@@ -124,7 +125,7 @@ pub fn measure(
             timer,
             touch_bytes: settings.touch_bytes,
         };
-        match runner::run_one(&spec) {
+        match run::run_one(&spec) {
             Ok(r) => runs.push(r),
             Err(e) => {
                 progress.warn(&format!("{} {} failed: {e:#}", p.method, p.class));

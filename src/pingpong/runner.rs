@@ -12,7 +12,7 @@ use super::observe::{Observer, RunCounters, TaskRef};
 use super::plan::{Planned, cpus_in_use, cpus_of};
 use super::report::{PingpongRun, Touch, WhereRan};
 use super::settings::Endpoints;
-use super::transport::{self, Abort, Connection, Initiator, Responder, SharedPage};
+use super::transport::{Abort, Connection, Initiator, Responder, SharedPage};
 use crate::affinity;
 use crate::cpulist::CpuSet;
 use crate::stats::MeanCi;
@@ -70,18 +70,6 @@ pub(super) struct Outcome {
     where_ran: Option<WhereRan>,
 }
 
-/// Measures one method at one placement.
-pub fn run_one(spec: &RunSpec) -> Result<PingpongRun> {
-    let conn = transport::connect(spec.planned.method, spec.endpoints)
-        .with_context(|| format!("cannot set up the {} transport", spec.planned.method))?;
-    let control = SharedPage::new().context("cannot map the control page")?;
-    let out = match spec.endpoints {
-        Endpoints::Threads => run_threads(spec, conn, &control)?,
-        Endpoints::Processes => super::child::run_processes(spec, conn, &control)?,
-    };
-    Ok(build_run(spec, out))
-}
-
 /// The responder's loop: answer until told to stop; optionally publish the CPU after each
 /// answer. Allocation-free, so a forked child may run it.
 pub(super) fn respond(
@@ -117,7 +105,11 @@ impl Drop for AbortOnDrop {
     }
 }
 
-fn run_threads(spec: &RunSpec, conn: Connection, control: &SharedPage) -> Result<Outcome> {
+pub(super) fn run_threads(
+    spec: &RunSpec,
+    conn: Connection,
+    control: &SharedPage,
+) -> Result<Outcome> {
     let Connection {
         initiator,
         mut responder,
@@ -247,7 +239,7 @@ fn sample_where(w: &mut WhereRan, responder_cpu: &AtomicU32) {
     w.same_cpu_share = w.same_cpu_samples as f64 / w.samples as f64;
 }
 
-fn build_run(spec: &RunSpec, out: Outcome) -> PingpongRun {
+pub(super) fn build_run(spec: &RunSpec, out: Outcome) -> PingpongRun {
     let m = out.measured;
     let (cpu_a, cpu_b) = cpus_of(spec.planned.placement);
     // One batch gives a zero-width interval with n = 1; none cannot happen (the loop times at

@@ -1,9 +1,9 @@
 //! The CPU affinity of a running process and all its threads (`taskset -a -p`), restored
 //! thread by thread to exactly what each had: threads of one process may differ.
 
-use super::knobs::online;
 use super::ops::{Op, Target};
 use super::setting::{Availability, Cost, Permanent, Roots, Setting, Subject};
+use super::values::online;
 use crate::cpulist::CpuSet;
 use crate::error::bad_input;
 use anyhow::Result;

@@ -2,9 +2,9 @@
 //! every policy (`cpufreq.governor=performance`) or the policies of the CPUs after `@`.
 //! Frequency is the host's business inside most VMs: there these say so and are not tried.
 
-use super::knobs::{online, split_cpus};
 use super::ops::{Op, read_file_value};
 use super::setting::{Availability, Cost, Permanent, Roots, Setting, Subject};
+use super::values::{online, split_cpus};
 use crate::cpulist::CpuSet;
 use crate::error::bad_input;
 use anyhow::Result;
@@ -199,14 +199,15 @@ impl Setting for PolicyKnob {
                     text: format!("[main]\ninclude=throughput-performance\n\n[cpu]\n{key}={v}\n"),
                 }
             }
-            _ => super::knobs::unit(&self.name(), value, &self.plan(value).unwrap_or_default()),
+            _ => super::values::unit(&self.name(), value, &self.plan(value).unwrap_or_default()),
         }
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use crate::trial::setting::{Roots, change};
+    use crate::trial::changes::change;
+    use crate::trial::setting::Roots;
 
     #[test]
     fn governor_on_a_copy_of_a_two_socket_server() {

@@ -5,9 +5,9 @@
 //! CPU or on the CPUs after `@` (`cpuidle.disable=haltpoll@1`). A disabled state sends the idle
 //! CPU to a shallower one (in a guest: the poll state), so the cost is polling time.
 
-use super::knobs::{online, split_cpus, unit};
 use super::ops::{Op, Target, feature_state, read_file_value};
 use super::setting::{Availability, Cost, Permanent, Roots, Setting, Subject};
+use super::values::{online, split_cpus, unit};
 use crate::cpulist::CpuSet;
 use crate::error::bad_input;
 use anyhow::Result;

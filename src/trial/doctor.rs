@@ -3,9 +3,10 @@
 //! what they measured into the remedy.
 
 use super::compare::Comparison;
+use super::parse::parse_changes;
 use super::precision::Goal;
 use super::render::fmt;
-use super::setting::{Roots, parse_changes};
+use super::setting::Roots;
 use super::{Trial, TrialReport, TrialSettings, measure};
 use crate::doctor::findings::{Finding, TriedFigure};
 use crate::experiment::{Experiment, Level, Progress};

@@ -15,6 +15,7 @@
 //! cpulab is SIGKILLed. See [`journal`] for the file and the lock.
 
 pub mod affinity;
+pub mod changes;
 pub mod compare;
 pub mod cpufreq;
 pub mod cpuidle;
@@ -24,12 +25,14 @@ pub mod knobs;
 pub mod lockdown;
 pub mod measure;
 pub mod ops;
+pub mod parse;
 pub mod precision;
 pub mod recorded;
 pub mod render;
 pub mod session;
 pub mod setting;
 pub mod tuned;
+pub mod values;
 
 #[cfg(test)]
 pub mod testing;

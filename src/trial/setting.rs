@@ -8,7 +8,6 @@
 //! run every setting on a copy of a fixture tree.
 
 use super::ops::Op;
-use crate::error::bad_input;
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -129,70 +128,4 @@ impl Roots {
     pub fn path(&self, rel: &str) -> PathBuf {
         self.root.join(rel.trim_start_matches('/'))
     }
-}
-
-/// Looks a setting up by name. Unknown names are bad input naming `--list`.
-pub fn lookup(roots: &Roots, name: &str) -> Result<Box<dyn Setting>> {
-    super::knobs::lookup(roots, name)?.ok_or_else(|| {
-        bad_input(format!(
-            "unknown setting `{name}`; `cpulab try --list` shows the settings and their names"
-        ))
-    })
-}
-
-/// Parses `NAME=VALUE` (or `tuned:PROFILE`) into validated changes, with the profile items
-/// that were skipped and why. Nothing is written.
-pub fn parse_changes(roots: &Roots, args: &[String]) -> Result<(Vec<Change>, Vec<String>)> {
-    let mut out = Vec::new();
-    let mut skipped = Vec::new();
-    for arg in args {
-        if let Some(profile) = arg.strip_prefix("tuned:") {
-            let (c, s) = super::tuned::expand(roots, profile)?;
-            out.extend(c);
-            skipped.extend(s);
-            continue;
-        }
-        let Some((name, value)) = arg.split_once('=') else {
-            return Err(bad_input(format!(
-                "`{arg}` is not SETTING=VALUE; write it like `haltpoll.guest_halt_poll_ns=200000`"
-            )));
-        };
-        out.push(change(roots, name.trim(), value.trim(), None)?);
-    }
-    let mut names: Vec<String> = out.iter().map(|c| c.setting.name()).collect();
-    names.sort();
-    if let Some(w) = names.windows(2).find(|w| w[0] == w[1]) {
-        return Err(bad_input(format!(
-            "setting `{}` is given twice; give each setting once",
-            w[0]
-        )));
-    }
-    Ok((out, skipped))
-}
-
-/// One validated change.
-pub fn change(roots: &Roots, name: &str, value: &str, from: Option<String>) -> Result<Change> {
-    let setting = lookup(roots, name)?;
-    match setting.availability() {
-        Availability::Changeable | Availability::Inert(_) => {}
-        Availability::NotHere(why) => {
-            return Err(bad_input(format!("{name} cannot be tried here: {why}")));
-        }
-        Availability::BootOnly(line) => {
-            return Err(bad_input(format!(
-                "{name} is fixed at boot and is never tried live; set it with `{line}` on the kernel command line and reboot"
-            )));
-        }
-    }
-    let value = setting.validate(value)?;
-    Ok(Change {
-        setting,
-        value,
-        from,
-    })
-}
-
-/// Every setting `--list` shows.
-pub fn catalogue_all(roots: &Roots) -> Vec<Box<dyn Setting>> {
-    super::knobs::catalogue(roots)
 }

@@ -4,7 +4,8 @@
 //! cpufreq option inside a VM, a disk or VM plugin) are listed as skipped with the reason, so
 //! the user knows what the trial did not cover.
 
-use super::setting::{Change, Roots, change};
+use super::changes::change;
+use super::setting::{Change, Roots};
 use crate::error::bad_input;
 use anyhow::Result;
 use std::collections::BTreeMap;
