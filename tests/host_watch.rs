@@ -198,9 +198,10 @@ fn unnamed_vcpu_threads_are_found_in_kvm_run() {
     if !kvm(test_name!()) {
         return;
     }
-    let g = Guest::start(&["--program", "halt", "--unnamed"]);
-    // A polling vCPU thread reads `running`; over two seconds of looks each is seen halted too.
-    let v = finish(watch("2s"));
+    // A thread that KVM's halt polling keeps runnable reads `running`, never its KVM_RUN, so
+    // the guest's halts sleep here (its own limit 0): each thread is seen blocked in KVM_RUN.
+    let g = Guest::start(&["--program", "halt", "--unnamed", "--halt-poll-ns", "0"]);
+    let v = finish(watch("1s"));
     let vm = vm_of(&v, g.pid());
     let vcpus = vm["vcpus"].as_array().unwrap();
     assert_eq!(vcpus.len(), 2, "{vm}");

@@ -56,6 +56,9 @@ pub struct GuestArgs {
     /// Leave the vCPU threads with the process's name instead of QEMU's `CPU N/KVM`.
     #[arg(long)]
     pub unnamed: bool,
+    /// The VM's own halt-poll limit in ns (0: every halt sleeps); the module's when absent.
+    #[arg(long, value_name = "NS")]
+    pub halt_poll_ns: Option<u64>,
 }
 
 pub fn run(args: Args, g: &Global, also: &[&dyn Sink]) -> Result<()> {
@@ -127,7 +130,10 @@ fn guest(a: GuestArgs, g: &Global) -> Result<()> {
         },
     };
     let access = crate::vmm::Access::open()?;
-    let vm = Vm::new(&access, &programs)?;
+    let mut vm = Vm::new(&access, &programs)?;
+    if let Some(ns) = a.halt_poll_ns {
+        vm.set_halt_poll_ns(ns)?;
+    }
     let mut r = Running::start_named(vm, &placement, !a.unnamed)?;
     crate::output::status(
         g.quiet,
