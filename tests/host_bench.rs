@@ -205,6 +205,11 @@ fn two_vms_of_burners_share_the_cpus_and_neither_gets_more_than_alone() {
     if r["host_cpus"] == 2 {
         assert_eq!(r["vm1_model"].as_f64(), Some(0.5), "{r}");
         assert_eq!(r["vm2_model"].as_f64(), Some(0.5), "{r}");
+    } else {
+        skipped(
+            test_name!(),
+            "the model's 0.5 is worked by hand for two host CPUs",
+        );
     }
 }
 

@@ -165,7 +165,7 @@ pub fn measure(
             module: facts.module.clone(),
             guest_code_emulated: facts.guest_code_emulated(),
             module_halt_poll_ns: facts.halt_poll_ns,
-            halt_poll_ns_writable: facts.halt_poll_ns_writable.unwrap_or(false),
+            halt_poll_ns_writable: facts.halt_poll_ns_writable,
             tsc_khz,
         },
         points,
@@ -469,7 +469,16 @@ mod tests {
         let b = MeanCi::of(&[4.0, 5.0, 6.0]).unwrap();
         let d = difference(&a, &b);
         assert!((d.mean - 6.0).abs() < 1e-12);
-        assert!(d.ci95_half_width > a.ci95_half_width.max(b.ci95_half_width));
-        assert!(d.ci95_low < d.mean && d.mean < d.ci95_high);
+        // Worked by hand: each side has sd 1 over 3 samples, so a half-width of
+        // 4.303 / sqrt(3) (t at 2 degrees of freedom, from the printed table); combined in
+        // quadrature, sqrt(2) times that.
+        let half = 4.303 / 3f64.sqrt() * 2f64.sqrt();
+        assert!(
+            (d.ci95_half_width - half).abs() < 1e-3,
+            "{}",
+            d.ci95_half_width
+        );
+        assert!((d.ci95_low - (6.0 - half)).abs() < 1e-3);
+        assert_eq!(d.n, 3);
     }
 }

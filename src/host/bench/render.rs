@@ -229,10 +229,10 @@ fn kvm_line(r: &HostBenchReport) -> String {
         f64::from(k.tsc_khz) / 1e3,
         k.module_halt_poll_ns
             .map_or("not available".into(), |v| fmt_ns(v as f64)),
-        if k.halt_poll_ns_writable {
-            ""
-        } else {
-            " (read-only here)"
+        match k.halt_poll_ns_writable {
+            Some(true) => "",
+            Some(false) => " (read-only here)",
+            None => " (whether it can be changed: not available)",
         }
     )
 }

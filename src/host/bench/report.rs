@@ -20,8 +20,9 @@ pub struct KvmHost {
     pub guest_code_emulated: bool,
     /// `/sys/module/kvm/parameters/halt_poll_ns`: the limit a VM has unless it sets its own.
     pub module_halt_poll_ns: Option<u64>,
-    /// Whether that parameter is writable here (it is mode 0444 on some hosts even for root).
-    pub halt_poll_ns_writable: bool,
+    /// Whether that parameter is writable here (it is mode 0444 on some hosts even for root);
+    /// `None` where the parameter could not be read.
+    pub halt_poll_ns_writable: Option<bool>,
     /// The TSC frequency the guests' `rdtsc` counts at (`KVM_GET_TSC_KHZ`).
     pub tsc_khz: u32,
 }

@@ -170,12 +170,19 @@ pub fn findings(
             .map(|c| {
                 let ran: Vec<String> = c.cpus.keys().map(|k| k.to_string()).collect();
                 format!(
-                    "vCPU {} (thread {}) may run on CPUs {}, ran on {} and moved {} times in the window",
+                    "vCPU {} (thread {}) may run on CPUs {}, ran on {} and moved {} in the window",
                     c.vcpu,
-                    c.tid.unwrap_or(0),
+                    c.tid.map_or("?".into(), |t| t.to_string()),
                     c.affinity_end.as_deref().unwrap_or("?"),
-                    if ran.is_empty() { "none".into() } else { ran.join(", ") },
-                    c.migrations.unwrap_or(c.moves_seen)
+                    if ran.is_empty() {
+                        "none".into()
+                    } else {
+                        ran.join(", ")
+                    },
+                    match c.migrations {
+                        Some(m) => format!("{m} times"),
+                        None => format!("at least {} times (seen by the looks)", c.moves_seen),
+                    }
                 )
             })
             .collect();
