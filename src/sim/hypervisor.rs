@@ -44,7 +44,8 @@ impl HvKind {
     pub fn scheduler(self) -> Box<dyn Hypervisor> {
         match self {
             Self::Root => Box::new(RootScheduler),
-            Self::Classic | Self::Kvm => Box::new(StickyScheduler),
+            Self::Classic => Box::new(StickyScheduler),
+            Self::Kvm => Box::new(KvmScheduler),
             Self::Credit => Box::new(CreditScheduler),
         }
     }
@@ -55,6 +56,12 @@ pub trait Hypervisor {
     /// A physical CPU for a vCPU that just became runnable, from `idle` (a mask of idle physical
     /// CPUs the vCPU may use, never empty); `last` is where it ran before, if anywhere.
     fn place(&mut self, last: Option<u32>, idle: u64, host: &Host, rng: &mut Rng) -> u32;
+
+    /// Whether host halt polling follows KVM's adaptive rule (a window per vCPU that grows
+    /// and shrinks with its halts, capped by `host_poll_ns`) rather than a fixed window.
+    fn adaptive_halt_poll(&self) -> bool {
+        false
+    }
 }
 
 /// Root: any idle physical CPU, chosen without regard to where the vCPU was.
@@ -67,7 +74,7 @@ impl Hypervisor for RootScheduler {
     }
 }
 
-/// Classic and KVM: the last CPU if it is idle, else the lowest-numbered idle one.
+/// Classic: the last CPU if it is idle, else the lowest-numbered idle one.
 pub struct StickyScheduler;
 
 impl Hypervisor for StickyScheduler {
@@ -76,6 +83,20 @@ impl Hypervisor for StickyScheduler {
             Some(l) if idle & (1 << l) != 0 => l,
             _ => idle.trailing_zeros(),
         }
+    }
+}
+
+/// KVM: placed as the classic scheduler places (Linux keeps a woken thread on its last CPU
+/// when that is idle), with KVM's adaptive halt polling.
+pub struct KvmScheduler;
+
+impl Hypervisor for KvmScheduler {
+    fn place(&mut self, last: Option<u32>, idle: u64, host: &Host, rng: &mut Rng) -> u32 {
+        StickyScheduler.place(last, idle, host, rng)
+    }
+
+    fn adaptive_halt_poll(&self) -> bool {
+        true
     }
 }
 

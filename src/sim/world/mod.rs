@@ -75,6 +75,11 @@ pub struct VState {
     since: Nanos,
     /// Time on a physical CPU, ns.
     pub on_ns: u64,
+    /// When it last halted (the start of KVM's `halt_ns` for its adaptive poll window).
+    halted_at: Nanos,
+    /// Its own host halt-poll window under KVM's adaptive rule, ns: starts at 0, grows and
+    /// shrinks with each halt ([`World::adapt_poll`]); the scenario's `host_poll_ns` is its cap.
+    poll_ns: f64,
 }
 
 #[derive(Clone, Debug)]
@@ -163,6 +168,8 @@ impl World {
                 cold: false,
                 since: 0,
                 on_ns: 0,
+                halted_at: 0,
+                poll_ns: 0.0,
             });
         }
         self.vms.push((first, n));
@@ -380,12 +387,70 @@ impl World {
         }
     }
 
+    /// The vCPU on `p` halts. The host polls on its behalf for its window, unless another vCPU
+    /// is waiting for `p`: KVM polls only while its thread is the one runnable task of the CPU
+    /// (`single_task_running()` in `kvm_vcpu_halt`), so a waiting vCPU gets the CPU at once.
     fn halt(&mut self, p: usize) {
-        if self.c.host_poll_ns > 0.0 {
+        let window = match self.p[p].vcpu {
+            Some(v) => {
+                self.v[v as usize].halted_at = self.now;
+                self.poll_window(v)
+            }
+            None => 0.0,
+        };
+        if window > 0.0 && !self.waiting_for(p) {
             self.p[p].phase = Phase::HostPoll;
-            self.set_timer(p, self.c.host_poll_ns);
+            self.set_timer(p, window);
         } else {
             self.release(p, true);
         }
     }
+
+    /// How long the host polls on halted vCPU `v`: the scenario's `host_poll_ns`, or, under
+    /// KVM's adaptive rule, the vCPU's own window within it.
+    fn poll_window(&self, v: u32) -> f64 {
+        if self.hv.adaptive_halt_poll() {
+            self.v[v as usize].poll_ns.min(self.c.host_poll_ns)
+        } else {
+            self.c.host_poll_ns
+        }
+    }
+
+    /// Whether a queued vCPU may run on `p`.
+    fn waiting_for(&self, p: usize) -> bool {
+        let bit = 1u64 << p;
+        self.runq
+            .iter()
+            .any(|&w| self.v[w as usize].allowed & bit != 0)
+    }
+
+    /// KVM's adaptive halt polling (`kvm_vcpu_halt` in virt/kvm/kvm_main.c, with the module's
+    /// default `halt_poll_ns_grow` 2, `halt_poll_ns_grow_start` 10 us and `halt_poll_ns_shrink`
+    /// 0), applied when halted vCPU `v` is woken after `halt_ns`: a halt within the window
+    /// leaves it; a long halt (beyond the cap) with a window shrinks it to 0; a short halt
+    /// (below the cap) with a smaller window grows it, doubling from 10 us, at most the cap.
+    /// So a vCPU whose halts outlast the cap never polls at all.
+    pub(super) fn adapt_poll(&mut self, v: u32) {
+        if !self.hv.adaptive_halt_poll() {
+            return;
+        }
+        let cap = self.c.host_poll_ns;
+        let vs = &mut self.v[v as usize];
+        let halt_ns = (self.now - vs.halted_at) as f64;
+        if cap <= 0.0 {
+            vs.poll_ns = 0.0;
+        } else if halt_ns <= vs.poll_ns {
+        } else if vs.poll_ns > 0.0 && halt_ns > cap {
+            vs.poll_ns = 0.0;
+        } else if vs.poll_ns < cap && halt_ns < cap {
+            vs.poll_ns = (vs.poll_ns * KVM_POLL_GROW)
+                .max(KVM_POLL_GROW_START_NS)
+                .min(cap);
+        }
+    }
 }
+
+/// KVM's `halt_poll_ns_grow` default.
+const KVM_POLL_GROW: f64 = 2.0;
+/// KVM's `halt_poll_ns_grow_start` default, ns.
+const KVM_POLL_GROW_START_NS: f64 = 10_000.0;

@@ -117,10 +117,9 @@ impl World {
         let wakee_cpu = self.t[t as usize].role == Role::Cpu;
         self.t[t as usize].blocked = false;
         let ts = target as usize;
-        let halted = match self.v[ts].state {
-            VRun::Halted | VRun::Queued => true,
-            VRun::On(p) => self.p[p as usize].phase == Phase::HostPoll,
-        };
+        // A vCPU the host is polling on sees the interrupt in its poll loop: no thread to
+        // wake, so no IPI delivery to wait for (it resumes for `halt_exit_ns` alone, in `kick`).
+        let halted = matches!(self.v[ts].state, VRun::Halted | VRun::Queued);
         if waker.is_some_and(|w| w != target) && halted {
             self.v[ts].delay += self.c.ipi_ns;
         }
@@ -161,6 +160,7 @@ impl World {
                         self.guest_run(p);
                     }
                     Phase::HostPoll => {
+                        self.adapt_poll(v);
                         self.p[p].phase = Phase::Entering;
                         self.set_timer(p, self.c.halt_exit_ns + delay);
                     }
@@ -169,10 +169,21 @@ impl World {
             }
             VRun::Queued => {}
             VRun::Halted => {
+                self.adapt_poll(v);
                 let vs = &self.v[v as usize];
                 let idle = vs.allowed & !self.busy & self.host.all_mask();
                 if idle == 0 {
+                    // No idle CPU to wake: the wakeup reaches a busy CPU's run queue, and the
+                    // IPI's delivery (the host waking the thread onto an idle CPU) is no part of
+                    // its wait, which is the queueing. A CPU the host is polling on for another
+                    // halted vCPU stops polling for it (`single_task_running()`).
+                    self.v[v as usize].delay = 0.0;
                     self.v[v as usize].state = VRun::Queued;
+                    if let Some(p) = self.polling_for(v) {
+                        self.runq.push_front(v);
+                        self.release(p, true);
+                        return;
+                    }
                     match self.preemptible(v) {
                         Some(p) => {
                             // Woken from halt: it goes first, the biggest CPU user makes room.
@@ -191,6 +202,19 @@ impl World {
                 }
             }
         }
+    }
+
+    /// An allowed physical CPU the host is polling on (for another halted vCPU), if any.
+    fn polling_for(&self, v: u32) -> Option<usize> {
+        let mut m = self.v[v as usize].allowed & self.busy;
+        while m != 0 {
+            let p = m.trailing_zeros() as usize;
+            m &= m - 1;
+            if self.p[p].phase == Phase::HostPoll {
+                return Some(p);
+            }
+        }
+        None
     }
 
     /// The allowed physical CPU whose vCPU has had the most CPU time, if that is at least
