@@ -13,7 +13,7 @@ fn validate_json_carries_the_envelope_and_every_table_with_its_error() {
     assert_eq!(v["label"], "SIMULATED");
     let tables = v["tables"].as_array().unwrap();
     let ids: Vec<&str> = tables.iter().map(|t| t["id"].as_str().unwrap()).collect();
-    assert_eq!(ids, ["A", "B", "C", "E", "M"]);
+    assert_eq!(ids, ["A", "B", "C", "E", "M", "H"]);
     for t in tables {
         let share = t["measure"] == "share";
         assert_eq!(t["max_abs_error_pp"].is_number(), share, "{}", t["id"]);
@@ -83,6 +83,105 @@ fn list_names_every_builtin_and_html_is_labelled_simulated() {
     let page = std::fs::read_to_string(&html).unwrap();
     assert!(page.contains("SIMULATED") && page.contains("published (field notes C)"));
     assert!(!page.contains("http://") && !page.contains("https://"));
+}
+
+/// The host bench result bundled with cpulab: a real one, measured on this project's guest.
+const HOST_BENCH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/src/sim/data/host-bench.json");
+
+/// A host bench result calibrates table H (and only H): its measured figures, named as the
+/// given file's, and the KVM costs its rows set; a scenario run with it says where its KVM
+/// costs came from and keeps the guest's own.
+#[test]
+fn a_host_bench_result_calibrates_table_h_and_a_scenarios_kvm_costs() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("hb.json");
+    let mut doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(HOST_BENCH).unwrap()).unwrap();
+    // Another host: polling off twice as slow as the bundled one.
+    let off = doc["sweep"]["rows"]
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .find(|r| r["point"]["halt_poll_limit_ns"] == 0)
+        .unwrap();
+    let mean = off["point"]["rtt_ns"]["mean"].as_f64().unwrap();
+    off["point"]["rtt_ns"]["mean"] = (2.0 * mean).into();
+    std::fs::write(&file, doc.to_string()).unwrap();
+    let f = file.to_str().unwrap();
+    let v = run_json::<Validation>("sim", &["validate", "--calibrate", f], 120);
+    let h = v["tables"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["id"] == "H")
+        .unwrap();
+    assert_eq!(h["reference"], "measured");
+    assert!(
+        h["measured_by"].as_str().unwrap().starts_with(f),
+        "{}",
+        h["measured_by"]
+    );
+    let off_cell = h["cells"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["cell"].as_str().unwrap().contains("limit 0 ns"))
+        .unwrap();
+    assert!((off_cell["published"].as_f64().unwrap() - 2.0 * mean / 1e3).abs() < 1e-6);
+    assert!(
+        off_cell["error"].as_f64().unwrap().abs() < 0.005,
+        "{off_cell}"
+    );
+    assert_eq!(
+        v["calibration"]["kind"], "published",
+        "table M keeps the field notes'"
+    );
+    let out = cpulab()
+        .args(["sim", "builtin", "this-machine", "--calibrate", f])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("KVM costs calibrated from"), "{text}");
+    let r = run_json::<SimReport>("sim", &["builtin", "this-machine", "--calibrate", f], 60);
+    let plain = run_json::<SimReport>("sim", &["builtin", "this-machine"], 60);
+    let (params, own) = (&r["configs"][0]["params"], &plain["configs"][0]["params"]);
+    // The IPI is the given result's (polling off less one CPU, per side); the guest's own
+    // costs stay the scenario's.
+    assert_ne!(params["ipi_ns"], own["ipi_ns"], "{params}");
+    assert_eq!(
+        params["guest_switch_ns"], own["guest_switch_ns"],
+        "{params}"
+    );
+    assert_eq!(params["cold_stretch"], own["cold_stretch"], "{params}");
+    assert!(
+        r["host_calibration"]
+            .as_str()
+            .unwrap()
+            .contains("IPI to an idle CPU")
+    );
+    // Hyper-V's costs are not this host's to set.
+    let out = cpulab()
+        .args(["sim", "builtin", "c-fair-share", "--calibrate", f])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("runs the root hypervisor"));
+    // Without its sweep it cannot set the IPI's cost: one line naming the row, exit 2.
+    doc["sweep"] = serde_json::Value::Null;
+    std::fs::write(&file, doc.to_string()).unwrap();
+    let out = cpulab()
+        .args(["sim", "validate", "--calibrate", f])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(err.contains("no halt-poll sweep"), "{err}");
 }
 
 /// `sim validate --calibrate` with a pingpong result holding these runs.

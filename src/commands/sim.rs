@@ -5,7 +5,8 @@ use crate::emit::{Emitted, Emitter, Sink};
 use crate::error::bad_input;
 use crate::output;
 use crate::report::envelope::Kind;
-use crate::sim::params::{self, Calibration, Costs};
+use crate::sim::hostcal::{self, Calibrated, HostCalibration};
+use crate::sim::params::{Calibration, Costs};
 use crate::sim::{builtin, render, run_scenario, scenario, validate};
 use anyhow::Result;
 use serde::Serialize;
@@ -25,7 +26,9 @@ pub struct Args {
     /// Seed of the simulation's random choices (same seed, same figures).
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// Take wakeup costs from a cpulab pingpong or doctor result measured on this machine.
+    /// Take wakeup costs from a cpulab pingpong or doctor result measured on this machine, or
+    /// the KVM layer's costs from a `cpulab host bench` result (and, with validate, check
+    /// table H against it).
     #[arg(long, value_name = "RESULT.json")]
     pub calibrate: Option<PathBuf>,
     /// With `builtin NAME`: print the scenario file instead of simulating it.
@@ -54,6 +57,7 @@ struct Settings {
     action: Action,
     seed: u64,
     calibration: Option<Calibration>,
+    host: Option<HostCalibration>,
     toml: bool,
 }
 
@@ -125,15 +129,21 @@ fn settings(args: &Args) -> Result<Settings> {
     if let Some(path) = &args.calibrate {
         crate::emit::protect(path, "a result this command reads");
     }
-    let calibration = args
+    let (calibration, host) = match args
         .calibrate
         .as_deref()
-        .map(params::load_calibration)
-        .transpose()?;
+        .map(hostcal::load_any)
+        .transpose()?
+    {
+        None => (None, None),
+        Some(Calibrated::Guest(c)) => (Some(c), None),
+        Some(Calibrated::Host(h)) => (None, Some(*h)),
+    };
     Ok(Settings {
         action,
         seed: args.seed,
         calibration,
+        host,
         toml: args.toml,
     })
 }
@@ -141,10 +151,12 @@ fn settings(args: &Args) -> Result<Settings> {
 pub fn run(args: Args, g: &Global, also: &[&dyn Sink]) -> Result<()> {
     let s = settings(&args)?;
     let out = Emitter::new(&args.output, g.quiet, also)?;
-    let base = s
-        .calibration
-        .as_ref()
-        .map_or_else(Costs::default, |c| c.apply(&Costs::default()));
+    let base = match (&s.calibration, &s.host) {
+        (Some(c), _) => c.apply(&Costs::default()),
+        // A host bench result sets the KVM costs over the scenario's own (`simulate`).
+        (None, Some(_)) => Costs::default(),
+        (None, None) => Costs::default(),
+    };
     let cal = || {
         s.calibration
             .clone()
@@ -152,7 +164,11 @@ pub fn run(args: Args, g: &Global, also: &[&dyn Sink]) -> Result<()> {
     };
     match &s.action {
         Action::Validate => {
-            let v = validate::validate(&cal(), s.seed)?;
+            let host = match &s.host {
+                Some(h) => h.clone(),
+                None => hostcal::bundled()?,
+            };
+            let v = validate::validate(&cal(), &host, s.seed)?;
             out.emit(&Emitted::new(
                 Kind::Sim,
                 &v,
@@ -181,7 +197,16 @@ pub fn run(args: Args, g: &Global, also: &[&dyn Sink]) -> Result<()> {
 }
 
 fn simulate(sc: &scenario::Scenario, base: &Costs, s: &Settings, out: &Emitter) -> Result<()> {
-    let r = run_scenario(sc, base, s.calibration.clone(), s.seed)?;
+    let calibrated;
+    let sc = match &s.host {
+        Some(h) => {
+            calibrated = h.calibrate_scenario(sc)?;
+            &calibrated
+        }
+        None => sc,
+    };
+    let mut r = run_scenario(sc, base, s.calibration.clone(), s.seed)?;
+    r.host_calibration = s.host.as_ref().map(HostCalibration::describe);
     out.emit(&Emitted::new(
         Kind::Sim,
         &r,

@@ -7,6 +7,7 @@
 //! the client and two thirds to the server. Everything a placement adds is left to the model.
 
 use super::host::HostShape;
+use super::hostcal::HostCalibration;
 use super::hypervisor::HvKind;
 use super::params::{Calibration, Costs};
 use super::published::get;
@@ -297,6 +298,129 @@ pub fn c() -> Scenario {
         "Field notes C: sysbench cpu in VM1 beside stress-ng in VM2, Hyper-V root.",
         &h,
         3000.0,
+        configs,
+    )
+}
+
+/// This host as a `cpulab host bench` result measured it ([`crate::sim::hostcal`]): a flat host
+/// of the CPUs the bench used, KVM, the four KVM costs from the result's input rows and the
+/// guest-side costs 0 (cpulab's guests run no guest OS).
+pub fn host_h(hc: &HostCalibration) -> HostProfile {
+    HostProfile {
+        shape: shape(
+            &format!(
+                "this host ({}, as cpulab host bench measured it)",
+                hc.module.as_deref().unwrap_or("KVM")
+            ),
+            1,
+            hc.host_cpus.max(1),
+            1,
+        ),
+        hypervisor: HvKind::Kvm,
+        costs: hc.table_costs(),
+        derived_from: format!(
+            "{}; guest work {:.2} us per message (the spin ping-pong's half round trip); no \
+             guest switch, remote wake, cold stretch or wake choice: cpulab's guests are one \
+             program per vCPU with no guest OS; none of it from a held-out row",
+            hc.describe(),
+            hc.kvm_costs().guest_work_ns / 1e3
+        ),
+    }
+}
+
+/// The pair CPUs of table H's configurations, as the simulated host numbers them.
+pub const H_PAIR: &str = "0,1";
+pub const H_ONE: &str = "0";
+
+/// Table H's configurations, each the simulated twin of a host bench row.
+pub fn h(hc: &HostCalibration) -> Scenario {
+    let h = host_h(hc);
+    let w_us = (hc.kvm_costs().guest_work_ns / 1e3).max(crate::sim::workload::MIN_WORK_US);
+    let all = format!("0-{}", hc.host_cpus.max(1) - 1);
+    let pair = || WorkloadSpec::Pair {
+        client_us: w_us,
+        server_us: w_us,
+        client_vcpu: Some(0),
+        server_vcpu: Some(1),
+    };
+    let guest = |pcpus: &str| vm("guest", 2, Some(pcpus), vec![pair()]);
+    let with = |name: &str, params: &[(&str, f64)], vms: Vec<VmSpec>| {
+        let mut c = config(name, None, vms);
+        for (k, v) in params {
+            c.params.insert((*k).into(), toml::Value::Float(*v));
+        }
+        c
+    };
+    // A spin never halts: the waiting side polls in the guest for longer than any window.
+    let spin = [("guest_poll_ns", crate::sim::params::MAX_COST_NS)];
+    let mut configs = vec![
+        with("spin, pinned pair", &spin, vec![guest(H_PAIR)]),
+        with("halt, pinned pair, module limit", &[], vec![guest(H_PAIR)]),
+        with("halt, one CPU", &[], vec![guest(H_ONE)]),
+        with("halt, unpinned", &[], vec![guest(&all)]),
+        with("spin, unpinned", &spin, vec![guest(&all)]),
+    ];
+    // The sweep's rows with the halt exit its own part measured (the host moves between parts).
+    let sweep_exit = hc.kvm_costs().sweep_halt_exit_ns;
+    configs.push(with(
+        "halt, pinned pair, sweep, module limit",
+        &[("halt_exit_ns", sweep_exit)],
+        vec![guest(H_PAIR)],
+    ));
+    for s in &hc.sweep {
+        configs.push(with(
+            &format!("halt, pinned pair, limit {} ns", s.limit_ns),
+            &[
+                ("host_poll_ns", s.limit_ns as f64),
+                ("halt_exit_ns", sweep_exit),
+            ],
+            vec![guest(H_PAIR)],
+        ));
+    }
+    for g in &hc.guest_poll {
+        configs.push(with(
+            &format!("guest poll, window {} ns", g.window_ns),
+            &[("guest_poll_ns", g.window_ns as f64)],
+            vec![guest(H_PAIR)],
+        ));
+    }
+    let burners = |name: &str, n: u32| {
+        vm(
+            name,
+            n,
+            Some(&all),
+            vec![WorkloadSpec::Cpu {
+                threads: n,
+                unit_us: 100.0,
+                vcpus: Some((0..n).collect()),
+            }],
+        )
+    };
+    for s in &hc.share {
+        let (k, m) = (s.vm1_vcpus, s.vm2_vcpus);
+        configs.push(config(
+            &format!("share {k}+{m}, vm1 alone"),
+            None,
+            vec![burners("vm1", k)],
+        ));
+        configs.push(config(
+            &format!("share {k}+{m}, vm2 alone"),
+            None,
+            vec![burners("vm2", m)],
+        ));
+        configs.push(config(
+            &format!("share {k}+{m}, together"),
+            None,
+            vec![burners("vm1", k), burners("vm2", m)],
+        ));
+    }
+    scenario(
+        "h-this-host",
+        "This host's KVM as cpulab host bench measured it: the halt, spin and polling \
+         ping-pongs of its guests by placement and halt-poll limit, and two VMs of burners \
+         sharing its CPUs.",
+        &h,
+        2000.0,
         configs,
     )
 }

@@ -15,6 +15,7 @@ pub mod builtin;
 pub mod engine;
 pub mod guest;
 pub mod host;
+pub mod hostcal;
 pub mod hypervisor;
 pub mod params;
 pub mod published;
@@ -46,6 +47,9 @@ pub struct SimReport {
     pub host: String,
     /// Where the wakeup costs came from when `--calibrate` was given.
     pub calibration: Option<Calibration>,
+    /// Where the KVM layer's costs came from when `--calibrate` was a host bench result.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_calibration: Option<String>,
     pub configs: Vec<ConfigResult>,
 }
 
@@ -255,6 +259,7 @@ pub fn run_scenario(
             .map(|r| r.host.describe())
             .unwrap_or_default(),
         calibration,
+        host_calibration: None,
         configs,
     })
 }

@@ -358,13 +358,21 @@ impl Calibration {
     }
 }
 
-const PINGPONG: Kind = <crate::pingpong::Pingpong as crate::experiment::Experiment>::KIND;
+pub(super) const PINGPONG: Kind =
+    <crate::pingpong::Pingpong as crate::experiment::Experiment>::KIND;
 
 /// Reads a `pingpong` or `doctor` result and takes its blocking round trips.
 pub fn load_calibration(path: &Path) -> Result<Calibration> {
     // The envelope's loader, told the one experiment kind it takes beside the doctor's.
     let loaded = crate::report::envelope::load(path, &[PINGPONG])?;
-    let name = path.display().to_string();
+    from_loaded(&loaded, &path.display().to_string())
+}
+
+pub(super) fn from_loaded(
+    loaded: &crate::report::envelope::Loaded,
+    name: &str,
+) -> Result<Calibration> {
+    let name = name.to_string();
     let v = &loaded.value;
     // (method, class, mean rtt ns, work after each wakeup: bytes and mean ns) of every
     // blocking run.
@@ -404,8 +412,8 @@ pub fn load_calibration(path: &Path) -> Result<Calibration> {
         }
         other => {
             return Err(bad_input(format!(
-                "{name} is a `cpulab {other}` result; --calibrate takes a pingpong or doctor result \
-                 (cpulab pingpong --json > r.json)"
+                "{name} is a `cpulab {other}` result; --calibrate takes a pingpong, doctor or \
+                 host bench result (cpulab pingpong --json > r.json)"
             )));
         }
     }

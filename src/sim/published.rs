@@ -16,6 +16,8 @@ pub enum Section {
     E,
     /// "Reproduced on this project's machines".
     ThisMachine,
+    /// Not published: measured by `cpulab host bench` (table H), the result named beside it.
+    HostBench,
 }
 
 impl Section {
@@ -27,6 +29,7 @@ impl Section {
             Self::D => "field notes D",
             Self::E => "field notes E",
             Self::ThisMachine => "field notes, this project's machines",
+            Self::HostBench => "measured by cpulab host bench",
         }
     }
 }

@@ -13,7 +13,7 @@ use maud::{Markup, html};
 
 /// The footer of every simulated page.
 const SIMULATED: &str = "Every figure marked SIMULATED is a model's prediction, not a measurement; \
-     published figures are quoted with their field-notes section.";
+     published figures are quoted with their field-notes section, measured ones with the cpulab result they come from.";
 
 /// A page whose footer says its figures are simulated, never measured.
 fn page(title: &str, header: Markup, body: Markup) -> String {
@@ -43,6 +43,9 @@ pub fn report_text(r: &SimReport) -> String {
             c.same_rtt_ns / 1e3,
             c.cross_rtt_ns / 1e3
         );
+    }
+    if let Some(h) = &r.host_calibration {
+        out += &format!("KVM costs calibrated from {h}\n");
     }
     let mut t = Table::new();
     t.load_style(presets::NOTHING);
@@ -82,11 +85,12 @@ pub fn report_text(r: &SimReport) -> String {
 fn table_text(t: &TableCheck) -> String {
     let pp = t.measure == "share";
     let mut out = format!(
-        "{} {} (published: {})\n  host {}, {} scheduler; one parameter set: {}\n  \
+        "{} {} ({}: {})\n  host {}, {} scheduler; one parameter set: {}\n  \
          parameters set from: {}\n",
         t.id,
         t.title,
-        t.source.cite(),
+        t.reference,
+        t.measured_by.as_deref().unwrap_or(t.source.cite()),
         t.host,
         t.hypervisor,
         t.params.describe(),
@@ -94,7 +98,13 @@ fn table_text(t: &TableCheck) -> String {
     );
     let mut tab = Table::new();
     tab.load_style(presets::NOTHING);
-    tab.set_header(vec!["cell", "published", "SIMULATED", "error", "result"]);
+    tab.set_header(vec![
+        "cell",
+        t.reference.as_str(),
+        "SIMULATED",
+        "error",
+        "result",
+    ]);
     for c in &t.cells {
         let err = if pp {
             format!("{:+.1} pp", c.error)
@@ -104,6 +114,7 @@ fn table_text(t: &TableCheck) -> String {
         let res = match (c.checked, c.pass) {
             (false, _) if c.not_checked.is_some() => "not checked",
             (false, _) => "input / not a target",
+            (true, true) if c.error.abs() > t.target => "ok: inside the measured 95% interval",
             (true, true) => "ok",
             (true, false) => "MISS",
         };
@@ -152,7 +163,7 @@ fn table_text(t: &TableCheck) -> String {
 /// `cpulab sim validate` as text.
 pub fn validation_text(v: &Validation) -> String {
     let mut out = format!(
-        "cpulab sim validate: published (field notes) against SIMULATED, seed {}\n\n",
+        "cpulab sim validate: published (field notes) and measured (host bench) against SIMULATED, seed {}\n\n",
         v.seed
     );
     for t in &v.tables {
@@ -197,12 +208,13 @@ pub fn validation_html(v: &Validation) -> String {
     let body = html! {
         p {
             strong { "SIMULATED" } " columns come from a model; " strong { "published" }
-            " columns are quoted from the field notes, section named per table."
+            " columns are quoted from the field notes, section named per table; "
+            strong { "measured" } " columns are a cpulab host bench result, named per table."
         }
         @for t in &v.tables {
             h2 { (t.id) " " (t.title) }
             p {
-                "published: " (t.source.cite()) "; host " (t.host) ", " (t.hypervisor)
+                (t.reference) ": " (t.measured_by.as_deref().unwrap_or(t.source.cite())) "; host " (t.host) ", " (t.hypervisor)
                 " scheduler; " (match (&t.not_checked, t.pass) {
                     (Some(_), _) => "target NOT CHECKED",
                     (None, true) => "target met",
@@ -211,13 +223,14 @@ pub fn validation_html(v: &Validation) -> String {
             }
             p { "parameters: " (t.params.describe()) "; set from: " (t.params_from) }
             (table(
-                &["cell", &format!("published ({})", t.source.cite()), "SIMULATED", "error", "result"],
+                &["cell", &format!("{} ({})", t.reference, t.source.cite()), "SIMULATED", "error", "result"],
                 &t.cells.iter().map(|c| vec![
                     c.cell.clone(),
                     format!("{:.3}", c.published),
                     format!("{:.3}", c.simulated),
                     format!("{:+.3}", c.error),
                     match (c.checked, c.pass, &c.not_checked) {
+                        (true, true, _) if c.error.abs() > t.target => "ok: inside the measured 95% interval",
                         (true, true, _) => "ok",
                         (true, false, _) => "MISS",
                         (false, _, Some(_)) => "not checked",
@@ -243,7 +256,7 @@ pub fn validation_html(v: &Validation) -> String {
     };
     page(
         "cpulab sim validate (SIMULATED)",
-        html! { p.facts { "published against SIMULATED" } },
+        html! { p.facts { "published and measured against SIMULATED" } },
         body,
     )
 }

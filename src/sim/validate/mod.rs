@@ -11,7 +11,9 @@ use super::params::{Calibration, Costs};
 use super::published::{Section, get};
 use super::{SIMULATED, SimReport};
 
+mod host;
 mod tables;
+use crate::sim::hostcal::HostCalibration;
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
 use tables::{check_a, check_b, check_c, check_e, check_m};
@@ -24,6 +26,9 @@ pub struct Validation {
     pub seed: u64,
     /// Where this machine's wakeup costs came from.
     pub calibration: Calibration,
+    /// The host bench result table H was calibrated from and checked against.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_calibration: Option<HostCalibration>,
     pub tables: Vec<TableCheck>,
     /// Every table met its target.
     pub all_pass: bool,
@@ -36,6 +41,13 @@ pub struct TableCheck {
     pub title: String,
     /// The field-notes section its published figures come from.
     pub source: Section,
+    /// What the cells' `published` column holds: `published` figures (tables A to M), or
+    /// figures `measured` by cpulab (table H, from the result in `measured_by`).
+    #[serde(default = "published")]
+    pub reference: String,
+    /// The result the measured figures come from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub measured_by: Option<String>,
     pub host: String,
     pub hypervisor: String,
     /// The one parameter set every cell ran with.
@@ -78,6 +90,10 @@ pub struct Cell {
     /// False for a cell that set a parameter or is outside the target.
     pub checked: bool,
     pub pass: bool,
+    /// The measured figure's 95% interval (table H): a cell beyond the target passes only
+    /// inside it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interval: Option<[f64; 2]>,
     /// Why an unchecked cell that is neither an input nor outside the target was not checked
     /// (`another host state`); none for inputs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -90,6 +106,10 @@ pub struct Curve {
     pub name: String,
     pub x: Vec<f64>,
     pub y: Vec<f64>,
+}
+
+fn published() -> String {
+    "published".into()
 }
 
 fn per_s(r: &SimReport, config: &str, kind: &str) -> f64 {
@@ -126,6 +146,7 @@ fn ratio_cell(
         error,
         checked,
         pass: error.abs() <= target,
+        interval: None,
         not_checked: None,
     }
 }
@@ -162,6 +183,8 @@ fn table(
         id: id.into(),
         title: title.into(),
         source,
+        reference: published(),
+        measured_by: None,
         host: report.host.clone(),
         hypervisor: first.map(|c| c.hypervisor.clone()).unwrap_or_default(),
         params: first.map(|c| c.params.clone()).unwrap_or_default(),
@@ -178,19 +201,22 @@ fn table(
     }
 }
 
-/// Simulates every table and judges it.
-pub fn validate(cal: &Calibration, seed: u64) -> Result<Validation> {
+/// Simulates every table and judges it; table H against `host`, a host bench result (the
+/// bundled one of this project's machine when the user gave none).
+pub fn validate(cal: &Calibration, host: &HostCalibration, seed: u64) -> Result<Validation> {
     let tables = vec![
         check_a(seed)?,
         check_b(seed)?,
         check_c(seed)?,
         check_e(seed)?,
         check_m(cal, seed)?,
+        host::check_h(host, seed)?,
     ];
     Ok(Validation {
         label: SIMULATED.into(),
         seed,
         calibration: cal.clone(),
+        host_calibration: Some(host.clone()),
         all_pass: tables.iter().all(|t| t.pass),
         tables,
     })

@@ -121,6 +121,7 @@ pub(super) fn check_c(seed: u64) -> Result<TableCheck> {
                 error,
                 checked: true,
                 pass: error.abs() <= t,
+                interval: None,
                 not_checked: None,
             });
         }

@@ -2,8 +2,14 @@
 
 use super::*;
 
+fn bundled() -> HostCalibration {
+    crate::sim::hostcal::bundled().unwrap()
+}
+
 fn tables() -> Vec<TableCheck> {
-    validate(&Calibration::field_notes(), 1).unwrap().tables
+    validate(&Calibration::field_notes(), &bundled(), 1)
+        .unwrap()
+        .tables
 }
 
 fn by_id<'a>(t: &'a [TableCheck], id: &str) -> &'a TableCheck {
@@ -158,6 +164,7 @@ fn report(configs: Vec<crate::sim::ConfigResult>) -> SimReport {
         duration_ms: 1.0,
         host: "host x".into(),
         calibration: None,
+        host_calibration: None,
         configs,
     }
 }
@@ -234,6 +241,7 @@ fn cell(error: f64, checked: bool, pass: bool) -> Cell {
         error,
         checked,
         pass,
+        interval: None,
         not_checked: None,
     }
 }
@@ -314,10 +322,10 @@ fn published_ratios_are_the_quoted_figures_divided() {
 
 #[test]
 fn validate_states_what_it_simulated_and_all_pass_is_every_tables_pass() {
-    let v = validate(&Calibration::field_notes(), 7).unwrap();
+    let v = validate(&Calibration::field_notes(), &bundled(), 7).unwrap();
     assert_eq!((v.label.as_str(), v.seed), (SIMULATED, 7));
     let ids: Vec<&str> = v.tables.iter().map(|t| t.id.as_str()).collect();
-    assert_eq!(ids, ["A", "B", "C", "E", "M"]);
+    assert_eq!(ids, ["A", "B", "C", "E", "M", "H"]);
     assert_eq!(v.all_pass, v.tables.iter().all(|t| t.pass));
     for t in &v.tables {
         assert_eq!(
@@ -327,7 +335,23 @@ fn validate_states_what_it_simulated_and_all_pass_is_every_tables_pass() {
             t.id
         );
         for c in &t.cells {
-            assert_eq!(c.pass, c.error.abs() <= t.target, "{}: {}", t.id, c.cell);
+            // Within the target, or (a measured cell only) inside the measured interval.
+            let inside = c
+                .interval
+                .is_some_and(|[lo, hi]| (lo..=hi).contains(&c.simulated));
+            assert_eq!(
+                c.pass,
+                c.error.abs() <= t.target || inside,
+                "{}: {}",
+                t.id,
+                c.cell
+            );
+            assert_eq!(
+                c.interval.is_some(),
+                t.reference == "measured",
+                "{}",
+                c.cell
+            );
             assert!(
                 c.published > 0.0 && c.simulated > 0.0,
                 "{}: {}",
@@ -498,7 +522,7 @@ fn m_does_not_check_pgbench_against_a_calibration_taken_under_load() {
     let why = tables::m_host_state_unlike(&cal).unwrap();
     assert!(why.contains("cpu0 100% busy"), "{why}");
     assert!(why.contains("on a quiet guest"), "{why}");
-    let v = validate(&cal, 1).unwrap();
+    let v = validate(&cal, &bundled(), 1).unwrap();
     let m = by_id(&v.tables, "M");
     assert_eq!(m.not_checked.as_deref(), Some(why.as_str()));
     assert!(!m.pass && !v.all_pass);
@@ -506,7 +530,7 @@ fn m_does_not_check_pgbench_against_a_calibration_taken_under_load() {
 
 #[test]
 fn m_against_another_host_state_is_not_checked_and_does_not_pass() {
-    let v = validate(&measured("pipe", 14.7), 1).unwrap();
+    let v = validate(&measured("pipe", 14.7), &bundled(), 1).unwrap();
     let m = by_id(&v.tables, "M");
     let why = m.not_checked.as_deref().unwrap();
     assert!(why.contains("-65%"), "{why}");
@@ -534,4 +558,62 @@ fn m_against_another_host_state_is_not_checked_and_does_not_pass() {
     assert!(m.not_checked.is_none());
     assert!(m.cells.iter().filter(|c| c.checked).count() == 4);
     assert!(m.cells.iter().all(|c| c.not_checked.is_none()));
+}
+
+/// Table H: each input row is reproduced by the costs it set (the calibration's arithmetic
+/// agrees with the engine), and the held-out rows are checked against the target.
+#[test]
+fn h_reproduces_its_input_rows_and_checks_the_held_out_ones() {
+    let hc = bundled();
+    let v = validate(&Calibration::field_notes(), &hc, 1).unwrap();
+    let h = by_id(&v.tables, "H");
+    assert_eq!(h.reference, "measured");
+    assert!(
+        h.measured_by
+            .as_deref()
+            .unwrap()
+            .contains("host-bench.json")
+    );
+    let inputs: Vec<&Cell> = h
+        .cells
+        .iter()
+        .filter(|c| !c.checked && !c.cell.starts_with("polling ping-pong"))
+        .filter(|c| !c.cell.contains("the module's limit again"))
+        .collect();
+    assert!(inputs.len() >= 4, "{inputs:?}");
+    for c in inputs {
+        assert!(c.error.abs() < 0.005, "{}: {:+.4}", c.cell, c.error);
+    }
+    let checked: Vec<&Cell> = h.cells.iter().filter(|c| c.checked).collect();
+    // Unpinned (halt and spin), the sweep's other limits, both VMs of each share row.
+    assert!(checked.len() >= 2 + 4 + 8, "{}", checked.len());
+    for c in &checked {
+        assert!(
+            c.pass,
+            "{}: measured {:.3}, SIMULATED {:.3}",
+            c.cell, c.published, c.simulated
+        );
+    }
+    assert!(h.pass, "{:?}", h.max_rel_error);
+    // The module's limit is not checked twice.
+    assert!(
+        h.cells
+            .iter()
+            .any(|c| c.cell.contains("the module's limit again") && !c.checked)
+    );
+}
+
+#[test]
+fn h_is_calibrated_from_the_result_given() {
+    let mut hc = bundled();
+    hc.source = "given.json".into();
+    hc.off_ns.mean *= 2.0;
+    let v = validate(&Calibration::field_notes(), &hc, 1).unwrap();
+    let h = by_id(&v.tables, "H");
+    assert!(h.measured_by.as_deref().unwrap().starts_with("given.json"));
+    assert!(h.params_from.starts_with("given.json"), "{}", h.params_from);
+    let k = hc.kvm_costs();
+    assert_eq!(h.params.ipi_ns, k.ipi_ns);
+    // The M table keeps its own calibration.
+    assert_eq!(v.calibration, Calibration::field_notes());
 }
