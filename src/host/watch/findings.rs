@@ -346,6 +346,17 @@ fn halt_poll_waste(r: &HostReport, vm: &VmView) -> Option<HostFinding> {
         ),
         "a VMM that sets its VM's own limit (KVM_CAP_HALT_POLL) is not held by the module's: set it there".into(),
     ];
+    let waited = vm
+        .vcpus
+        .iter()
+        .filter_map(|c| c.run_queue_share)
+        .fold(0.0f64, f64::max);
+    if waited >= 0.1 {
+        notes.push(format!(
+            "its vCPU threads waited for a CPU up to {:.0}% of the window: KVM stops polling when another task is runnable on the CPU, so the polls may be lost to that contention rather than to the limit (the cpu-contention and pinning findings, where they apply, come first)",
+            100.0 * waited
+        ));
+    }
     let (apply, verify) = if r.halt_poll_ns_writable == Some(true) {
         (
             vec![vec![
@@ -399,7 +410,7 @@ fn idle_exit_storm(r: &HostReport, vm: &VmView) -> Option<HostFinding> {
             .as_ref()
             .map(|m| m.iter().map(|(a, b)| (*a, *b)).collect())
             .unwrap_or_default();
-        top.sort_by(|a, b| b.1.cmp(&a.1));
+        top.sort_by_key(|x| std::cmp::Reverse(x.1));
         let top: Vec<String> = top
             .iter()
             .take(3)
