@@ -10,6 +10,7 @@
 //! `output`, `stats`, `cpulist`). A module imports only layers below its own.
 
 pub mod affinity;
+pub mod bpf;
 pub mod bursty;
 pub mod cli;
 pub mod commands;

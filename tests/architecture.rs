@@ -53,6 +53,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         "observation",
         &[
             "counters",
+            "bpf",
             "topology",
             "affinity",
             "wakeups",
@@ -85,6 +86,12 @@ const IMPORTS_ALLOWED: &[(&str, &str, &str)] = &[
         "src/counters/perf.rs",
         "src/perf_event.rs",
         "observation: the perf counters open their events through the crate's one \
+         perf_event_open wrapper",
+    ),
+    (
+        "src/bpf/sys.rs",
+        "src/perf_event.rs",
+        "observation: a tracepoint's BPF program is attached through the crate's one \
          perf_event_open wrapper",
     ),
     (

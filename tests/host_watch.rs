@@ -200,8 +200,95 @@ fn both_vms_and_every_vcpu_thread_are_named_and_a_move_shows_as_a_move() {
     };
     assert!(with(&p).contains(&label(&b)), "{p}");
     assert!(with(&b).contains(&label(&p)), "{b}");
-    // KVM's own events are not read by this version: said so, never zero.
-    assert!(!v["not_measured"].as_array().unwrap().is_empty());
+    // KVM's own events: counted for every vCPU, or said why not (never a silent zero).
+    for vm in [&p, &b] {
+        for c in vm["vcpus"].as_array().unwrap() {
+            assert!(c["kvm"].is_object() || c["kvm_reason"].is_string(), "{c}");
+        }
+    }
+}
+
+/// KVM's events of a halt ping-pong pinned on two CPUs, counted by the BPF programs on its
+/// tracepoints, obey the exchange's physics: each round trip is one IPI from each vCPU, so the
+/// two vCPUs sent as many (within one at each edge of the window); a vCPU halts at most once per
+/// IPI it is sent (an IPI that arrives before its `hlt` leaves nothing to halt for: KVM halts
+/// only a vCPU with no interrupt pending); every halt was won by polling or slept; a spin
+/// ping-pong beside it halts and sends nothing.
+#[test]
+fn kvm_events_of_a_halt_ping_pong_follow_its_ipis_and_a_spin_guest_has_none() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    if !kvm(test_name!()) || !two_cpus(test_name!()) {
+        return;
+    }
+    let halt = Guest::start(&["--program", "halt", "--cpus", "0:1"]);
+    let spin = Guest::start(&["--program", "spin", "--cpus", "0:1"]);
+    let v = finish(watch("1500ms"));
+    let h = vm_of(&v, halt.pid());
+    let s = vm_of(&v, spin.pid());
+    if !h["kvm"].is_object() {
+        let why = h["kvm_reason"].as_str().unwrap_or_default().to_string();
+        assert!(why.starts_with("not available, because"), "{h}");
+        skipped(
+            test_name!(),
+            &format!("KVM's events were not counted: {why}"),
+        );
+        return;
+    }
+    assert_eq!(v["kvm_events_lost"], 0, "{v}");
+    let ev = |c: &Value, k: &str| c["kvm"][k].as_u64().unwrap_or_else(|| panic!("{k}: {c}"));
+    let hv = h["vcpus"].as_array().unwrap();
+    assert_eq!(hv.len(), 2, "{h}");
+    for (me, other) in [(&hv[0], &hv[1]), (&hv[1], &hv[0])] {
+        let halts = ev(me, "halts");
+        assert!(halts > 0, "a halting guest halts: {me}");
+        assert_eq!(
+            ev(me, "invalid_wakeups"),
+            0,
+            "x86 has no invalid wakeups: {me}"
+        );
+        assert_eq!(ev(me, "polls_won") + ev(me, "slept"), halts, "{me}");
+        // A halt that slept was scheduled out: it took time.
+        assert!(ev(me, "slept_ns") >= ev(me, "slept"), "{me}");
+        let (mine, ipis) = (ev(me, "ipis_sent"), ev(other, "ipis_sent"));
+        assert!(mine > 0, "{me}");
+        assert!(
+            mine.abs_diff(ipis) <= 2,
+            "one IPI each per round trip: vCPU {} sent {mine}, vCPU {} {ipis}",
+            me["vcpu"],
+            other["vcpu"]
+        );
+        assert!(
+            halts <= ipis + 2,
+            "vCPU {}'s halts ({halts}) against the IPIs vCPU {} sent it ({ipis})",
+            me["vcpu"],
+            other["vcpu"]
+        );
+        match me["kvm"]["exits"].as_u64() {
+            // Every halt is an exit where exits are traced.
+            Some(exits) => assert!(exits >= halts, "{me}"),
+            None => assert!(
+                me["kvm"]["exits_reason"]
+                    .as_str()
+                    .is_some_and(|r| r.starts_with("not available, because")),
+                "exits neither counted nor said why: {me}"
+            ),
+        }
+    }
+    // The VM's totals are its vCPUs' sums.
+    for k in [
+        "halts",
+        "polls_won",
+        "slept",
+        "ipis_sent",
+        "polls_won_ns",
+        "slept_ns",
+    ] {
+        assert_eq!(ev(&h, k), ev(&hv[0], k) + ev(&hv[1], k), "{k}: {h}");
+    }
+    for c in s["vcpus"].as_array().unwrap() {
+        assert_eq!(ev(c, "halts"), 0, "a spinning guest never halts: {c}");
+        assert_eq!(ev(c, "ipis_sent"), 0, "nor sends an IPI: {c}");
+    }
 }
 
 #[test]

@@ -518,9 +518,9 @@ proptest! {
     }
 }
 
+use cpulab::bpf::format::{Field, Format};
 use cpulab::watch::bpf::{self, HEADER};
 use cpulab::watch::events::Decoder;
-use cpulab::watch::format::{Field, Format};
 use cpulab::watch::ring::{PERF_RECORD_LOST, PERF_RECORD_SAMPLE, RawRecord, parse_records};
 
 /// One perf record as the kernel lays it out: a sample (pid, tid, time, cpu, raw) or a loss.

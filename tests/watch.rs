@@ -694,7 +694,7 @@ fn an_interrupt_ends_the_window_and_what_was_seen_is_reported() {
 /// once it has begun: a tracepoint's program runs from the moment it is attached, so the watch
 /// has begun once a program loaded since it was started has run (at most 120 s).
 fn a_begun_watch(target: &[&str]) -> std::process::Child {
-    use cpulab::watch::bpf::sys;
+    use cpulab::bpf::sys;
     // Run counts are kept while this descriptor is open.
     let _stats = sys::enable_stats().unwrap();
     let loaded_before = sys::prog_ids().unwrap();

@@ -227,7 +227,7 @@ fn a_pinned_pair_lands_in_same_cpu_then_across_and_nothing_stays_attached() {
     // The kernel frees a program once its last descriptor closes (after an RCU grace period).
     let mut gone = false;
     for _ in 0..100 {
-        let live = cpulab::watch::bpf::sys::prog_ids().unwrap();
+        let live = cpulab::bpf::sys::prog_ids().unwrap();
         if ids.iter().all(|id| !live.contains(id)) {
             gone = true;
             break;

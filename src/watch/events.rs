@@ -14,7 +14,7 @@
 //!   means the task stays runnable and starts waiting on the run queue.
 //! - `sched_migrate_task` moves a task between CPUs.
 
-use super::format::{Field, Format};
+use crate::bpf::format::{Field, Format};
 
 /// Record flag bits in `common_flags` that mean the event ran in interrupt context (hardirq,
 /// softirq, NMI): the interrupted task did not cause it.

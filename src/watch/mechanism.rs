@@ -5,9 +5,10 @@
 
 use super::events::{self, Decoder, Timed};
 use super::{
-    EVENT_NAMES, Mechanism, PERF_PERMISSION_LINE, PERMISSION_LINE, WatchSettings, bpf, btf, format,
-    is_denied, kernel_filters, ring, tracefs,
+    EVENT_NAMES, Mechanism, PERF_PERMISSION_LINE, PERMISSION_LINE, WatchSettings, bpf, btf,
+    is_denied, kernel_filters, ring,
 };
+use crate::bpf::{format, tracefs};
 use crate::error::bad_input;
 use crate::machine::Machine;
 use anyhow::Result;

@@ -2,7 +2,7 @@
 //!
 //! Every other experiment starts its own processes; a DBA with a production PostgreSQL cannot.
 //! A watch attaches to the kernel's scheduler tracepoints for a window ([`ring`]), decodes the
-//! records with layouts read from the running kernel ([`format`], [`events`]), follows each
+//! records with layouts read from the running kernel ([`crate::bpf::format`], [`events`]), follows each
 //! wakeup of the watched tasks from waker to switch-in ([`analyze`]), and reports per process
 //! how its wakeups were placed (same CPU as the waker, or which class away) and what each class
 //! cost in wakeup-to-run latency ([`report`], [`render`]). The VM mechanism around the window
@@ -11,8 +11,8 @@
 //!
 //! It only observes: where tracefs is not mounted, it is mounted to read the tracepoint layouts
 //! in a private mount namespace of one thread, which no other process sees and which ends with
-//! that thread ([`tracefs`]), the perf events are closed on every exit path (they are descriptors), and
-//! the child of `watch -- COMMAND` ends with cpulab.
+//! that thread ([`crate::bpf::tracefs`]), the perf events are closed on every exit path (they
+//! are descriptors), and the child of `watch -- COMMAND` ends with cpulab.
 
 pub mod analyze;
 pub mod bpf;
@@ -21,7 +21,6 @@ pub mod command;
 pub mod events;
 pub mod fake;
 pub mod follow;
-pub mod format;
 pub mod groups;
 pub mod held;
 pub mod ledger;
@@ -36,7 +35,6 @@ pub mod session;
 pub mod slots;
 pub mod source;
 pub mod targets;
-pub mod tracefs;
 
 use crate::experiment::{Experiment, Figure, LoadWatch, Progress};
 use crate::machine::{Conditions, Machine};

@@ -190,7 +190,7 @@ struct Opening<'a> {
     refusals: Refusals,
     notes: Vec<String>,
     /// The tracefs record layouts, read once for the ways that need them.
-    formats: Option<[super::format::Format; 4]>,
+    formats: Option<[crate::bpf::format::Format; 4]>,
     /// What perf was opened with (its filters and what each event costs).
     filters: Option<([String; 4], String)>,
     specs: Option<Vec<ring::EventSpec>>,
@@ -208,7 +208,7 @@ impl Opening<'_> {
     }
 
     /// The tracefs record layouts (root, or a one-line refusal), and their decoder.
-    fn formats(&mut self) -> Result<([super::format::Format; 4], super::events::Decoder)> {
+    fn formats(&mut self) -> Result<([crate::bpf::format::Format; 4], super::events::Decoder)> {
         let formats = match &self.formats {
             Some(f) => f.clone(),
             None => {

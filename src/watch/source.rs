@@ -10,10 +10,10 @@
 //! stays attached.
 
 use super::bpf::aggregate::{self, CLASSES, Layout, Maps, ROW_WORDS};
-use super::bpf::sys;
 use super::bpf::table::{self, MappedArray};
 use super::ledger::{Classes, Ledger};
 use super::slots::{OTHER, Resolver, Slots};
+use crate::bpf::sys;
 use crate::machine::Machine;
 use crate::wakeups::{
     ClassCounts, LATENCY_BOUNDS_NS, ProgramCost, Snapshot, Source, SourceOptions, TargetCounts,

@@ -12,6 +12,12 @@
 //!   core of the host ran no running vCPU at all. Remedy: the same pins, one core each first.
 //! - **CPU contention** (the fair-share case): a VM whose running vCPUs got clearly less than
 //!   they wanted while another VM's vCPUs ran on the same CPUs.
+//! - **halt polling that does not pay** (from KVM's tracepoints): a VM whose vCPUs polled (their
+//!   window grew or was seen set) and still slept in nearly every halt, or whose polls lost burnt
+//!   more CPU than the polls won. Remedy: a smaller `halt_poll_ns`, its value derived from the
+//!   halts the window measured ([`poll_limit`]).
+//! - **an exit storm on an idle guest** (where `kvm_exit` fires): a VM whose vCPUs were mostly
+//!   halted and still exited thousands of times a second, with the reasons that did it.
 
 use super::{HostReport, VmView, label};
 use crate::topology::Topology;
@@ -31,7 +37,8 @@ pub struct Pin {
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct HostFinding {
-    /// `floating-vcpus` or `cpu-contention`.
+    /// `floating-vcpus`, `stacked-vcpus`, `cpu-contention`, `halt-poll-waste` or
+    /// `idle-exit-storm`.
     pub id: String,
     pub vm: String,
     pub evidence: Vec<String>,
@@ -246,7 +253,194 @@ pub fn findings(
             ],
         });
     }
+    for vm in &r.vms {
+        out.extend(halt_poll_waste(r, vm));
+        out.extend(idle_exit_storm(r, vm));
+    }
     out
+}
+
+/// Halts a window needs before its polling is judged.
+const POLL_HALTS: u64 = 50;
+/// Polls lost among halts above which polling is "lost nearly always".
+const LOST_NEARLY_ALWAYS: f64 = 0.9;
+/// Exits a second per mostly-halted vCPU that make a storm.
+const STORM_EXITS_PER_S: f64 = 10_000.0;
+
+/// The poll limit for a VM whose polls do not pay, from its halts: twice the mean time of the
+/// halts its polling won, rounded up to a microsecond (those halts keep their poll, the lost
+/// ones stop burning the rest of the window); 0 (polling off) when polling won none. Returns
+/// the value and how it was derived.
+pub fn poll_limit(k: &super::kvm::KvmEvents) -> (u64, String) {
+    if k.polls_won * 100 < k.halts {
+        return (
+            0,
+            format!(
+                "polling won {} of {} halts (under 1%): 0 turns it off",
+                k.polls_won, k.halts
+            ),
+        );
+    }
+    let mean = k.polls_won_ns as f64 / k.polls_won as f64;
+    let v = ((2.0 * mean) / 1000.0).ceil().max(1.0) as u64 * 1000;
+    (
+        v,
+        format!(
+            "twice the mean of the {} halts polling won ({}), rounded up to a microsecond: those keep their poll, the {} that slept stop burning the window first",
+            k.polls_won,
+            crate::units::fmt_ns(mean),
+            k.slept
+        ),
+    )
+}
+
+fn halt_poll_waste(r: &HostReport, vm: &VmView) -> Option<HostFinding> {
+    let k = vm.kvm.as_ref()?;
+    if k.halts < POLL_HALTS {
+        return None;
+    }
+    let polled = vm
+        .vcpus
+        .iter()
+        .filter_map(|c| c.kvm.as_ref())
+        .any(|c| c.poll_window_grew > 0 || c.poll_window_ns.is_some_and(|w| w > 0));
+    let lost_share = k.slept as f64 / k.halts as f64;
+    let lost_ns: Option<f64> = vm.vcpus.iter().map(|c| super::lost_poll_ns(c, r)).sum();
+    // Polling that burns more than it wins: it polled, and nearly every halt slept all the
+    // same. (The lost polls' CPU is only bounded, so it is evidence, never the trigger.)
+    if !polled || lost_share < LOST_NEARLY_ALWAYS {
+        return None;
+    }
+    let per_s = |n: u64| n as f64 / r.interval_s;
+    let mut evidence = vec![format!(
+        "{} halts in {:.2} s ({:.0}/s): polling won {} ({:.1}%), {} slept after polling{}",
+        k.halts,
+        r.interval_s,
+        per_s(k.halts),
+        k.polls_won,
+        100.0 * (1.0 - lost_share),
+        k.slept,
+        k.mean_sleep_ns().map_or(String::new(), |m| format!(
+            " (mean halt that slept {}, its poll included)",
+            crate::units::fmt_ns(m)
+        ))
+    )];
+    evidence.push(format!(
+        "polls won burnt {:.3} CPU (kvm_vcpu_wakeup's time of the halts that did not sleep)",
+        per_s(k.polls_won_ns) / 1e9
+    ));
+    match lost_ns {
+        Some(l) => evidence.push(format!(
+            "polls lost burnt at most {:.3} CPU (the smaller of each halt that slept polling its whole window and the threads' run time less their polls won)",
+            l / r.interval_s / 1e9
+        )),
+        None => evidence.push(
+            "the CPU the lost polls burnt is not available, because neither a vCPU's poll window (kvm_halt_poll_ns fires on a change only) nor its run time was read".into(),
+        ),
+    }
+    let (v, how) = poll_limit(k);
+    let mut notes = vec![
+        format!("halt_poll_ns={v}: {how}"),
+        format!(
+            "to keep it: the line `options kvm halt_poll_ns={v}` in /etc/modprobe.d/kvm-halt-poll.conf (read when the kvm module loads: at boot, or a reload with no VM running)"
+        ),
+        "a VMM that sets its VM's own limit (KVM_CAP_HALT_POLL) is not held by the module's: set it there".into(),
+    ];
+    let waited = vm
+        .vcpus
+        .iter()
+        .filter_map(|c| c.run_queue_share)
+        .fold(0.0f64, f64::max);
+    if waited >= 0.1 {
+        notes.push(format!(
+            "its vCPU threads waited for a CPU up to {:.0}% of the window: KVM stops polling when another task is runnable on the CPU, so the polls may be lost to that contention rather than to the limit (the cpu-contention and pinning findings, where they apply, come first)",
+            100.0 * waited
+        ));
+    }
+    let (apply, verify) = if r.halt_poll_ns_writable == Some(true) {
+        (
+            vec![vec![
+                "cpulab".to_string(),
+                "try".into(),
+                format!("kvm.halt_poll_ns={v}"),
+            ]],
+            vec![vec![
+                "grep".to_string(),
+                "-qx".into(),
+                v.to_string(),
+                "/sys/module/kvm/parameters/halt_poll_ns".into(),
+            ]],
+        )
+    } else {
+        notes.push(format!(
+            "the module's halt_poll_ns ({}) is not writable here: `cpulab try kvm.halt_poll_ns={v}` cannot measure it on this host",
+            r.halt_poll_ns.map_or("not readable".into(), |n| n.to_string())
+        ));
+        (Vec::new(), Vec::new())
+    };
+    Some(HostFinding {
+        id: "halt-poll-waste".into(),
+        vm: label(vm),
+        evidence,
+        pins: Vec::new(),
+        apply,
+        verify,
+        undo: Vec::new(),
+        libvirt_cputune: None,
+        notes,
+    })
+}
+
+fn idle_exit_storm(r: &HostReport, vm: &VmView) -> Option<HostFinding> {
+    let mut evidence = Vec::new();
+    for c in &vm.vcpus {
+        let (Some(k), Some(on)) = (c.kvm.as_ref(), c.on_cpu_share) else {
+            continue;
+        };
+        let Some(exits) = k.exits else {
+            continue;
+        };
+        let rate = exits as f64 / r.interval_s;
+        // Mostly halted: it wanted little CPU and halted throughout.
+        if on >= 0.2 || k.halts == 0 || rate < STORM_EXITS_PER_S {
+            continue;
+        }
+        let mut top: Vec<(u32, u64)> = k
+            .exits_by_reason
+            .as_ref()
+            .map(|m| m.iter().map(|(a, b)| (*a, *b)).collect())
+            .unwrap_or_default();
+        top.sort_by_key(|x| std::cmp::Reverse(x.1));
+        let top: Vec<String> = top
+            .iter()
+            .take(3)
+            .map(|(reason, n)| format!("reason {reason}: {:.0}/s", *n as f64 / r.interval_s))
+            .collect();
+        evidence.push(format!(
+            "vCPU {} was on a CPU {:.0}% of the window and halted {:.0} times a second, yet exited {rate:.0} times a second ({})",
+            c.vcpu,
+            100.0 * on,
+            k.halts as f64 / r.interval_s,
+            top.join(", ")
+        ));
+    }
+    if evidence.is_empty() {
+        return None;
+    }
+    Some(HostFinding {
+        id: "idle-exit-storm".into(),
+        vm: label(vm),
+        evidence,
+        pins: Vec::new(),
+        apply: Vec::new(),
+        verify: Vec::new(),
+        undo: Vec::new(),
+        libvirt_cputune: None,
+        notes: vec![
+            "the reasons are KVM's exit_reason as traced (a VMX basic exit reason, or an SVM exit code): an idle guest that exits this often is usually a guest timer or idle loop (a periodic tick, a guest that polls with PAUSE or reads the TSC); look at the guest's idle driver and its clock source"
+                .into(),
+        ],
+    })
 }
 
 /// A VM's running vCPUs: those that wanted half the window or more.
@@ -391,6 +585,7 @@ pub fn line(argv: &Argv) -> String {
 
 #[cfg(test)]
 mod tests {
+    use super::super::kvm::KvmEvents;
     use super::*;
 
     #[test]
@@ -460,6 +655,8 @@ mod tests {
             affinity_end: Some(cpu.to_string()),
             state: Some('R'),
             switches: None,
+            kvm: None,
+            kvm_reason: None,
         };
         HostReport {
             settings: super::super::WatchSettings {
@@ -478,12 +675,120 @@ mod tests {
                 share: Some(0.95),
                 model: Some(1.0),
                 shares_cpus_with: Vec::new(),
+                kvm: None,
+                kvm_reason: None,
             }],
             host_cpus: Vec::new(),
             not_inspected: 0,
             not_measured: Vec::new(),
             findings: Vec::new(),
+            kvm_events_lost: None,
+            halt_poll_ns: Some(200_000),
+            halt_poll_ns_writable: Some(false),
         }
+    }
+
+    /// Each vCPU of `r`'s VM given `k`'s KVM events (and the VM their sum), idle: on a CPU
+    /// 10% of the window.
+    fn with_kvm(mut r: HostReport, k: &KvmEvents) -> HostReport {
+        let vm = &mut r.vms[0];
+        for c in &mut vm.vcpus {
+            c.kvm = Some(k.clone());
+            c.on_cpu_share = Some(0.1);
+        }
+        vm.kvm = Some(KvmEvents::total(
+            vm.vcpus.iter().filter_map(|c| c.kvm.as_ref()),
+        ));
+        r
+    }
+
+    fn halting(won: u64, slept: u64, window: Option<u64>) -> KvmEvents {
+        KvmEvents {
+            halts: won + slept,
+            polls_won: won,
+            polls_won_ns: won * 15_000,
+            slept,
+            slept_ns: slept * 300_000,
+            poll_window_grew: u64::from(window.is_some()),
+            poll_window_ns: window,
+            ipis_sent: won + slept,
+            exits: None,
+            exits_reason: Some("not available, because kvm_exit never fired".into()),
+            ..Default::default()
+        }
+    }
+
+    /// Polls lost nearly always, with polling on, is a finding whose limit comes from the
+    /// halts' own times; polls that win, or a window never seen polling, are none.
+    #[test]
+    fn polls_lost_nearly_always_are_a_finding_with_a_derived_limit() {
+        let root = fixture("intel-2s");
+        let none = |_: i32| String::new();
+        let topo = crate::topology::Topology::read(&root).unwrap();
+        let allowed = topo.online.clone();
+        let find = |k: &KvmEvents| {
+            let r = with_kvm(report(&root, 0, 2), k);
+            findings(&r, &topo, &allowed, &none)
+                .into_iter()
+                .find(|f| f.id == "halt-poll-waste")
+        };
+        let f = find(&halting(50, 950, Some(200_000))).expect("5% won");
+        // Twice the won halts' mean (15 us), to a microsecond.
+        assert!(f.notes[0].starts_with("halt_poll_ns=30000:"), "{f:?}");
+        assert!(
+            f.notes[1].contains("options kvm halt_poll_ns=30000"),
+            "{f:?}"
+        );
+        assert!(f.apply.is_empty(), "the parameter is read-only here: {f:?}");
+        assert!(f.evidence.iter().any(|e| e.contains("at most")), "{f:?}");
+        // Under 1% won: off.
+        let off = find(&halting(5, 995, Some(200_000))).unwrap();
+        assert!(off.notes[0].starts_with("halt_poll_ns=0:"), "{off:?}");
+        assert!(
+            find(&halting(900, 100, Some(200_000))).is_none(),
+            "polls win"
+        );
+        assert!(find(&halting(5, 995, None)).is_none(), "no poll seen");
+        assert!(
+            find(&halting(1, 20, Some(200_000))).is_none(),
+            "too few halts"
+        );
+        // Writable: `cpulab try` measures it, and verify checks the module's value.
+        let mut r = with_kvm(report(&root, 0, 2), &halting(50, 950, Some(200_000)));
+        r.halt_poll_ns_writable = Some(true);
+        let f = findings(&r, &topo, &allowed, &none)
+            .into_iter()
+            .find(|f| f.id == "halt-poll-waste")
+            .unwrap();
+        assert_eq!(f.apply[0], ["cpulab", "try", "kvm.halt_poll_ns=30000"]);
+        assert_eq!(
+            line(&f.verify[0]),
+            "grep -qx 30000 /sys/module/kvm/parameters/halt_poll_ns"
+        );
+    }
+
+    /// An exit storm needs exits counted: where kvm_exit never fired there is none.
+    #[test]
+    fn an_idle_guest_exiting_thousands_of_times_a_second_is_a_storm() {
+        let root = fixture("intel-2s");
+        let none = |_: i32| String::new();
+        let topo = crate::topology::Topology::read(&root).unwrap();
+        let allowed = topo.online.clone();
+        let mut k = halting(900, 100, Some(200_000));
+        let storm = |k: &KvmEvents| {
+            findings(&with_kvm(report(&root, 0, 2), k), &topo, &allowed, &none)
+                .into_iter()
+                .find(|f| f.id == "idle-exit-storm")
+        };
+        assert!(storm(&k).is_none(), "exits not counted: no storm");
+        k.exits = Some(50_000);
+        k.exits_by_reason = Some([(12, 40_000), (30, 10_000)].into_iter().collect());
+        k.exits_reason = None;
+        let f = storm(&k).expect("50,000 exits a second on a vCPU on a CPU 10% of the time");
+        assert_eq!(f.evidence.len(), 2, "{f:?}");
+        assert!(f.evidence[0].contains("reason 12: 40000/s"), "{f:?}");
+        k.exits = Some(5_000);
+        assert!(storm(&k).is_none(), "5,000 a second is no storm");
     }
 
     fn fixture(name: &str) -> std::path::PathBuf {

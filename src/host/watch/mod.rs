@@ -3,13 +3,17 @@
 //! run-queue wait (what its guest sees as steal), the share of CPU each VM's running vCPUs got
 //! against the model, and the host CPUs they shared.
 //!
-//! This version reads /proc only: KVM's own events (halts, halt polls won and lost, exits,
-//! IPIs) are reported as not measured, with the reason.
+//! KVM's own events per vCPU thread (halts, halt polls won and lost, IPIs sent, poll-window
+//! changes, exits where KVM traces them) are counted in the kernel by BPF programs on KVM's
+//! tracepoints ([`kvm`], attached by [`tracing`]); where they cannot load (not root, no BPF, no
+//! tracefs) the window goes on with /proc and says why.
 
 pub mod discover;
 pub mod findings;
+pub mod kvm;
 pub mod render;
 pub mod sample;
+pub mod tracing;
 
 use crate::cpulist::CpuSet;
 use crate::error::bad_input;
@@ -94,6 +98,12 @@ pub struct VcpuView {
     /// preemption by another thread.
     #[serde(default)]
     pub switches: Option<Switches>,
+    /// KVM's events of this vCPU's thread over the window; `None` with `kvm_reason` where they
+    /// were not counted.
+    #[serde(default)]
+    pub kvm: Option<kvm::KvmEvents>,
+    #[serde(default)]
+    pub kvm_reason: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -121,6 +131,11 @@ pub struct VmView {
     pub model: Option<f64>,
     /// Other VMs whose vCPUs ran on the CPUs this one's did.
     pub shares_cpus_with: Vec<String>,
+    /// Its vCPUs' KVM events summed; `None` with `kvm_reason` where any vCPU's are missing.
+    #[serde(default)]
+    pub kvm: Option<kvm::KvmEvents>,
+    #[serde(default)]
+    pub kvm_reason: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -149,6 +164,16 @@ pub struct HostReport {
     /// What to act on, with evidence and remedy.
     #[serde(default)]
     pub findings: Vec<findings::HostFinding>,
+    /// KVM events the programs could not count (a thread or an exit reason whose table bucket
+    /// was full); `None` where the programs did not run.
+    #[serde(default)]
+    pub kvm_events_lost: Option<u64>,
+    /// The module's `halt_poll_ns` (`/sys/module/kvm/parameters/halt_poll_ns`), ns, and whether
+    /// this user may write it; `None` where it is not there.
+    #[serde(default)]
+    pub halt_poll_ns: Option<u64>,
+    #[serde(default)]
+    pub halt_poll_ns_writable: Option<bool>,
 }
 
 pub fn measure(
@@ -174,6 +199,7 @@ pub fn measure(
     }
     progress.step(&format!("watching {} VMs for {:?}", vms.len(), s.duration));
     let stat_before = proc_stat(root);
+    let tracing = tracing::KvmTracing::start(root);
     let start = Instant::now();
     let mut tracks: BTreeMap<(i32, i32), Track> = BTreeMap::new();
     let mut affinity_start: BTreeMap<(i32, i32), Option<Start>> = BTreeMap::new();
@@ -194,6 +220,7 @@ pub fn measure(
         std::thread::sleep(LOOK_EVERY);
     }
     let interval = start.elapsed().as_secs_f64();
+    let kvm = tracing.and_then(tracing::KvmTracing::finish);
     let busy = busy_shares(&stat_before, &proc_stat(root));
     let mut r = report(
         machine,
@@ -208,6 +235,17 @@ pub fn measure(
     for c in &mut r.host_cpus {
         c.busy_share = busy.get(&c.cpu).copied();
     }
+    add_kvm(&mut r, &kvm);
+    let param = root.join("sys/module/kvm/parameters/halt_poll_ns");
+    r.halt_poll_ns = std::fs::read_to_string(&param)
+        .ok()
+        .and_then(|t| t.trim().parse().ok());
+    // A module parameter of mode 0444 refuses root too: its mode decides, then access(2).
+    r.halt_poll_ns_writable = r.halt_poll_ns.map(|_| {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::metadata(&param).is_ok_and(|m| m.permissions().mode() & 0o222 != 0)
+            && nix::unistd::access(&param, nix::unistd::AccessFlags::W_OK).is_ok()
+    });
     let cgroup_of = |pid: i32| {
         std::fs::read_to_string(root.join(format!("proc/{pid}/cgroup"))).unwrap_or_default()
     };
@@ -275,6 +313,8 @@ fn report(
                 share: None,
                 model: None,
                 shares_cpus_with: Vec::new(),
+                kvm: None,
+                kvm_reason: None,
             }
         })
         .collect();
@@ -333,14 +373,74 @@ fn report(
         host_cpus,
         not_inspected,
         findings: Vec::new(),
-        not_measured: vec![(
-            "halts, halt polls won and lost, exits, IPIs".into(),
-            "not available: this version of cpulab host reads /proc only; KVM's statistics are \
-             the VMM's alone to read (KVM refuses another process's ioctls), and its tracepoints \
-             (kvm_vcpu_wakeup, kvm_apic_ipi) are not read yet"
-                .into(),
-        )],
+        not_measured: Vec::new(),
+        kvm_events_lost: None,
+        halt_poll_ns: None,
+        halt_poll_ns_writable: None,
     }
+}
+
+/// Each vCPU's KVM events (by its thread) and each VM's totals, or why they are not counted.
+fn add_kvm(r: &mut HostReport, kvm: &Result<tracing::KvmReading, String>) {
+    let k = match kvm {
+        Ok(k) => k,
+        Err(why) => {
+            let why = format!("not available, because {why}");
+            for vm in &mut r.vms {
+                vm.kvm_reason = Some(why.clone());
+                for c in &mut vm.vcpus {
+                    c.kvm_reason = Some(why.clone());
+                }
+            }
+            r.not_measured.push((
+                "halts, halt polls won and lost, exits, IPIs".into(),
+                format!(
+                    "{why}; KVM's own statistics are the VMM's alone to read (KVM refuses another \
+                     process's ioctls)"
+                ),
+            ));
+            return;
+        }
+    };
+    for vm in &mut r.vms {
+        for c in &mut vm.vcpus {
+            match c.tid.and_then(|t| u32::try_from(t).ok()) {
+                Some(t) => c.kvm = Some(k.events(t)),
+                None => {
+                    c.kvm_reason =
+                        Some("not available, because no thread was tied to this vCPU".into())
+                }
+            }
+        }
+        if vm.vcpus.iter().all(|c| c.kvm.is_some()) {
+            vm.kvm = Some(kvm::KvmEvents::total(
+                vm.vcpus.iter().filter_map(|c| c.kvm.as_ref()),
+            ));
+        } else {
+            vm.kvm_reason =
+                Some("not available, because a vCPU's thread was not found to count it".into());
+        }
+    }
+    if let Some(why) = &k.exits_unavailable {
+        r.not_measured.push(("exits".into(), why.clone()));
+    }
+    r.kvm_events_lost = Some(k.lost_threads + k.lost_exits);
+    if k.lost_threads + k.lost_exits > 0 {
+        r.conditions.notes.push(format!(
+            "{} KVM events were not counted: their thread's table bucket was full ({} threads fired KVM events; the table holds {} per bucket of {})",
+            k.lost_threads + k.lost_exits,
+            k.threads.len(),
+            kvm::THREAD_WAYS,
+            kvm::THREAD_BUCKETS
+        ));
+    }
+}
+
+/// At most the CPU time, ns, a vCPU's lost polls burnt over the window
+/// ([`kvm::KvmEvents::lost_poll_bound_ns`] with its on-CPU time).
+pub fn lost_poll_ns(c: &VcpuView, r: &HostReport) -> Option<f64> {
+    let on_cpu = c.on_cpu_share.map(|s| s * r.interval_s * 1e9);
+    c.kvm.as_ref()?.lost_poll_bound_ns(on_cpu)
 }
 
 /// `name (pid)`: VMs may share a name.
@@ -377,6 +477,8 @@ fn missing_vcpu(v: u32) -> VcpuView {
         affinity_end: None,
         state: None,
         switches: None,
+        kvm: None,
+        kvm_reason: None,
     }
 }
 
@@ -432,5 +534,7 @@ fn vcpu_view(
             _ => None,
         },
         state: track.and_then(|t| t.last).map(|l| l.state),
+        kvm: None,
+        kvm_reason: None,
     }
 }

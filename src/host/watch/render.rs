@@ -1,5 +1,6 @@
 //! The text and the page of a `cpulab host` window.
 
+use super::kvm::KvmEvents;
 use super::{HostReport, label};
 use crate::host::text_table as table;
 use crate::output::Style;
@@ -73,6 +74,78 @@ fn vcpu_rows(r: &HostReport) -> Vec<Vec<String>> {
     rows
 }
 
+const KVM_HEADER: [&str; 9] = [
+    "VM",
+    "vCPU",
+    "halts/s",
+    "polls won / lost",
+    "polling CPU (won + lost)",
+    "mean halt that slept",
+    "IPIs sent/s",
+    "poll window",
+    "exits/s",
+];
+
+/// The CPU lost polls burnt at most (ns over the window), as a share of a CPU.
+fn lost_cpu(bound_ns: Option<f64>, secs: f64) -> String {
+    bound_ns.map_or("n/a".into(), |b| format!("<= {:.3}", b / secs / 1e9))
+}
+
+fn kvm_cells(k: &KvmEvents, lost_ns: Option<f64>, secs: f64) -> Vec<String> {
+    vec![
+        format!("{:.0}", k.halts as f64 / secs),
+        format!(
+            "{} / {}{}",
+            k.polls_won,
+            k.slept,
+            k.won_share()
+                .map_or(String::new(), |s| format!(" ({:.1}% won)", 100.0 * s))
+        ),
+        format!(
+            "{:.3} + {} CPU",
+            k.polls_won_ns as f64 / secs / 1e9,
+            lost_cpu(lost_ns, secs)
+        ),
+        k.mean_sleep_ns().map_or(NA.into(), crate::units::fmt_ns),
+        format!("{:.0}", k.ipis_sent as f64 / secs),
+        k.poll_window_ns.map_or("unchanged".into(), |w| {
+            format!(
+                "{} (grew {}, shrank {})",
+                crate::units::fmt_ns(w as f64),
+                k.poll_window_grew,
+                k.poll_window_shrank
+            )
+        }),
+        k.exits
+            .map_or("n/a".into(), |e| format!("{:.0}", e as f64 / secs)),
+    ]
+}
+
+fn kvm_rows(r: &HostReport) -> Vec<Vec<String>> {
+    let mut rows = Vec::new();
+    for vm in &r.vms {
+        for c in &vm.vcpus {
+            let mut row = vec![label(vm), c.vcpu.to_string()];
+            match &c.kvm {
+                Some(k) => row.extend(kvm_cells(k, super::lost_poll_ns(c, r), r.interval_s)),
+                None => row.extend(std::iter::repeat_n(NA.to_string(), 7)),
+            }
+            rows.push(row);
+        }
+        if let Some(k) = &vm.kvm {
+            let mut row = vec![label(vm), "all".into()];
+            // The lost polls' bound is per vCPU (its own window and run time): the VM's is
+            // their sum.
+            let lost: Option<f64> = vm.vcpus.iter().map(|c| super::lost_poll_ns(c, r)).sum();
+            let mut cells = kvm_cells(k, lost, r.interval_s);
+            cells[5] = NA.into();
+            row.extend(cells);
+            rows.push(row);
+        }
+    }
+    rows
+}
+
 const VM_HEADER: [&str; 5] = [
     "VM",
     "running vCPUs",
@@ -112,6 +185,21 @@ pub fn render_text(r: &HostReport, st: &Style) -> String {
     } else {
         out += &format!("\n{}\n", table(&VCPU_HEADER, &vcpu_rows(r)));
         out += &format!("\n{}\n", table(&VM_HEADER, &vm_rows(r)));
+        if r.vms
+            .iter()
+            .any(|v| v.vcpus.iter().any(|c| c.kvm.is_some()))
+        {
+            out += &format!(
+                "\nKVM's events (its tracepoints), per vCPU thread and per VM\n{}\n",
+                table(&KVM_HEADER, &kvm_rows(r))
+            );
+            out += &format!(
+                "  {}\n",
+                st.dim(
+                    "polling CPU: the halts polling won, exactly (their time in kvm_vcpu_wakeup); the lost polls' at most: the smaller of each halt that slept polling its whole window (where kvm_halt_poll_ns said it) and the thread's run time less its polls won"
+                )
+            );
+        }
         let cpus: Vec<String> = r
             .host_cpus
             .iter()
@@ -175,6 +263,12 @@ pub fn page(r: &HostReport) -> String {
         section {
             h2 { "VMs" }
             (html::table(&VM_HEADER, &vm_rows(r), 1))
+        }
+        @if r.vms.iter().any(|v| v.vcpus.iter().any(|c| c.kvm.is_some())) {
+            section {
+                h2 { "KVM's events" }
+                (html::table(&KVM_HEADER, &kvm_rows(r), 2))
+            }
         }
         section {
             h2 { "Not measured" }

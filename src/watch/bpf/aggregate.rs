@@ -37,9 +37,10 @@
 //! its bucket taken by other tids (more than [`PENDING_WAYS`] pending at once in one bucket of
 //! [`PENDING_BUCKETS`]) is counted lost in `stats` and not followed.
 
-use super::insn::{Insn, helper};
-use super::programs::count;
-use super::table::{HASH, TARGET_BUCKETS, WAYS};
+use super::table::{TARGET_BUCKETS, WAYS};
+pub use crate::bpf::asm::hash_insns;
+use crate::bpf::asm::{Asm, count};
+use crate::bpf::insn::{Insn, helper};
 use crate::topology::PlacementClass;
 use crate::wakeups::{EXACT_PER_TICK, LATENCY_BOUNDS_NS};
 
@@ -171,103 +172,7 @@ pub struct Layout {
     pub sample: u32,
 }
 
-/// Instructions with named jump targets, patched when the program is finished.
-struct Asm {
-    p: Vec<Insn>,
-    fixups: Vec<(usize, &'static str)>,
-    labels: Vec<(&'static str, usize)>,
-}
-
 impl Asm {
-    fn new() -> Self {
-        Self {
-            p: Vec::new(),
-            fixups: Vec::new(),
-            labels: Vec::new(),
-        }
-    }
-    fn push(&mut self, i: Insn) {
-        self.p.push(i);
-    }
-    fn map(&mut self, dst: u8, fd: i32) {
-        self.p.extend(Insn::ld_map_fd(dst, fd));
-    }
-    /// A jump (its offset patched) to `label`.
-    fn jump(&mut self, i: Insn, label: &'static str) {
-        self.fixups.push((self.p.len(), label));
-        self.p.push(i);
-    }
-    fn label(&mut self, name: &'static str) {
-        self.labels.push((name, self.p.len()));
-    }
-    /// `r2 = r10 + off`, the stack address of a key or value.
-    fn stack_ptr(&mut self, reg: u8, off: i32) {
-        self.push(Insn::mov64_reg(reg, 10));
-        self.push(Insn::add64_imm(reg, off));
-    }
-    /// `r0 = lookup(map, r10 + key)`.
-    fn lookup(&mut self, fd: i32, key: i32) {
-        self.map(1, fd);
-        self.stack_ptr(2, key);
-        self.push(Insn::call(helper::MAP_LOOKUP_ELEM));
-    }
-    /// `*(u64 *)(base + off) += src`, through `scratch`.
-    fn add_dw(&mut self, base: u8, off: i16, src: u8, scratch: u8) {
-        self.push(Insn::ldx_dw(scratch, base, off));
-        self.push(Insn::add64_reg(scratch, src));
-        self.push(Insn::stx_dw(base, off, scratch));
-    }
-    /// `r0 = &array[table::bucket(reg, buckets)]` (`buckets` a power of two), jumping to
-    /// `miss` when none is returned (never, but the verifier asks). Clobbers r1-r5.
-    fn bucket(&mut self, array: i32, buckets: u32, reg: u8, miss: &'static str) {
-        self.p.extend(hash_insns(reg, buckets));
-        self.push(Insn::stx_w(10, KEY as i16, 1));
-        self.lookup(array, KEY);
-        self.jump(Insn::jeq_imm(0, 0, 0), miss);
-    }
-    /// Jumps to `found` with `dst` = the address of the first of `ways` ways (`stride` bytes
-    /// apart) from `bucket` whose u32 at `tag` equals `id`; falls through when none does.
-    /// Clobbers r1 (and `dst` only when found).
-    fn find_way(
-        &mut self,
-        bucket: u8,
-        (ways, stride, tag): (u32, i16, i16),
-        id: u8,
-        dst: u8,
-        found: &'static str,
-    ) {
-        for w in 0..ways as i16 {
-            self.push(Insn::ldx_w(1, bucket, w * stride + tag));
-            self.push(Insn::jne_reg(1, id, 3));
-            self.push(Insn::mov64_reg(dst, bucket));
-            self.push(Insn::add64_imm(dst, i32::from(w * stride)));
-            self.jump(Insn::ja(0), found);
-        }
-    }
-    /// Takes the first free way from `bucket`: atomically, its u64 (`dw`) or u32 at `tag`
-    /// from 0 to `new`; jumps to `claimed` with `dst` = the way's address, falls through when
-    /// every way is taken. Clobbers r0 (and `dst` only when claimed).
-    fn claim_way(
-        &mut self,
-        bucket: u8,
-        (ways, stride, tag): (u32, i16, i16),
-        (dw, new): (bool, u8),
-        dst: u8,
-        claimed: &'static str,
-    ) {
-        for w in 0..ways as i16 {
-            self.push(Insn::mov64_imm(0, 0));
-            self.push(if dw {
-                Insn::cmpxchg_dw(bucket, w * stride + tag, new)
-            } else {
-                Insn::cmpxchg_w(bucket, w * stride + tag, new)
-            });
-            self.push(Insn::jne_imm(0, 0, 3));
-            self.push(Insn::mov64_reg(dst, bucket));
-            self.push(Insn::add64_imm(dst, i32::from(w * stride)));
-            self.jump(Insn::ja(0), claimed);
-        }
-    }
     /// `dst = the slot` of the `targets` entry at `way`, jumping to `miss` unless the entry
     /// (read whole, one 64-bit load) holds process `reg`. Clobbers r1 and r2.
     fn target_slot(&mut self, way: u8, reg: u8, dst: u8, miss: &'static str) {
@@ -308,13 +213,6 @@ impl Asm {
         self.lookup(classes, KEY2);
         self.jump(Insn::jeq_imm(0, 0, 0), miss);
     }
-    /// The `exit` label: return 0.
-    fn exit(mut self) -> Vec<Insn> {
-        self.label("exit");
-        self.push(Insn::mov64_imm(0, 0));
-        self.push(Insn::exit());
-        self.finish()
-    }
     /// `dst = (u32) task->field` for the task pointer in argument `arg` of the context (r6).
     fn task_u32(&mut self, arg: i16, field: u32, dst: u8, direct: bool) {
         if direct {
@@ -330,24 +228,10 @@ impl Asm {
         self.push(Insn::call(helper::PROBE_READ_KERNEL));
         self.push(Insn::ldx_w(dst, 10, SCRATCH as i16));
     }
-    fn finish(mut self) -> Vec<Insn> {
-        for (at, label) in &self.fixups {
-            // invariant: every label a program jumps to is defined in it (the tests load each).
-            let to = self
-                .labels
-                .iter()
-                .find(|(n, _)| n == label)
-                .map(|(_, i)| *i)
-                .expect("defined label");
-            self.p[*at].off = (to as i64 - *at as i64 - 1) as i16;
-        }
-        self.p
-    }
 }
 
-/// Stack slots: the u32 key of `pending` or `targets` (also where [`count`] keeps its key, so
-/// it is written again after a count), a second u32 key, probe scratch.
-const KEY: i32 = -4;
+/// Stack slots (below [`crate::bpf::asm::KEY`], the u32 key of `pending` or `targets` where [`count`] keeps its
+/// key too, so it is written again after a count): a second u32 key, probe scratch.
 const KEY2: i32 = -8;
 const SCRATCH: i32 = -16;
 /// The 16-byte command name of [`exec`] (below the keys and scratch).
@@ -374,17 +258,6 @@ pub fn bucket_insns() -> Vec<Insn> {
     p.push(Insn::jle_imm(1, (BUCKETS - 1) as i32, 1));
     p.push(Insn::mov64_imm(1, (BUCKETS - 1) as i32));
     p
-}
-
-/// `r1 = table::bucket(reg, buckets)`: the low 32 bits of the 64-bit product are the 32-bit
-/// product, whatever the sign extension of the immediate; their top bits are the bucket.
-pub fn hash_insns(reg: u8, buckets: u32) -> [Insn; 4] {
-    [
-        Insn::mov64_reg(1, reg),
-        Insn::mul64_imm(1, HASH as i32),
-        Insn::lsh64_imm(1, 32),
-        Insn::rsh64_imm(1, 64 - buckets.trailing_zeros() as i32),
-    ]
 }
 
 /// The `sched_waking(p)` program.

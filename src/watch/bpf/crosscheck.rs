@@ -21,8 +21,8 @@
 //!   them in `pending`.
 
 use super::aggregate::{self, BUCKETS, Layout, Maps, NCLASS, ROW_SUM, ROW_WAKEUPS, ROW_WORDS};
-use super::insn::Insn;
-use super::interp::{MapKind, Vm};
+use crate::bpf::insn::Insn;
+use crate::bpf::interp::{MapKind, Vm};
 use crate::topology::Topology;
 use crate::watch::analyze::{Analysis, ByClass, TaskInfo, Tasks};
 use crate::watch::btf::TaskOffsets;

@@ -9,7 +9,7 @@
 //! cpulab exists to show; a BPF program attached to the tracepoint sees every one of them.
 //!
 //! How, with nothing but the kernel: no clang, no libbpf. Each program is a few dozen
-//! instructions built here ([`insn::Insn`]); `bpf(2)` creates two maps (the ring buffer, and a per-CPU
+//! instructions built here ([`crate::bpf::insn::Insn`]); `bpf(2)` creates two maps (the ring buffer, and a per-CPU
 //! array counting every invocation and every record the ring had no room for) and loads the
 //! programs; each is attached through a perf tracepoint event (`PERF_EVENT_IOC_SET_BPF`), which
 //! runs it for the tracepoint on every CPU. The program returns 1, so other perf users of the
@@ -26,21 +26,22 @@
 pub mod aggregate;
 #[cfg(test)]
 mod crosscheck;
-pub mod insn;
-#[cfg(test)]
-mod interp;
 pub mod programs;
 pub mod ring;
-pub mod sys;
 pub mod table;
+
+/// The `bpf(2)` calls, lifted to [`crate::bpf::sys`]; named here too for the callers that
+/// reach them through `watch` (the exporter's tests).
+pub use crate::bpf::sys;
+pub use crate::bpf::{possible_cpus, record_size};
 
 pub use programs::{RAW_BODY, RAW_RECORD, decode_raw, program, raw_program};
 pub use ring::{Record, parse_record};
 
 use super::btf::TaskOffsets;
+use crate::bpf::sys::*;
 use ring::Ring;
 use std::os::fd::{AsRawFd, OwnedFd};
-use sys::*;
 
 /// What the ring carries before each raw record: time (u64), pid_tgid (u64), cpu (u32), event
 /// index (u32).
@@ -227,21 +228,4 @@ impl Programs {
         }
         Ok(out)
     }
-}
-
-/// The number of possible CPUs, which sizes a per-CPU map's values (`/sys/devices/system/cpu/
-/// possible`, a CPU list such as `0-7`).
-pub fn possible_cpus(root: &std::path::Path) -> Option<usize> {
-    let text = std::fs::read_to_string(root.join("sys/devices/system/cpu/possible")).ok()?;
-    let set = crate::cpulist::CpuSet::parse_list(text.trim(), false).ok()?;
-    Some(set.iter().max()? as usize + 1)
-}
-
-/// The size of a tracepoint's raw record: the end of its last field.
-pub fn record_size(f: &super::format::Format) -> usize {
-    f.fields
-        .values()
-        .map(|x| x.offset + x.size)
-        .max()
-        .unwrap_or(0)
 }

@@ -1,25 +1,12 @@
 //! The programs: what each tracepoint's eBPF program does, as instruction sequences, and how
 //! the records they write decode into the analysis' events.
 
-use super::insn::{Insn, RB_NO_WAKEUP, helper};
 use super::ring::Record;
 use super::{DROPPED_SLOT, HEADER};
+pub use crate::bpf::asm::count;
+use crate::bpf::insn::{Insn, RB_NO_WAKEUP, helper};
 use crate::watch::btf::TaskOffsets;
 use crate::watch::events::Event;
-
-/// `counts[slot] += 1` in the per-CPU array `counts_fd` (r0-r5 clobbered; r6-r9 kept).
-pub fn count(p: &mut Vec<Insn>, counts_fd: i32, slot: u32) {
-    p.push(Insn::st_w(10, -4, slot as i32));
-    p.extend(Insn::ld_map_fd(1, counts_fd));
-    p.push(Insn::mov64_reg(2, 10));
-    p.push(Insn::add64_imm(2, -4));
-    p.push(Insn::call(helper::MAP_LOOKUP_ELEM));
-    p.push(Insn::jeq_imm(0, 0, 3));
-    // The slot is this CPU's and the program cannot be preempted: a plain add is exact.
-    p.push(Insn::ldx_dw(1, 0, 0));
-    p.push(Insn::add64_imm(1, 1));
-    p.push(Insn::stx_dw(0, 0, 1));
-}
 
 /// The program for one tracepoint: count the invocation, reserve `HEADER + record` bytes in the
 /// ring (or count a drop), fill the header, copy the raw record (`record` bytes from the

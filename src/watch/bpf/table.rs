@@ -36,18 +36,10 @@ pub const TARGET_BUCKETS: u32 = 4096;
 /// Entries of the table: 32,768 processes, 256 KiB, the size of the array indexed by pid it
 /// replaces.
 pub const TARGET_ENTRIES: u32 = TARGET_BUCKETS * WAYS;
-/// The multiplier of [`bucket`] (Fibonacci hashing: 2^32 divided by the golden ratio), so ids
-/// with a common stride (every 4096th, or a burst of consecutive forks) spread over the buckets.
-pub const HASH: u32 = 0x9e37_79b1;
+pub use crate::bpf::asm::{HASH, bucket};
 
 /// `BPF_F_MMAPABLE`: the array's values can be mapped into user space.
 const BPF_F_MMAPABLE: u32 = 1 << 10;
-
-/// The bucket of `id` among `buckets` (a power of two, at least 2): the top bits of the
-/// 32-bit product `id * HASH`. What [`super::aggregate`]'s programs compute in the kernel.
-pub fn bucket(id: u32, buckets: u32) -> u32 {
-    id.wrapping_mul(HASH) >> (32 - buckets.trailing_zeros())
-}
 
 /// An entry's word for (`tgid`, `slot`).
 pub fn entry(tgid: u32, slot: u32) -> u64 {
@@ -139,8 +131,8 @@ impl MappedArray {
                 "a mapped array's values are whole u64s, not {value_size} bytes"
             )));
         }
-        let map = super::sys::map_create_flags(
-            super::sys::BPF_MAP_TYPE_ARRAY,
+        let map = crate::bpf::sys::map_create_flags(
+            crate::bpf::sys::BPF_MAP_TYPE_ARRAY,
             4,
             value_size,
             entries,

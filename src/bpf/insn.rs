@@ -108,6 +108,24 @@ impl Insn {
     pub const fn ldx_w(dst: u8, src: u8, off: i16) -> Self {
         Self::new(0x61, dst, src, off, 0)
     }
+    /// `dst = *(u16 *)(src + off)` (zero-extended).
+    pub const fn ldx_h(dst: u8, src: u8, off: i16) -> Self {
+        Self::new(0x69, dst, src, off, 0)
+    }
+    /// `dst = *(u8 *)(src + off)` (zero-extended).
+    pub const fn ldx_b(dst: u8, src: u8, off: i16) -> Self {
+        Self::new(0x71, dst, src, off, 0)
+    }
+    /// A zero-extending load of `size` bytes (1, 2, 4 or 8), `None` for another width.
+    pub const fn ldx(size: usize, dst: u8, src: u8, off: i16) -> Option<Self> {
+        match size {
+            1 => Some(Self::ldx_b(dst, src, off)),
+            2 => Some(Self::ldx_h(dst, src, off)),
+            4 => Some(Self::ldx_w(dst, src, off)),
+            8 => Some(Self::ldx_dw(dst, src, off)),
+            _ => None,
+        }
+    }
     /// `*(u64 *)(dst + off) = src`.
     pub const fn stx_dw(dst: u8, off: i16, src: u8) -> Self {
         Self::new(0x7b, dst, src, off, 0)
@@ -203,6 +221,14 @@ mod tests {
             [0xdb, 0x30, 16, 0, 0xf1, 0, 0, 0]
         );
         assert_eq!(Insn::cmpxchg_w(4, 0, 7).to_bytes()[..2], [0xc3, 0x74]);
+        // BPF_LDX | BPF_MEM | BPF_B and | BPF_H.
+        assert_eq!(
+            Insn::ldx_b(2, 1, 17).to_bytes(),
+            [0x71, 0x12, 17, 0, 0, 0, 0, 0]
+        );
+        assert_eq!(Insn::ldx(2, 2, 1, 8), Some(Insn::ldx_h(2, 1, 8)));
+        assert_eq!(Insn::ldx_h(2, 1, 8).to_bytes()[0], 0x69);
+        assert_eq!(Insn::ldx(3, 2, 1, 8), None);
         assert_eq!(Insn::call(131).to_bytes(), [0x85, 0, 0, 0, 131, 0, 0, 0]);
         assert_eq!(Insn::exit().to_bytes(), [0x95, 0, 0, 0, 0, 0, 0, 0]);
         let [a, b] = Insn::ld_map_fd(1, 9);

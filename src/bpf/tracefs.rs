@@ -1,6 +1,7 @@
 //! tracefs, read without changing the machine's mounts.
 //!
-//! A watch needs the scheduler tracepoints' ids and record layouts, which only tracefs serves.
+//! A watch needs the scheduler tracepoints' ids and record layouts, `cpulab host` KVM's, and
+//! only tracefs serves them.
 //! Where it is mounted, it is read in place. Where it is not (this project's guests, many
 //! containers), it is mounted in a mount namespace of one thread of cpulab's own, made private
 //! first so nothing propagates back, read there, and gone when that thread ends: no other process
@@ -65,9 +66,28 @@ pub fn in_private_mount<T: Send>(
 
 /// The format of `events/sched/<name>` under a tracefs directory.
 pub fn sched_format(dir: &Path, name: &str) -> Result<Format, String> {
-    let p = dir.join("events/sched").join(name).join("format");
-    let text = std::fs::read_to_string(&p).map_err(|e| format!("{}: {e}", p.display()))?;
-    Format::parse(&text)
+    event_format(dir, "sched", name)
+}
+
+/// The format of `events/<system>/<name>` under a tracefs directory; `Ok(None)` when this
+/// kernel has no such tracepoint (its system's module not loaded, or a kernel without it).
+pub fn find_format(dir: &Path, system: &str, name: &str) -> Result<Option<Format>, String> {
+    let p = dir.join("events").join(system).join(name).join("format");
+    match std::fs::read_to_string(&p) {
+        Ok(text) => Format::parse(&text).map(Some),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(format!("{}: {e}", p.display())),
+    }
+}
+
+/// The format of `events/<system>/<name>` under a tracefs directory.
+pub fn event_format(dir: &Path, system: &str, name: &str) -> Result<Format, String> {
+    find_format(dir, system, name)?.ok_or_else(|| {
+        format!(
+            "this kernel has no tracepoint {system}:{name} (no {})",
+            dir.join("events").join(system).join(name).display()
+        )
+    })
 }
 
 #[cfg(test)]

@@ -85,6 +85,8 @@ pub struct Vm {
     pub time_ns: u64,
     /// `bpf_jiffies64()`.
     pub jiffies: u64,
+    /// `bpf_get_current_pid_tgid()`: tgid << 32 | pid of the task the event runs in.
+    pub current: u64,
     /// Instructions one run may execute.
     pub step_limit: usize,
 }
@@ -114,6 +116,7 @@ impl Vm {
             cpu: 0,
             time_ns: 0,
             jiffies: 0,
+            current: 0,
             step_limit: 10_000,
         }
     }
@@ -262,6 +265,19 @@ impl Vm {
         self.write(addr, &v.to_le_bytes()[..size])
     }
 
+    /// Runs `prog` with the context `record` (a tracepoint program's raw record, as bytes).
+    pub fn run_record(&mut self, prog: &[Insn], record: &[u8]) -> Result<u64, Fault> {
+        let words: Vec<u64> = record
+            .chunks(8)
+            .map(|c| {
+                let mut w = [0u8; 8];
+                w[..c.len()].copy_from_slice(c);
+                u64::from_le_bytes(w)
+            })
+            .collect();
+        self.run(prog, &words)
+    }
+
     /// Runs `prog` with the context `args` (a raw tracepoint's u64 arguments) at
     /// [`Self::cpu`] and [`Self::time_ns`]; returns r0.
     pub fn run(&mut self, prog: &[Insn], args: &[u64]) -> Result<u64, Fault> {
@@ -339,8 +355,13 @@ impl Vm {
                     }
                 }
                 // LDX, STX, ST.
-                0x79 | 0x61 => {
-                    let size = if i.code == 0x79 { 8 } else { 4 };
+                0x79 | 0x61 | 0x69 | 0x71 => {
+                    let size = match i.code {
+                        0x79 => 8,
+                        0x61 => 4,
+                        0x69 => 2,
+                        _ => 1,
+                    };
                     let v = self.load(get(s)?.wrapping_add(off), size).map_err(fault)?;
                     out = Some(v);
                 }
@@ -438,6 +459,7 @@ impl Vm {
             helper::KTIME_GET_NS => Ok(self.time_ns),
             helper::GET_SMP_PROCESSOR_ID => Ok(u64::from(self.cpu)),
             helper::JIFFIES64 => Ok(self.jiffies),
+            helper::GET_CURRENT_PID_TGID => Ok(self.current),
             helper::PROBE_READ_KERNEL => {
                 let (dst, size, src) = (arg(1)?, arg(2)? as usize, arg(3)?);
                 let bytes = self.read(src, size)?.to_vec();
