@@ -17,7 +17,8 @@ use std::path::{Path, PathBuf};
 #[command(after_help = "Examples:\n  \
     cpulab remedy --out remedies\n  \
     cpulab remedy doctor.json --out remedies --format systemd,cmdline\n  \
-    cpulab remedy doctor.json --out remedies --force --json")]
+    cpulab remedy doctor.json --out remedies --force --json\n  \
+    cpulab remedy host.json --out pins")]
 pub struct Args {
     /// A saved doctor or host result (`cpulab doctor --json > doctor.json`, `cpulab host
     /// --json > host.json`) or a run of the history as `@ID`; without it, the newest doctor run
