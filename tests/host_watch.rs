@@ -569,3 +569,120 @@ fn a_real_qemu_is_found_and_named_by_its_name() {
     // vCPU 0 runs the BIOS; it ran.
     assert!(vcpus[0]["on_cpu_share"].as_f64().unwrap() > 0.0, "{vm}");
 }
+
+/// The machines we do not have, each with a fake QEMU process under its fixture's proc/
+/// (generate.py's `write_qemu`) whose vCPUs sit stacked: a 2-socket Intel's libvirt domain on
+/// one core's SMT siblings, a 4-CCX EPYC's VM on two cores' siblings of one L3, an Opteron
+/// 6376's VM on one module's two cores. `cpulab host` on each (a thread keeps the vCPUs busy
+/// through the window) finds the VM and every vCPU thread, names the stacking with its
+/// evidence, and pins the vCPUs apart: no two on one core or module, all in the L3 they fit in,
+/// the emulator threads on CPUs no vCPU takes.
+#[test]
+fn vcpus_stacked_on_fixture_machines_are_found_and_pinned_apart() {
+    use cpulab::topology::{PlacementClass as C, Topology};
+    for (name, pid, vm_name, libvirt, vcpus, what) in [
+        ("intel-2s", 4242, "db1", true, 2, "SMT siblings of one core"),
+        (
+            "epyc-4ccx",
+            5151,
+            "build1",
+            false,
+            4,
+            "SMT siblings of one core",
+        ),
+        (
+            "opteron-6376",
+            6161,
+            "web1",
+            false,
+            2,
+            "the two cores of one module",
+        ),
+    ] {
+        let (_copy, v) = common::hostfixture::watch(name);
+        let topo = Topology::read(&common::fixture(name)).unwrap();
+        let vm = vm_of(&v, pid);
+        assert_eq!(vm["name"], vm_name, "{name}: {vm}");
+        assert_eq!(vm["running_vcpus"], vcpus, "{name}: {vm}");
+        let threads = vm["vcpus"].as_array().unwrap();
+        assert_eq!(threads.len(), vcpus as usize, "{name}: {vm}");
+        for (i, c) in threads.iter().enumerate() {
+            assert_eq!(c["vcpu"], i as u64, "{name}: {c}");
+            // Even vCPUs halt in KVM_RUN on their fd; odd ones are in guest mode, found by name.
+            let by = if i % 2 == 0 { "kvm_run" } else { "thread name" };
+            assert_eq!(c["found_by"], by, "{name}: {c}");
+            assert_ne!(c["thread_name"], "kvm-nx-lpage-re", "{name}: {c}");
+        }
+        let f = v["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["pid"] == pid)
+            .unwrap_or_else(|| panic!("{name}: no finding for {pid}: {v}"));
+        assert_eq!(f["id"], "stacked-vcpus", "{name}: {f}");
+        let evidence: Vec<&str> = f["evidence"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e.as_str().unwrap())
+            .collect();
+        assert!(
+            evidence.iter().any(|e| e.contains(what)),
+            "{name}: {evidence:?}"
+        );
+        assert!(
+            evidence.iter().any(|e| e.contains("ran no running vCPU")),
+            "{name}: {evidence:?}"
+        );
+        assert_eq!(f["domain"].as_str(), libvirt.then_some(vm_name), "{name}");
+        let pins: Vec<u32> = f["pins"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["cpu"].as_u64().unwrap() as u32)
+            .collect();
+        assert_eq!(pins.len(), vcpus as usize, "{name}: {f}");
+        for (i, &a) in pins.iter().enumerate() {
+            for &b in &pins[i + 1..] {
+                // Distinct cores (a module counts as one), then one L3 while the VM fits in it.
+                assert_eq!(
+                    topo.class(a, b),
+                    C::SharedLlc,
+                    "{name}: pins {a} and {b} of {pins:?}"
+                );
+            }
+        }
+        let emulator = f["emulator"].as_str().unwrap();
+        for p in &pins {
+            assert!(!cpu_list_has(emulator, *p), "{name}: {emulator} and {p}");
+        }
+        assert!(
+            f["libvirt_cputune"]
+                .as_str()
+                .unwrap()
+                .contains(&format!("<emulatorpin cpuset='{emulator}'/>")),
+            "{name}: {f}"
+        );
+    }
+}
+
+#[test]
+fn expect_absent_takes_only_the_ids_cpulab_host_has() {
+    bad_input(&["host", "--duration", "100ms", "--expect-absent", "stacked"]);
+}
+
+/// `--expect-absent` exits 1 while the finding is there (a fixture's stacked VM, busy through
+/// the window), naming it, and 0 for a finding that is not there.
+#[test]
+fn expect_absent_exits_1_while_the_stacking_is_there() {
+    let (_c, out) = common::hostfixture::run("opteron-6376", &["--expect-absent", "stacked-vcpus"]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("still present: stacked-vcpus on web1 (6161)"),
+        "{err}"
+    );
+    let (_c, out) =
+        common::hostfixture::run("opteron-6376", &["--expect-absent", "cpu-contention"]);
+    common::assert_success(&out);
+}

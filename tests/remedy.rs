@@ -260,7 +260,7 @@ fn a_result_without_findings_writes_nothing_and_says_so() {
     common::assert_success(&o);
     assert_eq!(
         String::from_utf8_lossy(&o.stdout).trim(),
-        "The doctor result has no finding: no remedy to write, no file written."
+        "The result has no finding: no remedy to write, no file written."
     );
     assert!(!out.exists());
 }
@@ -1488,4 +1488,296 @@ fn the_main_process_affinity_verify_fails_before_the_pin_and_passes_after() {
     assert!(holds(), "passes once {pid} is pinned to {cpus}");
     taskset(online);
     assert!(!holds(), "fails again once {pid} has {online} back");
+}
+
+/// `cpulab host` on fixture `name` (its stacked VM kept busy through the window), saved in
+/// `dir` as `host.json`.
+fn host_result(dir: &Path, name: &str) -> (PathBuf, Value) {
+    let (_copy, v) = common::hostfixture::watch(name);
+    let path = dir.join("host.json");
+    std::fs::write(&path, v.to_string()).unwrap();
+    (path, v)
+}
+
+fn shown(commands: &Value) -> Vec<String> {
+    commands.as_array().unwrap().iter().map(line).collect()
+}
+
+/// A `cpulab host` result's stacked vCPUs as files: for the 2-socket Intel's libvirt domain the
+/// `<cputune>` with the host's own CPUs (valid libvirt XML in a domain), `virsh vcpupin ...
+/// --live --config` per vCPU and `virsh emulatorpin`, undone to each thread's affinity before;
+/// for the Opteron's and the EPYC's bare QEMU a taskset script per vCPU thread instead. Each
+/// README names the VM and the finding, and its check is `cpulab host --expect-absent`.
+#[test]
+fn a_host_result_is_written_as_virsh_for_a_domain_and_taskset_for_a_bare_qemu() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (result, host) = host_result(tmp.path(), "intel-2s");
+    let out = tmp.path().join("out");
+    let plan = remedy_json(&result, &out, &[]);
+    let ds = plan["deployments"].as_array().unwrap();
+    assert_eq!(ds.len(), 1, "{plan}");
+    let d = &ds[0];
+    assert_eq!(d["findings"], serde_json::json!(["stacked-vcpus"]));
+    assert_eq!(
+        d["verify_finding"],
+        "cpulab host --pid 4242 --expect-absent stacked-vcpus"
+    );
+    assert_eq!(d["site"], "this-machine");
+    let f = host["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["pid"] == 4242)
+        .unwrap();
+    let pins: Vec<(u64, u64, String)> = f["pins"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                p["vcpu"].as_u64().unwrap(),
+                p["cpu"].as_u64().unwrap(),
+                p["before"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let emulator = f["emulator"].as_str().unwrap();
+    let libvirt = form(d, "libvirt");
+    let file = &libvirt["files"][0];
+    assert!(file["placeholder"].is_null(), "{file}");
+    let xml = std::fs::read_to_string(out.join(file["path"].as_str().unwrap())).unwrap();
+    let apply = shown(&libvirt["apply"]);
+    let undo = shown(&libvirt["undo"]);
+    for (vcpu, cpu, before) in &pins {
+        assert!(
+            xml.contains(&format!("<vcpupin vcpu='{vcpu}' cpuset='{cpu}'/>")),
+            "{xml}"
+        );
+        let pin = format!("virsh vcpupin db1 {vcpu} {cpu} --live --config");
+        assert!(apply.contains(&pin), "{apply:?}");
+        let back = format!("virsh vcpupin db1 {vcpu} {before} --live --config");
+        assert!(undo.contains(&back), "{undo:?}");
+    }
+    assert!(xml.contains(&format!("<emulatorpin cpuset='{emulator}'/>")));
+    assert!(apply.contains(&format!("virsh emulatorpin db1 {emulator} --live --config")));
+    // Through virsh and the threads' own affinity: two checks per vCPU, one for the emulator.
+    assert_eq!(
+        libvirt["verify"].as_array().unwrap().len(),
+        2 * pins.len() + 1
+    );
+    let skipped = d["skipped"].as_array().unwrap();
+    assert!(
+        skipped.iter().any(|s| s["format"] == "taskset"
+            && s["reason"]
+                .as_str()
+                .unwrap()
+                .contains("libvirt runs this VM")),
+        "{skipped:?}"
+    );
+    let readme = std::fs::read_to_string(out.join("README.md")).unwrap();
+    for words in ["db1 (4242)", "stacked-vcpus", "SMT siblings of one core"] {
+        assert!(readme.contains(words), "{words}: {readme}");
+    }
+    if common::installed(test_name!(), &[("virt-xml-validate", "libvirt-clients")]) {
+        let domain = tmp.path().join("domain.xml");
+        std::fs::write(
+            &domain,
+            format!(
+                "<domain type='kvm'>\n<name>db1</name>\n<memory unit='MiB'>512</memory>\n\
+                 <vcpu placement='static'>{}</vcpu>\n{xml}<os><type arch='x86_64'>hvm</type></os>\n</domain>\n",
+                pins.len()
+            ),
+        )
+        .unwrap();
+        let o = std::process::Command::new("virt-xml-validate")
+            .arg(&domain)
+            .arg("domain")
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    for (name, pid, vcpus) in [("opteron-6376", 6161, 2), ("epyc-4ccx", 5151, 4)] {
+        let dir = tmp.path().join(name);
+        std::fs::create_dir(&dir).unwrap();
+        let (result, host) = host_result(&dir, name);
+        let out = dir.join("out");
+        let plan = remedy_json(&result, &out, &[]);
+        let d = &plan["deployments"][0];
+        let f = host["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["pid"] == pid)
+            .unwrap();
+        let t = form(d, "taskset");
+        let apply = shown(&t["apply"]);
+        let script =
+            std::fs::read_to_string(out.join(d["id"].as_str().unwrap()).join("taskset/apply.sh"))
+                .unwrap();
+        for p in f["pins"].as_array().unwrap() {
+            let l = format!("taskset -p -c {} {}", p["cpu"], p["tid"]);
+            assert!(apply.contains(&l), "{name}: {apply:?}");
+            assert!(script.contains(&l), "{name}: {script}");
+        }
+        assert_eq!(f["pins"].as_array().unwrap().len(), vcpus);
+        // Per vCPU thread its affinity and where it ran; the main thread's affinity.
+        assert_eq!(
+            t["verify"].as_array().unwrap().len(),
+            2 * vcpus + 1,
+            "{name}"
+        );
+        assert!(
+            d["skipped"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|s| s["format"] == "libvirt"
+                    && s["reason"]
+                        .as_str()
+                        .unwrap()
+                        .contains("libvirt does not run this VM")),
+            "{name}: {d}"
+        );
+        let readme = std::fs::read_to_string(out.join("README.md")).unwrap();
+        assert!(readme.contains(&format!("({pid})")), "{name}: {readme}");
+    }
+}
+
+/// The taskset form run for real on a process of two threads the test starts (a sleeping main
+/// thread standing for the emulator, a busy one for a vCPU), its result a host finding pinning
+/// that thread: verify exits 1 before, the apply script pins it, verify exits 0 (the thread's
+/// affinity and the CPU it ran on), the undo script gives both threads their affinity back,
+/// and verify exits 1 again.
+#[test]
+fn the_taskset_form_pins_a_running_thread_and_its_undo_puts_the_affinity_back() {
+    if !common::installed(
+        test_name!(),
+        &[("python3", "python3"), ("taskset", "util-linux")],
+    ) {
+        return;
+    }
+    let online = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if online < 2 {
+        common::skipped(test_name!(), "one CPU here: no pin to move a thread to");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let (_, mut host) = host_result(tmp.path(), "opteron-6376");
+    let child = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import threading, time\n\
+             def spin():\n    while True: pass\n\
+             threading.Thread(target=spin, daemon=True).start()\ntime.sleep(60)\n",
+        ])
+        .spawn()
+        .unwrap();
+    let child = Child(child);
+    let pid = child.0.id() as i64;
+    let tid = loop {
+        let tids: Vec<i64> = std::fs::read_dir(format!("/proc/{pid}/task"))
+            .unwrap()
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse().ok())
+            .filter(|t| *t != pid)
+            .collect();
+        if let Some(t) = tids.first() {
+            break *t;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    };
+    let status = |t: i64| {
+        std::fs::read_to_string(format!("/proc/{pid}/task/{t}/status"))
+            .unwrap()
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix("Cpus_allowed_list:")
+                    .map(|v| v.trim().to_string())
+            })
+            .unwrap()
+    };
+    let before = status(tid);
+    let cpus: Vec<u32> = before
+        .split(',')
+        .flat_map(|r| {
+            let (a, b) = r.split_once('-').unwrap_or((r, r));
+            a.parse::<u32>().unwrap()..=b.parse::<u32>().unwrap()
+        })
+        .collect();
+    if cpus.len() < 2 {
+        common::skipped(test_name!(), "this test may use one CPU only");
+        return;
+    }
+    let (vcpu_cpu, emulator) = (cpus[1], cpus[0]);
+    let f = &mut host["findings"][0];
+    f["vm"] = Value::from(format!("python3 ({pid})"));
+    f["pid"] = Value::from(pid);
+    f["pins"] = serde_json::json!([{"vcpu": 0, "tid": tid, "cpu": vcpu_cpu, "before": before}]);
+    f["emulator"] = Value::from(emulator.to_string());
+    host["findings"] = Value::from(vec![f.clone()]);
+    let result = tmp.path().join("pins.json");
+    std::fs::write(&result, host.to_string()).unwrap();
+    let out = tmp.path().join("out");
+    let plan = remedy_json(&result, &out, &["--format", "taskset"]);
+    let id = plan["deployments"][0]["id"].as_str().unwrap().to_string();
+    let sh = |script: &str| {
+        std::process::Command::new("sh")
+            .arg(format!("{id}/taskset/{script}"))
+            .current_dir(&out)
+            .stdout(std::process::Stdio::null())
+            .status()
+            .unwrap()
+            .success()
+    };
+    assert!(!sh("verify.sh"), "verify passes before the apply");
+    assert!(sh("apply.sh"));
+    assert!(sh("verify.sh"), "verify fails after the apply");
+    assert_eq!(status(tid), vcpu_cpu.to_string());
+    assert_eq!(status(pid), emulator.to_string());
+    assert!(sh("undo.sh"));
+    assert!(!sh("verify.sh"), "verify passes after the undo");
+    assert_eq!(status(tid), before);
+    assert_eq!(status(pid), before);
+    assert!(
+        !out.join(&id).join("taskset/main-thread.before").exists(),
+        "undo removes the kept affinity"
+    );
+}
+
+/// Without a RESULT and no doctor run in the history, the newest `cpulab host` run of this
+/// host is taken.
+#[test]
+fn without_a_result_the_newest_host_run_is_taken_when_no_doctor_run_is_there() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (_, mut host) = host_result(tmp.path(), "opteron-6376");
+    host["conditions"]["hostname"] = Value::from(this_host());
+    let result = tmp.path().join("mine.json");
+    std::fs::write(&result, host.to_string()).unwrap();
+    let h = tmp.path().join("h.sqlite");
+    let hs = h.to_str().unwrap();
+    cpulab()
+        .args(["--history", hs, "history", "import", "-q"])
+        .arg(&result)
+        .assert()
+        .success();
+    let o = cpulab()
+        .args(["--history", hs, "remedy", "--json", "--out"])
+        .arg(tmp.path().join("out"))
+        .output()
+        .unwrap();
+    let plan = json_of(&o);
+    assert!(
+        plan["context"]["source"]
+            .as_str()
+            .unwrap()
+            .starts_with("history run @1 (`cpulab host` run on "),
+        "{}",
+        plan["context"]["source"]
+    );
+    assert_eq!(plan["deployments"][0]["findings"][0], "stacked-vcpus");
 }

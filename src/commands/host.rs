@@ -16,6 +16,7 @@ use anyhow::Result;
     after_help = "Examples:\n  \
     cpulab host\n  \
     cpulab host --duration 10s --json > host.json\n  \
+    cpulab host --pid 4242 --expect-absent stacked-vcpus\n  \
     cpulab host bench\n  \
     cpulab host bench --parts exchange --json > host-bench.json"
 )]
@@ -69,9 +70,28 @@ pub fn run(args: Args, g: &Global, also: &[&dyn Sink]) -> Result<()> {
     }
 }
 
+/// Checks the `--expect-absent` ids (trimmed): an unknown one would make the check always pass.
+fn expected_ids(ids: &[String]) -> Result<Vec<String>> {
+    use crate::host::watch::findings::IDS;
+    ids.iter()
+        .map(|id| {
+            let id = id.trim();
+            if IDS.contains(&id) {
+                Ok(id.to_string())
+            } else {
+                Err(crate::error::bad_input(format!(
+                    "--expect-absent `{id}`: cpulab host has no such finding; choose from {}",
+                    IDS.join(", ")
+                )))
+            }
+        })
+        .collect()
+}
+
 fn watch(a: crate::host::watch::WatchArgs, g: &Global, also: &[&dyn Sink]) -> Result<()> {
     let machine = Machine::detect(&g.root)?;
     let s = crate::host::watch::settings(&a)?;
+    let expected = expected_ids(&a.expect_absent)?;
     let emitter = Emitter::new(&a.output, g.quiet, also)?;
     let printer = output::progress_printer(g.quiet);
     let report = HostWatch::run(&machine, &s, &Progress::new(&printer))?;
@@ -80,7 +100,17 @@ fn watch(a: crate::host::watch::WatchArgs, g: &Global, also: &[&dyn Sink]) -> Re
         &report,
         |r| HostWatch::render_text(r, &Style::new()),
         Some(HostWatch::render_html),
-    )?)
+    )?)?;
+    let present: Vec<String> = report
+        .findings
+        .iter()
+        .filter(|f| expected.contains(&f.id))
+        .map(|f| format!("{} on {}", f.id, f.vm))
+        .collect();
+    if !present.is_empty() {
+        anyhow::bail!("--expect-absent: still present: {}", present.join("; "));
+    }
+    Ok(())
 }
 
 fn bench(a: settings::Args, g: &Global, also: &[&dyn Sink]) -> Result<()> {

@@ -1,10 +1,11 @@
-//! `cpulab remedy`: a doctor result's remedies as the files a fleet deploys, written into a
-//! directory. Nothing is applied: `cpulab try` remains the only command that changes a setting.
+//! `cpulab remedy`: a doctor or `cpulab host` result's remedies as the files a fleet deploys,
+//! written into a directory. Nothing is applied: `cpulab try` remains the only command that changes a setting.
 
 use super::Global;
 use crate::doctor::findings::Finding;
 use crate::emit::{Emitted, Emitter};
 use crate::error::bad_input;
+use crate::host::watch::findings::HostFinding;
 use crate::remedy::trials::{Trials, TriedHere};
 use crate::remedy::{self, Context, Format, Plan};
 use crate::report::envelope::Kind;
@@ -16,17 +17,19 @@ use std::path::{Path, PathBuf};
 #[command(after_help = "Examples:\n  \
     cpulab remedy --out remedies\n  \
     cpulab remedy doctor.json --out remedies --format systemd,cmdline\n  \
-    cpulab remedy doctor.json --out remedies --force --json")]
+    cpulab remedy doctor.json --out remedies --force --json\n  \
+    cpulab remedy host.json --out pins")]
 pub struct Args {
-    /// A saved doctor result (`cpulab doctor --json > doctor.json`) or a doctor run of the
-    /// history as `@ID`; without it, the newest doctor run of this host in the history.
+    /// A saved doctor or host result (`cpulab doctor --json > doctor.json`, `cpulab host
+    /// --json > host.json`) or a run of the history as `@ID`; without it, the newest doctor run
+    /// of this host in the history, or its newest host run when it holds no doctor run.
     #[arg(value_name = "RESULT")]
     pub result: Option<PathBuf>,
     /// The directory the files are written into (made when missing).
     #[arg(long, value_name = "DIR", default_value = "cpulab-remedy")]
     pub out: PathBuf,
     /// The formats to write, comma-separated: systemd, modprobe, sysctl, cmdline, tuned,
-    /// ansible, containers, kubernetes, libvirt, or all.
+    /// ansible, containers, kubernetes, libvirt, taskset, or all.
     #[arg(long, value_name = "LIST", default_value = "all")]
     pub format: String,
     /// Write into an output directory that is not empty (files of the same name are replaced,
@@ -38,25 +41,65 @@ pub struct Args {
     pub output: crate::emit::JsonArg,
 }
 
-/// A doctor result, read from a file or the history: its findings, facts and where it is from.
+/// A doctor or host result, read from a file or the history: its findings' remedies as
+/// offers, its facts and where it is from.
 struct Source {
-    findings: Vec<Finding>,
+    offers: Vec<remedy::Offer>,
+    findings: usize,
     document: serde_json::Value,
     words: String,
 }
+
+/// `cpulab host`'s result kind.
+const HOST: Kind = <crate::host::HostWatch as crate::experiment::Experiment>::KIND;
 
 fn from_file(path: &Path) -> Result<Source> {
     let name = path.display().to_string();
     // `@ID` is a run of the history, as `report` and `compare` take it (it was read as a file
     // name: "cannot read @2").
     let l = super::report::load(path)?;
-    if l.kind != Kind::Doctor {
-        return Err(bad_input(format!(
-            "{name} is a `cpulab {}` result; cpulab remedy takes one written by `cpulab doctor --json`",
-            l.kind.as_str()
-        )));
+    match l.kind {
+        Kind::Doctor => of_document(l.value, &name),
+        k if k == HOST => of_host_document(l.value, &name),
+        k => Err(bad_input(format!(
+            "{name} is a `cpulab {}` result; cpulab remedy takes one written by `cpulab doctor --json` or `cpulab host --json`",
+            k.as_str()
+        ))),
     }
-    of_document(l.value, &name)
+}
+
+/// A `cpulab host` result: its findings' pins and settings as offers.
+fn of_host_document(document: serde_json::Value, name: &str) -> Result<Source> {
+    let again = "write it again with `cpulab host --json`";
+    let findings = document
+        .get("findings")
+        .cloned()
+        .ok_or_else(|| bad_input(format!("{name} has no \"findings\"; {again}")))?;
+    let findings: Vec<HostFinding> = serde_json::from_value(findings)
+        .map_err(|e| bad_input(format!("{name}: its findings do not read ({e}); {again}")))?;
+    let c = &document["conditions"];
+    let hostname = c["hostname"].as_str().unwrap_or_default().to_string();
+    let allowed = c["allowed_cpus"]
+        .as_str()
+        .and_then(|a| crate::cpulist::CpuSet::parse_list(a, false).ok())
+        .unwrap_or_default();
+    let words = format!(
+        "{name} (`cpulab host` run on {} at Unix time {})",
+        if hostname.is_empty() {
+            "an unrecorded host"
+        } else {
+            &hostname
+        },
+        c["started_unix_s"]
+            .as_f64()
+            .map_or("unrecorded".to_string(), |t| format!("{t:.0}"))
+    );
+    Ok(Source {
+        offers: remedy::host::offers(&findings, &hostname, &allowed),
+        findings: findings.len(),
+        document,
+        words,
+    })
 }
 
 fn of_document(document: serde_json::Value, name: &str) -> Result<Source> {
@@ -79,13 +122,15 @@ fn of_document(document: serde_json::Value, name: &str) -> Result<Source> {
             .map_or("unrecorded".to_string(), |t| format!("{t:.0}"))
     );
     Ok(Source {
-        findings,
+        offers: remedy::offers_of(&findings),
+        findings: findings.len(),
         document,
         words,
     })
 }
 
-/// The newest doctor run of this host in the history.
+/// The newest doctor run of this host in the history, or its newest `cpulab host` run when it
+/// holds no doctor run.
 fn from_history() -> Result<Source> {
     let crate::history::Location::At(path) = crate::history::location() else {
         return Err(bad_input(
@@ -95,7 +140,7 @@ fn from_history() -> Result<Source> {
     let host = crate::machine::hostname();
     let none = || {
         bad_input(format!(
-            "no doctor run of this host ({host}) in the history {}; run `cpulab doctor` first, or give a saved result",
+            "no doctor or host run of this host ({host}) in the history {}; run `cpulab doctor` (or `cpulab host` on a KVM host) first, or give a saved result",
             path.display()
         ))
     };
@@ -103,14 +148,24 @@ fn from_history() -> Result<Source> {
         return Err(none());
     }
     let store = crate::history::store::Store::open_read_only(&path)?;
-    let filter = crate::history::store::Filter {
-        kind: Some(Kind::Doctor.as_str().to_string()),
-        host: Some(host.clone()),
-        ..Default::default()
-    };
-    let run = store.newest(&filter)?.ok_or_else(none)?;
-    let document = store.document(run.id)?.ok_or_else(none)?;
-    of_document(document, &format!("history run @{}", run.id))
+    for kind in [Kind::Doctor, HOST] {
+        let filter = crate::history::store::Filter {
+            kind: Some(kind.as_str().to_string()),
+            host: Some(host.clone()),
+            ..Default::default()
+        };
+        let Some(run) = store.newest(&filter)? else {
+            continue;
+        };
+        let document = store.document(run.id)?.ok_or_else(none)?;
+        let name = format!("history run @{}", run.id);
+        return if kind == Kind::Doctor {
+            of_document(document, &name)
+        } else {
+            of_host_document(document, &name)
+        };
+    }
+    Err(none())
 }
 
 /// The facts of the host the generators use: from the result, and read live when the result is
@@ -133,7 +188,7 @@ fn context(s: &Source, root: &Path) -> Context {
         tuned_profile: facts["tuned_profile"].as_str().map(str::to_string),
         ..Context::default()
     };
-    ctx.trials = trials_here(this_host, &s.findings);
+    ctx.trials = trials_here(this_host, &s.offers);
     if !this_host {
         return ctx;
     }
@@ -153,7 +208,7 @@ fn context(s: &Source, root: &Path) -> Context {
 
 /// The newest trial on this host of each remedy's `cpulab try` line, from the history, when the
 /// result is this host's: a trial here says nothing of another host.
-fn trials_here(this_host: bool, findings: &[Finding]) -> Trials {
+fn trials_here(this_host: bool, offers: &[remedy::Offer]) -> Trials {
     if !this_host {
         return Trials::NotRead(
             "the result is another host's, and trials recorded on this host say nothing of it"
@@ -177,9 +232,7 @@ fn trials_here(this_host: bool, findings: &[Finding]) -> Trials {
         }
     };
     let mut found: Vec<(String, TriedHere)> = Vec::new();
-    let lines = findings
-        .iter()
-        .flat_map(|f| f.remedies.iter().filter_map(|r| r.try_command.clone()));
+    let lines = offers.iter().filter_map(|o| o.remedy.try_command.clone());
     for line in lines {
         if found.iter().any(|(l, _)| *l == line) {
             continue;
@@ -270,7 +323,7 @@ pub fn run(args: Args, g: &Global) -> Result<()> {
     };
     let ctx = context(&source, &g.root);
     let out_words = args.out.display().to_string();
-    let plan = remedy::plan(&source.findings, &ctx, &formats, &out_words);
+    let plan = remedy::plan_offers(&source.offers, source.findings, &ctx, &formats, &out_words);
     // Refused alike whether or not this result has something to write.
     check_out(&args.out, args.force)?;
     if plan.all_files().next().is_some() {

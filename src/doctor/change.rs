@@ -82,6 +82,18 @@ pub enum Change {
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         one_node: bool,
     },
+    /// On this KVM host (a `cpulab host` finding): each vCPU thread of the VM `vm` (process
+    /// `pid`) on the host CPU `cpulab host` chose for it, and its emulator threads on
+    /// `emulator`. With `domain`, libvirt runs the VM and the pins go through `virsh` (live and
+    /// in its definition); without, through `taskset` on the running threads.
+    HostVcpuPin {
+        vm: String,
+        pid: i32,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        domain: Option<String>,
+        pins: Vec<crate::host::watch::findings::Pin>,
+        emulator: String,
+    },
 }
 
 impl Change {
@@ -97,6 +109,7 @@ impl Change {
             Self::Governor { .. } => "governor",
             Self::IdleLatency { .. } => "idle-latency",
             Self::VcpuPin { .. } => "vcpu-pin",
+            Self::HostVcpuPin { .. } => "host-vcpu-pin",
         }
     }
 }

@@ -26,12 +26,14 @@ pub enum Format {
     Containers,
     /// The kubelet's static CPU manager and a pod spec with exclusive CPUs.
     Kubernetes,
-    /// libvirt `<cputune>` for the hypervisor host.
+    /// libvirt `<cputune>` for the hypervisor host, and `virsh` on a KVM host `cpulab host` watched.
     Libvirt,
+    /// `taskset -p -c` per vCPU thread of a VM on this KVM host that libvirt does not run.
+    Taskset,
 }
 
 impl Format {
-    pub const ALL: [Format; 9] = [
+    pub const ALL: [Format; 10] = [
         Self::Systemd,
         Self::Modprobe,
         Self::Sysctl,
@@ -41,6 +43,7 @@ impl Format {
         Self::Containers,
         Self::Kubernetes,
         Self::Libvirt,
+        Self::Taskset,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -54,6 +57,7 @@ impl Format {
             Self::Containers => "containers",
             Self::Kubernetes => "kubernetes",
             Self::Libvirt => "libvirt",
+            Self::Taskset => "taskset",
         }
     }
 
@@ -92,6 +96,25 @@ pub fn unfit(format: Format, change: &Change, site: Site) -> Option<&'static str
     use Format::*;
     let host = site == Site::Host;
     match (format, change) {
+        (
+            Libvirt,
+            HostVcpuPin {
+                domain: Some(_), ..
+            },
+        )
+        | (Taskset, HostVcpuPin { domain: None, .. }) => None,
+        (Libvirt, HostVcpuPin { .. }) => Some(
+            "libvirt does not run this VM (its process sits in no machine.slice): the taskset form pins its threads",
+        ),
+        (Taskset, HostVcpuPin { .. }) => Some(
+            "libvirt runs this VM: its vCPUs are pinned through libvirt (the libvirt form), which keeps them in the domain's definition; taskset behind its back lasts until the domain restarts",
+        ),
+        (Taskset, _) => {
+            Some("taskset pins the vCPU threads of a VM on its KVM host; this change is not one")
+        }
+        (_, HostVcpuPin { .. }) => Some(
+            "a VM's vCPU threads are pinned on its KVM host, through libvirt or taskset: see those forms",
+        ),
         (Libvirt, VcpuPin { .. }) => None,
         (_, VcpuPin { .. }) => {
             Some("a vCPU's placement is the hypervisor host's: see the libvirt form")
@@ -166,6 +189,7 @@ pub fn form(
         Format::Containers => super::containers::docker(&dir, &fitting, ctx)?,
         Format::Kubernetes => super::containers::kubernetes(&dir, &fitting, ctx)?,
         Format::Libvirt => super::libvirt::form(&dir, &fitting, ctx),
+        Format::Taskset => super::taskset::form(&dir, &fitting, ctx),
         _ => {
             return Err(format!(
                 "{} is not written yet by this cpulab",
@@ -192,7 +216,7 @@ mod tests {
             Format::parse_list("cmdline, systemd,cmdline").unwrap(),
             [Format::Systemd, Format::Cmdline]
         );
-        assert_eq!(Format::parse_list("all").unwrap().len(), 9);
+        assert_eq!(Format::parse_list("all").unwrap().len(), 10);
         let e = Format::parse_list("systemd,helm").unwrap_err();
         assert!(
             e.starts_with("--format helm: unknown format; choose from systemd, "),

@@ -40,6 +40,17 @@ const NODE_WHY: &str = "the host's NUMA nodes are not visible from the guest: th
 pub fn form(dir: &str, changes: &[&Change], ctx: &Context) -> Form {
     let mut form = Form::empty(Format::Libvirt, Needs::Nothing);
     for c in changes {
+        if let Change::HostVcpuPin {
+            vm,
+            pid,
+            domain: Some(domain),
+            pins,
+            emulator,
+        } = c
+        {
+            host_pin(&mut form, dir, vm, *pid, domain, pins, emulator, ctx);
+            continue;
+        }
         let Change::VcpuPin { vcpus, one_node } = c else {
             continue;
         };
@@ -108,6 +119,84 @@ fn pin(form: &mut Form, dir: &str, vcpus: u32, one_node: bool, ctx: &Context) {
         } else {
             &ctx.hostname
         }
+    ));
+}
+
+/// A domain's vCPUs pinned where `cpulab host` chose, on the host it ran on: the `<cputune>`
+/// with the host's own numbers, `virsh vcpupin`/`emulatorpin` live and in the definition
+/// (`virsh edit` is interactive), verified through virsh and each thread's affinity, undone to
+/// the affinity each vCPU thread had and the emulator's kept by the apply.
+#[allow(clippy::too_many_arguments)]
+fn host_pin(
+    form: &mut Form,
+    dir: &str,
+    vm: &str,
+    pid: i32,
+    domain: &str,
+    pins: &[crate::host::watch::findings::Pin],
+    emulator: &str,
+    ctx: &Context,
+) {
+    use crate::host::watch::findings::{affinity_is, cputune};
+    let host = if ctx.hostname.is_empty() {
+        "the host".to_string()
+    } else {
+        ctx.hostname.clone()
+    };
+    form.files.push(File {
+        contents: format!(
+            "<!-- Written by `cpulab remedy` from `cpulab host` on {host}: the domain {domain}, \
+             VM {vm}, one host CPU per vCPU and the emulator threads on {emulator}. Paste into \
+             the domain with `virsh edit {domain}`; the apply commands set the same live and in \
+             the definition. -->\n{}",
+            cputune(pins, emulator)
+        ),
+        path: format!("{dir}/cputune.xml"),
+        install_to: None,
+        placeholder: None,
+    });
+    let saved = format!("{dir}/emulatorpin.before");
+    form.apply.push(Command::sh(
+        r#"test -e "$2" || { v=$(virsh emulatorpin "$1" --live | awk '$1 == "*:" { print $2 }') && test -n "$v" && printf '%s\n' "$v" > "$2"; }"#,
+        [domain, saved.as_str()],
+    ));
+    for p in pins {
+        let (vcpu, cpu) = (p.vcpu.to_string(), p.cpu.to_string());
+        form.apply.push(Command::new([
+            "virsh", "vcpupin", domain, &vcpu, &cpu, "--live", "--config",
+        ]));
+        form.verify.push(Command::sh(
+            r#"for m in --live --config; do virsh vcpupin "$1" --vcpu "$2" $m | awk -v v="$2" -v c="$3" '{ k = $1; sub(/:$/, "", k) } k == v && $2 == c { ok = 1 } END { exit !ok }' || exit 1; done"#,
+            [domain, vcpu.as_str(), cpu.as_str()],
+        ));
+        form.verify
+            .push(Command::new(affinity_is(pid, p.tid, &cpu)));
+        form.undo.push(Command::new([
+            "virsh", "vcpupin", domain, &vcpu, &p.before, "--live", "--config",
+        ]));
+    }
+    form.apply.push(Command::new([
+        "virsh",
+        "emulatorpin",
+        domain,
+        emulator,
+        "--live",
+        "--config",
+    ]));
+    form.verify.push(Command::sh(
+        r#"for m in --live --config; do virsh emulatorpin "$1" $m | awk -v c="$2" '$1 == "*:" && $2 == c { ok = 1 } END { exit !ok }' || exit 1; done"#,
+        [domain, emulator],
+    ));
+    form.undo.push(Command::sh(
+        r#"v=$(cat -- "$2") && virsh emulatorpin "$1" "$v" --live --config && rm -f -- "$2""#,
+        [domain, saved.as_str()],
+    ));
+    form.notes.push(format!(
+        "the CPUs are the host's own, chosen by `cpulab host` from its topology; undo gives each \
+         vCPU the affinity its thread had at the end of the window, live and in the definition \
+         (a <vcpupin> the definition did not hold before stays, with that affinity), and the \
+         emulator threads the affinity the first apply kept in {saved}; the affinity checks of \
+         the vCPU threads hold while the VM's process {pid} runs"
     ));
 }
 

@@ -23,10 +23,12 @@ pub mod ansible;
 pub mod command;
 pub mod containers;
 pub mod formats;
+pub mod host;
 pub mod kernel;
 pub mod libvirt;
 pub mod readme;
 pub mod systemd;
+pub mod taskset;
 pub mod text;
 pub mod trials;
 pub mod tuned;
@@ -195,8 +197,49 @@ pub struct Deployment {
     pub forms: Vec<Form>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub skipped: Vec<Skip>,
-    /// Exits 0 when the finding is gone on the host: `cpulab doctor --quick --expect-absent ID`.
+    /// Exits 0 when the finding is gone on the host: `cpulab doctor --quick --expect-absent ID`
+    /// (`cpulab host --pid PID --expect-absent ID` for a host finding).
     pub verify_finding: String,
+    /// Which command finds it again.
+    #[serde(skip)]
+    pub check: Check,
+}
+
+/// The command that finds a finding again, so its check can say whether it is gone.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Check {
+    /// `cpulab doctor --quick`.
+    #[default]
+    Doctor,
+    /// `cpulab host`, on the VM's process when it is known.
+    Host { pid: Option<i32> },
+}
+
+/// One remedy offered for one finding, as [`plan_offers`] reads it: a doctor finding's remedy,
+/// or a `cpulab host` finding's pins and settings ([`host::offers`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Offer {
+    /// The finding's id (`cross-cpu-wakeup`, `stacked-vcpus`).
+    pub finding: String,
+    /// What it buys: the finding's magnitude or evidence, in words.
+    pub buys: String,
+    pub remedy: Remedy,
+    pub check: Check,
+}
+
+/// Each remedy of each doctor finding, as an offer.
+pub fn offers_of(findings: &[Finding]) -> Vec<Offer> {
+    findings
+        .iter()
+        .flat_map(|f| {
+            f.remedies.iter().map(|r| Offer {
+                finding: f.id.clone(),
+                buys: format!("{}: {}", f.id, f.magnitude.text),
+                remedy: r.clone(),
+                check: Check::Doctor,
+            })
+        })
+        .collect()
 }
 
 /// A remedy with nothing to deploy, and why.
@@ -241,45 +284,54 @@ pub const NOT_RECORDED: &str = "no deployable form recorded (this result was wri
 
 /// The plan for `findings` in `formats` (pure).
 pub fn plan(findings: &[Finding], ctx: &Context, formats: &[Format], out_dir: &str) -> Plan {
+    plan_offers(&offers_of(findings), findings.len(), ctx, formats, out_dir)
+}
+
+/// The plan for `offers`, the remedies of `findings` findings, in `formats` (pure).
+pub fn plan_offers(
+    offers: &[Offer],
+    findings: usize,
+    ctx: &Context,
+    formats: &[Format],
+    out_dir: &str,
+) -> Plan {
     let mut deployments: Vec<Deployment> = Vec::new();
     let mut undeployable = Vec::new();
-    for f in findings {
-        for r in &f.remedies {
-            let changes = match &r.changes {
-                None => {
-                    undeployable.push(undeployable_of(f, r, NOT_RECORDED));
-                    continue;
-                }
-                Some(c) if c.is_empty() => {
-                    undeployable.push(undeployable_of(
-                        f,
-                        r,
-                        "not a setting a file can carry: advice or a measurement, done by hand",
-                    ));
-                    continue;
-                }
-                Some(c) => c,
-            };
-            if let Some(d) = deployments
-                .iter_mut()
-                .find(|d| d.site == r.site && &d.changes == changes)
-            {
-                if !d.findings.contains(&f.id) {
-                    d.findings.push(f.id.clone());
-                    d.buys.push(format!("{}: {}", f.id, f.magnitude.text));
-                    d.verify_finding = verify_finding(&d.findings);
-                }
+    for o in offers {
+        let r = &o.remedy;
+        let changes = match &r.changes {
+            None => {
+                undeployable.push(undeployable_of(o, NOT_RECORDED));
                 continue;
             }
-            let id = format!("{:02}-{}", deployments.len() + 1, slug(changes));
-            deployments.push(deployment(id, f, r, changes, ctx, formats));
+            Some(c) if c.is_empty() => {
+                undeployable.push(undeployable_of(
+                    o,
+                    "not a setting a file can carry: advice or a measurement, done by hand",
+                ));
+                continue;
+            }
+            Some(c) => c,
+        };
+        if let Some(d) = deployments
+            .iter_mut()
+            .find(|d| d.site == r.site && &d.changes == changes && d.check == o.check)
+        {
+            if !d.findings.contains(&o.finding) {
+                d.findings.push(o.finding.clone());
+                d.buys.push(o.buys.clone());
+                d.verify_finding = verify_finding(&d.findings, &d.check);
+            }
+            continue;
         }
+        let id = format!("{:02}-{}", deployments.len() + 1, slug(changes));
+        deployments.push(deployment(id, o, changes, ctx, formats));
     }
     let mut p = Plan {
         context: ctx.clone(),
         out_dir: out_dir.to_string(),
         formats: formats.to_vec(),
-        findings: findings.len(),
+        findings,
         deployments,
         undeployable,
         files: Vec::new(),
@@ -294,10 +346,10 @@ pub fn plan(findings: &[Finding], ctx: &Context, formats: &[Format], out_dir: &s
     p
 }
 
-fn undeployable_of(f: &Finding, r: &Remedy, reason: &str) -> Undeployable {
+fn undeployable_of(o: &Offer, reason: &str) -> Undeployable {
     Undeployable {
-        finding: f.id.clone(),
-        remedy: r.command.clone(),
+        finding: o.finding.clone(),
+        remedy: o.remedy.command.clone(),
         reason: reason.to_string(),
     }
 }
@@ -311,12 +363,12 @@ fn slug(changes: &[Change]) -> String {
 
 fn deployment(
     id: String,
-    f: &Finding,
-    r: &Remedy,
+    o: &Offer,
     changes: &[Change],
     ctx: &Context,
     formats: &[Format],
 ) -> Deployment {
+    let r = &o.remedy;
     let mut forms = Vec::new();
     let mut skipped = Vec::new();
     for &format in formats {
@@ -328,27 +380,41 @@ fn deployment(
             Err(reason) => skipped.push(Skip { format, reason }),
         }
     }
+    let tried_here = match o.check {
+        Check::Doctor => trials::tried(r.try_command.as_deref(), &ctx.trials),
+        Check::Host { .. } => trials::TriedHere::none(
+            "not available, because `cpulab try` does not change a VM's vCPU placement; watch \
+             the VM again with `cpulab host` after the apply"
+                .into(),
+        ),
+    };
     Deployment {
-        findings: vec![f.id.clone()],
+        findings: vec![o.finding.clone()],
         remedy: r.command.clone(),
         site: r.site,
         who: r.who.clone(),
-        buys: vec![format!("{}: {}", f.id, f.magnitude.text)],
+        buys: vec![o.buys.clone()],
         effect: r.effect.clone(),
         measured: r.measured.clone(),
-        tried_here: trials::tried(r.try_command.as_deref(), &ctx.trials),
+        tried_here,
         costs: r.cost_caveat.clone(),
         changes: changes.to_vec(),
         forms,
         skipped,
-        verify_finding: verify_finding(std::slice::from_ref(&f.id)),
+        verify_finding: verify_finding(std::slice::from_ref(&o.finding), &o.check),
+        check: o.check.clone(),
         id,
     }
 }
 
-/// The doctor run that exits 0 only when none of `ids` is found.
-fn verify_finding(ids: &[String]) -> String {
-    format!("cpulab doctor --quick --expect-absent {}", ids.join(","))
+/// The run that exits 0 only when none of `ids` is found.
+fn verify_finding(ids: &[String], check: &Check) -> String {
+    let ids = ids.join(",");
+    match check {
+        Check::Doctor => format!("cpulab doctor --quick --expect-absent {ids}"),
+        Check::Host { pid: Some(p) } => format!("cpulab host --pid {p} --expect-absent {ids}"),
+        Check::Host { pid: None } => format!("cpulab host --expect-absent {ids}"),
+    }
 }
 
 #[cfg(test)]

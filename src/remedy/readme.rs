@@ -1,7 +1,7 @@
 //! The README.md at the top of the output: the order to apply the remedies in, what each needs
 //! (nothing, a restart, a reboot, the host), and how to verify and undo each.
 
-use super::{Command, Deployment, File, Form, Needs, Plan};
+use super::{Check, Command, Deployment, File, Form, Needs, Plan};
 use crate::doctor::findings::Site;
 
 /// Remedies in the order to apply them: this machine's before the host's, then those that take
@@ -81,21 +81,29 @@ fn deployment(out: &mut String, d: &Deployment) {
     if !d.who.is_empty() {
         out.push_str(&format!("Who: {}.\n", d.who));
     }
+    let by = match d.check {
+        Check::Doctor => "the doctor",
+        Check::Host { .. } => "`cpulab host` over its window",
+    };
     out.push_str(&format!(
-        "\nWhat it does: {}\n\nWhat it buys, as measured by the doctor:\n\n",
+        "\nWhat it does: {}\n\nWhat it buys, as measured by {by}:\n\n",
         d.effect
     ));
     for b in &d.buys {
         out.push_str(&format!("- {b}\n"));
     }
+    if d.check == Check::Doctor {
+        out.push_str(&format!(
+            "- measured by `cpulab doctor --try` in that run: {}\n",
+            d.measured.as_deref().unwrap_or(
+                "not available, because that doctor run did not try it (`cpulab doctor --try` \
+                 measures it)"
+            )
+        ));
+    }
     out.push_str(&format!(
-        "- measured by `cpulab doctor --try` in that run: {}\n- measured by `cpulab try` on this host (the history): {}\n\nWhat it costs: {}\n\n",
-        d.measured.as_deref().unwrap_or(
-            "not available, because that doctor run did not try it (`cpulab doctor --try` \
-             measures it)"
-        ),
-        d.tried_here.text,
-        d.costs
+        "- measured by `cpulab try` on this host (the history): {}\n\nWhat it costs: {}\n\n",
+        d.tried_here.text, d.costs
     ));
     for f in &d.forms {
         form(out, f);

@@ -5,7 +5,7 @@ use crate::doctor::findings::Site;
 
 pub fn render(p: &Plan) -> String {
     if p.findings == 0 {
-        return "The doctor result has no finding: no remedy to write, no file written.\n".into();
+        return "The result has no finding: no remedy to write, no file written.\n".into();
     }
     let files = p.all_files().count();
     let mut out = if files == 0 {

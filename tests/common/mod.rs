@@ -40,7 +40,10 @@ pub fn fixture_copy(name: &str) -> tempfile::TempDir {
         std::fs::create_dir_all(dst).unwrap();
         for e in std::fs::read_dir(src).unwrap().flatten() {
             let (from, to) = (e.path(), dst.join(e.file_name()));
-            if from.is_dir() {
+            // A fake process's fds are links to `anon_inode:kvm-vm` and the like: kept as links.
+            if e.file_type().unwrap().is_symlink() {
+                std::os::unix::fs::symlink(std::fs::read_link(&from).unwrap(), &to).unwrap();
+            } else if from.is_dir() {
                 copy_dir(&from, &to);
             } else {
                 std::fs::copy(&from, &to).unwrap();
@@ -336,6 +339,7 @@ pub fn doctor_history(dir: &std::path::Path) -> (PathBuf, Value) {
 }
 pub mod chromium;
 pub mod container;
+pub mod hostfixture;
 pub mod pgpair;
 pub mod prom;
 

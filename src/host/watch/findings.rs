@@ -23,6 +23,15 @@ use super::{HostReport, VmView, label};
 use crate::topology::Topology;
 use serde::{Deserialize, Serialize};
 
+/// Every finding's id, as `--json` and `--expect-absent` name them.
+pub const IDS: &[&str] = &[
+    "floating-vcpus",
+    "stacked-vcpus",
+    "cpu-contention",
+    "halt-poll-waste",
+    "idle-exit-storm",
+];
+
 /// One command, as its words.
 pub type Argv = Vec<String>;
 
@@ -35,12 +44,29 @@ pub struct Pin {
     pub before: String,
 }
 
+/// A kernel module parameter a finding's remedy sets on this host (`kvm`'s `halt_poll_ns`),
+/// as data: `cpulab remedy` writes it as the doctor's module-parameter change (`modprobe.d`,
+/// the value now through `/sys/module`, the kernel command line for a built-in module).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ModuleParam {
+    pub module: String,
+    pub param: String,
+    pub value: String,
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct HostFinding {
     /// `floating-vcpus`, `stacked-vcpus`, `cpu-contention`, `halt-poll-waste` or
     /// `idle-exit-storm`.
     pub id: String,
     pub vm: String,
+    /// The VM's process (absent in results written before it was recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<i32>,
+    /// The libvirt domain, when libvirt runs the VM (its process sits in `machine.slice`):
+    /// QEMU's `-name guest=NAME`, which libvirt sets to the domain's name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub domain: Option<String>,
     pub evidence: Vec<String>,
     /// The CPUs chosen, one per vCPU (floating vCPUs).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -49,10 +75,49 @@ pub struct HostFinding {
     /// Each exits 0 once the remedy holds, non-zero before.
     pub verify: Vec<Argv>,
     pub undo: Vec<Argv>,
+    /// The host CPUs for the VM's emulator threads (`<emulatorpin>`): the allowed CPUs no
+    /// pinned vCPU takes, where there are any ([`emulator_cpus`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub emulator: Option<String>,
     /// For a libvirt domain: the `<cputune>` element for its XML (`virsh edit`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub libvirt_cputune: Option<String>,
+    /// Module parameters its remedy sets on this host (`kvm`'s `halt_poll_ns`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub module_params: Vec<ModuleParam>,
     pub notes: Vec<String>,
+}
+
+/// The CPUs for a VM's emulator threads: the allowed CPUs that no pinned vCPU of any VM takes
+/// (`used_by_all`), else those none of this VM's vCPUs take (`used_by_vm`), else every allowed
+/// CPU, with why they share.
+pub fn emulator_cpus(
+    allowed: &crate::cpulist::CpuSet,
+    used_by_all: &crate::cpulist::CpuSet,
+    used_by_vm: &crate::cpulist::CpuSet,
+) -> (crate::cpulist::CpuSet, Option<String>) {
+    let free = allowed.difference(used_by_all);
+    if !free.is_empty() {
+        return (free, None);
+    }
+    let free = allowed.difference(used_by_vm);
+    if !free.is_empty() {
+        return (
+            free,
+            Some(format!(
+                "every allowed CPU ({allowed}) carries a pinned vCPU: the emulator threads run \
+                 on CPUs of the other VMs' vCPUs, none of this VM's"
+            )),
+        );
+    }
+    (
+        allowed.clone(),
+        Some(format!(
+            "every allowed CPU ({allowed}) carries one of this VM's vCPUs: the emulator threads \
+             share them (I/O and QEMU's own work take time from the vCPUs); a CPU kept for \
+             them needs one vCPU fewer or a CPU more"
+        )),
+    )
 }
 
 /// A VM is libvirt's when its process sits in libvirt's `machine.slice`.
@@ -104,7 +169,7 @@ pub fn pin_order(topo: &Topology, allowed: &crate::cpulist::CpuSet) -> Vec<u32> 
 }
 
 /// The `awk` check that thread `tid` of `pid` may run on `cpus` exactly.
-fn affinity_is(pid: i32, tid: i32, cpus: &str) -> Argv {
+pub fn affinity_is(pid: i32, tid: i32, cpus: &str) -> Argv {
     vec![
         "awk".into(),
         format!("$1 == \"Cpus_allowed_list:\" {{ ok = ($2 == \"{cpus}\") }} END {{ exit !ok }}"),
@@ -138,7 +203,8 @@ fn apply_lines(pins: &[Pin], libvirt_domain: Option<&str>) -> Vec<Argv> {
         .collect()
 }
 
-fn cputune(pins: &[Pin], emulator: &str) -> String {
+/// The `<cputune>` of `pins` and the emulator threads on `emulator`, for a domain's XML.
+pub fn cputune(pins: &[Pin], emulator: &str) -> String {
     let mut x = String::from("<cputune>\n");
     for p in pins {
         x += &format!("  <vcpupin vcpu='{}' cpuset='{}'/>\n", p.vcpu, p.cpu);
@@ -221,6 +287,7 @@ pub fn findings(
             cgroup_of,
         ));
     }
+    place_emulators(&mut out, allowed);
     for vm in &r.vms {
         let (Some(s), Some(m)) = (vm.share, vm.model) else {
             continue;
@@ -231,6 +298,8 @@ pub fn findings(
         out.push(HostFinding {
             id: "cpu-contention".into(),
             vm: label(vm),
+            pid: Some(vm.pid),
+            domain: None,
             evidence: vec![format!(
                 "its {} running vCPUs got {:.0}% of the CPU time they wanted (the model gives \
                  {:.0}% with every running vCPU on this host sharing its CPUs evenly); it shared \
@@ -244,7 +313,9 @@ pub fn findings(
             apply: Vec::new(),
             verify: Vec::new(),
             undo: Vec::new(),
+            emulator: None,
             libvirt_cputune: None,
+            module_params: Vec::new(),
             notes: vec![
                 "give the VMs CPUs of their own (the floating-vcpus remedy's pins do, where \
                  there are enough CPUs), or weigh them (cgroup cpu.weight, libvirt \
@@ -381,12 +452,20 @@ fn halt_poll_waste(r: &HostReport, vm: &VmView) -> Option<HostFinding> {
     Some(HostFinding {
         id: "halt-poll-waste".into(),
         vm: label(vm),
+        pid: Some(vm.pid),
+        domain: None,
         evidence,
         pins: Vec::new(),
         apply,
         verify,
         undo: Vec::new(),
+        emulator: None,
         libvirt_cputune: None,
+        module_params: vec![ModuleParam {
+            module: "kvm".into(),
+            param: "halt_poll_ns".into(),
+            value: v.to_string(),
+        }],
         notes,
     })
 }
@@ -430,17 +509,40 @@ fn idle_exit_storm(r: &HostReport, vm: &VmView) -> Option<HostFinding> {
     Some(HostFinding {
         id: "idle-exit-storm".into(),
         vm: label(vm),
+        pid: Some(vm.pid),
+        domain: None,
         evidence,
         pins: Vec::new(),
         apply: Vec::new(),
         verify: Vec::new(),
         undo: Vec::new(),
+        emulator: None,
         libvirt_cputune: None,
+        module_params: Vec::new(),
         notes: vec![
             "the reasons are KVM's exit_reason as traced (a VMX basic exit reason, or an SVM exit code): an idle guest that exits this often is usually a guest timer or idle loop (a periodic tick, a guest that polls with PAUSE or reads the TSC); look at the guest's idle driver and its clock source"
                 .into(),
         ],
     })
+}
+
+/// Each pinned finding's emulator threads on CPUs its vCPUs leave free ([`emulator_cpus`]),
+/// its `<cputune>` written with them.
+fn place_emulators(out: &mut [HostFinding], allowed: &crate::cpulist::CpuSet) {
+    let cpus =
+        |f: &HostFinding| -> crate::cpulist::CpuSet { f.pins.iter().map(|p| p.cpu).collect() };
+    let all: crate::cpulist::CpuSet = out
+        .iter()
+        .flat_map(|f| f.pins.iter().map(|p| p.cpu))
+        .collect();
+    for f in out.iter_mut().filter(|f| !f.pins.is_empty()) {
+        let (set, why) = emulator_cpus(allowed, &all, &cpus(f));
+        f.emulator = Some(set.to_string());
+        f.libvirt_cputune = Some(cputune(&f.pins, &set.to_string()));
+        if let Some(why) = why {
+            f.notes.push(why);
+        }
+    }
 }
 
 /// A VM's running vCPUs: those that wanted half the window or more.
@@ -565,6 +667,8 @@ fn pinned(
     Some(HostFinding {
         id: id.into(),
         vm: label(vm),
+        pid: Some(vm.pid),
+        domain: libvirt.then(|| vm.name.clone()),
         evidence,
         apply: apply_lines(&pins, libvirt.then_some(vm.name.as_str())),
         verify: pins
@@ -572,7 +676,9 @@ fn pinned(
             .map(|p| affinity_is(vm.pid, p.tid, &p.cpu.to_string()))
             .collect(),
         undo: pins.iter().map(|p| taskset(&p.before, p.tid)).collect(),
+        emulator: Some(allowed.to_string()),
         libvirt_cputune: Some(cputune(&pins, &allowed.to_string())),
+        module_params: Vec::new(),
         pins,
         notes,
     })

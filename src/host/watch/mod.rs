@@ -40,6 +40,10 @@ pub struct WatchArgs {
     /// Only the VM run by this process.
     #[arg(long, value_name = "PID")]
     pub pid: Option<i32>,
+    /// Exit 1 when any of these findings is present, 0 when none is: the check that a remedy
+    /// holds (`stacked-vcpus`, comma-separated).
+    #[arg(long, value_delimiter = ',', value_name = "ID")]
+    pub expect_absent: Vec<String>,
     #[command(flatten)]
     pub output: crate::emit::OutputArgs,
 }
