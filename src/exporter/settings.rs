@@ -48,6 +48,10 @@ pub struct Settings {
     /// `--log.level` when given (else info, or error under `--quiet`), and `--log.format`.
     pub log_level: Option<super::logging::Level>,
     pub log_format: super::logging::LogFormat,
+    /// KVM VMs with their own label (`--max-vms`); the rest are `vm="other"`.
+    pub max_vms: usize,
+    /// VMs whose vCPUs are published one by one (`--vm`, at most `vms::MAX_LISTED`).
+    pub listed_vms: Vec<String>,
 }
 
 /// `--facts-interval`: a duration (`60s`, `5m`; a bare number is seconds) of at least 1 s.
