@@ -332,7 +332,9 @@ impl Collector {
             read_interrupt_totals(&self.root)
         });
         let vm_watch = &mut inner.vms;
-        let vms = run("vms", h, &mut runs, || vm_watch.read());
+        let vms = vm_watch
+            .publishes()
+            .then(|| run("vms", h, &mut runs, || vm_watch.read()));
         let doctor = &mut inner.doctor;
         let doctor = run("doctor", h, &mut runs, || doctor_read(doctor, started));
         let process = run("process", h, &mut runs, || {
@@ -364,7 +366,7 @@ impl Collector {
             doctor,
             health: h.clone(),
             process,
-            vms: Some(vms),
+            vms,
             preferred: self.preferred.clone(),
             fallback: self.fallback.clone(),
         };
@@ -586,7 +588,7 @@ mod tests {
                 String::new(),
                 super::super::doctor::REREAD,
             ),
-            VmWatch::new(root, 4, Vec::new()),
+            VmWatch::new(root, super::super::vms::looking(root, true), 4, Vec::new()),
         )
     }
 
@@ -750,7 +752,12 @@ mod tests {
                 String::new(),
                 super::super::doctor::REREAD,
             ),
-            VmWatch::new(d.path(), 4, Vec::new()),
+            VmWatch::new(
+                d.path(),
+                super::super::vms::looking(d.path(), true),
+                4,
+                Vec::new(),
+            ),
         );
         let t = c.scrape(Format::Prometheus);
         assert!(

@@ -249,9 +249,12 @@ pub fn serve(machine: &Machine, mut s: Settings, quiet: bool) -> Result<()> {
     let machine_info = machine_labels(&probed);
     let host_key = crate::history::fingerprint::of_probe(&probed).host_key;
     let probe_slot: Arc<Mutex<Option<ProbeFigures>>> = Arc::new(Mutex::new(None));
-    let vm_watch = vms::VmWatch::new(&machine.root, s.max_vms, s.listed_vms.clone());
-    match vm_watch.kvm() {
-        Ok(()) => log::info!(
+    let status = std::fs::read_to_string(settings::own_status()).unwrap_or_default();
+    let may_inspect = settings::cap_eff(&status).is_some_and(settings::caps_allow_ptrace);
+    let looking = vms::looking(&machine.root, may_inspect);
+    let vm_watch = vms::VmWatch::new(&machine.root, looking, s.max_vms, s.listed_vms.clone());
+    match vm_watch.looking() {
+        vms::Looking::On => log::info!(
             "publishing the KVM VMs of this host read from /proc: at most {} with their own \
              label, the rest as vm=\"other\"{}",
             s.max_vms,
@@ -261,15 +264,18 @@ pub fn serve(machine: &Machine, mut s: Settings, quiet: bool) -> Result<()> {
                 format!("; per vCPU for {}", s.listed_vms.join(", "))
             }
         ),
-        Err(why) if !s.listed_vms.is_empty() => {
+        vms::Looking::MayNotInspect(why) => {
+            log::warn!("this host has KVM, but no VM is published (cpulab_vms is absent): {why}")
+        }
+        vms::Looking::NoKvm(why) if !s.listed_vms.is_empty() => {
             log::warn!(
                 "--vm {}: {why}, so no VM is published",
                 s.listed_vms.join(", ")
             )
         }
-        Err(_) => {}
+        vms::Looking::NoKvm(_) => {}
     }
-    let base = base_series(machine, &classes, &machine_info, &s, vm_watch.kvm().is_ok());
+    let base = base_series(machine, &classes, &machine_info, &s, vm_watch.looking());
     let named = named_targets(base, classes.len(), &s)?;
     if named < s.max_targets {
         log::info!(
@@ -358,14 +364,18 @@ fn bind(s: &Settings) -> Result<TcpListener> {
 
 /// The VM figures at their most: `--max-vms` VMs and the `--vm` ones with their own label,
 /// `other`, every counter, and every `--vm` VM with its most vCPUs; on a host without KVM, the
-/// count alone.
-fn vms_at_most(s: &Settings, kvm: bool) -> vms::VmFigures {
-    if !kvm {
-        return vms::VmFigures {
-            off: Some(String::new()),
-            count: Some(0),
-            ..vms::VmFigures::default()
-        };
+/// count alone; nothing where other processes may not be inspected.
+fn vms_at_most(s: &Settings, looking: &vms::Looking) -> Option<vms::VmFigures> {
+    match looking {
+        vms::Looking::On => {}
+        vms::Looking::NoKvm(_) => {
+            return Some(vms::VmFigures {
+                off: Some(String::new()),
+                count: Some(0),
+                ..vms::VmFigures::default()
+            });
+        }
+        vms::Looking::MayNotInspect(_) => return None,
     }
     let counts = Some(vms::Counts::default());
     let one = |vm: String, per_vcpu: Option<std::collections::BTreeMap<u32, vms::Counts>>| {
@@ -381,13 +391,13 @@ fn vms_at_most(s: &Settings, kvm: bool) -> vms::VmFigures {
     for name in &s.listed_vms {
         all.push(one(name.clone(), Some(vcpus.clone().collect())));
     }
-    vms::VmFigures {
+    Some(vms::VmFigures {
         off: None,
         count: Some(0),
         not_inspected: 0,
         migrations_available: Some(true),
         vms: all,
-    }
+    })
 }
 
 /// Series of everything but the targets, measured by encoding a frame without targets.
@@ -396,7 +406,7 @@ fn base_series(
     classes: &[String],
     machine_info: &[(String, String)],
     s: &Settings,
-    kvm: bool,
+    looking: &vms::Looking,
 ) -> usize {
     let (idle_entries, _) = collect::read_idle_totals(&machine.root);
     let (interrupts, _) = collect::read_interrupt_totals(&machine.root);
@@ -445,7 +455,7 @@ fn base_series(
             max_fds: Some(0),
             start_time_s: Some(0.0),
         },
-        vms: Some(vms_at_most(s, kvm)),
+        vms: vms_at_most(s, looking),
         preferred: String::new(),
         fallback: String::new(),
     };

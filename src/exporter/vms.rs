@@ -19,8 +19,10 @@
 //! - **Unmeasured is absent.** Migrations are published only where the kernel counts them
 //!   (`se.nr_migrations`, CONFIG_SCHED_DEBUG), and `cpulab_vm_vcpu_migrations_available` says
 //!   which; a VM none of whose vCPU threads has been found yet publishes its vCPU count but no
-//!   run or wait counter; a host where some processes' fds may not be read (not root) publishes
-//!   no `cpulab_vms` count, since VMs may hide there, and the collector fails with the reason.
+//!   run or wait counter; a host where some processes' fds could not be read publishes no
+//!   `cpulab_vms` count, since VMs may hide there, and the collector fails with the reason; an
+//!   exporter that may not read other users' fds at all (neither root nor `CAP_SYS_PTRACE`)
+//!   publishes nothing of the VMs ([`Looking::MayNotInspect`]).
 //! - **Halt polling and exits** come from KVM's own events (the BPF work in
 //!   `crate::host::watch`), not from /proc: [`VmSeries`] has their place, nothing fills it yet.
 //!
@@ -352,51 +354,97 @@ pub fn kvm_here(root: &Path) -> Result<(), String> {
     }
 }
 
+/// Whether VMs are looked for (decided once, at start).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Looking {
+    /// Every scrape reads them.
+    On,
+    /// The host has no KVM: `cpulab_vms 0`, and the collector succeeds.
+    NoKvm(String),
+    /// The exporter may not read other processes' fds (not root, no `CAP_SYS_PTRACE`): it
+    /// cannot tell whether VMs run, so it publishes nothing of them, not even the collector.
+    MayNotInspect(String),
+}
+
+/// Whether VMs are looked for under `root`, by a process that `may_inspect` other processes'
+/// fds (root, or `CAP_SYS_PTRACE`).
+pub fn looking(root: &Path, may_inspect: bool) -> Looking {
+    match kvm_here(root) {
+        Err(why) => Looking::NoKvm(why),
+        Ok(()) if !may_inspect => Looking::MayNotInspect(
+            "the exporter may not read other processes' fds, so it cannot tell which run VMs: \
+             run it as root or grant it CAP_SYS_PTRACE"
+                .into(),
+        ),
+        Ok(()) => Looking::On,
+    }
+}
+
 /// The collector: the VMs found so far, with their threads, and the ledger.
 #[derive(Debug)]
 pub struct VmWatch {
     root: PathBuf,
-    kvm: Result<(), String>,
+    looking: Looking,
     found: BTreeMap<i32, FoundVm>,
     ledger: Ledger,
 }
 
 impl VmWatch {
-    /// Looks for VMs under `root` when the host has KVM now (decided once, at start).
-    pub fn new(root: &Path, max_vms: usize, listed: Vec<String>) -> Self {
+    pub fn new(root: &Path, looking: Looking, max_vms: usize, listed: Vec<String>) -> Self {
         Self {
             root: root.to_path_buf(),
-            kvm: kvm_here(root),
+            looking,
             found: BTreeMap::new(),
             ledger: Ledger::new(max_vms, listed),
         }
     }
 
     /// Whether VMs are looked for, and why not.
-    pub fn kvm(&self) -> &Result<(), String> {
-        &self.kvm
+    pub fn looking(&self) -> &Looking {
+        &self.looking
     }
 
-    /// One scrape's figures and the readings that failed.
+    /// Whether anything of the VMs is published (not so for [`Looking::MayNotInspect`]).
+    pub fn publishes(&self) -> bool {
+        !matches!(self.looking, Looking::MayNotInspect(_))
+    }
+
+    /// One scrape's figures and the readings that failed. Where the exporter may not inspect
+    /// other processes, no count: `off` says why (and [`Self::publishes`] is false).
     pub fn read(&mut self) -> (VmFigures, Vec<ReadError>) {
-        if let Err(why) = &self.kvm {
-            let figures = VmFigures {
-                off: Some(why.clone()),
-                count: Some(0),
-                ..VmFigures::default()
-            };
-            return (figures, Vec::new());
+        match &self.looking {
+            Looking::On => self.read_on(),
+            Looking::NoKvm(why) => (
+                VmFigures {
+                    off: Some(why.clone()),
+                    count: Some(0),
+                    ..VmFigures::default()
+                },
+                Vec::new(),
+            ),
+            Looking::MayNotInspect(why) => (
+                VmFigures {
+                    off: Some(why.clone()),
+                    ..VmFigures::default()
+                },
+                Vec::new(),
+            ),
         }
+    }
+
+    fn read_on(&mut self) -> (VmFigures, Vec<ReadError>) {
         let mut errors = Vec::new();
         let (now, refused) = discover::scan(&self.root);
         self.merge(now);
         let mut seen = Vec::new();
-        for vm in self.found.values() {
+        for vm in self.found.values_mut() {
             let mut threads = Vec::new();
+            let mut gone = Vec::new();
             for (&tid, t) in &vm.threads {
                 let dir = self.root.join(format!("proc/{}/task/{tid}", vm.pid));
                 let look = sample::look(&self.root, vm.pid, tid);
                 if look.is_none() && !dir.exists() {
+                    gone.push(tid);
                     continue;
                 }
                 if look.is_none() {
@@ -411,6 +459,9 @@ impl VmWatch {
                     look,
                 });
             }
+            for tid in gone {
+                vm.threads.remove(&tid);
+            }
             seen.push(SeenVm {
                 pid: vm.pid,
                 name: vm.name.clone(),
@@ -423,8 +474,8 @@ impl VmWatch {
             errors.push(ReadError {
                 kind: ErrorKind::Permission,
                 detail: format!(
-                    "{refused} processes' fds could not be read, so the VMs they may run are \
-                     not counted (run as root, or grant CAP_SYS_PTRACE)"
+                    "{refused} processes' fds could not be read (another user namespace's?), \
+                     so the VMs they may run are not counted and cpulab_vms is left out"
                 ),
             });
         }
@@ -589,16 +640,26 @@ mod tests {
     #[test]
     fn a_host_without_kvm_publishes_zero_vms_and_fails_nothing() {
         let t = crate::testing::tree(&[("proc/1/comm", "init\n")]);
-        let mut w = VmWatch::new(t.path(), 4, Vec::new());
-        let (f, errors) = w.read();
-        assert!(errors.is_empty());
-        assert_eq!(f.count, Some(0));
-        assert!(f.off.as_deref().unwrap().contains("no KVM"), "{f:?}");
+        // Without KVM, whoever asks: nothing to inspect.
+        for may_inspect in [true, false] {
+            let l = looking(t.path(), may_inspect);
+            let mut w = VmWatch::new(t.path(), l, 4, Vec::new());
+            let (f, errors) = w.read();
+            assert!(errors.is_empty());
+            assert_eq!(f.count, Some(0));
+            assert!(f.off.as_deref().unwrap().contains("no KVM"), "{f:?}");
+        }
         // With the module, the same tree is scanned: no process holds a VM.
         std::fs::create_dir_all(t.path().join("sys/module/kvm")).unwrap();
-        let mut w = VmWatch::new(t.path(), 4, Vec::new());
+        let mut w = VmWatch::new(t.path(), looking(t.path(), true), 4, Vec::new());
         let (f, errors) = w.read();
         assert!(errors.is_empty(), "{errors:?}");
         assert_eq!((f.count, f.off, f.vms.len()), (Some(0), None, 0));
+        // One that may not read other processes' fds cannot say 0: it publishes nothing.
+        let l = looking(t.path(), false);
+        assert!(matches!(l, Looking::MayNotInspect(_)), "{l:?}");
+        let mut w = VmWatch::new(t.path(), l, 4, Vec::new());
+        assert!(!w.publishes());
+        assert_eq!(w.read().0.count, None);
     }
 }
