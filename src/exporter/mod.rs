@@ -253,6 +253,8 @@ pub fn serve(machine: &Machine, mut s: Settings, quiet: bool) -> Result<()> {
     let may_inspect = settings::cap_eff(&status).is_some_and(settings::caps_allow_ptrace);
     let looking = vms::looking(&machine.root, may_inspect);
     let vm_watch = vms::VmWatch::new(&machine.root, looking, s.max_vms, s.listed_vms.clone());
+    let base = base_series(machine, &classes, &machine_info, &s, vm_watch.looking());
+    let named = named_targets(base, classes.len(), &s)?;
     match vm_watch.looking() {
         vms::Looking::On => log::info!(
             "publishing the KVM VMs of this host read from /proc: at most {} with their own \
@@ -275,8 +277,6 @@ pub fn serve(machine: &Machine, mut s: Settings, quiet: bool) -> Result<()> {
         }
         vms::Looking::NoKvm(_) => {}
     }
-    let base = base_series(machine, &classes, &machine_info, &s, vm_watch.looking());
-    let named = named_targets(base, classes.len(), &s)?;
     if named < s.max_targets {
         log::info!(
             "{named} targets get their own label (not {}): the series budget {} holds {base} \
