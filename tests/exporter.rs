@@ -151,6 +151,19 @@ fn bad_input_is_one_line_and_exit_2_before_anything_runs() {
         "unit",
     ]);
     bad_input(&["exporter", "--mechanism", "fake", "--series-budget", "20"]);
+    // VMs: a label cap of 0, more than 4 VMs listed per vCPU, one listed twice.
+    bad_input(&["exporter", "--mechanism", "fake", "--max-vms", "0"]);
+    let five = ["a", "b", "c", "d", "e"].map(|v| ["--vm", v]).concat();
+    bad_input(&[&["exporter", "--mechanism", "fake"][..], &five].concat());
+    bad_input(&[
+        "exporter",
+        "--mechanism",
+        "fake",
+        "--vm",
+        "db",
+        "--vm",
+        "db",
+    ]);
     for t in ["500ms", "soon"] {
         bad_input(&["exporter", "--mechanism", "fake", "--facts-interval", t]);
     }

@@ -649,3 +649,137 @@ fn default_targets_name_a_busy_pair_started_later_and_never_a_kernel_thread() {
     let resets = prom.query(&format!("resets(cpulab_wakeups_total[10m] @ {t:.3}) > 0"));
     assert!(resets.is_empty(), "counters went back: {resets:?}");
 }
+
+/// One of cpulab's own guests (`cpulab host guest`, hidden) as a VM of this host, killed with
+/// the test; returns once its two vCPU threads run (or says why the guest did not start).
+fn guest(program: &str, dir: &Path) -> (common::prom::Killed, u32) {
+    let log = dir.join(format!("guest-{program}.err"));
+    let mut c = common::cpulab_process();
+    c.args(["--quiet", "host", "guest", "--program", program])
+        .args(["--vcpus", "2", "--duration", "30s"]);
+    // Its own --duration ends it if the test process dies before dropping it.
+    let err = std::fs::File::create(&log).unwrap();
+    let mut g = common::prom::Killed(c.stdout(Stdio::null()).stderr(err).spawn().unwrap());
+    let pid = g.0.id();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let vcpu_threads = || {
+        std::fs::read_dir(format!("/proc/{pid}/task"))
+            .map(|d| {
+                d.flatten()
+                    .filter_map(|e| std::fs::read_to_string(e.path().join("comm")).ok())
+                    .filter(|c| c.starts_with("CPU ") && c.trim().ends_with("/KVM"))
+                    .count()
+            })
+            .unwrap_or(0)
+    };
+    while vcpu_threads() < 2 {
+        if let Ok(Some(status)) = g.0.try_wait() {
+            panic!(
+                "the {program} guest ended ({status}) before its vCPU threads ran: {}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            );
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the {program} guest's vCPU threads did not start in 30 s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    (g, pid)
+}
+
+/// A value of `q` at the time `t` (an instant query `@ t`), the one series it selects.
+fn at(prom: &Prometheus, q: &str, t: f64) -> f64 {
+    let r = prom.query(&format!("{q} @ {t:.3}"));
+    assert_eq!(r.len(), 1, "{q} @ {t}: {r:?}");
+    value(&r[0])
+}
+
+/// On this KVM host, two of cpulab's guests are VMs the exporter finds in /proc and a real
+/// Prometheus stores: each under its name (`cpulab (PID)`: cpulab's guests have no QEMU
+/// `-name`) with its two vCPUs; the busy guest's run seconds grow between two scrapes, by at
+/// most what two vCPU threads can run in that time; no run or wait counter ever goes back; and
+/// per-vCPU series exist for the VM named by `--vm` only.
+#[test]
+fn the_vms_of_a_kvm_host_reach_prometheus_with_cumulative_run_and_wait() {
+    if !prometheus_installed(test_name!()) || !common::kvm_usable(test_name!()) {
+        return;
+    }
+    let _one = ONE_LIVE_SOURCE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let (_burn, burn_pid) = guest("burn", dir.path());
+    let (_halt, halt_pid) = guest("halt", dir.path());
+    let (named, unnamed) = (
+        format!("cpulab ({burn_pid})"),
+        format!("cpulab ({halt_pid})"),
+    );
+    let port = free_port();
+    let _e = exporter(
+        port,
+        &["--mechanism", "fake", "--no-history", "--vm", &named],
+    );
+    let prom = start_prometheus(port);
+    for vm in [&named, &unnamed] {
+        prom.wait_for(&format!("cpulab_vm_vcpus{{vm=\"{vm}\"}} == 2"));
+        // Their threads are named as QEMU names them, so both are found at the first scrape.
+        prom.wait_for(&format!("cpulab_vm_vcpus_measured{{vm=\"{vm}\"}} == 2"));
+    }
+    let vms = prom.wait_for("cpulab_vms >= 2");
+    assert_eq!(vms.len(), 1, "{vms:?}");
+    prom.wait_for("cpulab_exporter_collector_success{collector=\"vms\"} == 1");
+    let run = format!("cpulab_vm_vcpu_run_seconds_total{{vm=\"{named}\"}}");
+    let wait = format!("cpulab_vm_vcpu_wait_seconds_total{{vm=\"{named}\"}}");
+    prom.wait_for(&run);
+    let t1 = scraped_after(&prom, now_s());
+    let t2 = scraped_after(&prom, t1 + 5.0);
+    let (r1, r2) = (at(&prom, &run, t1), at(&prom, &run, t2));
+    let (w1, w2) = (at(&prom, &wait, t1), at(&prom, &wait, t2));
+    // Two busy vCPU threads ran between the two scrapes; together they cannot have run and
+    // waited more than twice the time between them (each read is within its scrape, so a
+    // little slack for where in the scrape it fell).
+    assert!(r2 > r1, "run seconds did not grow: {r1} -> {r2}");
+    assert!(w2 >= w1, "wait seconds went back: {w1} -> {w2}");
+    let span = t2 - t1;
+    assert!(
+        (r2 - r1) + (w2 - w1) <= 2.0 * span * 1.05 + 0.5,
+        "two vCPU threads ran {} s and waited {} s in {span} s",
+        r2 - r1,
+        w2 - w1
+    );
+    for m in [
+        "cpulab_vm_vcpu_run_seconds_total",
+        "cpulab_vm_vcpu_wait_seconds_total",
+        "cpulab_vcpu_run_seconds_total",
+        "cpulab_vcpu_wait_seconds_total",
+    ] {
+        // Every VM's, not only this test's guests: the exporter's counters never go back.
+        let all = prom.query(&format!("count_over_time({m}[1m] @ {t2:.3})"));
+        assert!(!all.is_empty(), "{m}: no series");
+        let resets = prom.query(&format!("resets({m}[1m] @ {t2:.3}) > 0"));
+        assert!(resets.is_empty(), "{m} went back: {resets:?}");
+    }
+    // Per vCPU: both vCPUs of the named VM, and nothing of any other VM.
+    let per_vcpu = prom.query(&format!("cpulab_vcpu_run_seconds_total @ {t2:.3}"));
+    let mut vcpus: Vec<&str> = per_vcpu.iter().map(|s| label(s, "vcpu")).collect();
+    vcpus.sort();
+    assert_eq!(vcpus, ["0", "1"], "{per_vcpu:?}");
+    assert!(
+        per_vcpu.iter().all(|s| label(s, "vm") == named),
+        "{per_vcpu:?}"
+    );
+    // The vCPUs' sum is the VM's.
+    let sum: f64 = per_vcpu.iter().map(value).sum();
+    assert!((sum - r2).abs() < 1e-6, "{sum} vs {r2}");
+    // Migrations are published where the kernel counts them, and only there.
+    let counted = at(&prom, "cpulab_vm_vcpu_migrations_available", t2);
+    let migrations = prom.query(&format!(
+        "cpulab_vm_vcpu_migrations_total{{vm=\"{named}\"}} @ {t2:.3}"
+    ));
+    assert_eq!(
+        migrations.len(),
+        usize::from(counted == 1.0),
+        "{migrations:?}"
+    );
+}

@@ -988,3 +988,163 @@ fn assert_synthetic_drift(report: &Value, h: &SyntheticHost, at: f64, data_end: 
         assert!(c["p_value"].as_f64().unwrap() < 0.01, "{c:#}");
     }
 }
+
+/// A VM of a synthetic KVM host: its host, label, vCPUs measured, and what its vCPU threads
+/// wait and run, in seconds per second (all of its vCPUs together).
+struct SyntheticVm {
+    instance: &'static str,
+    vm: &'static str,
+    vcpus: u32,
+    wait_s_per_s: f64,
+    run_s_per_s: f64,
+}
+
+/// kvm-busy: db waits 0.3 s a second over 2 vCPUs (0.15 each), web 0.2 over 4 (0.05): the host
+/// 0.5 over 6. kvm-calm: batch waits 0.01 over 1.
+const SYNTHETIC_VMS: [SyntheticVm; 3] = [
+    SyntheticVm {
+        instance: "kvm-busy",
+        vm: "db",
+        vcpus: 2,
+        wait_s_per_s: 0.3,
+        run_s_per_s: 1.0,
+    },
+    SyntheticVm {
+        instance: "kvm-busy",
+        vm: "web (4242)",
+        vcpus: 4,
+        wait_s_per_s: 0.2,
+        run_s_per_s: 3.0,
+    },
+    SyntheticVm {
+        instance: "kvm-calm",
+        vm: "batch",
+        vcpus: 1,
+        wait_s_per_s: 0.01,
+        run_s_per_s: 0.5,
+    },
+];
+
+/// The hosts and VMs of `cpulab fleet`'s VM ranking, end to end against a real Prometheus: the
+/// raw `cpulab_vm_*` series of two made-up KVM hosts (`job="synthetic"`, constant rates, so
+/// every figure is known) are backfilled, the shipped rules evaluated over them by promtool
+/// (one pass: the VM rules read the raw series only), and the report ranks hosts and VMs by
+/// their vCPUs' run-queue wait per vCPU, with those rates, in its JSON, text and page.
+#[test]
+fn a_backfilled_kvm_fleet_ranks_hosts_and_vms_by_what_their_guests_wait() {
+    if !prom::prometheus_installed(test_name!())
+        || !common::installed(test_name!(), &[("promtool", "prometheus")])
+    {
+        return;
+    }
+    use std::fmt::Write as _;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let now = (now_s() as i64) / 30 * 30;
+    let (t0, t1) = (now - 20 * 60, now - 60);
+    let mut text = String::new();
+    for t in (t0..=t1).step_by(15) {
+        let k = (t - t0) as f64;
+        for host in ["kvm-busy", "kvm-calm"] {
+            let _ = writeln!(
+                text,
+                "cpulab_exporter_build_info{{instance=\"{host}\",job=\"synthetic\",version=\"synthetic\"}} 1 {t}"
+            );
+        }
+        for v in &SYNTHETIC_VMS {
+            let l = format!(
+                "instance=\"{}\",job=\"synthetic\",vm=\"{}\"",
+                v.instance, v.vm
+            );
+            let _ = writeln!(text, "cpulab_vm_vcpus_measured{{{l}}} {} {t}", v.vcpus);
+            let _ = writeln!(
+                text,
+                "cpulab_vm_vcpu_wait_seconds_total{{{l}}} {} {t}",
+                v.wait_s_per_s * k
+            );
+            let _ = writeln!(
+                text,
+                "cpulab_vm_vcpu_run_seconds_total{{{l}}} {} {t}",
+                v.run_s_per_s * k
+            );
+        }
+    }
+    let mut lines: Vec<&str> = text.lines().collect();
+    lines.sort_by_key(|l| l.split('{').next().unwrap_or(""));
+    let om = d.join("vms.om");
+    std::fs::write(&om, format!("{}\n# EOF\n", lines.join("\n"))).unwrap();
+    let blocks = d.join("blocks");
+    let (om_s, blocks_s) = (om.to_str().unwrap(), blocks.to_str().unwrap());
+    promtool(&["tsdb", "create-blocks-from", "openmetrics", om_s, blocks_s]);
+    let rules = prom::contrib().join("cpulab.rules.yml");
+    let mut p = Prometheus::start(&scrape_config(&[], Some(&rules)));
+    p.add_blocks(&blocks);
+    let (start, end) = (t0.to_string(), t1.to_string());
+    promtool(&[
+        "tsdb",
+        "create-blocks-from",
+        "rules",
+        "--quiet",
+        "--url",
+        &p.url(),
+        "--start",
+        &start,
+        "--end",
+        &end,
+        "--output-dir",
+        blocks_s,
+        rules.to_str().unwrap(),
+    ]);
+    p.add_blocks(&blocks);
+    let report = common::json_of(&fleet_since(&p.url(), "10m", &["--json"]));
+    let v = &report["vm_wait"];
+    assert!(v.get("not_available").is_none(), "{v:#}");
+    let close = |x: &Value, want: f64| {
+        let m = x["mean"].as_f64().unwrap_or_else(|| panic!("{x}"));
+        assert!((m - want).abs() <= 1e-6 * want, "{m} vs {want}: {x}");
+        // Constant rates: no spread, and the points counted.
+        assert!(x["stddev"].as_f64().unwrap() <= 1e-6 * want, "{x}");
+        assert!(x["points"].as_u64().unwrap() >= 2, "{x}");
+    };
+    let hosts = v["hosts"].as_array().unwrap();
+    let order: Vec<&str> = hosts
+        .iter()
+        .map(|h| h["instance"].as_str().unwrap())
+        .collect();
+    assert_eq!(order, ["kvm-busy", "kvm-calm"], "{v:#}");
+    close(&hosts[0]["wait_per_vcpu"], 0.5 / 6.0);
+    close(&hosts[1]["wait_per_vcpu"], 0.01);
+    assert_eq!(hosts[0]["vcpus"]["mean"], 6.0, "{v:#}");
+    let vms = v["vms"].as_array().unwrap();
+    let order: Vec<&str> = vms.iter().map(|x| x["vm"].as_str().unwrap()).collect();
+    assert_eq!(order, ["db", "web (4242)", "batch"], "{v:#}");
+    for (x, s) in vms.iter().zip(&SYNTHETIC_VMS) {
+        assert_eq!(x["instance"], s.instance);
+        close(&x["wait_per_vcpu"], s.wait_s_per_s / f64::from(s.vcpus));
+        assert!(
+            (x["run_per_vcpu"]["mean"].as_f64().unwrap() - s.run_s_per_s / f64::from(s.vcpus))
+                .abs()
+                < 1e-6,
+            "{x}"
+        );
+        assert_eq!(x["vcpus"]["mean"].as_f64(), Some(f64::from(s.vcpus)), "{x}");
+    }
+    let out = fleet_since(&p.url(), "10m", &[]);
+    common::assert_success(&out);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("What guests wait for a host CPU"), "{text}");
+    assert!(
+        text.contains("15.0% ±0.0%"),
+        "db's 0.15 s/s per vCPU: {text}"
+    );
+    let page = d.join("fleet.html");
+    let out = fleet_since(
+        &p.url(),
+        "10m",
+        &["--quiet", "--html", page.to_str().unwrap()],
+    );
+    common::assert_success(&out);
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(html.contains("What guests wait for a host CPU"), "{html}");
+    assert!(html.contains("web (4242)"), "{html}");
+}

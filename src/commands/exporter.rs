@@ -105,6 +105,14 @@ pub struct Args {
     /// Seconds a client has to send its whole request head (TLS handshake included).
     #[arg(long, hide = true, value_name = "S", default_value_t = 10)]
     pub request_timeout_s: u64,
+    /// On a KVM host: at most this many VMs get their own label in cpulab_vm_*; the rest are
+    /// summed as vm="other".
+    #[arg(long, value_name = "N", default_value_t = crate::exporter::vms::DEFAULT_MAX_VMS)]
+    pub max_vms: usize,
+    /// On a KVM host: also publish each vCPU of this VM (its label in cpulab_vm_*: the QEMU
+    /// -name, else `COMM (PID)`); repeat for up to 4 VMs, 32 vCPUs each.
+    #[arg(long = "vm", value_name = "NAME")]
+    pub vm: Vec<String>,
     /// With the test double only (`--mechanism fake`): each placement class's weight in the
     /// made-up wakeups, nearest class first (`3,1,0`); classes beyond the list weigh 1.
     #[arg(long, hide = true, value_name = "W,W,...", value_delimiter = ',')]
@@ -185,6 +193,7 @@ pub fn settings(args: &Args, machine: &Machine) -> Result<Settings> {
             "--max-connections and the request timeout must be at least 1",
         ));
     }
+    check_vms(args).map_err(bad_input)?;
     let probe_interval = args
         .probe_interval
         .as_deref()
@@ -222,7 +231,38 @@ pub fn settings(args: &Args, machine: &Machine) -> Result<Settings> {
             .transpose()
             .map_err(bad_input)?,
         log_format: args.log_format.parse().map_err(bad_input)?,
+        max_vms: args.max_vms,
+        listed_vms: args.vm.clone(),
     })
+}
+
+/// `--max-vms` 1 to 1024; `--vm` at most `MAX_LISTED` names, none empty or repeated.
+fn check_vms(args: &Args) -> Result<(), String> {
+    use crate::exporter::vms::{MAX_LISTED, MAX_LISTED_VCPUS};
+    if !(1..=1024).contains(&args.max_vms) {
+        return Err(format!(
+            "--max-vms {} is not from 1 to 1024; give how many VMs get their own label (the \
+             rest are vm=\"other\")",
+            args.max_vms
+        ));
+    }
+    if args.vm.len() > MAX_LISTED {
+        return Err(format!(
+            "--vm is given {} times: at most {MAX_LISTED} VMs have per-vCPU series (up to \
+             {MAX_LISTED_VCPUS} vCPUs each), to bound the series; name fewer",
+            args.vm.len()
+        ));
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for v in &args.vm {
+        if v.trim().is_empty() || !seen.insert(v.as_str()) {
+            return Err(format!(
+                "--vm `{v}` is empty or repeated; give each VM's label once, as cpulab_vm_vcpus \
+                 shows it (its QEMU -name, else `COMM (PID)`)"
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// `--fake-weights`: only beside `--mechanism fake`, and not all zero.
@@ -253,6 +293,34 @@ pub fn run(args: Args, g: &Global) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_vm_flags_are_bounded() {
+        use clap::Parser;
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            a: Args,
+        }
+        let parse = |extra: &[&str]| {
+            let mut argv = vec!["x"];
+            argv.extend_from_slice(extra);
+            Cli::parse_from(argv).a
+        };
+        assert_eq!(check_vms(&parse(&["--vm", "db", "--vm", "web"])), Ok(()));
+        for bad in [
+            &["--max-vms", "0"][..],
+            &[
+                "--vm", "a", "--vm", "b", "--vm", "c", "--vm", "d", "--vm", "e",
+            ],
+            &["--vm", "db", "--vm", "db"],
+            &["--vm", " "],
+        ] {
+            let e = check_vms(&parse(bad)).unwrap_err();
+            assert!(e.starts_with("--"), "{e}");
+            assert!(!e.contains('\n'), "{e}");
+        }
+    }
 
     #[test]
     fn attach_every_is_1_to_60() {

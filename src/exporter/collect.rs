@@ -1,8 +1,10 @@
 //! What a scrape reads, each part a collector timed and judged as node_exporter's are
 //! (`cpulab_exporter_collector_success{collector}`): the wakeup source's cumulative snapshot
 //! (`wakeups`), the machine facts re-read every `--facts-interval` (`machine`), the halts
-//! (`idle`) and IPIs (`interrupts`) summed over CPUs, the doctor's findings (`doctor`), the
-//! exporter's own process (`process`) and the active probe's last result (`probe`). A reading
+//! (`idle`) and IPIs (`interrupts`) summed over CPUs, the KVM VMs of a hypervisor host and
+//! their vCPUs' run and run-queue wait (`vms`, [`super::vms`]), the doctor's findings
+//! (`doctor`), the exporter's own process (`process`) and the active probe's last result
+//! (`probe`). A reading
 //! that fails is left out and counted by kind, never published as 0.
 //!
 //! The source is opened by `crate::watch::open_source`, the front door of every wakeup source.
@@ -14,6 +16,7 @@ use super::facts::Facts;
 use super::metrics::{self, CollectorRun, Format, Frame, Health, ProbeFigures};
 use super::process::{ErrorKind, ReadError, read_text};
 use super::server::Stats;
+use super::vms::VmWatch;
 use crate::wakeups::{ClassCounts, Snapshot, Source, TargetCounts};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -199,6 +202,7 @@ struct Inner {
     source: Option<Box<dyn Source>>,
     doctor: Reader,
     facts: Facts,
+    vms: VmWatch,
     health: Health,
 }
 
@@ -249,6 +253,7 @@ impl Collector {
         probe: Arc<Mutex<Option<ProbeFigures>>>,
         stats: Arc<Stats>,
         doctor: Reader,
+        vms: VmWatch,
     ) -> Self {
         let mechanism = source
             .as_ref()
@@ -281,6 +286,7 @@ impl Collector {
                 source,
                 doctor,
                 facts,
+                vms,
                 health: Health {
                     series_budget,
                     ..Health::default()
@@ -325,6 +331,10 @@ impl Collector {
         let interrupts = run("interrupts", h, &mut runs, || {
             read_interrupt_totals(&self.root)
         });
+        let vm_watch = &mut inner.vms;
+        let vms = vm_watch
+            .publishes()
+            .then(|| run("vms", h, &mut runs, || vm_watch.read()));
         let doctor = &mut inner.doctor;
         let doctor = run("doctor", h, &mut runs, || doctor_read(doctor, started));
         let process = run("process", h, &mut runs, || {
@@ -356,6 +366,7 @@ impl Collector {
             doctor,
             health: h.clone(),
             process,
+            vms,
             preferred: self.preferred.clone(),
             fallback: self.fallback.clone(),
         };
@@ -577,6 +588,7 @@ mod tests {
                 String::new(),
                 super::super::doctor::REREAD,
             ),
+            VmWatch::new(root, super::super::vms::looking(root, true), 4, Vec::new()),
         )
     }
 
@@ -603,6 +615,7 @@ mod tests {
                 "interrupts",
                 "doctor",
                 "process",
+                "vms",
             ] {
                 let label = format!("{{collector=\"{name}\"}}");
                 let ok = samples(&t, "cpulab_exporter_collector_success");
@@ -630,6 +643,7 @@ mod tests {
                 ("idle", 0),
                 ("wakeups", 1),
                 ("machine", 1),
+                ("vms", 1),
             ] {
                 let line =
                     format!("cpulab_exporter_collector_success{{collector=\"{name}\"}} {ok}");
@@ -637,6 +651,8 @@ mod tests {
             }
             assert!(!t.contains("cpulab_idle_state_entries_total{"), "{t}");
             assert!(!t.contains("cpulab_interrupts_total{"), "{t}");
+            // The fixture has the kvm module and no process holding a VM: a count of 0.
+            assert_eq!(samples(&t, "cpulab_vms"), [("cpulab_vms", 0.0)], "{t}");
             // Counters never go below zero; process_* are this process's.
             for l in t.lines().filter(|l| !l.starts_with('#')) {
                 let v: f64 = l.rsplit(' ').next().unwrap().parse().unwrap();
@@ -735,6 +751,12 @@ mod tests {
                 crate::history::Location::Off,
                 String::new(),
                 super::super::doctor::REREAD,
+            ),
+            VmWatch::new(
+                d.path(),
+                super::super::vms::looking(d.path(), true),
+                4,
+                Vec::new(),
             ),
         );
         let t = c.scrape(Format::Prometheus);

@@ -9,6 +9,7 @@
 
 use super::doctor::DoctorFigures;
 use super::process::ProcessFigures;
+use super::vms::{Counts, VmFigures};
 use crate::wakeups::{ClassCounts, LATENCY_BOUNDS_NS, Snapshot};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
@@ -43,6 +44,8 @@ pub struct Frame {
     pub health: Health,
     /// The exporter's own process (`process_*`).
     pub process: ProcessFigures,
+    /// The KVM VMs on this host, their vCPUs' run and run-queue wait (`vms`), when read.
+    pub vms: Option<VmFigures>,
     /// The mechanism asked for (`bpf` for `auto`) and why it was not used (`none`, or a kind of
     /// [`crate::wakeups`]'s fallback reason).
     pub preferred: String,
@@ -192,6 +195,9 @@ impl Collector for FrameCollector {
             }
         }
         encode_system(f, &mut enc)?;
+        if let Some(v) = &f.vms {
+            encode_vms(v, &mut enc)?;
+        }
         encode_doctor(&f.doctor, &mut enc)?;
         if let Some(p) = &f.probe {
             encode_probe(p, &mut enc)?;
@@ -358,6 +364,139 @@ fn encode_system(f: &Frame, enc: &mut DescriptorEncoder) -> Result<(), std::fmt:
     )?
     .encode_info(&f.machine)?;
     Ok(())
+}
+
+/// The three counters of some vCPU threads, by `labels`: run, run-queue wait, migrations.
+struct CountFamilies<'a> {
+    names: [&'static str; 3],
+    help: [&'a str; 3],
+}
+
+fn encode_counts(
+    fam: &CountFamilies,
+    rows: &[(Labels, Counts)],
+    enc: &mut DescriptorEncoder,
+) -> Result<(), std::fmt::Error> {
+    for (i, name) in fam.names.iter().enumerate() {
+        let unit = (i < 2).then_some(Unit::Seconds);
+        let mut m = enc.encode_descriptor(name, fam.help[i], unit.as_ref(), MetricType::Counter)?;
+        for (l, c) in rows {
+            match i {
+                0 => m
+                    .encode_family(l)?
+                    .encode_counter::<NoLabelSet, _, f64>(&(c.run_ns as f64 / 1e9), None)?,
+                1 => m
+                    .encode_family(l)?
+                    .encode_counter::<NoLabelSet, _, f64>(&(c.wait_ns as f64 / 1e9), None)?,
+                _ => {
+                    if let Some(n) = c.migrations {
+                        m.encode_family(l)?
+                            .encode_counter::<NoLabelSet, _, u64>(&n, None)?;
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The KVM VMs of this host: how many, and per VM (per vCPU for the `--vm` ones) what its vCPU
+/// threads ran and waited for a host CPU since the exporter first saw them.
+fn encode_vms(v: &VmFigures, enc: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
+    if let Some(n) = v.count {
+        enc.encode_descriptor(
+            "vms",
+            "KVM VMs on this host: processes holding an anon_inode:kvm-vm fd (0 without KVM); \
+             absent when some processes could not be inspected (cpulab_vms_not_inspected)",
+            None,
+            MetricType::Gauge,
+        )?
+        .encode_gauge(&(n as i64))?;
+    }
+    if v.off.is_some() {
+        return Ok(());
+    }
+    enc.encode_descriptor(
+        "vms_not_inspected",
+        "Processes whose fds the exporter could not read, so VMs they may run are not counted \
+         and cpulab_vms is left out",
+        None,
+        MetricType::Gauge,
+    )?
+    .encode_gauge(&(v.not_inspected as i64))?;
+    if let Some(a) = v.migrations_available {
+        enc.encode_descriptor(
+            "vm_vcpu_migrations_available",
+            "Whether the kernel counts a thread's migrations (se.nr_migrations in \
+             /proc/PID/task/TID/sched, CONFIG_SCHED_DEBUG): 0 means the migration counters are \
+             absent, never 0",
+            None,
+            MetricType::Gauge,
+        )?
+        .encode_gauge(&i64::from(a))?;
+    }
+    for (name, help, pick) in [
+        (
+            "vm_vcpus",
+            "vCPUs of a VM (its kvm-vcpu fds; vm=\"other\": of the VMs beyond --max-vms)",
+            0,
+        ),
+        (
+            "vm_vcpus_measured",
+            "vCPU threads of a VM found and counted now (a vCPU in guest mode is found when it \
+             next halts, exits or is preempted; its counters count from then)",
+            1,
+        ),
+    ] {
+        let mut m = enc.encode_descriptor(name, help, None, MetricType::Gauge)?;
+        for s in &v.vms {
+            let n = if pick == 0 { s.vcpus } else { s.measured };
+            m.encode_family(&labels(&[("vm", &s.vm)]))?
+                .encode_gauge(&i64::from(n))?;
+        }
+    }
+    let rows: Vec<(Labels, Counts)> = v
+        .vms
+        .iter()
+        .filter_map(|s| Some((labels(&[("vm", &s.vm)]), s.counts?)))
+        .collect();
+    let vm = CountFamilies {
+        names: ["vm_vcpu_run", "vm_vcpu_wait", "vm_vcpu_migrations"],
+        help: [
+            "Time a VM's vCPU threads ran on a host CPU since the exporter first saw each \
+             (/proc/PID/task/TID/schedstat)",
+            "Time a VM's vCPU threads waited on a host run queue, runnable and not running, \
+             since the exporter first saw each: what its guest sees as steal; divide its rate \
+             by cpulab_vm_vcpus_measured for the steal per vCPU",
+            "Migrations of a VM's vCPU threads between host CPUs since the exporter first saw \
+             each (se.nr_migrations); absent where the kernel does not count them \
+             (cpulab_vm_vcpu_migrations_available 0)",
+        ],
+    };
+    encode_counts(&vm, &rows, enc)?;
+    let rows: Vec<(Labels, Counts)> = v
+        .vms
+        .iter()
+        .filter_map(|s| Some((s, s.per_vcpu.as_ref()?)))
+        .flat_map(|(s, per)| {
+            per.iter()
+                .map(|(i, c)| (labels(&[("vm", &s.vm), ("vcpu", &i.to_string())]), *c))
+        })
+        .collect();
+    let vcpu = CountFamilies {
+        names: ["vcpu_run", "vcpu_wait", "vcpu_migrations"],
+        help: [
+            "Time one vCPU thread of a VM named by --vm ran on a host CPU since the exporter \
+             first saw it (vcpu: its index)",
+            "Time one vCPU thread of a VM named by --vm waited on a host run queue since the \
+             exporter first saw it: its guest's steal on that vCPU",
+            "Migrations of one vCPU thread of a VM named by --vm since the exporter first saw \
+             it; absent where the kernel does not count them",
+        ],
+    };
+    encode_counts(&vcpu, &rows, enc)
+    // KVM's own events (halt-poll seconds, exits) will be encoded here from the BPF KVM
+    // events; until then nothing stands in for them.
 }
 
 /// The active probe's last round trips and its run counts.
@@ -686,6 +825,7 @@ mod tests {
             doctor: DoctorFigures::default(),
             health: Health::default(),
             process: ProcessFigures::default(),
+            vms: None,
             preferred: "bpf".into(),
             fallback: "none".into(),
         }
@@ -962,6 +1102,118 @@ mod tests {
             .filter_map(|l| l.rsplit(' ').next()?.parse().ok())
             .collect();
         assert_eq!(sums, [4e-5], "{t}");
+    }
+
+    fn vm_figures() -> VmFigures {
+        use super::super::vms::VmSeries;
+        let c = |run_ns, wait_ns, migrations| Counts {
+            run_ns,
+            wait_ns,
+            migrations,
+        };
+        VmFigures {
+            off: None,
+            count: Some(3),
+            not_inspected: 0,
+            migrations_available: Some(true),
+            vms: vec![
+                VmSeries {
+                    vm: "db".into(),
+                    vcpus: 2,
+                    measured: 2,
+                    counts: Some(c(1_500_000_000, 250_000_000, Some(3))),
+                    per_vcpu: Some(
+                        [
+                            (0, c(1_000_000_000, 50_000_000, Some(1))),
+                            (1, c(500_000_000, 200_000_000, Some(2))),
+                        ]
+                        .into(),
+                    ),
+                },
+                VmSeries {
+                    vm: "web (42)".into(),
+                    vcpus: 4,
+                    measured: 0,
+                    counts: None,
+                    per_vcpu: None,
+                },
+                VmSeries {
+                    vm: "other".into(),
+                    vcpus: 1,
+                    measured: 1,
+                    counts: Some(c(2_000_000_000, 0, None)),
+                    per_vcpu: None,
+                },
+            ],
+        }
+    }
+
+    #[test]
+    fn vms_publish_cumulative_seconds_per_vm_and_per_vcpu_only_for_the_listed_one() {
+        let mut f = frame();
+        f.vms = Some(vm_figures());
+        for format in [Format::Prometheus, Format::OpenMetrics] {
+            let t = encode(&f, format);
+            for line in [
+                "cpulab_vms 3\n",
+                "cpulab_vms_not_inspected 0\n",
+                "cpulab_vm_vcpu_migrations_available 1\n",
+                "cpulab_vm_vcpus{vm=\"db\"} 2\n",
+                "cpulab_vm_vcpus_measured{vm=\"db\"} 2\n",
+                "cpulab_vm_vcpus{vm=\"web (42)\"} 4\n",
+                "cpulab_vm_vcpus_measured{vm=\"web (42)\"} 0\n",
+                "cpulab_vm_vcpu_run_seconds_total{vm=\"db\"} 1.5\n",
+                "cpulab_vm_vcpu_wait_seconds_total{vm=\"db\"} 0.25\n",
+                "cpulab_vm_vcpu_migrations_total{vm=\"db\"} 3\n",
+                "cpulab_vm_vcpu_run_seconds_total{vm=\"other\"} 2.0\n",
+                "cpulab_vcpu_wait_seconds_total{vm=\"db\",vcpu=\"1\"} 0.2\n",
+                "cpulab_vcpu_migrations_total{vm=\"db\",vcpu=\"0\"} 1\n",
+            ] {
+                assert!(t.contains(line), "{line}\n{t}");
+            }
+            // A VM none of whose threads was read has no counter, never a 0; other's threads
+            // have no migration count, so other has none.
+            assert!(!t.contains("_total{vm=\"web (42)\""), "{t}");
+            assert!(
+                !t.contains("cpulab_vm_vcpu_migrations_total{vm=\"other\""),
+                "{t}"
+            );
+            // Per vCPU only for db.
+            let per_vcpu: Vec<&str> = t
+                .lines()
+                .filter(|l| l.starts_with("cpulab_vcpu_"))
+                .collect();
+            assert_eq!(per_vcpu.len(), 6, "{t}");
+            assert!(per_vcpu.iter().all(|l| l.contains("vm=\"db\"")), "{t}");
+        }
+        let p = encode(&f, Format::Prometheus);
+        assert!(
+            p.contains("# TYPE cpulab_vm_vcpu_wait_seconds_total counter"),
+            "{p}"
+        );
+        assert!(p.contains("# TYPE cpulab_vm_vcpus gauge"), "{p}");
+    }
+
+    #[test]
+    fn vms_not_all_inspected_have_no_count_and_a_host_without_kvm_only_a_zero() {
+        let mut f = frame();
+        let mut v = vm_figures();
+        v.count = None;
+        v.not_inspected = 7;
+        v.migrations_available = Some(false);
+        f.vms = Some(v);
+        let t = encode(&f, Format::Prometheus);
+        assert!(!t.lines().any(|l| l.starts_with("cpulab_vms ")), "{t}");
+        assert!(t.contains("cpulab_vms_not_inspected 7\n"), "{t}");
+        assert!(t.contains("cpulab_vm_vcpu_migrations_available 0\n"), "{t}");
+        f.vms = Some(VmFigures {
+            off: Some("no KVM on this host".into()),
+            count: Some(0),
+            ..VmFigures::default()
+        });
+        let t = encode(&f, Format::Prometheus);
+        let vm_lines: Vec<&str> = t.lines().filter(|l| l.starts_with("cpulab_vm")).collect();
+        assert_eq!(vm_lines, ["cpulab_vms 0"], "{t}");
     }
 
     #[test]

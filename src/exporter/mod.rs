@@ -35,6 +35,7 @@ pub mod process;
 pub mod server;
 pub mod settings;
 pub mod tls;
+pub mod vms;
 pub mod webconfig;
 
 use crate::error::bad_input;
@@ -248,8 +249,34 @@ pub fn serve(machine: &Machine, mut s: Settings, quiet: bool) -> Result<()> {
     let machine_info = machine_labels(&probed);
     let host_key = crate::history::fingerprint::of_probe(&probed).host_key;
     let probe_slot: Arc<Mutex<Option<ProbeFigures>>> = Arc::new(Mutex::new(None));
-    let base = base_series(machine, &classes, &machine_info, &s);
+    let status = std::fs::read_to_string(settings::own_status()).unwrap_or_default();
+    let may_inspect = settings::cap_eff(&status).is_some_and(settings::caps_allow_ptrace);
+    let looking = vms::looking(&machine.root, may_inspect);
+    let vm_watch = vms::VmWatch::new(&machine.root, looking, s.max_vms, s.listed_vms.clone());
+    let base = base_series(machine, &classes, &machine_info, &s, vm_watch.looking());
     let named = named_targets(base, classes.len(), &s)?;
+    match vm_watch.looking() {
+        vms::Looking::On => log::info!(
+            "publishing the KVM VMs of this host read from /proc: at most {} with their own \
+             label, the rest as vm=\"other\"{}",
+            s.max_vms,
+            if s.listed_vms.is_empty() {
+                String::new()
+            } else {
+                format!("; per vCPU for {}", s.listed_vms.join(", "))
+            }
+        ),
+        vms::Looking::MayNotInspect(why) => {
+            log::warn!("this host has KVM, but no VM is published (cpulab_vms is absent): {why}")
+        }
+        vms::Looking::NoKvm(why) if !s.listed_vms.is_empty() => {
+            log::warn!(
+                "--vm {}: {why}, so no VM is published",
+                s.listed_vms.join(", ")
+            )
+        }
+        vms::Looking::NoKvm(_) => {}
+    }
     if named < s.max_targets {
         log::info!(
             "{named} targets get their own label (not {}): the series budget {} holds {base} \
@@ -277,6 +304,7 @@ pub fn serve(machine: &Machine, mut s: Settings, quiet: bool) -> Result<()> {
         probe_slot.clone(),
         stats.clone(),
         doctor::Reader::new(s.history.clone(), host_key, doctor::REREAD),
+        vm_watch,
     ));
     let stop_probe = Arc::new(AtomicBool::new(false));
     let probe_thread = match s.probe_interval {
@@ -334,12 +362,51 @@ fn bind(s: &Settings) -> Result<TcpListener> {
     })
 }
 
+/// The VM figures at their most: `--max-vms` VMs and the `--vm` ones with their own label,
+/// `other`, every counter, and every `--vm` VM with its most vCPUs; on a host without KVM, the
+/// count alone; nothing where other processes may not be inspected.
+fn vms_at_most(s: &Settings, looking: &vms::Looking) -> Option<vms::VmFigures> {
+    match looking {
+        vms::Looking::On => {}
+        vms::Looking::NoKvm(_) => {
+            return Some(vms::VmFigures {
+                off: Some(String::new()),
+                count: Some(0),
+                ..vms::VmFigures::default()
+            });
+        }
+        vms::Looking::MayNotInspect(_) => return None,
+    }
+    let counts = Some(vms::Counts::default());
+    let one = |vm: String, per_vcpu: Option<std::collections::BTreeMap<u32, vms::Counts>>| {
+        vms::VmSeries {
+            vm,
+            counts,
+            per_vcpu,
+            ..vms::VmSeries::default()
+        }
+    };
+    let mut all: Vec<vms::VmSeries> = (0..=s.max_vms).map(|i| one(i.to_string(), None)).collect();
+    let vcpus = (0..vms::MAX_LISTED_VCPUS).map(|i| (i, vms::Counts::default()));
+    for name in &s.listed_vms {
+        all.push(one(name.clone(), Some(vcpus.clone().collect())));
+    }
+    Some(vms::VmFigures {
+        off: None,
+        count: Some(0),
+        not_inspected: 0,
+        migrations_available: Some(true),
+        vms: all,
+    })
+}
+
 /// Series of everything but the targets, measured by encoding a frame without targets.
 fn base_series(
     machine: &Machine,
     classes: &[String],
     machine_info: &[(String, String)],
     s: &Settings,
+    looking: &vms::Looking,
 ) -> usize {
     let (idle_entries, _) = collect::read_idle_totals(&machine.root);
     let (interrupts, _) = collect::read_interrupt_totals(&machine.root);
@@ -388,6 +455,7 @@ fn base_series(
             max_fds: Some(0),
             start_time_s: Some(0.0),
         },
+        vms: vms_at_most(s, looking),
         preferred: String::new(),
         fallback: String::new(),
     };
@@ -405,6 +473,7 @@ fn self_health_at_most(probe: bool) -> metrics::Health {
         "interrupts",
         "doctor",
         "process",
+        "vms",
     ];
     if probe {
         names.push("probe");
@@ -437,6 +506,19 @@ fn attached_text(every: u32) -> String {
     }
 }
 
+/// How the landing page says what is published of the VMs (pure).
+fn vms_text(s: &Settings) -> String {
+    let listed = if s.listed_vms.is_empty() {
+        String::new()
+    } else {
+        format!("; each vCPU of {}", s.listed_vms.join(", "))
+    };
+    format!(
+        "vCPU run and run-queue wait (steal) of up to {} VMs, the rest as other{listed}",
+        s.max_vms
+    )
+}
+
 fn landing_page(s: &Settings, mechanism: &str, classes: &[String]) -> String {
     use maud::{DOCTYPE, html};
     let mut targets: Vec<String> = s.comms.iter().map(|c| format!("comm {c}")).collect();
@@ -460,6 +542,7 @@ fn landing_page(s: &Settings, mechanism: &str, classes: &[String]) -> String {
                     li { "Active probe: " (s.probe_interval.map_or("off".to_string(),
                         |d| format!("every {} s", d.as_secs()))) }
                     li { "Wakeup programs attached: " (attached_text(s.attach_every)) }
+                    li { "KVM VMs: " (vms_text(s)) }
                 }
                 p { a href="/metrics" { "Metrics" } }
             }

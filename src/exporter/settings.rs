@@ -48,6 +48,10 @@ pub struct Settings {
     /// `--log.level` when given (else info, or error under `--quiet`), and `--log.format`.
     pub log_level: Option<super::logging::Level>,
     pub log_format: super::logging::LogFormat,
+    /// KVM VMs with their own label (`--max-vms`); the rest are `vm="other"`.
+    pub max_vms: usize,
+    /// VMs whose vCPUs are published one by one (`--vm`, at most `vms::MAX_LISTED`).
+    pub listed_vms: Vec<String>,
 }
 
 /// `--facts-interval`: a duration (`60s`, `5m`; a bare number is seconds) of at least 1 s.
@@ -164,6 +168,13 @@ pub fn caps_allow_bpf(cap_eff_hex: &str) -> bool {
     (has(CAP_BPF) && has(CAP_PERFMON)) || has(CAP_SYS_ADMIN)
 }
 
+/// Whether an effective capability set (hex, as `CapEff:` shows it) may read other users'
+/// processes' fds: `CAP_SYS_PTRACE` (root has it).
+pub fn caps_allow_ptrace(cap_eff_hex: &str) -> bool {
+    const CAP_SYS_PTRACE: u32 = 19;
+    u64::from_str_radix(cap_eff_hex.trim(), 16).is_ok_and(|m| m & (1u64 << CAP_SYS_PTRACE) != 0)
+}
+
 /// The `CapEff:` value of a /proc/PID/status text.
 pub fn cap_eff(status: &str) -> Option<&str> {
     status
@@ -180,6 +191,15 @@ pub fn own_status() -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reading_other_processes_fds_takes_cap_sys_ptrace() {
+        assert!(caps_allow_ptrace("000001ffffffffff"));
+        assert!(caps_allow_ptrace("0000000000080000"));
+        // CAP_BPF and CAP_PERFMON, the packaged unit's: not enough.
+        assert!(!caps_allow_ptrace("000000c000000000"));
+        assert!(!caps_allow_ptrace("x"));
+    }
 
     #[test]
     fn listen_takes_addr_port_only() {

@@ -1,6 +1,6 @@
 //! The report as one self-contained page (`--html FILE`): the window and hosts that answered,
-//! the ranking, a chart of each ranked target's placement cost over the window, the findings
-//! and the drift table. Built from `report::html`'s primitives and `report::svg`'s charts, so it
+//! the ranking, a chart of each ranked target's placement cost over the window, the findings,
+//! the drift table and the hosts and VMs by what their guests wait. Built from `report::html`'s primitives and `report::svg`'s charts, so it
 //! loads nothing from the network. Pure.
 
 use super::notes::Footnotes;
@@ -152,6 +152,56 @@ fn drift(r: &Report) -> Markup {
     }
 }
 
+fn vm_wait(r: &Report) -> Markup {
+    use super::vms::shown_as_share;
+    let v = &r.vm_wait;
+    let mut notes = Footnotes::default();
+    let hosts: Vec<Vec<String>> = v
+        .hosts
+        .iter()
+        .map(|x| {
+            let mut cell = |f: &Reading, shown: String| notes.cell(f, shown);
+            vec![
+                x.rank.to_string(),
+                x.instance.clone(),
+                cell(&x.wait_per_vcpu, shown_as_share(&x.wait_per_vcpu)),
+                cell(&x.vcpus, x.vcpus.shown_as_number(1)),
+            ]
+        })
+        .collect();
+    let vms: Vec<Vec<String>> = v
+        .vms
+        .iter()
+        .map(|x| {
+            let mut cell = |f: &Reading, shown: String| notes.cell(f, shown);
+            vec![
+                x.rank.to_string(),
+                x.instance.clone(),
+                x.vm.clone(),
+                cell(&x.wait_per_vcpu, shown_as_share(&x.wait_per_vcpu)),
+                cell(&x.run_per_vcpu, shown_as_share(&x.run_per_vcpu)),
+                cell(&x.vcpus, x.vcpus.shown_as_number(1)),
+            ]
+        })
+        .collect();
+    html! {
+        section {
+            h2 { "What guests wait for a host CPU" }
+            p.note { "KVM hosts: each VM's vCPU threads' run-queue wait (what the guest sees as \
+                      steal) and run time per vCPU measured, and each host's over all its VMs' \
+                      vCPUs; mean ±sd of the recording rules' points over the window." }
+            @if let Some(why) = &v.not_available { p.note { "Not available: " (why) } }
+            @else if hosts.is_empty() && vms.is_empty() {
+                p.note { "No host publishes cpulab_vm_* in the window (cpulab exporter on a KVM host)." }
+            } @else {
+                (page::table(&["#", "host", "wait/vCPU", "vCPUs"], &hosts, 2))
+                (page::table(&["#", "host", "vm", "wait/vCPU", "run/vCPU", "vCPUs"], &vms, 3))
+                @for line in notes.lines() { p.note.footnote { (line) } }
+            }
+        }
+    }
+}
+
 /// The whole page.
 pub fn render(r: &Report) -> String {
     let w = &r.window;
@@ -167,6 +217,7 @@ pub fn render(r: &Report) -> String {
         (charts(r))
         (findings(r))
         (drift(r))
+        (vm_wait(r))
     };
     page::page_with_provenance(
         "cpulab fleet",

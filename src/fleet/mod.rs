@@ -14,6 +14,8 @@
 //! - **the drift** ([`drift`]): hosts whose `cpulab_machine_info` changed in the window, which
 //!   fact, and whether their placement cost moved with it, tested as `cpulab history check`
 //!   tests a series (`crate::history::check::split_at`, the same code) at the time of the change;
+//! - **what guests wait** ([`vms`]): on KVM hosts, the hosts and the VMs on them by their
+//!   vCPUs' run-queue wait per vCPU, what the guests see as steal;
 //! - **where to look closer**: the commands to run on the host.
 //!
 //! It only reads: instant and range queries and the rules listing of the HTTP API. Every query
@@ -30,6 +32,7 @@ pub mod notes;
 pub mod queries;
 pub mod rank;
 pub mod text;
+pub mod vms;
 pub mod webconfig;
 
 use crate::error::bad_input;
@@ -140,6 +143,8 @@ pub struct Report {
     pub without_cost: Vec<rank::Unranked>,
     pub findings: Vec<findings::FindingGroup>,
     pub drift: Vec<drift::Drift>,
+    /// Hosts and VMs by what their guests wait for a host CPU (KVM hosts' exporters).
+    pub vm_wait: vms::VmWaits,
     /// Every query sent, with the series it returned.
     pub queries: Vec<QueryCost>,
 }
@@ -155,9 +160,17 @@ pub fn step_for(since_s: u64, rule_interval_s: f64) -> u64 {
     (since_s / 168).max(rule_interval_s.ceil() as u64).max(1)
 }
 
-/// Checks the server has cpulab series and the recording rules; returns the window (its step
-/// from the rules' interval), the rules' interval and the hosts seen.
-fn preflight(p: &Prometheus, since_s: u64, end: f64) -> Result<(Window, f64, u64)> {
+/// What the preflight found: the window (its step from the rules' interval), the rules'
+/// interval, the hosts seen, and the first VM rule not loaded.
+struct Preflight {
+    window: Window,
+    rule_interval_s: f64,
+    hosts_seen: u64,
+    vm_rule_missing: Option<&'static str>,
+}
+
+/// Checks the server has cpulab series and the recording rules.
+fn preflight(p: &Prometheus, since_s: u64, end: f64) -> Result<Preflight> {
     let groups = p.rule_groups()?;
     let interval = groups
         .iter()
@@ -193,14 +206,25 @@ fn preflight(p: &Prometheus, since_s: u64, end: f64) -> Result<(Window, f64, u64
             queries::RULES.len()
         )));
     }
-    Ok((w, interval, hosts))
+    let loaded = |r: &&str| groups.iter().any(|g| g.records.iter().any(|x| x == r));
+    Ok(Preflight {
+        window: w,
+        rule_interval_s: interval,
+        hosts_seen: hosts,
+        vm_rule_missing: queries::VM_RULES.iter().find(|r| !loaded(r)).copied(),
+    })
 }
 
 /// Queries `p` and builds the report.
 pub fn run(p: &Prometheus, s: &Settings) -> Result<Report> {
     // Milliseconds, as every query states its times.
     let end = (crate::history::when::now_unix_s() * 1000.0).round() / 1000.0;
-    let (w, rule_interval_s, hosts_seen) = preflight(p, s.since_s, end)?;
+    let Preflight {
+        window: w,
+        rule_interval_s,
+        hosts_seen,
+        vm_rule_missing,
+    } = preflight(p, s.since_s, end)?;
     let hosts_answering = p
         .instant(&queries::hosts_now(), end)?
         .first()
@@ -212,6 +236,7 @@ pub fn run(p: &Prometheus, s: &Settings) -> Result<Report> {
     let ranking = rank::with_findings(ranking, &findings::of_hosts(p, &hosts, end)?, &drift);
     let start = end - s.since_s as f64;
     let cost_series = rank::series(p, w, &ranking, (start, end))?;
+    let vm_wait = vms::query(p, w, s.limit, end, vm_rule_missing)?;
     Ok(Report {
         prometheus: p.base().to_string(),
         window: WindowInfo {
@@ -232,6 +257,7 @@ pub fn run(p: &Prometheus, s: &Settings) -> Result<Report> {
         without_cost,
         findings,
         drift,
+        vm_wait,
         queries: p
             .log
             .borrow()

@@ -116,6 +116,7 @@ mod tests {
             without_cost: vec![unranked("h4"), unranked("h5")],
             findings: Vec::new(),
             drift: Vec::new(),
+            vm_wait: Default::default(),
             queries: Vec::new(),
         }
     }

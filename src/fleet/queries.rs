@@ -24,6 +24,18 @@ pub const RULES: &[&str] = &[
     COST, HOST_COST, SHARE, CROSS_MEAN, SAME_MEAN, WAKEUPS, HALTS, IPIS, PROBE,
 ];
 
+/// The recording rules of what guests wait, on KVM hosts (`cpulab_vm_*`): per VM and per host,
+/// the vCPUs' run-queue wait and run time per vCPU measured, and the vCPUs measured.
+pub const VM_WAIT: &str = "vm:cpulab_vm_vcpu_wait_seconds_per_vcpu:rate5m";
+pub const VM_RUN: &str = "vm:cpulab_vm_vcpu_run_seconds_per_vcpu:rate5m";
+pub const VM_VCPUS: &str = "vm:cpulab_vm_vcpus_measured:sum";
+pub const HOST_VM_WAIT: &str = "instance:cpulab_vm_vcpu_wait_seconds_per_vcpu:rate5m";
+pub const HOST_VCPUS: &str = "instance:cpulab_vm_vcpus_measured:sum";
+
+/// The rules of the VM ranking: a Prometheus without one of them gets the rest of the report,
+/// and this section says which rule is missing.
+pub const VM_RULES: &[&str] = &[VM_WAIT, VM_RUN, VM_VCPUS, HOST_VM_WAIT, HOST_VCPUS];
+
 /// The range of the rules' rates: a point within this after a fact changed mixes both sides.
 pub const RULE_RANGE_S: f64 = 300.0;
 
@@ -76,6 +88,11 @@ pub fn hosts_now() -> String {
 /// reads every host's cost; the others read only the hosts it names.
 pub fn top(w: Window, limit: usize) -> String {
     format!("topk({limit}, avg_over_time({}))", w.over(COST))
+}
+
+/// The `limit` highest means of `rule` over the window (one query over every host).
+pub fn top_of(w: Window, rule: &str, limit: usize) -> String {
+    format!("topk({limit}, avg_over_time({}))", w.over(rule))
 }
 
 /// A selector of these instances (`{instance=~"^(?:a|b)$"}`), their names matched literally.
@@ -216,9 +233,13 @@ mod tests {
         assert_eq!(host("a\"b", "j"), "{instance=\"a\\\"b\", job=\"j\"}");
         // Every rule named is one the shipped rules file records.
         let rules = include_str!("../../contrib/prometheus/cpulab.rules.yml");
-        for r in RULES {
+        for r in RULES.iter().chain(VM_RULES) {
             assert!(rules.contains(&format!("record: {r}\n")), "{r}");
         }
+        assert_eq!(
+            top_of(w, VM_WAIT, 3),
+            "topk(3, avg_over_time((vm:cpulab_vm_vcpu_wait_seconds_per_vcpu:rate5m > -Inf)[604800s:3600s]))"
+        );
         assert!(rules.contains("[5m]") && RULE_RANGE_S == 300.0);
     }
 }

@@ -6,7 +6,7 @@ use super::{Reading, Report};
 use crate::units::fmt_ns;
 use std::fmt::Write;
 
-/// A latency or cost in seconds as people read it, with its spread when it has one.
+/// A share as a whole percentage, or `n/a`.
 fn pct(r: &Reading) -> String {
     r.mean
         .map_or_else(|| "n/a".to_string(), |m| format!("{:.0}%", m * 100.0))
@@ -153,6 +153,60 @@ fn drift(r: &Report, s: &mut String) {
     }
 }
 
+/// The hosts and VMs whose guests wait most for a host CPU.
+fn vm_wait(r: &Report, s: &mut String) {
+    use super::vms::shown_as_share;
+    let _ = writeln!(
+        s,
+        "\nWhat guests wait for a host CPU (KVM hosts: vCPU run-queue wait per vCPU, the steal \
+         the guest sees; mean ±sd over the window)"
+    );
+    let v = &r.vm_wait;
+    if let Some(why) = &v.not_available {
+        let _ = writeln!(s, "  not available: {why}");
+        return;
+    }
+    if v.hosts.is_empty() && v.vms.is_empty() {
+        let _ = writeln!(
+            s,
+            "  none: no host publishes cpulab_vm_* in the window (cpulab exporter on a KVM host)"
+        );
+        return;
+    }
+    let mut notes = Footnotes::default();
+    let mut t = comfy_table::Table::new();
+    t.load_style(comfy_table::presets::NOTHING);
+    t.set_header(["#", "host", "wait/vCPU", "vCPUs"]);
+    for x in &v.hosts {
+        let mut cell = |f: &Reading, shown: String| notes.cell(f, shown);
+        t.add_row([
+            x.rank.to_string(),
+            x.instance.clone(),
+            cell(&x.wait_per_vcpu, shown_as_share(&x.wait_per_vcpu)),
+            cell(&x.vcpus, x.vcpus.shown_as_number(1)),
+        ]);
+    }
+    let _ = writeln!(s, "{t}");
+    let mut t = comfy_table::Table::new();
+    t.load_style(comfy_table::presets::NOTHING);
+    t.set_header(["#", "host", "vm", "wait/vCPU", "run/vCPU", "vCPUs"]);
+    for x in &v.vms {
+        let mut cell = |f: &Reading, shown: String| notes.cell(f, shown);
+        t.add_row([
+            x.rank.to_string(),
+            x.instance.clone(),
+            x.vm.clone(),
+            cell(&x.wait_per_vcpu, shown_as_share(&x.wait_per_vcpu)),
+            cell(&x.run_per_vcpu, shown_as_share(&x.run_per_vcpu)),
+            cell(&x.vcpus, x.vcpus.shown_as_number(1)),
+        ]);
+    }
+    let _ = writeln!(s, "{t}");
+    for line in notes.lines() {
+        let _ = writeln!(s, "  {line}");
+    }
+}
+
 fn look_closer(r: &Report, s: &mut String) {
     let _ = writeln!(s, "\nLook closer, on the host");
     let mut seen = std::collections::BTreeSet::new();
@@ -176,6 +230,7 @@ pub fn render(r: &Report) -> String {
     ranking(r, &mut s);
     findings(r, &mut s);
     drift(r, &mut s);
+    vm_wait(r, &mut s);
     look_closer(r, &mut s);
     s
 }
