@@ -54,6 +54,43 @@ impl Guest {
         g
     }
 
+    /// A guest that runs for `duration` and counts its own rate from `after` to its end
+    /// (`host guest --rates-after`), its stdout kept for [`Guest::counted`].
+    fn counting(args: &[&str], duration: &str, after: &str) -> Self {
+        let child = cpulab_process()
+            .args(["--quiet", "host", "guest", "--duration", duration])
+            .args(["--rates-after", after])
+            .args(args)
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let g = Guest(child);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while g.vcpu_threads().len() < 2 {
+            assert!(
+                Instant::now() < deadline,
+                "the guest's vCPU threads did not start"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        g
+    }
+
+    /// Waits for a counting guest to end and sums its vCPUs' rates, as the guest counted them.
+    fn counted(&mut self) -> f64 {
+        let status = self.0.wait().unwrap();
+        assert!(status.success(), "the guest failed: {status}");
+        let mut out = String::new();
+        std::io::Read::read_to_string(&mut self.0.stdout.take().unwrap(), &mut out).unwrap();
+        let v: Value = serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"));
+        v["rates_per_s"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r.as_f64().unwrap())
+            .sum()
+    }
+
     fn pid(&self) -> i64 {
         i64::from(self.0.id())
     }
@@ -312,15 +349,25 @@ fn unnamed_vcpu_threads_are_found_in_kvm_run() {
     }
 }
 
+/// Two VMs of two busy vCPUs each on CPUs 0 and 1 (case C, evenly divided): what `cpulab host`
+/// measures from outside is the same share the burners counted themselves (their loop rate
+/// beside the other VM over their rate alone) and the model's, each within 3 points; and no
+/// thread ran outside its CPUs or held more than the window.
 #[test]
-fn two_vms_of_two_busy_vcpus_each_get_what_the_model_gives_at_most() {
+fn two_vms_of_two_busy_vcpus_get_the_models_share_as_the_burners_count_it() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     if !kvm(test_name!()) || !two_cpus(test_name!()) {
         return;
     }
-    let a = Guest::start(&["--program", "burn", "--vcpus", "2", "--cpus", "0-1"]);
-    let b = Guest::start(&["--program", "burn", "--vcpus", "2", "--cpus", "0-1"]);
-    let v = finish(watch("1s"));
+    let burn = ["--program", "burn", "--vcpus", "2", "--cpus", "0-1"];
+    // Alone: each vCPU a CPU of its own.
+    let alone = Guest::counting(&burn, "2s", "500ms").counted();
+    assert!(alone > 0.0, "a burner counts: {alone}");
+    let mut a = Guest::counting(&burn, "3500ms", "1s");
+    let mut b = Guest::counting(&burn, "3500ms", "1s");
+    std::thread::sleep(Duration::from_secs(1));
+    let v = finish(watch("2s"));
+    let counted = [a.counted() / alone, b.counted() / alone];
     let mut on_cpus = 0.0;
     for g in [&a, &b] {
         let vm = vm_of(&v, g.pid());
@@ -353,6 +400,16 @@ fn two_vms_of_two_busy_vcpus_each_get_what_the_model_gives_at_most() {
     }
     // Four threads held to CPUs 0 and 1 get at most those two CPUs between them.
     assert!(on_cpus <= 2.05, "{on_cpus} CPUs on two: {v}");
+    for (g, counted) in [(&a, counted[0]), (&b, counted[1])] {
+        let vm = vm_of(&v, g.pid());
+        let share = vm["share"].as_f64().unwrap();
+        let model = vm["model"].as_f64().unwrap();
+        assert!(
+            (share - counted).abs() <= 0.03 && (share - model).abs() <= 0.03,
+            "cpulab host measured a share of {share:.3}, the burners counted {counted:.3} of \
+             their rate alone, the model gives {model:.3}: {vm}"
+        );
+    }
 }
 
 #[test]

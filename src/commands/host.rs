@@ -60,6 +60,10 @@ pub struct GuestArgs {
     /// The VM's own halt-poll limit in ns (0: every halt sleeps); the module's when absent.
     #[arg(long, value_name = "NS")]
     pub halt_poll_ns: Option<u64>,
+    /// Print one JSON line at the end: each vCPU's count (loop iterations, round trips) per
+    /// second from this long after the start to the end, as the guest itself counted it.
+    #[arg(long, value_name = "TIME")]
+    pub rates_after: Option<String>,
 }
 
 pub fn run(args: Args, g: &Global, also: &[&dyn Sink]) -> Result<()> {
@@ -173,9 +177,41 @@ fn guest(a: GuestArgs, g: &Global) -> Result<()> {
             a.program
         ),
     );
-    let end = std::time::Instant::now() + duration;
+    let start = std::time::Instant::now();
+    let end = start + duration;
+    let after = a
+        .rates_after
+        .as_deref()
+        .map(|t| crate::units::flag_duration("rates-after", t))
+        .transpose()?;
+    if after.is_some_and(|d| d >= duration) {
+        return Err(bad_input(
+            "--rates-after: give a time shorter than --duration",
+        ));
+    }
+    let mut first: Option<(std::time::Instant, Vec<u32>)> = None;
+    let counts = |r: &Running| (0..n as u32).map(|i| r.count(i)).collect::<Vec<u32>>();
     while std::time::Instant::now() < end && r.alive() {
+        if let Some(d) = after
+            && first.is_none()
+            && start.elapsed() >= d
+        {
+            first = Some((std::time::Instant::now(), counts(&r)));
+        }
         std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    if let Some((t0, c0)) = first {
+        let (t1, c1) = (std::time::Instant::now(), counts(&r));
+        let secs = (t1 - t0).as_secs_f64();
+        let rates: Vec<f64> = c0
+            .iter()
+            .zip(&c1)
+            .map(|(a, b)| f64::from(b.wrapping_sub(*a)) / secs)
+            .collect();
+        println!(
+            "{}",
+            serde_json::json!({ "window_s": secs, "rates_per_s": rates })
+        );
     }
     r.stop_all()
 }

@@ -15,7 +15,12 @@ fn copy_dir(src: &std::path::Path, dst: &std::path::Path) {
     for e in std::fs::read_dir(src).unwrap().flatten() {
         let p = e.path();
         let to = dst.join(e.file_name());
-        if p.is_dir() {
+        let kind = e.file_type().unwrap();
+        if kind.is_symlink() {
+            // A fixture's /proc fd links name what they point at (`anon_inode:kvm-vm`): copied
+            // as links, never followed.
+            std::os::unix::fs::symlink(std::fs::read_link(&p).unwrap(), &to).unwrap();
+        } else if kind.is_dir() {
             copy_dir(&p, &to);
         } else {
             std::fs::copy(&p, &to).unwrap();
