@@ -5,6 +5,7 @@
 # the target is at least 0.97).
 #
 # Usage: scripts/host-watch-cost.sh [CPULAB] [ROUNDS] [SECONDS]   (as root, /dev/kvm needed)
+# HOST_FLAGS=--kvm-events measures `cpulab host --kvm-events` (BPF on KVM's tracepoints) instead.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cpulab=${1:-target/release/cpulab}
@@ -18,7 +19,8 @@ trap 'rm -rf "$out"' EXIT
 for r in $(seq "$rounds"); do
     python3 scripts/kvm-pingpong.py halt "$a" "$b" module "$secs" | sed 's/^/without /' >> "$out/runs"
     # The watcher's window covers the whole measured stretch (the VMM warms up for 0.2 s first).
-    "$cpulab" --quiet --no-history host --duration "$(awk "BEGIN { print $secs + 1 }")s" > /dev/null &
+    # shellcheck disable=SC2086 # HOST_FLAGS is a list of flags
+    "$cpulab" --quiet --no-history host ${HOST_FLAGS:-} --duration "$(awk "BEGIN { print $secs + 1 }")s" > /dev/null &
     w=$!
     python3 scripts/kvm-pingpong.py halt "$a" "$b" module "$secs" | sed 's/^/with /' >> "$out/runs"
     wait "$w"

@@ -768,6 +768,7 @@ mod tests {
             settings: super::super::WatchSettings {
                 duration: std::time::Duration::from_secs(1),
                 pid: None,
+                kvm_events: false,
             },
             conditions: crate::machine::Conditions::now(&machine),
             interval_s: 1.0,

@@ -26,6 +26,11 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+/// Why KVM's events are absent from a window that did not ask for them.
+pub const NOT_ASKED: &str = "not counted: give --kvm-events to count them with BPF on KVM's \
+     tracepoints, which slows the watched VMs while attached (a halt ping-pong ran at 0.91 to \
+     0.99 of its unwatched speed here: docs/host.md)";
+
 /// How often each vCPU thread is looked at.
 const LOOK_EVERY: Duration = Duration::from_millis(10);
 /// A vCPU that wanted at least this share of the window (on a CPU or waiting for one) counts as
@@ -44,6 +49,12 @@ pub struct WatchArgs {
     /// holds (`stacked-vcpus`, comma-separated).
     #[arg(long, value_delimiter = ',', value_name = "ID")]
     pub expect_absent: Vec<String>,
+    /// Also count KVM's own events per vCPU thread (halts, polls won and lost, IPIs, exits)
+    /// with BPF programs on KVM's tracepoints. They run inside every watched vCPU's halts and
+    /// IPIs, so they slow the VMs while attached (docs/host.md gives the measured cost); without
+    /// this flag `cpulab host` reads /proc only.
+    #[arg(long)]
+    pub kvm_events: bool,
     #[command(flatten)]
     pub output: crate::emit::OutputArgs,
 }
@@ -53,6 +64,9 @@ pub struct WatchSettings {
     #[serde(rename = "duration_s", with = "crate::units::serde_secs")]
     pub duration: Duration,
     pub pid: Option<i32>,
+    /// KVM's events were asked for (`--kvm-events`).
+    #[serde(default)]
+    pub kvm_events: bool,
 }
 
 pub fn settings(a: &WatchArgs) -> Result<WatchSettings> {
@@ -71,6 +85,7 @@ pub fn settings(a: &WatchArgs) -> Result<WatchSettings> {
     Ok(WatchSettings {
         duration,
         pid: a.pid,
+        kvm_events: a.kvm_events,
     })
 }
 
@@ -203,7 +218,11 @@ pub fn measure(
     }
     progress.step(&format!("watching {} VMs for {:?}", vms.len(), s.duration));
     let stat_before = proc_stat(root);
-    let tracing = tracing::KvmTracing::start(root);
+    let tracing = if s.kvm_events {
+        tracing::KvmTracing::start(root)
+    } else {
+        Err(NOT_ASKED.to_string())
+    };
     let start = Instant::now();
     let mut tracks: BTreeMap<(i32, i32), Track> = BTreeMap::new();
     let mut affinity_start: BTreeMap<(i32, i32), Option<Start>> = BTreeMap::new();
