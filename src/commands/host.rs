@@ -14,8 +14,7 @@ use anyhow::Result;
 #[command(
     args_conflicts_with_subcommands = true,
     after_help = "Examples:\n  \
-    cpulab host\n  \
-    cpulab host --duration 10s --json > host.json\n  \
+    cpulab host --kvm-events --duration 10s --json > host.json\n  \
     cpulab host --pid 4242 --expect-absent stacked-vcpus\n  \
     cpulab host bench\n  \
     cpulab host bench --parts exchange --json > host-bench.json"
