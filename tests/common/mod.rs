@@ -275,10 +275,11 @@ pub fn assert_cpu_time_shares(what: &str, shares: &Value, interval_s: Option<f64
     if let Some(s) = interval_s {
         // 100 ticks a second (USER_HZ), give or take what tick accounting settles late: a
         // tickless CPU leaving idle books its idle ticks at once, and a reading falls between
-        // a tick and its booking (107 ticks in 1.032 s seen here under load). Far more than
-        // that means a wrong interval or a counter read twice.
+        // a tick and its booking (107 ticks in 1.032 s seen here under load, and 110 in 1.022 s
+        // with a third of the CPU stolen by the VM's host). Far more than that means a wrong
+        // interval or a counter read twice (twice the ticks).
         assert!(
-            ticks as f64 <= s * 102.0 + 5.0,
+            ticks as f64 <= s * 102.0 + 10.0,
             "{what}: {ticks} ticks in {s} s: {shares}"
         );
     }
