@@ -36,6 +36,16 @@ for side in ("without", "with"):
     v = runs[side]
     print(f"{side:8} cpulab host: " + ", ".join(f"{x/1e3:.2f}" for x in v)
           + f" us; mean {st.mean(v)/1e3:.2f} us, stdev {st.stdev(v)/1e3:.2f} us")
-print(f"round trip without / with (1 = no cost; target >= 0.97): "
-      f"{st.mean(runs['without'])/st.mean(runs['with']):.3f}")
+ratio = st.mean(runs['without']) / st.mean(runs['with'])
+# Each round's own ratio (its two runs a few seconds apart): their spread is the noise of the
+# figure above, as a 95% interval of their mean (Student's t, n - 1 degrees of freedom).
+pairs = [a / b for a, b in zip(runs['without'], runs['with'])]
+t95 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26,
+       10: 2.23, 11: 2.20, 12: 2.18, 13: 2.16, 14: 2.14, 15: 2.13, 19: 2.09, 29: 2.05}
+half = ""
+if len(pairs) > 1:
+    df = len(pairs) - 1
+    t = t95.get(df) or t95[max(k for k in t95 if k <= df)]
+    half = f", rounds' own ratios {st.mean(pairs):.3f} +- {t * st.stdev(pairs) / len(pairs) ** 0.5:.3f} (95%)"
+print(f"round trip without / with (1 = no cost; target >= 0.97): {ratio:.3f}{half}")
 PY

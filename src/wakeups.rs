@@ -90,7 +90,7 @@ pub struct Snapshot {
 }
 
 /// One BPF program's runs and their kernel-measured run time, since statistics were turned on.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct ProgramCost {
     /// The tracepoint it runs on (`sched_waking`, ...).
     pub program: String,

@@ -54,12 +54,12 @@ impl Guest {
         g
     }
 
-    /// A guest that runs for `duration` and counts its own rate from `after` to its end
-    /// (`host guest --rates-after`), its stdout kept for [`Guest::counted`].
-    fn counting(args: &[&str], duration: &str, after: &str) -> Self {
+    /// A guest that runs for `duration` and samples its own counts every 100 ms
+    /// (`host guest --series`), its stdout kept for [`Guest::samples`].
+    fn sampled(args: &[&str], duration: &str) -> Self {
         let child = cpulab_process()
             .args(["--quiet", "host", "guest", "--duration", duration])
-            .args(["--rates-after", after])
+            .args(["--series", "100ms"])
             .args(args)
             .stdout(Stdio::piped())
             .spawn()
@@ -76,19 +76,32 @@ impl Guest {
         g
     }
 
-    /// Waits for a counting guest to end and sums its vCPUs' rates, as the guest counted them.
-    fn counted(&mut self) -> f64 {
+    /// Waits for a sampling guest to end: its samples, (CLOCK_MONOTONIC ns, the sum of its
+    /// vCPUs' counts so far), as the guest itself counted them.
+    fn samples(&mut self) -> Vec<(u64, u64)> {
         let status = self.0.wait().unwrap();
         assert!(status.success(), "the guest failed: {status}");
         let mut out = String::new();
         std::io::Read::read_to_string(&mut self.0.stdout.take().unwrap(), &mut out).unwrap();
         let v: Value = serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"));
-        v["rates_per_s"]
+        let s: Vec<(u64, u64)> = v["samples"]
             .as_array()
             .unwrap()
             .iter()
-            .map(|r| r.as_f64().unwrap())
-            .sum()
+            .map(|x| {
+                let counts = x["counts"].as_array().unwrap();
+                (
+                    x["t_ns"].as_u64().unwrap(),
+                    counts.iter().map(|c| c.as_u64().unwrap()).sum(),
+                )
+            })
+            .collect();
+        // Counts only grow, and time runs forward.
+        assert!(
+            s.windows(2).all(|w| w[0].0 < w[1].0 && w[0].1 <= w[1].1),
+            "{v}"
+        );
+        s
     }
 
     fn pid(&self) -> i64 {
@@ -180,7 +193,7 @@ fn both_vms_and_every_vcpu_thread_are_named_and_a_move_shows_as_a_move() {
     }
     let pong = Guest::start(&["--program", "halt", "--cpus", "0:1"]);
     let burn = Guest::start(&["--program", "burn", "--vcpus", "2", "--cpus", "0-1"]);
-    let w = watch("1500ms");
+    let w = watch_with("1500ms", &["--kvm-events", "off"]);
     // Move the ping-pong's second vCPU from CPU 1 to CPU 0 during the window.
     std::thread::sleep(Duration::from_millis(600));
     let moved = pong.thread_named("CPU 1/KVM");
@@ -245,10 +258,13 @@ fn both_vms_and_every_vcpu_thread_are_named_and_a_move_shows_as_a_move() {
     // KVM's own events: counted for every vCPU, or said why not (never a silent zero).
     for vm in [&p, &b] {
         for c in vm["vcpus"].as_array().unwrap() {
-            // Without --kvm-events nothing is attached, and the reason says how to ask.
+            // With --kvm-events off nothing is attached, and the reason says so.
             assert!(c["kvm"].is_null(), "{c}");
             assert!(
-                c["kvm_reason"].as_str().unwrap().contains("--kvm-events"),
+                c["kvm_reason"]
+                    .as_str()
+                    .unwrap()
+                    .contains("--kvm-events off"),
                 "{c}"
             );
         }
@@ -269,7 +285,8 @@ fn kvm_events_of_a_halt_ping_pong_follow_its_ipis_and_a_spin_guest_has_none() {
     }
     let halt = Guest::start(&["--program", "halt", "--cpus", "0:1"]);
     let spin = Guest::start(&["--program", "spin", "--cpus", "0:1"]);
-    let v = finish(watch_with("1500ms", &["--kvm-events"]));
+    // The default (auto) counts them on raw tracepoints; the kernel times the programs too.
+    let v = finish(watch_with("1500ms", &["--bpf-program-costs"]));
     let h = vm_of(&v, halt.pid());
     let s = vm_of(&v, spin.pid());
     if !h["kvm"].is_object() {
@@ -336,6 +353,30 @@ fn kvm_events_of_a_halt_ping_pong_follow_its_ipis_and_a_spin_guest_has_none() {
         assert_eq!(ev(c, "halts"), 0, "a spinning guest never halts: {c}");
         assert_eq!(ev(c, "ipis_sent"), 0, "nor sends an IPI: {c}");
     }
+    // How they were counted is said, and the kernel's timing of the programs obeys what they
+    // counted: the wakeup program ran at least once per halt counted, and a run takes time.
+    let notes = v["conditions"]["notes"].to_string();
+    assert!(
+        notes.contains("counted by BPF on raw tracepoints")
+            || notes.contains("counted by BPF on perf tracepoint events"),
+        "{notes}"
+    );
+    let costs = v["kvm_program_costs"].as_array().unwrap();
+    let cost = |p: &str| {
+        costs
+            .iter()
+            .find(|c| c["program"] == p)
+            .unwrap_or_else(|| panic!("{p}: {costs:?}"))
+    };
+    let wake = cost("kvm_vcpu_wakeup");
+    let runs = wake["runs"].as_u64().unwrap();
+    assert!(runs >= ev(&h, "halts"), "{wake} against {h}");
+    assert!(wake["run_ns"].as_u64().unwrap() >= runs, "{wake}");
+    let ipi = cost("kvm_apic_ipi");
+    assert!(
+        ipi["runs"].as_u64().unwrap() >= ev(&h, "ipis_sent"),
+        "{ipi}"
+    );
 }
 
 #[test]
@@ -359,25 +400,62 @@ fn unnamed_vcpu_threads_are_found_in_kvm_run() {
     }
 }
 
-/// Two VMs of two busy vCPUs each on CPUs 0 and 1 (case C, evenly divided): what `cpulab host`
-/// measures from outside is the same share the burners counted themselves (their loop rate
-/// beside the other VM over their rate alone) and the model's, each within 3 points; and no
-/// thread ran outside its CPUs or held more than the window.
+fn monotonic_ns() -> u64 {
+    let t = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).unwrap();
+    t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64
+}
+
+/// A series' count per second between two instants (its first and last sample inside them).
+fn rate_between(s: &[(u64, u64)], from: u64, to: u64) -> f64 {
+    let inside: Vec<&(u64, u64)> = s.iter().filter(|x| x.0 >= from && x.0 <= to).collect();
+    assert!(
+        inside.len() >= 5,
+        "too few samples between {from} and {to}: {s:?}"
+    );
+    let (a, b) = (inside[0], inside[inside.len() - 1]);
+    (b.1 - a.1) as f64 / ((b.0 - a.0) as f64 / 1e9)
+}
+
+/// Two VMs of two busy vCPUs each on CPUs 0 and 1, one vCPU of each on each CPU (case C,
+/// evenly divided). VM A runs alone,
+/// then with B for three seconds (cpulab host's window inside them), then alone again; each
+/// guest counts its own loops every 100 ms. What `cpulab host` measures from outside is:
+/// - within 3 points of the model's half;
+/// - within 3 points of the share the burners counted of the two CPUs over the same window
+///   (each VM's loops over both VMs' loops, against its share over both shares): a loop costs
+///   the same whichever VM runs it, so the counts split the CPUs as the VMs got them;
+/// - near the burners' loop rate together over A's rate alone (before and after): only
+///   near, because the rate alone moves with the host's own load (this project's host moved it
+///   by up to 18% in 3.5 s with 0.1% steal); the bound is 3 points plus that move as measured.
+///
+/// And no thread ran outside its CPUs or held more than the window.
 #[test]
 fn two_vms_of_two_busy_vcpus_get_the_models_share_as_the_burners_count_it() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     if !kvm(test_name!()) || !two_cpus(test_name!()) {
         return;
     }
-    let burn = ["--program", "burn", "--vcpus", "2", "--cpus", "0-1"];
-    // Alone: each vCPU a CPU of its own.
-    let alone = Guest::counting(&burn, "2s", "500ms").counted();
-    assert!(alone > 0.0, "a burner counts: {alone}");
-    let mut a = Guest::counting(&burn, "3500ms", "1s");
-    let mut b = Guest::counting(&burn, "3500ms", "1s");
-    std::thread::sleep(Duration::from_secs(1));
-    let v = finish(watch("2s"));
-    let counted = [a.counted() / alone, b.counted() / alone];
+    // Each VM's vCPU 0 on CPU 0 and vCPU 1 on CPU 1: each CPU holds one vCPU of each VM, so
+    // the two VMs' loops on a CPU are counted at that CPU's speed at the same instants (the
+    // host can run this machine's two CPUs at different speeds: left floating, a VM whose
+    // vCPUs happened to sit more on the faster one counted 0.55 of the loops with half the
+    // CPU time).
+    let burn = ["--program", "burn", "--vcpus", "2", "--cpus", "0:1"];
+    let mut a = Guest::sampled(&burn, "7s");
+    std::thread::sleep(Duration::from_secs(2));
+    let mut b = Guest::sampled(&burn, "3s");
+    std::thread::sleep(Duration::from_millis(600));
+    let (w0, w) = (monotonic_ns(), watch_with("2s", &["--kvm-events", "off"]));
+    let v = finish(w);
+    let w1 = monotonic_ns();
+    let (sa, sb) = (a.samples(), b.samples());
+    let (b0, b1) = (sb[0].0, sb[sb.len() - 1].0);
+    let ms = 1_000_000;
+    let alone_before = rate_between(&sa, sa[0].0 + 500 * ms, b0 - 150 * ms);
+    let alone_after = rate_between(&sa, b1 + 150 * ms, sa[sa.len() - 1].0);
+    let alone = (alone_before + alone_after) / 2.0;
+    let drift = (alone_after - alone_before).abs() / alone;
+    let together = [rate_between(&sa, w0, w1), rate_between(&sb, w0, w1)];
     let mut on_cpus = 0.0;
     for g in [&a, &b] {
         let vm = vm_of(&v, g.pid());
@@ -410,27 +488,95 @@ fn two_vms_of_two_busy_vcpus_get_the_models_share_as_the_burners_count_it() {
     }
     // Four threads held to CPUs 0 and 1 get at most those two CPUs between them.
     assert!(on_cpus <= 2.05, "{on_cpus} CPUs on two: {v}");
-    for (g, counted) in [(&a, counted[0]), (&b, counted[1])] {
+    let shares = [
+        vm_of(&v, a.pid())["share"].as_f64().unwrap(),
+        vm_of(&v, b.pid())["share"].as_f64().unwrap(),
+    ];
+    for (k, g) in [&a, &b].into_iter().enumerate() {
         let vm = vm_of(&v, g.pid());
-        let share = vm["share"].as_f64().unwrap();
-        let model = vm["model"].as_f64().unwrap();
+        let (share, model) = (shares[k], vm["model"].as_f64().unwrap());
+        let split = together[k] / (together[0] + together[1]);
+        let host_split = share / (shares[0] + shares[1]);
+        let counted = together[k] / alone;
         eprintln!(
-            "cpulab host measured a share of {share:.3}, the burners counted {counted:.3} of \
-             their rate alone, the model gives {model:.3}"
+            "VM {k}: cpulab host measured a share of {share:.3} (model {model:.3}); of the two \
+             VMs' CPU it measured {host_split:.3}, the burners counted {split:.3}; their rate \
+             together over alone is {counted:.3} (the rate alone moved {:.1}%)",
+            100.0 * drift
         );
-        // The issue asks for 3 points between all three. cpulab host's share has met the
-        // model's within 3 points in every run here (0.474 to 0.497 in six VMs' windows on
-        // 2026-12-02); the burners' own count scattered from 0.427 to 0.533 around it, its
-        // rate alone and together taken in windows of 1.5 and 2.5 s a few seconds apart, whose
-        // loop rate moves by several percent between windows. Until that count is steadier
-        // the bound on it only catches a share that is not what the burners got at all
-        // (issue 41 stays open on it).
         assert!(
-            (share - model).abs() <= 0.05 && (share - counted).abs() <= 0.12,
-            "cpulab host measured a share of {share:.3}, the burners counted {counted:.3} of \
-             their rate alone, the model gives {model:.3}: {vm}"
+            (share - model).abs() <= 0.03,
+            "share {share:.3} against the model's {model:.3}: {vm}"
+        );
+        assert!(
+            (host_split - split).abs() <= 0.03,
+            "cpulab host gave this VM {host_split:.3} of the two VMs' CPU, the burners counted \
+             {split:.3}: {vm}"
+        );
+        assert!(
+            (share - counted).abs() <= 0.03 + counted * drift,
+            "cpulab host measured {share:.3}, the burners' rate together over alone is \
+             {counted:.3} (rate alone {alone_before:.0} then {alone_after:.0} per s): {vm}"
         );
     }
+}
+
+/// Without root, `cpulab host` still runs: the VMs whose fds it may not read are counted and
+/// named as not inspected, and KVM's events as not available with the capabilities that fix it.
+/// Given those capabilities (CAP_BPF and CAP_PERFMON for the programs, CAP_SYS_PTRACE and
+/// CAP_DAC_READ_SEARCH for another user's /proc fds), a user that is not root sees the VM and
+/// counts its halts.
+#[test]
+fn without_root_it_says_what_it_cannot_read_and_capabilities_let_it_count() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    if !kvm(test_name!()) || !two_cpus(test_name!()) {
+        return;
+    }
+    let halt = Guest::start(&["--program", "halt", "--cpus", "0:1"]);
+    let args = [
+        "--quiet",
+        "--no-history",
+        "host",
+        "--json",
+        "--duration",
+        "500ms",
+    ];
+    let Some(out) = common::cpulab_as_nobody(test_name!(), &args) else {
+        return;
+    };
+    assert!(out.status.success(), "{out:?}");
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(v["not_inspected"].as_u64().unwrap() > 0, "{v}");
+    assert!(
+        v["vms"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|vm| vm["pid"] != halt.pid()),
+        "root's VM is not nobody's to inspect: {v}"
+    );
+    assert!(
+        v["conditions"]["notes"].to_string().contains("run as root"),
+        "{v}"
+    );
+    let why = v["not_measured"].to_string();
+    assert!(
+        why.contains("CAP_BPF") && why.contains("CAP_PERFMON"),
+        "{v}"
+    );
+    let caps = ["bpf", "perfmon", "sys_ptrace", "dac_read_search"];
+    let Some(out) = common::cpulab_as_nobody_with_caps(test_name!(), &caps, &args) else {
+        return;
+    };
+    assert!(out.status.success(), "{out:?}");
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let vm = vm_of(&v, halt.pid());
+    assert_eq!(vm["vcpus"].as_array().unwrap().len(), 2, "{vm}");
+    let halts = vm["kvm"]["halts"].as_u64();
+    assert!(
+        halts.is_some_and(|h| h > 0),
+        "a halting guest's halts: {vm}"
+    );
 }
 
 #[test]

@@ -14,7 +14,7 @@ use anyhow::Result;
 #[command(
     args_conflicts_with_subcommands = true,
     after_help = "Examples:\n  \
-    cpulab host --kvm-events --duration 10s --json > host.json\n  \
+    cpulab host --duration 10s --bpf-program-costs --json > host.json\n  \
     cpulab host --pid 4242 --expect-absent stacked-vcpus\n  \
     cpulab host bench\n  \
     cpulab host bench --parts exchange --json > host-bench.json"
@@ -59,10 +59,11 @@ pub struct GuestArgs {
     /// The VM's own halt-poll limit in ns (0: every halt sleeps); the module's when absent.
     #[arg(long, value_name = "NS")]
     pub halt_poll_ns: Option<u64>,
-    /// Print one JSON line at the end: each vCPU's count (loop iterations, round trips) per
-    /// second from this long after the start to the end, as the guest itself counted it.
+    /// Print one JSON line at the end: each vCPU's running count (loop iterations, round
+    /// trips), sampled this often from the start, each sample with its CLOCK_MONOTONIC time in
+    /// ns (so a watcher can cut the series at its own instants).
     #[arg(long, value_name = "TIME")]
-    pub rates_after: Option<String>,
+    pub series: Option<String>,
 }
 
 pub fn run(args: Args, g: &Global, also: &[&dyn Sink]) -> Result<()> {
@@ -178,39 +179,103 @@ fn guest(a: GuestArgs, g: &Global) -> Result<()> {
     );
     let start = std::time::Instant::now();
     let end = start + duration;
-    let after = a
-        .rates_after
+    let every = a
+        .series
         .as_deref()
-        .map(|t| crate::units::flag_duration("rates-after", t))
+        .map(|t| crate::units::flag_duration("series", t))
         .transpose()?;
-    if after.is_some_and(|d| d >= duration) {
+    if every.is_some_and(|d| d < std::time::Duration::from_millis(10) || d >= duration) {
         return Err(bad_input(
-            "--rates-after: give a time shorter than --duration",
+            "--series: give at least 10ms and less than --duration",
         ));
     }
-    let mut first: Option<(std::time::Instant, Vec<u32>)> = None;
     let counts = |r: &Running| (0..n as u32).map(|i| r.count(i)).collect::<Vec<u32>>();
+    let mut series = every.map(|_| Series::new(n));
+    let mut next_sample = start;
     while std::time::Instant::now() < end && r.alive() {
-        if let Some(d) = after
-            && first.is_none()
-            && start.elapsed() >= d
+        if let (Some(s), Some(d)) = (series.as_mut(), every)
+            && std::time::Instant::now() >= next_sample
         {
-            first = Some((std::time::Instant::now(), counts(&r)));
+            s.add(monotonic_ns(), &counts(&r));
+            next_sample += d;
         }
-        std::thread::sleep(std::time::Duration::from_millis(20));
+        let now = std::time::Instant::now();
+        let nap = std::time::Duration::from_millis(20);
+        let nap = if series.is_some() {
+            nap.min(next_sample.saturating_duration_since(now))
+        } else {
+            nap
+        };
+        std::thread::sleep(nap.max(std::time::Duration::from_millis(1)));
     }
-    if let Some((t0, c0)) = first {
-        let (t1, c1) = (std::time::Instant::now(), counts(&r));
-        let secs = (t1 - t0).as_secs_f64();
-        let rates: Vec<f64> = c0
-            .iter()
-            .zip(&c1)
-            .map(|(a, b)| f64::from(b.wrapping_sub(*a)) / secs)
-            .collect();
-        println!(
-            "{}",
-            serde_json::json!({ "window_s": secs, "rates_per_s": rates })
-        );
+    if let Some(mut s) = series {
+        s.add(monotonic_ns(), &counts(&r));
+        println!("{}", serde_json::json!({ "samples": s.samples }));
     }
     r.stop_all()
+}
+
+/// CLOCK_MONOTONIC now, ns (what `Instant` reads on Linux, but as a number another process can
+/// compare with its own).
+fn monotonic_ns() -> u64 {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
+        .map(|t| t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64)
+        .unwrap_or(0)
+}
+
+/// A guest's counts sampled over its run, widened from the guest's u32 counters (each sample's
+/// step taken modulo 2^32, so a counter that wraps between samples still adds up).
+#[derive(Debug, serde::Serialize)]
+struct Series {
+    samples: Vec<Sample>,
+    #[serde(skip)]
+    last: Vec<u32>,
+}
+
+#[derive(Debug, serde::Serialize)]
+struct Sample {
+    t_ns: u64,
+    counts: Vec<u64>,
+}
+
+impl Series {
+    fn new(n: usize) -> Self {
+        Self {
+            samples: Vec::new(),
+            last: vec![0; n],
+        }
+    }
+
+    fn add(&mut self, t_ns: u64, now: &[u32]) {
+        let counts = match self.samples.last() {
+            None => now.iter().map(|&c| u64::from(c)).collect(),
+            Some(prev) => prev
+                .counts
+                .iter()
+                .zip(now.iter().zip(&self.last))
+                .map(|(total, (c, l))| total + u64::from(c.wrapping_sub(*l)))
+                .collect(),
+        };
+        self.last = now.to_vec();
+        self.samples.push(Sample { t_ns, counts });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Series;
+
+    #[test]
+    fn a_series_adds_up_across_a_wrapping_counter() {
+        let mut s = Series::new(2);
+        s.add(1, &[10, u32::MAX - 1]);
+        s.add(2, &[15, 3]);
+        s.add(3, &[15, 8]);
+        let counts: Vec<&Vec<u64>> = s.samples.iter().map(|x| &x.counts).collect();
+        let top = u64::from(u32::MAX);
+        assert_eq!(
+            counts,
+            [&vec![10, top - 1], &vec![15, top + 4], &vec![15, top + 9]]
+        );
+    }
 }

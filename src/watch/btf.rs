@@ -137,6 +137,28 @@ pub fn tracepoint_arg_is_pointer(btf: &Btf, name: &str, i: usize) -> bool {
         .is_some_and(|t| matches!(t, Type::Ptr(_)))
 }
 
+/// The width in bytes of parameter `i` of the tracepoint (0 = its first real argument) where
+/// it is an integer, typedefs, `const` and `volatile` looked through (a `bool` is an integer of
+/// one byte); `None` for anything else. A raw-tracepoint program gets every argument widened to
+/// a u64 slot, so this is what says the slot holds the value the program means to read.
+pub fn tracepoint_arg_int_size(btf: &Btf, name: &str, i: usize) -> Option<usize> {
+    let (_, f) = tracepoint_proto(btf, name).ok()?;
+    let mut t = btf
+        .resolve_type_by_id(f.parameters.get(i + 1)?.get_type_id()?)
+        .ok()?;
+    // A chain of qualifiers and typedefs is short; a cycle (a corrupt BTF) ends here.
+    for _ in 0..16 {
+        t = match t {
+            Type::Int(int) => return Some(int.size()),
+            Type::Typedef(x) => btf.resolve_chained_type(&x).ok()?,
+            Type::Const(x) => btf.resolve_chained_type(&x).ok()?,
+            Type::Volatile(x) => btf.resolve_chained_type(&x).ok()?,
+            _ => return None,
+        };
+    }
+    None
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
@@ -282,6 +304,25 @@ pub(crate) mod tests {
         assert!(tracepoint_arg_is_pointer(&btf, "sched_switch", 2));
         assert!(!tracepoint_arg_is_pointer(&btf, "sched_switch", 3));
         assert!(tracepoint_args(&btf, "sched_waking").is_err());
+    }
+
+    #[test]
+    fn an_argument_is_an_integer_of_its_width_through_its_typedefs() {
+        let mut b = Blob::new();
+        let u64t = b.int("long long unsigned int", 8);
+        let u64_typedef = b.typedef("__u64", u64t);
+        let boolean = b.int("_Bool", 1);
+        let bool_typedef = b.typedef("bool", boolean);
+        let void_ptr = b.ptr(0);
+        let proto = b.func_proto(&[void_ptr, u64_typedef, bool_typedef, void_ptr]);
+        let proto_ptr = b.ptr(proto);
+        b.typedef("btf_trace_kvm_vcpu_wakeup", proto_ptr);
+        let btf = Btf::from_bytes(&b.bytes()).unwrap();
+        let size = |i| tracepoint_arg_int_size(&btf, "kvm_vcpu_wakeup", i);
+        assert_eq!((size(0), size(1)), (Some(8), Some(1)));
+        // A pointer is no integer, and there is no fourth argument.
+        assert_eq!((size(2), size(3)), (None, None));
+        assert_eq!(tracepoint_arg_int_size(&btf, "kvm_apic_ipi", 0), None);
     }
 
     #[test]

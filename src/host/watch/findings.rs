@@ -769,6 +769,8 @@ mod tests {
                 duration: std::time::Duration::from_secs(1),
                 pid: None,
                 kvm_events: false,
+                kvm_events_fallback: false,
+                bpf_program_costs: false,
             },
             conditions: crate::machine::Conditions::now(&machine),
             interval_s: 1.0,
@@ -790,6 +792,7 @@ mod tests {
             not_measured: Vec::new(),
             findings: Vec::new(),
             kvm_events_lost: None,
+            kvm_program_costs: Vec::new(),
             halt_poll_ns: Some(200_000),
             halt_poll_ns_writable: Some(false),
         }

@@ -96,10 +96,48 @@ pub struct Maps {
     pub stats: i32,
 }
 
-/// A field's load into `dst` from the record (context in r6): its offset must be one the
+/// Where a program reads its tracepoint's fields.
+#[derive(Clone, Copy, Debug)]
+pub enum Args<'a> {
+    /// The perf record of a `BPF_PROG_TYPE_TRACEPOINT` program: each field at the offset its
+    /// `format` file gives.
+    Record(&'a Format),
+    /// The tracepoint's own arguments, for a `BPF_PROG_TYPE_RAW_TRACEPOINT` program: one u64
+    /// slot each, in the order of its `TP_PROTO` (the kernel's BTF is checked to pass them
+    /// there before a raw program loads: [`RAW_ARGS`]). No record is built for the program,
+    /// which is what makes it the cheaper of the two.
+    Raw,
+}
+
+/// The integer arguments each raw program reads, as the kernel's BTF must give them
+/// (`btf_trace_<name>`): tracepoint, then each argument's name and width in bytes, in
+/// `TP_PROTO` order (include/trace/events/kvm.h). `kvm_exit` is not here: its raw arguments are
+/// the vCPU and the ISA, its reason sits inside the vCPU, so it keeps the record.
+pub const RAW_ARGS: [(&str, &[(&str, usize)]); 3] = [
+    ("kvm_vcpu_wakeup", &[("ns", 8), ("waited", 1), ("valid", 1)]),
+    ("kvm_apic_ipi", &[("icr_low", 4), ("dest_id", 4)]),
+    (
+        "kvm_halt_poll_ns",
+        &[("grow", 1), ("vcpu_id", 4), ("new", 4), ("old", 4)],
+    ),
+];
+
+/// The load of field `name` into `dst` (context in r6). From a record: at an offset the
 /// verifier lets a tracepoint program read (past the 8 bytes the kernel overwrites, aligned to
-/// the field's width).
-fn load(f: &Format, name: &str, dst: u8) -> Result<Insn, String> {
+/// the field's width). Raw: its slot in [`RAW_ARGS`] (an integer the kernel widened to a u64,
+/// so the whole slot is its value).
+fn load(args: Args, tracepoint: &str, name: &str, dst: u8) -> Result<Insn, String> {
+    let f = match args {
+        Args::Record(f) => f,
+        Args::Raw => {
+            let slot = RAW_ARGS
+                .iter()
+                .find(|(tp, _)| *tp == tracepoint)
+                .and_then(|(_, a)| a.iter().position(|(n, _)| *n == name))
+                .ok_or_else(|| format!("{tracepoint} has no raw argument `{name}`"))?;
+            return Ok(Insn::ldx_dw(dst, 6, (slot * 8) as i16));
+        }
+    };
     let Field { offset, size, .. } = f.field(name)?;
     let bad = || {
         format!(
@@ -150,11 +188,12 @@ fn inc(a: &mut Asm, word: usize) {
 }
 
 /// The `kvm_vcpu_wakeup` program: a halt, won by polling or slept, with its time.
-pub fn wakeup(m: &Maps, f: &Format) -> Result<Vec<Insn>, String> {
+pub fn wakeup(m: &Maps, f: Args) -> Result<Vec<Insn>, String> {
+    let tp = "kvm_vcpu_wakeup";
     let (ns, waited, valid) = (
-        load(f, "ns", 2)?,
-        load(f, "waited", 3)?,
-        load(f, "valid", 4)?,
+        load(f, tp, "ns", 2)?,
+        load(f, tp, "waited", 3)?,
+        load(f, tp, "valid", 4)?,
     );
     let mut a = Asm::new();
     thread_entry(&mut a, m, RUNS_WAKEUP);
@@ -186,8 +225,9 @@ pub fn ipi(m: &Maps) -> Vec<Insn> {
 }
 
 /// The `kvm_halt_poll_ns` program: the window grown or shrunk, and its new value.
-pub fn halt_poll(m: &Maps, f: &Format) -> Result<Vec<Insn>, String> {
-    let (grow, new) = (load(f, "grow", 2)?, load(f, "new", 3)?);
+pub fn halt_poll(m: &Maps, f: Args) -> Result<Vec<Insn>, String> {
+    let tp = "kvm_halt_poll_ns";
+    let (grow, new) = (load(f, tp, "grow", 2)?, load(f, tp, "new", 3)?);
     let mut a = Asm::new();
     thread_entry(&mut a, m, RUNS_POLL);
     a.push(grow);
@@ -203,7 +243,7 @@ pub fn halt_poll(m: &Maps, f: &Format) -> Result<Vec<Insn>, String> {
 
 /// The `kvm_exit` program: an exit, counted for the thread and for (thread, reason).
 pub fn exit(m: &Maps, f: &Format) -> Result<Vec<Insn>, String> {
-    let reason = load(f, "exit_reason", 2)?;
+    let reason = load(Args::Record(f), "kvm_exit", "exit_reason", 2)?;
     let mut a = Asm::new();
     thread_entry(&mut a, m, RUNS_EXIT);
     inc(&mut a, W_EXITS);
@@ -480,27 +520,29 @@ mod tests {
     #[test]
     fn the_fields_are_read_where_this_kernels_format_puts_them() {
         let f = fixture("kvm_vcpu_wakeup");
-        assert_eq!(load(&f, "ns", 2), Ok(Insn::ldx_dw(2, 6, 8)));
-        assert_eq!(load(&f, "waited", 3), Ok(Insn::ldx_b(3, 6, 16)));
-        assert_eq!(load(&f, "valid", 4), Ok(Insn::ldx_b(4, 6, 17)));
-        assert!(
-            load(&f, "common_pid", 2)
-                .unwrap_err()
-                .contains("not a load")
-        );
-        assert!(
-            load(&f, "max_ns", 2)
-                .unwrap_err()
-                .contains("no field `max_ns`")
-        );
+        let w = |name, dst| load(Args::Record(&f), "kvm_vcpu_wakeup", name, dst);
+        assert_eq!(w("ns", 2), Ok(Insn::ldx_dw(2, 6, 8)));
+        assert_eq!(w("waited", 3), Ok(Insn::ldx_b(3, 6, 16)));
+        assert_eq!(w("valid", 4), Ok(Insn::ldx_b(4, 6, 17)));
+        assert!(w("common_pid", 2).unwrap_err().contains("not a load"));
+        assert!(w("max_ns", 2).unwrap_err().contains("no field `max_ns`"));
         let e = fixture("kvm_exit");
-        assert_eq!(load(&e, "exit_reason", 2), Ok(Insn::ldx_w(2, 6, 8)));
+        assert_eq!(
+            load(Args::Record(&e), "kvm_exit", "exit_reason", 2),
+            Ok(Insn::ldx_w(2, 6, 8))
+        );
+        // Raw: the argument's slot, whole.
+        let raw = |tp, name| load(Args::Raw, tp, name, 2);
+        assert_eq!(raw("kvm_vcpu_wakeup", "ns"), Ok(Insn::ldx_dw(2, 6, 0)));
+        assert_eq!(raw("kvm_vcpu_wakeup", "valid"), Ok(Insn::ldx_dw(2, 6, 16)));
+        assert_eq!(raw("kvm_halt_poll_ns", "new"), Ok(Insn::ldx_dw(2, 6, 16)));
+        assert!(raw("kvm_exit", "exit_reason").is_err(), "no raw kvm_exit");
         // A field the verifier would refuse (misaligned) is refused before loading.
         let odd = Format::parse(
             "name: x\nID: 1\nformat:\n\tfield:__u64 ns;\toffset:12;\tsize:8;\tsigned:0;\n",
         )
         .unwrap();
-        assert!(load(&odd, "ns", 2).is_err());
+        assert!(load(Args::Record(&odd), "x", "ns", 2).is_err());
     }
 
     /// Two vCPU threads' halts, won and slept, their IPIs and poll-window changes, run through
@@ -512,9 +554,9 @@ mod tests {
             fixture("kvm_halt_poll_ns"),
             fixture("kvm_exit"),
         );
-        let w = wakeup(&M, &wf).unwrap();
+        let w = wakeup(&M, Args::Record(&wf)).unwrap();
         let i = ipi(&M);
-        let p = halt_poll(&M, &pf).unwrap();
+        let p = halt_poll(&M, Args::Record(&pf)).unwrap();
         let x = exit(&M, &ef).unwrap();
         let mut vm = vm();
         let (a, b) = (4242u64, 4243u64);
@@ -588,6 +630,52 @@ mod tests {
         assert_eq!(stat(&vm, LOST_THREAD) + stat(&vm, LOST_EXIT), 0);
     }
 
+    /// The raw programs, given the tracepoints' arguments in their slots, count what the
+    /// record programs count from the same events.
+    #[test]
+    fn the_raw_programs_count_what_the_record_programs_count() {
+        let (wf, pf) = (fixture("kvm_vcpu_wakeup"), fixture("kvm_halt_poll_ns"));
+        let (w_rec, p_rec) = (
+            wakeup(&M, Args::Record(&wf)).unwrap(),
+            halt_poll(&M, Args::Record(&pf)).unwrap(),
+        );
+        let (w_raw, p_raw) = (
+            wakeup(&M, Args::Raw).unwrap(),
+            halt_poll(&M, Args::Raw).unwrap(),
+        );
+        // (ns, waited, valid) halts, then (grow, vcpu_id, new, old) window changes.
+        let halts = [
+            (900u64, 0u64, 1u64),
+            (40_000, 1, 1),
+            (7, 0, 0),
+            (1_200, 0, 1),
+        ];
+        let polls = [(1u64, 0u64, 20_000u64, 10_000u64), (0, 0, 0, 20_000)];
+        let mut rec = vm();
+        let mut raw = vm();
+        for v in [&mut rec, &mut raw] {
+            v.current = (7 << 32) | 4242;
+        }
+        for (ns, waited, valid) in halts {
+            let r = record(&wf, &[("ns", ns), ("waited", waited), ("valid", valid)]);
+            assert_eq!(rec.run_record(&w_rec, &r), Ok(1));
+            assert_eq!(raw.run(&w_raw, &[ns, waited, valid]), Ok(1));
+        }
+        for (grow, id, new, old) in polls {
+            let r = record(&pf, &[("grow", grow), ("new", new), ("old", old)]);
+            assert_eq!(rec.run_record(&p_rec, &r), Ok(1));
+            assert_eq!(raw.run(&p_raw, &[grow, id, new, old]), Ok(1));
+        }
+        let (a, b) = (threads(&rec), threads(&raw));
+        assert_eq!(a, b);
+        let t = &b[&4242];
+        assert_eq!((t.halts, t.won, t.slept, t.invalid), (4, 2, 1, 1));
+        assert_eq!(
+            (t.won_ns, t.slept_ns, t.grow, t.shrink),
+            (2_100, 40_000, 1, 1)
+        );
+    }
+
     /// More threads in one bucket than it has ways: the extra one is counted lost, and the
     /// others' counts stay theirs.
     #[test]
@@ -621,9 +709,11 @@ mod tests {
     #[test]
     fn every_jump_lands_inside_and_every_path_exits() {
         let progs = [
-            wakeup(&M, &fixture("kvm_vcpu_wakeup")).unwrap(),
+            wakeup(&M, Args::Record(&fixture("kvm_vcpu_wakeup"))).unwrap(),
+            wakeup(&M, Args::Raw).unwrap(),
             ipi(&M),
-            halt_poll(&M, &fixture("kvm_halt_poll_ns")).unwrap(),
+            halt_poll(&M, Args::Record(&fixture("kvm_halt_poll_ns"))).unwrap(),
+            halt_poll(&M, Args::Raw).unwrap(),
             exit(&M, &fixture("kvm_exit")).unwrap(),
         ];
         for p in &progs {

@@ -26,10 +26,9 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-/// Why KVM's events are absent from a window that did not ask for them.
-pub const NOT_ASKED: &str = "not counted: give --kvm-events to count them with BPF on KVM's \
-     tracepoints, which slows the watched VMs while attached (a halt ping-pong ran at 0.91 to \
-     0.99 of its unwatched speed here: docs/host.md)";
+/// Why KVM's events are absent from a window that was told not to count them.
+pub const NOT_ASKED: &str = "not counted: --kvm-events off was given (the default, auto, counts \
+     them with BPF on KVM's raw tracepoints)";
 
 /// How often each vCPU thread is looked at.
 const LOOK_EVERY: Duration = Duration::from_millis(10);
@@ -49,12 +48,24 @@ pub struct WatchArgs {
     /// holds (`stacked-vcpus`, comma-separated).
     #[arg(long, value_delimiter = ',', value_name = "ID")]
     pub expect_absent: Vec<String>,
-    /// Also count KVM's own events per vCPU thread (halts, polls won and lost, IPIs, exits)
-    /// with BPF programs on KVM's tracepoints. They run inside every watched vCPU's halts and
-    /// IPIs, so they slow the VMs while attached (docs/host.md gives the measured cost); without
-    /// this flag `cpulab host` reads /proc only.
+    /// KVM's own events per vCPU thread (halts, polls won and lost, IPIs, exits), counted by
+    /// BPF programs that run inside every watched vCPU's halts and IPIs. auto: on KVM's raw
+    /// tracepoints, whose cost fits the budget (docs/host.md), and not at all where they cannot
+    /// be used; on: also on perf tracepoint events where raw ones cannot be used (which cost
+    /// the VMs more); off: /proc only.
+    #[arg(
+        long,
+        value_name = "WHEN",
+        default_value = "auto",
+        num_args = 0..=1,
+        default_missing_value = "on",
+        value_parser = ["auto", "on", "off"]
+    )]
+    pub kvm_events: String,
+    /// With --kvm-events: have the kernel time every run of the programs and report what they
+    /// cost (runs, mean ns per run, share of a CPU over the window). Needs CAP_SYS_ADMIN.
     #[arg(long)]
-    pub kvm_events: bool,
+    pub bpf_program_costs: bool,
     #[command(flatten)]
     pub output: crate::emit::OutputArgs,
 }
@@ -64,9 +75,15 @@ pub struct WatchSettings {
     #[serde(rename = "duration_s", with = "crate::units::serde_secs")]
     pub duration: Duration,
     pub pid: Option<i32>,
-    /// KVM's events were asked for (`--kvm-events`).
+    /// KVM's events were to be counted (`--kvm-events` auto or on).
     #[serde(default)]
     pub kvm_events: bool,
+    /// On perf tracepoint events too, where raw tracepoints cannot be used (`--kvm-events on`).
+    #[serde(default)]
+    pub kvm_events_fallback: bool,
+    /// Their programs timed (`--bpf-program-costs`).
+    #[serde(default)]
+    pub bpf_program_costs: bool,
 }
 
 pub fn settings(a: &WatchArgs) -> Result<WatchSettings> {
@@ -82,10 +99,17 @@ pub fn settings(a: &WatchArgs) -> Result<WatchSettings> {
     {
         return Err(bad_input(format!("--pid {p}: give a process id above 0")));
     }
+    if a.bpf_program_costs && a.kvm_events == "off" {
+        return Err(bad_input(
+            "--bpf-program-costs times KVM's programs: drop --kvm-events off",
+        ));
+    }
     Ok(WatchSettings {
         duration,
         pid: a.pid,
-        kvm_events: a.kvm_events,
+        kvm_events: a.kvm_events != "off",
+        kvm_events_fallback: a.kvm_events == "on",
+        bpf_program_costs: a.bpf_program_costs,
     })
 }
 
@@ -187,6 +211,10 @@ pub struct HostReport {
     /// was full); `None` where the programs did not run.
     #[serde(default)]
     pub kvm_events_lost: Option<u64>,
+    /// What each KVM program cost, as the kernel timed it (`--bpf-program-costs`; empty
+    /// otherwise).
+    #[serde(default)]
+    pub kvm_program_costs: Vec<crate::wakeups::ProgramCost>,
     /// The module's `halt_poll_ns` (`/sys/module/kvm/parameters/halt_poll_ns`), ns, and whether
     /// this user may write it; `None` where it is not there.
     #[serde(default)]
@@ -219,7 +247,7 @@ pub fn measure(
     progress.step(&format!("watching {} VMs for {:?}", vms.len(), s.duration));
     let stat_before = proc_stat(root);
     let tracing = if s.kvm_events {
-        tracing::KvmTracing::start(root)
+        tracing::KvmTracing::start(root, s.bpf_program_costs, s.kvm_events_fallback)
     } else {
         Err(NOT_ASKED.to_string())
     };
@@ -398,6 +426,7 @@ fn report(
         findings: Vec::new(),
         not_measured: Vec::new(),
         kvm_events_lost: None,
+        kvm_program_costs: Vec::new(),
         halt_poll_ns: None,
         halt_poll_ns_writable: None,
     }
@@ -448,6 +477,10 @@ fn add_kvm(r: &mut HostReport, kvm: &Result<tracing::KvmReading, String>) {
         r.not_measured.push(("exits".into(), why.clone()));
     }
     r.kvm_events_lost = Some(k.lost_threads + k.lost_exits);
+    r.conditions
+        .notes
+        .push(format!("KVM's events were counted by BPF on {}", k.source));
+    r.kvm_program_costs = k.program_costs.clone();
     if k.lost_threads + k.lost_exits > 0 {
         r.conditions.notes.push(format!(
             "{} KVM events were not counted: their thread's table bucket was full ({} threads fired KVM events; the table holds {} per bucket of {})",

@@ -200,6 +200,9 @@ pub fn render_text(r: &HostReport, st: &Style) -> String {
                 )
             );
         }
+        for l in program_cost_lines(r) {
+            out += &format!("  {l}\n");
+        }
         let cpus: Vec<String> = r
             .host_cpus
             .iter()
@@ -254,6 +257,33 @@ pub fn render_text(r: &HostReport, st: &Style) -> String {
     out
 }
 
+/// What each KVM program cost over the window, as the kernel timed it (`--bpf-program-costs`):
+/// its runs, the mean time of one, and the CPU time of all of them as a share of one CPU.
+pub fn program_cost_lines(r: &HostReport) -> Vec<String> {
+    r.kvm_program_costs
+        .iter()
+        .map(|p| {
+            let each = if p.runs > 0 {
+                format!("{:.0} ns each on average", p.run_ns as f64 / p.runs as f64)
+            } else {
+                "never ran".to_string()
+            };
+            let share = if r.interval_s > 0.0 {
+                format!(
+                    ", {:.2}% of one CPU over the window",
+                    100.0 * p.run_ns as f64 / (r.interval_s * 1e9)
+                )
+            } else {
+                String::new()
+            };
+            format!(
+                "BPF program on kvm:{}: {} runs, {each}{share} (the kernel's own timing of the program, not of the tracepoint around it)",
+                p.program, p.runs
+            )
+        })
+        .collect()
+}
+
 pub fn page(r: &HostReport) -> String {
     let body = maud::html! {
         section {
@@ -268,6 +298,7 @@ pub fn page(r: &HostReport) -> String {
             section {
                 h2 { "KVM's events" }
                 (html::table(&KVM_HEADER, &kvm_rows(r), 2))
+                @for l in program_cost_lines(r) { p { (l) } }
             }
         }
         section {

@@ -7,6 +7,7 @@ use super::kvm::{self, KvmEvents, Maps, ThreadCounts};
 use crate::bpf::format::Format;
 use crate::bpf::sys;
 use crate::bpf::tracefs;
+use crate::watch::btf;
 use std::collections::BTreeMap;
 use std::os::fd::{AsRawFd, OwnedFd};
 
@@ -20,6 +21,12 @@ pub struct KvmTracing {
     possible_cpus: usize,
     /// Why exits are not counted: `kvm_exit` missing, or refused (none when it attached).
     exit_refused: Option<String>,
+    /// How the programs are attached, for the report's conditions.
+    source: String,
+    /// Open while the kernel times the programs (`--bpf-program-costs`).
+    timing: Option<OwnedFd>,
+    /// Each program's tracepoint, in `_progs` order.
+    prog_names: Vec<&'static str>,
 }
 
 /// What the window counted.
@@ -34,6 +41,10 @@ pub struct KvmReading {
     pub lost_exits: u64,
     /// Why exits are not counted, where they are not.
     pub exits_unavailable: Option<String>,
+    /// How the programs were attached: raw tracepoints, or perf tracepoint events and why.
+    pub source: String,
+    /// Each program's runs and run time, as the kernel timed them; empty when not asked.
+    pub program_costs: Vec<crate::wakeups::ProgramCost>,
 }
 
 impl KvmReading {
@@ -58,6 +69,33 @@ fn formats(dir: &std::path::Path) -> Result<[Option<Format>; 4], String> {
     Ok(out)
 }
 
+/// Whether the kernel's BTF passes each raw tracepoint the arguments the raw programs read
+/// ([`kvm::RAW_ARGS`]: their number, and each an integer of its width); the error says where
+/// it does not.
+fn raw_checked(root: &std::path::Path) -> Result<(), String> {
+    let path = root.join("sys/kernel/btf/vmlinux");
+    let kernel = btf_rs::Btf::from_file_with_backend(&path, btf_rs::Backend::Mmap)
+        .map_err(|e| format!("no kernel BTF ({}: {e})", path.display()))?;
+    for (tp, args) in kvm::RAW_ARGS {
+        let n = btf::tracepoint_args(&kernel, tp)?;
+        if n != args.len() {
+            return Err(format!(
+                "{tp} passes {n} arguments here, not the {} the raw program reads",
+                args.len()
+            ));
+        }
+        for (i, (name, size)) in args.iter().enumerate() {
+            if btf::tracepoint_arg_int_size(&kernel, tp, i) != Some(*size) {
+                return Err(format!(
+                    "{tp}'s argument {} (`{name}`) is not an integer of {size} bytes in the BTF",
+                    i + 1
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// One line for why the programs could not load, naming the fix where there is one.
 fn refusal(what: &str, e: &std::io::Error) -> String {
     match e.raw_os_error() {
@@ -71,17 +109,13 @@ fn refusal(what: &str, e: &std::io::Error) -> String {
 impl KvmTracing {
     /// Reads the tracepoints' formats, creates the tables, loads the programs and attaches
     /// them; an error is one line saying why KVM's events cannot be counted here.
-    pub fn start(root: &std::path::Path) -> Result<Self, String> {
+    /// With `timed`, the kernel times every run of the programs (`BPF_ENABLE_STATS`, for as
+    /// long as this lives) and [`KvmReading::program_costs`] says what they cost.
+    /// With `fallback`, perf tracepoint events stand in where raw tracepoints cannot be used;
+    /// without, that is an error saying why.
+    pub fn start(root: &std::path::Path, timed: bool, fallback: bool) -> Result<Self, String> {
         let possible_cpus = crate::bpf::possible_cpus(root)
             .ok_or("the number of possible CPUs is unknown (/sys/devices/system/cpu/possible)")?;
-        let [wakeup, ipi, poll, exit] = tracefs::with_tracefs(formats).map_err(|e| {
-            format!("KVM's tracepoints cannot be read from tracefs (root reads them): {e}")
-        })?;
-        let wakeup = wakeup.ok_or(
-            "this kernel has no kvm:kvm_vcpu_wakeup tracepoint (the kvm module is not loaded)",
-        )?;
-        let ipi = ipi.ok_or("this kernel has no kvm:kvm_apic_ipi tracepoint")?;
-        let poll = poll.ok_or("this kernel has no kvm:kvm_halt_poll_ns tracepoint")?;
         let map = |kind, value: usize, entries, name| {
             sys::map_create(kind, 4, value as u32, entries, name)
                 .map_err(|e| refusal("cannot create a BPF map", &e))
@@ -117,15 +151,75 @@ impl KvmTracing {
             _progs: Vec::new(),
             possible_cpus,
             exit_refused: None,
+            source: String::new(),
+            timing: None,
+            prog_names: Vec::new(),
         };
-        t.attach("kvm_vcpu_wakeup", wakeup.id, &kvm::wakeup(&m, &wakeup)?)?;
-        t.attach("kvm_apic_ipi", ipi.id, &kvm::ipi(&m))?;
-        t.attach("kvm_halt_poll_ns", poll.id, &kvm::halt_poll(&m, &poll)?)?;
+        if timed {
+            t.timing = Some(sys::enable_stats().map_err(|e| {
+                refusal(
+                    "cannot have the kernel time the BPF programs (BPF_ENABLE_STATS needs CAP_SYS_ADMIN)",
+                    &e,
+                )
+            })?);
+        }
+        // Raw tracepoints where the BTF says their arguments are what the programs read: the
+        // kernel then builds no perf record per event. Else (or if one will not attach) the
+        // perf tracepoint events, read at their `format` offsets.
+        // (why not, and whether it is this user's privileges: no fallback helps then)
+        let raw = raw_checked(root)
+            .map_err(|why| (why, false))
+            .and_then(|()| t.attach_raw(&m));
+        let exit = match raw {
+            Ok(()) => {
+                t.source = "raw tracepoints (their arguments checked against the kernel's BTF)"
+                    .to_string();
+                tracefs::with_tracefs(|dir| tracefs::find_format(dir, "kvm", "kvm_exit"))
+            }
+            Err((why, true)) => return Err(why),
+            Err((why, false)) if !fallback => {
+                return Err(format!(
+                    "KVM's raw tracepoints cannot be used here ({why}); --kvm-events on counts \
+                     the events on perf tracepoint events instead, which slow the VMs more \
+                     (docs/host.md)"
+                ));
+            }
+            Err((why, false)) => {
+                t.links.clear();
+                t._progs.clear();
+                t.prog_names.clear();
+                let [wakeup, ipi, poll, exit] = tracefs::with_tracefs(formats).map_err(|e| {
+                    format!("KVM's tracepoints cannot be read from tracefs (root reads them): {e}")
+                })?;
+                let wakeup = wakeup.ok_or(
+                    "this kernel has no kvm:kvm_vcpu_wakeup tracepoint (the kvm module is not loaded)",
+                )?;
+                let ipi = ipi.ok_or("this kernel has no kvm:kvm_apic_ipi tracepoint")?;
+                let poll = poll.ok_or("this kernel has no kvm:kvm_halt_poll_ns tracepoint")?;
+                let rec = kvm::Args::Record;
+                t.attach(
+                    "kvm_vcpu_wakeup",
+                    wakeup.id,
+                    &kvm::wakeup(&m, rec(&wakeup))?,
+                )?;
+                t.attach("kvm_apic_ipi", ipi.id, &kvm::ipi(&m))?;
+                t.attach(
+                    "kvm_halt_poll_ns",
+                    poll.id,
+                    &kvm::halt_poll(&m, rec(&poll))?,
+                )?;
+                t.source = format!("perf tracepoint events (not raw tracepoints: {why})");
+                Ok(exit)
+            }
+        };
         t.exit_refused = match exit {
-            None => {
+            Err(e) => Some(format!(
+                "not available, because kvm:kvm_exit's format cannot be read from tracefs: {e}"
+            )),
+            Ok(None) => {
                 Some("not available, because this kernel has no kvm:kvm_exit tracepoint".into())
             }
-            Some(f) => match kvm::exit(&m, &f).and_then(|p| t.attach("kvm_exit", f.id, &p)) {
+            Ok(Some(f)) => match kvm::exit(&m, &f).and_then(|p| t.attach("kvm_exit", f.id, &p)) {
                 Ok(()) => None,
                 Err(e) => Some(format!(
                     "not available, because kvm:kvm_exit did not attach: {e}"
@@ -135,9 +229,43 @@ impl KvmTracing {
         Ok(t)
     }
 
+    /// Loads and attaches the three raw programs (wakeup, IPI, poll window), each to its raw
+    /// tracepoint by name.
+    /// The error says why, and whether it is this user's privileges.
+    fn attach_raw(&mut self, m: &Maps) -> Result<(), (String, bool)> {
+        let progs = [
+            ("kvm_vcpu_wakeup", kvm::wakeup(m, kvm::Args::Raw)),
+            ("kvm_apic_ipi", Ok(kvm::ipi(m))),
+            ("kvm_halt_poll_ns", kvm::halt_poll(m, kvm::Args::Raw)),
+        ];
+        let denied =
+            |e: &std::io::Error| matches!(e.raw_os_error(), Some(libc::EPERM | libc::EACCES));
+        for (name, insns) in progs {
+            let insns = insns.map_err(|e| (e, false))?;
+            let prog = sys::prog_load(
+                &insns,
+                "cpulab_kvm",
+                sys::BPF_PROG_TYPE_RAW_TRACEPOINT,
+                None,
+            )
+            .map_err(|e| {
+                let why = refusal(&format!("cannot load the raw program for {name}"), &e);
+                (why, denied(&e))
+            })?;
+            let link = sys::raw_attach(Some(name), &prog).map_err(|e| {
+                let why = refusal(&format!("cannot attach to raw tracepoint {name}"), &e);
+                (why, denied(&e))
+            })?;
+            self._progs.push(prog);
+            self.links.push(link);
+            self.prog_names.push(name);
+        }
+        Ok(())
+    }
+
     fn attach(
         &mut self,
-        name: &str,
+        name: &'static str,
         id: u64,
         insns: &[crate::bpf::insn::Insn],
     ) -> Result<(), String> {
@@ -147,6 +275,7 @@ impl KvmTracing {
             .map_err(|e| refusal(&format!("cannot attach to kvm:{name}"), &e))?;
         self._progs.push(prog);
         self.links.push(link);
+        self.prog_names.push(name);
         Ok(())
     }
 
@@ -182,6 +311,17 @@ impl KvmTracing {
                 .sum();
         }
         r.runs.copy_from_slice(&stats[..4]);
+        r.source = std::mem::take(&mut self.source);
+        if self.timing.is_some() {
+            for (p, name) in self._progs.iter().zip(&self.prog_names) {
+                let (runs, run_ns) = sys::prog_run_stats(p).map_err(read)?;
+                r.program_costs.push(crate::wakeups::ProgramCost {
+                    program: name.to_string(),
+                    runs,
+                    run_ns,
+                });
+            }
+        }
         r.lost_threads = stats[kvm::LOST_THREAD as usize];
         r.lost_exits = stats[kvm::LOST_EXIT as usize];
         r.exits_unavailable = match self.exit_refused.take() {
