@@ -76,7 +76,7 @@ pub fn command() -> clap::Command {
 /// What the command line asked for.
 pub enum Invocation {
     /// One of the subcommands declared in [`Command`].
-    Builtin(Cli),
+    Builtin(Box<Cli>),
     /// An experiment's subcommand from the registry.
     Registered {
         kind: crate::report::envelope::Kind,
@@ -103,13 +103,13 @@ where
             command,
         });
     }
-    Ok(Invocation::Builtin(Cli::from_arg_matches(&m)?))
+    Ok(Invocation::Builtin(Box::new(Cli::from_arg_matches(&m)?)))
 }
 
 /// Runs what [`try_parse_from`] parsed.
 pub fn run_invocation(inv: Invocation) -> Result<()> {
     match inv {
-        Invocation::Builtin(cli) => run(cli),
+        Invocation::Builtin(cli) => run(*cli),
         Invocation::Registered {
             global,
             matches,

@@ -699,7 +699,8 @@ fn at(prom: &Prometheus, q: &str, t: f64) -> f64 {
 /// Prometheus stores: each under its name (`cpulab (PID)`: cpulab's guests have no QEMU
 /// `-name`) with its two vCPUs; the busy guest's run seconds grow between two scrapes, by at
 /// most what two vCPU threads can run in that time; no run or wait counter ever goes back; and
-/// per-vCPU series exist for the VM named by `--vm` only.
+/// per-vCPU series exist for the VM named by `--vm` only; and KVM's own events per VM obey
+/// the guests' physics.
 #[test]
 fn the_vms_of_a_kvm_host_reach_prometheus_with_cumulative_run_and_wait() {
     if !prometheus_installed(test_name!()) || !common::kvm_usable(test_name!()) {
@@ -782,4 +783,48 @@ fn the_vms_of_a_kvm_host_reach_prometheus_with_cumulative_run_and_wait() {
         usize::from(counted == 1.0),
         "{migrations:?}"
     );
+    // KVM's events per VM, by BPF on KVM's raw tracepoints (the exporter's default): the halt
+    // ping-pong halts and sends IPIs between the two scrapes, each halt was won by polling or
+    // slept, the polling it won is CPU time its threads ran, and the burner never halts.
+    assert_eq!(
+        at(&prom, "cpulab_vm_kvm_events_available", t2),
+        1.0,
+        "the exporter logs why KVM's events are not counted"
+    );
+    let of = |m: &str, vm: &str, t: f64| at(&prom, &format!("{m}{{vm=\"{vm}\"}}"), t);
+    let halts = |t| of("cpulab_vm_halts_total", &unnamed, t);
+    assert!(halts(t2) > halts(t1), "{} -> {}", halts(t1), halts(t2));
+    let ipis = |t| of("cpulab_vm_ipis_sent_total", &unnamed, t);
+    assert!(ipis(t2) > ipis(t1), "{} -> {}", ipis(t1), ipis(t2));
+    for t in [t1, t2] {
+        assert_eq!(
+            of("cpulab_vm_halt_polls_won_total", &unnamed, t)
+                + of("cpulab_vm_halts_slept_total", &unnamed, t),
+            halts(t),
+            "every halt won or slept"
+        );
+    }
+    let polled = of("cpulab_vm_halt_poll_success_seconds_total", &unnamed, t2)
+        - of("cpulab_vm_halt_poll_success_seconds_total", &unnamed, t1);
+    let ran = of("cpulab_vm_vcpu_run_seconds_total", &unnamed, t2)
+        - of("cpulab_vm_vcpu_run_seconds_total", &unnamed, t1);
+    // Both read in each scrape, a moment apart: slack for that moment.
+    assert!(
+        polled >= 0.0 && polled <= ran + 0.05,
+        "polled {polled} s, ran {ran} s"
+    );
+    assert_eq!(
+        of("cpulab_vm_halts_total", &named, t2),
+        0.0,
+        "a burner halts"
+    );
+    assert_eq!(of("cpulab_vm_ipis_sent_total", &named, t2), 0.0);
+    for m in [
+        "cpulab_vm_halts_total",
+        "cpulab_vm_ipis_sent_total",
+        "cpulab_vm_halt_poll_success_seconds_total",
+    ] {
+        let resets = prom.query(&format!("resets({m}[1m] @ {t2:.3}) > 0"));
+        assert!(resets.is_empty(), "{m} went back: {resets:?}");
+    }
 }

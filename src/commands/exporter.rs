@@ -113,6 +113,11 @@ pub struct Args {
     /// -name, else `COMM (PID)`); repeat for up to 4 VMs, 32 vCPUs each.
     #[arg(long = "vm", value_name = "NAME")]
     pub vm: Vec<String>,
+    /// On a KVM host: KVM's halts, polls won and their seconds, IPIs and exits per VM, counted
+    /// by BPF programs attached for the exporter's life. auto: on KVM's raw tracepoints only;
+    /// on: also on perf tracepoint events where raw ones cannot be used; off: none.
+    #[arg(long, value_name = "WHEN", default_value = "auto", value_parser = ["auto", "on", "off"])]
+    pub kvm_events: String,
     /// With the test double only (`--mechanism fake`): each placement class's weight in the
     /// made-up wakeups, nearest class first (`3,1,0`); classes beyond the list weigh 1.
     #[arg(long, hide = true, value_name = "W,W,...", value_delimiter = ',')]
@@ -233,6 +238,7 @@ pub fn settings(args: &Args, machine: &Machine) -> Result<Settings> {
         log_format: args.log_format.parse().map_err(bad_input)?,
         max_vms: args.max_vms,
         listed_vms: args.vm.clone(),
+        kvm_events: args.kvm_events.clone(),
     })
 }
 

@@ -588,7 +588,13 @@ mod tests {
                 String::new(),
                 super::super::doctor::REREAD,
             ),
-            VmWatch::new(root, super::super::vms::looking(root, true), 4, Vec::new()),
+            VmWatch::new(
+                root,
+                super::super::vms::looking(root, true),
+                4,
+                Vec::new(),
+                Err("not in a test tree".into()),
+            ),
         )
     }
 
@@ -757,6 +763,7 @@ mod tests {
                 super::super::vms::looking(d.path(), true),
                 4,
                 Vec::new(),
+                Err("not in a test tree".into()),
             ),
         );
         let t = c.scrape(Format::Prometheus);

@@ -494,9 +494,103 @@ fn encode_vms(v: &VmFigures, enc: &mut DescriptorEncoder) -> Result<(), std::fmt
              it; absent where the kernel does not count them",
         ],
     };
-    encode_counts(&vcpu, &rows, enc)
-    // KVM's own events (halt-poll seconds, exits) will be encoded here from the BPF KVM
-    // events; until then nothing stands in for them.
+    encode_counts(&vcpu, &rows, enc)?;
+    encode_vm_kvm(v, enc)
+}
+
+/// KVM's own events per VM, from the BPF programs on its tracepoints: present only for VMs
+/// whose every vCPU thread read has them (where the programs do not run, absent, and
+/// `cpulab_vm_kvm_events_available` 0); exits only where KVM traces them.
+fn encode_vm_kvm(v: &VmFigures, enc: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
+    let Some(available) = v.kvm_available else {
+        return Ok(());
+    };
+    enc.encode_descriptor(
+        "vm_kvm_events_available",
+        "Whether KVM's events are counted per VM (BPF programs on KVM's tracepoints, \
+         --kvm-events): 0 means every cpulab_vm_halts_total, polls, IPIs and exits series is \
+         absent, never 0 (the exporter logs why at start)",
+        None,
+        MetricType::Gauge,
+    )?
+    .encode_gauge(&i64::from(available))?;
+    let rows: Vec<(Labels, super::vms::KvmCounts)> = v
+        .vms
+        .iter()
+        .filter_map(|s| Some((labels(&[("vm", &s.vm)]), s.counts?.kvm?)))
+        .collect();
+    type Pick = fn(&super::vms::KvmCounts) -> Option<f64>;
+    let families: [(&str, &str, bool, Pick); 7] = [
+        (
+            "vm_halts",
+            "Halts of a VM's vCPUs that ended (kvm:kvm_vcpu_wakeup), since the exporter first saw \
+             each vCPU thread",
+            false,
+            |k| Some(k.halts as f64),
+        ),
+        (
+            "vm_halt_polls_won",
+            "Halts of a VM's vCPUs that KVM's halt polling ended without the thread blocking",
+            false,
+            |k| Some(k.polls_won as f64),
+        ),
+        (
+            "vm_halt_poll_success",
+            "CPU time KVM's halt polling spent in the halts it won (their time in \
+             kvm:kvm_vcpu_wakeup: KVM's own halt_poll_success_ns). The lost polls' time \
+             (halt_poll_fail_ns) is not published: no tracepoint times the poll of a halt that \
+             slept, and KVM's own statistics are its VMM's alone to read",
+            true,
+            |k| Some(k.polls_won_ns as f64 / 1e9),
+        ),
+        (
+            "vm_halts_slept",
+            "Halts of a VM's vCPUs in which the thread blocked (after polling its whole window, \
+             if it had one)",
+            false,
+            |k| Some(k.slept as f64),
+        ),
+        (
+            "vm_halts_slept",
+            "Time of the halts in which a VM's vCPU threads blocked: the poll window, then the \
+             sleep",
+            true,
+            |k| Some(k.slept_ns as f64 / 1e9),
+        ),
+        (
+            "vm_ipis_sent",
+            "IPIs a VM's vCPUs sent (kvm:kvm_apic_ipi, one per ICR write)",
+            false,
+            |k| Some(k.ipis as f64),
+        ),
+        (
+            "vm_exits",
+            "Exits of a VM's vCPUs to KVM (kvm:kvm_exit); absent where KVM does not trace them \
+             (a KVM that runs guests without VMX/SVM, such as kvm_pvm)",
+            false,
+            |k| k.exits.map(|n| n as f64),
+        ),
+    ];
+    for (name, help, seconds, pick) in families {
+        let unit = seconds.then_some(Unit::Seconds);
+        if !rows.iter().any(|(_, k)| pick(k).is_some()) {
+            continue;
+        }
+        let mut m = enc.encode_descriptor(name, help, unit.as_ref(), MetricType::Counter)?;
+        for (l, k) in &rows {
+            match pick(k) {
+                Some(x) if seconds => m
+                    .encode_family(l)?
+                    .encode_counter::<NoLabelSet, _, f64>(&x, None)?,
+                // A count, exact below 2^53.
+                Some(x) => m
+                    .encode_family(l)?
+                    .encode_counter::<NoLabelSet, _, u64>(&(x as u64), None)?,
+                None => {}
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The active probe's last round trips and its run counts.
@@ -1110,12 +1204,14 @@ mod tests {
             run_ns,
             wait_ns,
             migrations,
+            kvm: None,
         };
         VmFigures {
             off: None,
             count: Some(3),
             not_inspected: 0,
             migrations_available: Some(true),
+            kvm_available: None,
             vms: vec![
                 VmSeries {
                     vm: "db".into(),
@@ -1192,6 +1288,59 @@ mod tests {
             "{p}"
         );
         assert!(p.contains("# TYPE cpulab_vm_vcpus gauge"), "{p}");
+    }
+
+    #[test]
+    fn kvm_events_are_published_per_vm_where_counted_and_absent_where_not() {
+        use super::super::vms::KvmCounts;
+        let mut f = frame();
+        let mut v = vm_figures();
+        // Before the programs run anywhere: no KVM series at all.
+        f.vms = Some(v.clone());
+        let t = encode(&f, Format::Prometheus);
+        assert!(
+            !t.contains("kvm_events_available") && !t.contains("cpulab_vm_halts"),
+            "{t}"
+        );
+        v.kvm_available = Some(true);
+        if let Some(c) = v.vms[0].counts.as_mut() {
+            c.kvm = Some(KvmCounts {
+                halts: 30,
+                polls_won: 20,
+                polls_won_ns: 2_000_000,
+                slept: 10,
+                slept_ns: 500_000_000,
+                ipis: 31,
+                exits: None,
+            });
+        }
+        f.vms = Some(v.clone());
+        for format in [Format::Prometheus, Format::OpenMetrics] {
+            let t = encode(&f, format);
+            for line in [
+                "cpulab_vm_kvm_events_available 1\n",
+                "cpulab_vm_halts_total{vm=\"db\"} 30\n",
+                "cpulab_vm_halt_polls_won_total{vm=\"db\"} 20\n",
+                "cpulab_vm_halt_poll_success_seconds_total{vm=\"db\"} 0.002\n",
+                "cpulab_vm_halts_slept_total{vm=\"db\"} 10\n",
+                "cpulab_vm_halts_slept_seconds_total{vm=\"db\"} 0.5\n",
+                "cpulab_vm_ipis_sent_total{vm=\"db\"} 31\n",
+            ] {
+                assert!(t.contains(line), "{line}\n{t}");
+            }
+            // Exits not traced: no exit series; the VM without KVM counts has none either.
+            assert!(!t.contains("cpulab_vm_exits"), "{t}");
+            assert!(!t.contains("cpulab_vm_halts_total{vm=\"other\"}"), "{t}");
+        }
+        // Programs refused: the gauge says 0, and no series stands in.
+        v.kvm_available = Some(false);
+        if let Some(c) = v.vms[0].counts.as_mut() {
+            c.kvm = None;
+        }
+        f.vms = Some(v);
+        let t = encode(&f, Format::Prometheus);
+        assert!(t.contains("cpulab_vm_kvm_events_available 0\n"), "{t}");
+        assert!(!t.lines().any(|l| l.starts_with("cpulab_vm_halt")), "{t}");
     }
 
     #[test]

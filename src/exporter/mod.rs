@@ -252,9 +252,34 @@ pub fn serve(machine: &Machine, mut s: Settings, quiet: bool) -> Result<()> {
     let status = std::fs::read_to_string(settings::own_status()).unwrap_or_default();
     let may_inspect = settings::cap_eff(&status).is_some_and(settings::caps_allow_ptrace);
     let looking = vms::looking(&machine.root, may_inspect);
-    let vm_watch = vms::VmWatch::new(&machine.root, looking, s.max_vms, s.listed_vms.clone());
+    let mut vm_watch = vms::VmWatch::new(
+        &machine.root,
+        looking.clone(),
+        s.max_vms,
+        s.listed_vms.clone(),
+        Err("not attached yet".into()),
+    );
     let base = base_series(machine, &classes, &machine_info, &s, vm_watch.looking());
     let named = named_targets(base, classes.len(), &s)?;
+    // Attached only once the settings are known good: bad input changes nothing.
+    let kvm = match (&looking, s.kvm_events.as_str()) {
+        (vms::Looking::On, "off") => Err("--kvm-events off was given".to_string()),
+        (vms::Looking::On, when) => {
+            crate::host::watch::tracing::KvmTracing::start(&machine.root, false, when == "on")
+        }
+        _ => Err("no VM is looked for".to_string()),
+    };
+    match (&looking, &kvm) {
+        (vms::Looking::On, Ok(_)) => log::info!(
+            "counting KVM's events per VM by BPF for as long as the exporter runs \
+             (cpulab_vm_halts_total and the rest; --kvm-events off stops it)"
+        ),
+        (vms::Looking::On, Err(why)) => {
+            log::warn!("KVM's events are not published (cpulab_vm_kvm_events_available 0): {why}")
+        }
+        _ => {}
+    }
+    vm_watch.set_kvm(kvm);
     match vm_watch.looking() {
         vms::Looking::On => log::info!(
             "publishing the KVM VMs of this host read from /proc: at most {} with their own \
@@ -396,6 +421,7 @@ fn vms_at_most(s: &Settings, looking: &vms::Looking) -> Option<vms::VmFigures> {
         count: Some(0),
         not_inspected: 0,
         migrations_available: Some(true),
+        kvm_available: Some(true),
         vms: all,
     })
 }

@@ -52,6 +52,8 @@ pub struct Settings {
     pub max_vms: usize,
     /// VMs whose vCPUs are published one by one (`--vm`, at most `vms::MAX_LISTED`).
     pub listed_vms: Vec<String>,
+    /// KVM's events by BPF (`--kvm-events`): `auto`, `on` or `off`, as `cpulab host`'s.
+    pub kvm_events: String,
 }
 
 /// `--facts-interval`: a duration (`60s`, `5m`; a bare number is seconds) of at least 1 s.

@@ -23,14 +23,21 @@
 //!   `cpulab_vms` count, since VMs may hide there, and the collector fails with the reason; an
 //!   exporter that may not read other users' fds at all (neither root nor `CAP_SYS_PTRACE`)
 //!   publishes nothing of the VMs ([`Looking::MayNotInspect`]).
-//! - **Halt polling and exits** come from KVM's own events (the BPF work in
-//!   `crate::host::watch`), not from /proc: [`VmSeries`] has their place, nothing fills it yet.
+//! - **Halt polling, IPIs and exits** come from KVM's own events, counted per thread in the
+//!   kernel by `cpulab host`'s BPF programs (`crate::host::watch::tracing`), attached for the
+//!   exporter's life (`--kvm-events`, auto by default: raw tracepoints only) and read at each
+//!   scrape, each thread from the scrape that first saw it, as its run time is. The entries of
+//!   threads that ended are freed after each scrape, so the table holds the live ones only.
+//!   Where the programs cannot run, every KVM counter is absent and
+//!   `cpulab_vm_kvm_events_available` is 0 (the reason is logged at start); exits are absent
+//!   where KVM does not trace them (`kvm_exit` never fires on kvm_pvm).
 //!
 //! [`Ledger`] is the pure accounting, tested on literal readings; [`VmWatch`] reads a root.
 
 use super::process::{ErrorKind, ReadError};
 use crate::host::watch::discover::{self, FoundVm};
 use crate::host::watch::sample::{self, Look};
+use crate::host::watch::tracing::{KvmReading, KvmTracing};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -43,10 +50,78 @@ pub const MAX_LISTED: usize = 4;
 /// Most vCPUs of a `--vm` VM with per-vCPU series (the lowest indexes); the others are in the
 /// VM's sums only.
 pub const MAX_LISTED_VCPUS: u32 = 32;
-/// Series of one VM at most: its vCPUs, those measured, run, wait and migrations.
-pub const SERIES_PER_VM: usize = 5;
+/// Series of one VM at most: its vCPUs, those measured, run, wait and migrations, and KVM's
+/// halts, polls won, their seconds, halts slept, their seconds, IPIs and exits.
+pub const SERIES_PER_VM: usize = 12;
 /// Series of one listed vCPU at most: run, wait and migrations.
 pub const SERIES_PER_VCPU: usize = 3;
+
+/// KVM's own events of some vCPU threads (`crate::host::watch::kvm`'s per-thread counts).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KvmCounts {
+    pub halts: u64,
+    /// Halts KVM's polling won, and the CPU time that polling took (KVM's own
+    /// `halt_poll_success_ns`).
+    pub polls_won: u64,
+    pub polls_won_ns: u64,
+    /// Halts in which the thread blocked, and their time (the poll window first, then the
+    /// sleep).
+    pub slept: u64,
+    pub slept_ns: u64,
+    pub ipis: u64,
+    /// `None` where KVM does not trace exits here.
+    pub exits: Option<u64>,
+}
+
+impl Default for KvmCounts {
+    fn default() -> Self {
+        Self {
+            halts: 0,
+            polls_won: 0,
+            polls_won_ns: 0,
+            slept: 0,
+            slept_ns: 0,
+            ipis: 0,
+            exits: Some(0),
+        }
+    }
+}
+
+impl KvmCounts {
+    fn add(&mut self, o: &KvmCounts) {
+        self.halts = self.halts.saturating_add(o.halts);
+        self.polls_won = self.polls_won.saturating_add(o.polls_won);
+        self.polls_won_ns = self.polls_won_ns.saturating_add(o.polls_won_ns);
+        self.slept = self.slept.saturating_add(o.slept);
+        self.slept_ns = self.slept_ns.saturating_add(o.slept_ns);
+        self.ipis = self.ipis.saturating_add(o.ipis);
+        self.exits = self.exits.zip(o.exits).map(|(a, b)| a.saturating_add(b));
+    }
+
+    fn between(first: &KvmCounts, last: &KvmCounts) -> KvmCounts {
+        KvmCounts {
+            halts: last.halts.saturating_sub(first.halts),
+            polls_won: last.polls_won.saturating_sub(first.polls_won),
+            polls_won_ns: last.polls_won_ns.saturating_sub(first.polls_won_ns),
+            slept: last.slept.saturating_sub(first.slept),
+            slept_ns: last.slept_ns.saturating_sub(first.slept_ns),
+            ipis: last.ipis.saturating_sub(first.ipis),
+            exits: first
+                .exits
+                .zip(last.exits)
+                .map(|(a, b)| b.saturating_sub(a)),
+        }
+    }
+
+    /// Whether any count is below `earlier`'s: the entry was taken by another thread.
+    fn went_back(&self, earlier: &KvmCounts) -> bool {
+        self.halts < earlier.halts
+            || self.polls_won_ns < earlier.polls_won_ns
+            || self.slept_ns < earlier.slept_ns
+            || self.ipis < earlier.ipis
+            || matches!((earlier.exits, self.exits), (Some(a), Some(b)) if b < a)
+    }
+}
 
 /// What some vCPU threads ran and waited since the exporter first saw them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -56,6 +131,8 @@ pub struct Counts {
     /// `None` when one of the threads summed has no `se.nr_migrations` (the kernel does not
     /// count them).
     pub migrations: Option<u64>,
+    /// KVM's events; `None` when one of the threads summed has none (the programs do not run).
+    pub kvm: Option<KvmCounts>,
 }
 
 impl Default for Counts {
@@ -64,6 +141,7 @@ impl Default for Counts {
             run_ns: 0,
             wait_ns: 0,
             migrations: Some(0),
+            kvm: Some(KvmCounts::default()),
         }
     }
 }
@@ -76,19 +154,35 @@ impl Counts {
             .migrations
             .zip(o.migrations)
             .map(|(a, b)| a.saturating_add(b));
+        self.kvm = self.kvm.zip(o.kvm).map(|(mut a, b)| {
+            a.add(&b);
+            a
+        });
     }
 
     /// From `first` to `last` of one thread (pure).
-    fn between(first: &Look, last: &Look) -> Counts {
+    fn between(first: &Reading, last: &Reading) -> Counts {
+        let (f, l) = (&first.look, &last.look);
         Counts {
-            run_ns: last.run_ns.saturating_sub(first.run_ns),
-            wait_ns: last.wait_ns.saturating_sub(first.wait_ns),
-            migrations: first
+            run_ns: l.run_ns.saturating_sub(f.run_ns),
+            wait_ns: l.wait_ns.saturating_sub(f.wait_ns),
+            migrations: f
                 .migrations
-                .zip(last.migrations)
+                .zip(l.migrations)
                 .map(|(a, b)| b.saturating_sub(a)),
+            kvm: first
+                .kvm
+                .zip(last.kvm)
+                .map(|(a, b)| KvmCounts::between(&a, &b)),
         }
     }
+}
+
+/// One thread's reading at one scrape: /proc's, and KVM's events where the programs run.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Reading {
+    pub look: Look,
+    pub kvm: Option<KvmCounts>,
 }
 
 /// One VM as a scrape publishes it (or `other`, the sum of the VMs beyond the cap).
@@ -118,6 +212,8 @@ pub struct VmFigures {
     pub not_inspected: u64,
     /// Whether the kernel counts migrations (`se.nr_migrations`); `None` when not read.
     pub migrations_available: Option<bool>,
+    /// Whether KVM's events are counted (the programs run); `None` when no VM is looked for.
+    pub kvm_available: Option<bool>,
     pub vms: Vec<VmSeries>,
 }
 
@@ -137,14 +233,14 @@ pub struct SeenVm {
 pub struct SeenThread {
     pub tid: i32,
     pub vcpu: u32,
-    pub look: Option<Look>,
+    pub look: Option<Reading>,
 }
 
 #[derive(Clone, Debug)]
 struct Thread {
     vcpu: u32,
-    first: Look,
-    last: Look,
+    first: Reading,
+    last: Reading,
 }
 
 #[derive(Clone, Debug)]
@@ -329,9 +425,12 @@ fn observe(vm: &mut Vm, v: &SeenVm) {
                 vm.threads.insert(s.tid, fresh);
             }
             Some(t) => {
-                let back = look.run_ns < t.last.run_ns
-                    || look.wait_ns < t.last.wait_ns
-                    || matches!((t.last.migrations, look.migrations), (Some(a), Some(b)) if b < a);
+                let (now, last) = (&look.look, &t.last.look);
+                let back = now.run_ns < last.run_ns
+                    || now.wait_ns < last.wait_ns
+                    || matches!((last.migrations, now.migrations), (Some(a), Some(b)) if b < a)
+                    || matches!((&t.last.kvm, &look.kvm), (Some(a), Some(b)) if b.went_back(a))
+                    || t.last.kvm.is_some() != look.kvm.is_some();
                 if back || t.vcpu != s.vcpu {
                     let old = t.clone();
                     *t = fresh;
@@ -380,23 +479,68 @@ pub fn looking(root: &Path, may_inspect: bool) -> Looking {
     }
 }
 
-/// The collector: the VMs found so far, with their threads, and the ledger.
-#[derive(Debug)]
+/// The collector: the VMs found so far, with their threads, the ledger, and KVM's programs
+/// (or why they do not run).
 pub struct VmWatch {
     root: PathBuf,
     looking: Looking,
     found: BTreeMap<i32, FoundVm>,
     ledger: Ledger,
+    kvm: Result<KvmTracing, String>,
+}
+
+impl std::fmt::Debug for VmWatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VmWatch")
+            .field("root", &self.root)
+            .field("looking", &self.looking)
+            .field("vms", &self.found.len())
+            .field("kvm", &self.kvm.as_ref().map(|_| "attached"))
+            .finish()
+    }
+}
+
+/// KVM's events of one thread as the ledger counts them.
+fn kvm_counts(r: &KvmReading, tid: i32) -> Option<KvmCounts> {
+    let e = r.events(u32::try_from(tid).ok()?);
+    Some(KvmCounts {
+        halts: e.halts,
+        polls_won: e.polls_won,
+        polls_won_ns: e.polls_won_ns,
+        slept: e.slept,
+        slept_ns: e.slept_ns,
+        ipis: e.ipis_sent,
+        exits: e.exits,
+    })
 }
 
 impl VmWatch {
-    pub fn new(root: &Path, looking: Looking, max_vms: usize, listed: Vec<String>) -> Self {
+    /// `kvm`: the programs counting KVM's events, attached for as long as this lives, or why
+    /// not (no KVM events are published then).
+    pub fn new(
+        root: &Path,
+        looking: Looking,
+        max_vms: usize,
+        listed: Vec<String>,
+        kvm: Result<KvmTracing, String>,
+    ) -> Self {
         Self {
             root: root.to_path_buf(),
             looking,
             found: BTreeMap::new(),
             ledger: Ledger::new(max_vms, listed),
+            kvm,
         }
+    }
+
+    /// The programs counting KVM's events from now on, or why not.
+    pub fn set_kvm(&mut self, kvm: Result<KvmTracing, String>) {
+        self.kvm = kvm;
+    }
+
+    /// Why KVM's events are not counted, where they are not.
+    pub fn kvm_refused(&self) -> Option<&str> {
+        self.kvm.as_ref().err().map(String::as_str)
     }
 
     /// Whether VMs are looked for, and why not.
@@ -436,6 +580,19 @@ impl VmWatch {
         let mut errors = Vec::new();
         let (now, refused) = discover::scan(&self.root);
         self.merge(now);
+        let kvm = match &self.kvm {
+            Ok(t) => match t.read() {
+                Ok(r) => Some(r),
+                Err(e) => {
+                    errors.push(ReadError {
+                        kind: ErrorKind::Io,
+                        detail: e,
+                    });
+                    None
+                }
+            },
+            Err(_) => None,
+        };
         let mut seen = Vec::new();
         for vm in self.found.values_mut() {
             let mut threads = Vec::new();
@@ -456,7 +613,10 @@ impl VmWatch {
                 threads.push(SeenThread {
                     tid,
                     vcpu: t.vcpu,
-                    look,
+                    look: look.map(|look| Reading {
+                        look,
+                        kvm: kvm.as_ref().and_then(|r| kvm_counts(r, tid)),
+                    }),
                 });
             }
             for tid in gone {
@@ -488,8 +648,14 @@ impl VmWatch {
             count: (refused == 0).then_some(seen.len() as u64),
             not_inspected: refused as u64,
             migrations_available,
+            kvm_available: Some(self.kvm.is_ok()),
             vms: self.ledger.update(&seen),
         };
+        // Threads that ended give their entries back (the ledger carries what they counted).
+        if let Ok(t) = &self.kvm {
+            let proc = self.root.join("proc");
+            t.forget_dead(|tid| proc.join(tid.to_string()).exists());
+        }
         (figures, errors)
     }
 
@@ -515,17 +681,36 @@ impl VmWatch {
 mod tests {
     use super::*;
 
-    fn look(run_ns: u64, wait_ns: u64, migrations: Option<u64>) -> Option<Look> {
-        Some(Look {
-            state: 'R',
-            cpu: 0,
-            run_ns,
-            wait_ns,
-            migrations,
+    fn look(run_ns: u64, wait_ns: u64, migrations: Option<u64>) -> Option<Reading> {
+        Some(Reading {
+            look: Look {
+                state: 'R',
+                cpu: 0,
+                run_ns,
+                wait_ns,
+                migrations,
+            },
+            kvm: None,
         })
     }
 
-    fn vm(pid: i32, name: &str, threads: &[(i32, u32, Option<Look>)]) -> SeenVm {
+    /// A reading with KVM's events: `halts` halts, `won` of them won by polling (each 1 us),
+    /// the rest slept (each 100 us), one IPI per halt; exits as given.
+    fn with_kvm(run_ns: u64, halts: u64, won: u64, exits: Option<u64>) -> Option<Reading> {
+        let mut r = look(run_ns, 0, Some(0))?;
+        r.kvm = Some(KvmCounts {
+            halts,
+            polls_won: won,
+            polls_won_ns: won * 1_000,
+            slept: halts - won,
+            slept_ns: (halts - won) * 100_000,
+            ipis: halts,
+            exits,
+        });
+        Some(r)
+    }
+
+    fn vm(pid: i32, name: &str, threads: &[(i32, u32, Option<Reading>)]) -> SeenVm {
         SeenVm {
             pid,
             name: name.into(),
@@ -546,7 +731,11 @@ mod tests {
     fn counters_start_at_the_first_reading_and_a_thread_that_ends_keeps_what_it_counted() {
         let mut l = Ledger::new(4, Vec::new());
         let s = l.update(&[vm(10, "db", &[(11, 0, look(1_000, 50, Some(3)))])]);
-        assert_eq!(of(&s, "db").counts, Some(Counts::default()));
+        let zero = Counts {
+            kvm: None,
+            ..Counts::default()
+        };
+        assert_eq!(of(&s, "db").counts, Some(zero));
         assert_eq!(of(&s, "db").measured, 1);
         let s = l.update(&[vm(
             10,
@@ -613,6 +802,54 @@ mod tests {
     }
 
     #[test]
+    fn kvm_events_count_from_the_first_reading_add_up_over_vcpus_and_survive_a_thread() {
+        let mut l = Ledger::new(4, Vec::new());
+        let s = l.update(&[vm(
+            10,
+            "db",
+            &[
+                (11, 0, with_kvm(0, 100, 90, None)),
+                (12, 1, with_kvm(0, 10, 0, None)),
+            ],
+        )]);
+        assert_eq!(
+            of(&s, "db").counts.unwrap().kvm,
+            Some(KvmCounts {
+                exits: None,
+                ..KvmCounts::default()
+            }),
+            "from the first reading; exits not traced stay unknown"
+        );
+        let s = l.update(&[vm(
+            10,
+            "db",
+            &[
+                (11, 0, with_kvm(5, 150, 130, None)),
+                (12, 1, with_kvm(5, 30, 0, None)),
+            ],
+        )]);
+        let k = of(&s, "db").counts.unwrap().kvm.unwrap();
+        assert_eq!((k.halts, k.polls_won, k.slept, k.ipis), (70, 40, 30, 70));
+        assert_eq!((k.polls_won_ns, k.slept_ns), (40_000, 3_000_000));
+        // Thread 12 ends: what it counted stays.
+        let s = l.update(&[vm(10, "db", &[(11, 0, with_kvm(9, 160, 140, None))])]);
+        let k = of(&s, "db").counts.unwrap().kvm.unwrap();
+        assert_eq!((k.halts, k.polls_won), (80, 50));
+        // Its entry freed and taken again from 0 by a new thread of the same id: a new
+        // baseline, nothing subtracted.
+        let s = l.update(&[vm(10, "db", &[(11, 0, with_kvm(10, 3, 3, None))])]);
+        assert_eq!(of(&s, "db").counts.unwrap().kvm.unwrap().halts, 80);
+        // A VM whose threads have no KVM reading has no KVM counts: absent, never 0.
+        let s = l.update(&[vm(20, "web", &[(21, 0, look(0, 0, Some(0)))])]);
+        assert_eq!(of(&s, "web").counts.unwrap().kvm, None);
+        // Exits where traced add up.
+        let mut l = Ledger::new(4, Vec::new());
+        l.update(&[vm(30, "x", &[(31, 0, with_kvm(0, 1, 1, Some(7)))])]);
+        let s = l.update(&[vm(30, "x", &[(31, 0, with_kvm(1, 2, 2, Some(19)))])]);
+        assert_eq!(of(&s, "x").counts.unwrap().kvm.unwrap().exits, Some(12));
+    }
+
+    #[test]
     fn labels_are_names_and_a_vm_without_one_is_its_command_and_pid() {
         let mut l = Ledger::new(8, vec!["db".into()]);
         let mut unnamed = vm(30, "cpulab", &[(31, 0, look(0, 0, Some(0)))]);
@@ -643,7 +880,7 @@ mod tests {
         // Without KVM, whoever asks: nothing to inspect.
         for may_inspect in [true, false] {
             let l = looking(t.path(), may_inspect);
-            let mut w = VmWatch::new(t.path(), l, 4, Vec::new());
+            let mut w = VmWatch::new(t.path(), l, 4, Vec::new(), Err("not here".into()));
             let (f, errors) = w.read();
             assert!(errors.is_empty());
             assert_eq!(f.count, Some(0));
@@ -651,14 +888,20 @@ mod tests {
         }
         // With the module, the same tree is scanned: no process holds a VM.
         std::fs::create_dir_all(t.path().join("sys/module/kvm")).unwrap();
-        let mut w = VmWatch::new(t.path(), looking(t.path(), true), 4, Vec::new());
+        let mut w = VmWatch::new(
+            t.path(),
+            looking(t.path(), true),
+            4,
+            Vec::new(),
+            Err("not here".into()),
+        );
         let (f, errors) = w.read();
         assert!(errors.is_empty(), "{errors:?}");
         assert_eq!((f.count, f.off, f.vms.len()), (Some(0), None, 0));
         // One that may not read other processes' fds cannot say 0: it publishes nothing.
         let l = looking(t.path(), false);
         assert!(matches!(l, Looking::MayNotInspect(_)), "{l:?}");
-        let mut w = VmWatch::new(t.path(), l, 4, Vec::new());
+        let mut w = VmWatch::new(t.path(), l, 4, Vec::new(), Err("not here".into()));
         assert!(!w.publishes());
         assert_eq!(w.read().0.count, None);
     }

@@ -7,14 +7,16 @@ use super::kvm::{self, KvmEvents, Maps, ThreadCounts};
 use crate::bpf::format::Format;
 use crate::bpf::sys;
 use crate::bpf::tracefs;
+use crate::watch::bpf::table::MappedArray;
 use crate::watch::btf;
 use std::collections::BTreeMap;
 use std::os::fd::{AsRawFd, OwnedFd};
 
 /// The programs attached, until [`KvmTracing::finish`].
 pub struct KvmTracing {
-    threads: OwnedFd,
-    exits: OwnedFd,
+    /// Mapped: read at once, and a dead thread's entry freed in place ([`Self::forget_dead`]).
+    threads: MappedArray,
+    exits: MappedArray,
     stats: OwnedFd,
     links: Vec<OwnedFd>,
     _progs: Vec<OwnedFd>,
@@ -120,18 +122,16 @@ impl KvmTracing {
             sys::map_create(kind, 4, value as u32, entries, name)
                 .map_err(|e| refusal("cannot create a BPF map", &e))
         };
-        let threads = map(
-            sys::BPF_MAP_TYPE_ARRAY,
+        let mapped = |value: usize, entries, name| {
+            MappedArray::create(name, value as u32, entries)
+                .map_err(|e| refusal("cannot create a BPF map", &e))
+        };
+        let threads = mapped(
             kvm::THREAD_BUCKET_BYTES,
             kvm::THREAD_BUCKETS,
             "cpulab_kvm_thr",
         )?;
-        let exits = map(
-            sys::BPF_MAP_TYPE_ARRAY,
-            kvm::EXIT_BUCKET_BYTES,
-            kvm::EXIT_BUCKETS,
-            "cpulab_kvm_exit",
-        )?;
+        let exits = mapped(kvm::EXIT_BUCKET_BYTES, kvm::EXIT_BUCKETS, "cpulab_kvm_exit")?;
         let stats = map(
             sys::BPF_MAP_TYPE_PERCPU_ARRAY,
             8,
@@ -139,8 +139,8 @@ impl KvmTracing {
             "cpulab_kvm_stat",
         )?;
         let m = Maps {
-            threads: threads.as_raw_fd(),
-            exits: exits.as_raw_fd(),
+            threads: threads.fd().as_raw_fd(),
+            exits: exits.fd().as_raw_fd(),
             stats: stats.as_raw_fd(),
         };
         let mut t = Self {
@@ -229,6 +229,28 @@ impl KvmTracing {
         Ok(t)
     }
 
+    /// Frees the entries of threads for which `alive` says no (their thread ended), so that a
+    /// long-lived reader (the exporter) never fills the tables with threads long gone. Only an
+    /// entry's own thread writes it, so a dead one's is zeroed in place, its tid last: a new
+    /// thread can take it only once it is whole zero. (A live thread's entry is never touched.)
+    pub fn forget_dead(&self, alive: impl Fn(u32) -> bool) {
+        use std::sync::atomic::Ordering;
+        let free = |entry: &[std::sync::atomic::AtomicU64], tid: u32| {
+            if tid != 0 && !alive(tid) {
+                for w in &entry[1..] {
+                    w.store(0, Ordering::Relaxed);
+                }
+                entry[0].store(0, Ordering::Release);
+            }
+        };
+        for e in self.threads.entries().chunks_exact(kvm::ENTRY_WORDS) {
+            free(e, e[kvm::W_TID].load(Ordering::Acquire) as u32);
+        }
+        for e in self.exits.entries().chunks_exact(kvm::EXIT_ENTRY_BYTES / 8) {
+            free(e, e[0].load(Ordering::Acquire) as u32);
+        }
+    }
+
     /// Loads and attaches the three raw programs (wakeup, IPI, poll window), each to its raw
     /// tracepoint by name.
     /// The error says why, and whether it is this user's privileges.
@@ -282,17 +304,25 @@ impl KvmTracing {
     /// Detaches the programs (nothing is counted after this returns) and reads the tables.
     pub fn finish(mut self) -> Result<KvmReading, String> {
         self.links.clear();
+        self.read()
+    }
+
+    /// What the tables hold now, the programs still attached: every count since they were
+    /// (for a thread whose entry [`Self::forget_dead`] freed, since it took one again).
+    pub fn read(&self) -> Result<KvmReading, String> {
         let read = |e: std::io::Error| format!("cannot read KVM's counts back: {e}");
         let mut r = KvmReading::default();
-        let mut bucket = vec![0u8; kvm::THREAD_BUCKET_BYTES];
-        for b in 0..kvm::THREAD_BUCKETS {
-            sys::map_lookup(&self.threads, &b.to_ne_bytes(), &mut bucket).map_err(read)?;
-            r.threads.extend(kvm::decode_threads(&bucket));
+        let words = |m: &MappedArray| -> Vec<u8> {
+            m.entries()
+                .iter()
+                .flat_map(|w| w.load(std::sync::atomic::Ordering::Relaxed).to_ne_bytes())
+                .collect()
+        };
+        for bucket in words(&self.threads).chunks_exact(kvm::THREAD_BUCKET_BYTES) {
+            r.threads.extend(kvm::decode_threads(bucket));
         }
-        let mut bucket = vec![0u8; kvm::EXIT_BUCKET_BYTES];
-        for b in 0..kvm::EXIT_BUCKETS {
-            sys::map_lookup(&self.exits, &b.to_ne_bytes(), &mut bucket).map_err(read)?;
-            for (tid, reason, n) in kvm::decode_exits(&bucket) {
+        for bucket in words(&self.exits).chunks_exact(kvm::EXIT_BUCKET_BYTES) {
+            for (tid, reason, n) in kvm::decode_exits(bucket) {
                 *r.exit_reasons
                     .entry(tid)
                     .or_default()
@@ -311,7 +341,7 @@ impl KvmTracing {
                 .sum();
         }
         r.runs.copy_from_slice(&stats[..4]);
-        r.source = std::mem::take(&mut self.source);
+        r.source = self.source.clone();
         if self.timing.is_some() {
             for (p, name) in self._progs.iter().zip(&self.prog_names) {
                 let (runs, run_ns) = sys::prog_run_stats(p).map_err(read)?;
@@ -324,8 +354,8 @@ impl KvmTracing {
         }
         r.lost_threads = stats[kvm::LOST_THREAD as usize];
         r.lost_exits = stats[kvm::LOST_EXIT as usize];
-        r.exits_unavailable = match self.exit_refused.take() {
-            Some(why) => Some(why),
+        r.exits_unavailable = match &self.exit_refused {
+            Some(why) => Some(why.clone()),
             None if r.runs[kvm::RUNS_EXIT as usize] == 0 => Some(
                 "not available, because kvm:kvm_exit was attached and never fired in the window \
                  (a KVM that runs guests without VMX/SVM, such as kvm_pvm, does not trace exits)"
