@@ -31,14 +31,38 @@ pub fn with_tracefs<T: Send>(
 pub fn in_private_mount<T: Send>(
     read: impl FnOnce(&Path) -> Result<T, String> + Send,
 ) -> Result<T, String> {
+    private_mount("tracefs", TRACEFS, read)
+}
+
+const DEBUGFS: &str = "/sys/kernel/debug";
+
+/// Runs `read` on the debugfs directory: the machine's own where it is mounted (it has `kvm/`),
+/// else one mounted in a private mount namespace of one thread, as tracefs is
+/// ([`in_private_mount`]): nothing is left mounted however cpulab ends.
+pub fn with_debugfs<T: Send>(
+    read: impl FnOnce(&Path) -> Result<T, String> + Send,
+) -> Result<T, String> {
+    let dir = Path::new(DEBUGFS);
+    if dir.join("kvm").is_dir() {
+        return read(dir);
+    }
+    private_mount("debugfs", DEBUGFS, read)
+}
+
+/// Mounts file system `fs` on `target` in a private mount namespace of a thread of its own and
+/// runs `read` there.
+fn private_mount<T: Send>(
+    fs: &'static str,
+    target: &'static str,
+    read: impl FnOnce(&Path) -> Result<T, String> + Send,
+) -> Result<T, String> {
     use nix::mount::{MsFlags, mount};
     std::thread::scope(|s| {
         s.spawn(|| {
             // A mount namespace of this thread alone: CLONE_NEWNS (with the CLONE_FS it implies)
             // is allowed to one thread of a multi-threaded process.
-            nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNS).map_err(|e| {
-                format!("cannot make a private mount namespace to read tracefs: {e}")
-            })?;
+            nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNS)
+                .map_err(|e| format!("cannot make a private mount namespace to read {fs}: {e}"))?;
             // Private before mounting: where / is shared (systemd makes it so), a mount in the
             // copy would otherwise propagate to the machine's namespace.
             mount(
@@ -51,16 +75,16 @@ pub fn in_private_mount<T: Send>(
             .map_err(|e| format!("cannot make the mounts of a private namespace private: {e}"))?;
             mount(
                 Some("nodev"),
-                TRACEFS,
-                Some("tracefs"),
+                target,
+                Some(fs),
                 MsFlags::empty(),
                 None::<&str>,
             )
-            .map_err(|e| format!("cannot mount tracefs on {TRACEFS}: {e}"))?;
-            read(Path::new(TRACEFS))
+            .map_err(|e| format!("cannot mount {fs} on {target}: {e}"))?;
+            read(Path::new(target))
         })
         .join()
-        .unwrap_or_else(|_| Err("reading tracefs panicked".to_string()))
+        .unwrap_or_else(|_| Err(format!("reading {fs} panicked")))
     })
 }
 

@@ -102,6 +102,48 @@ pub fn vcpu_of_thread_name(name: &str) -> Option<u32> {
     None
 }
 
+/// The VMM's pid and its VM's fd from the name of a VM's directory under debugfs `kvm/`
+/// (`PID-FD`).
+pub fn parse_debugfs_vm_dir(name: &str) -> Option<(i32, u32)> {
+    let (pid, fd) = name.split_once('-')?;
+    Some((pid.parse().ok()?, fd.parse().ok()?))
+}
+
+/// The vCPU index of a `vcpuN` directory under a VM's debugfs directory.
+pub fn parse_debugfs_vcpu_dir(name: &str) -> Option<u32> {
+    name.strip_prefix("vcpu")?.parse().ok()
+}
+
+/// Each vCPU thread of the VMs process `pid` runs, as KVM's debugfs names it: `kvm/PID-FD/vcpuN/pid`
+/// holds the thread running vCPU N (0 before it first ran). `dir` is a debugfs root.
+pub fn debugfs_vcpu_threads(dir: &Path, pid: i32) -> BTreeMap<i32, u32> {
+    let mut out = BTreeMap::new();
+    let Ok(vms) = std::fs::read_dir(dir.join("kvm")) else {
+        return out;
+    };
+    for vm in vms.flatten() {
+        let name = vm.file_name();
+        if parse_debugfs_vm_dir(&name.to_string_lossy()).is_none_or(|(p, _)| p != pid) {
+            continue;
+        }
+        let Ok(vcpus) = std::fs::read_dir(vm.path()) else {
+            continue;
+        };
+        for v in vcpus.flatten() {
+            let Some(n) = parse_debugfs_vcpu_dir(&v.file_name().to_string_lossy()) else {
+                continue;
+            };
+            if let Some(tid) = read(&v.path().join("pid"))
+                .and_then(|s| s.trim().parse::<i32>().ok())
+                .filter(|&t| t > 0)
+            {
+                out.insert(tid, n);
+            }
+        }
+    }
+    out
+}
+
 /// One VMM process as found: its VMs (usually one) and their vCPUs.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct FoundVm {
@@ -121,7 +163,8 @@ pub struct FoundVm {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct FoundThread {
     pub vcpu: u32,
-    /// `kvm_run` (seen in the ioctl on one of this vCPU's fds) or `thread name`.
+    /// `kvm_run` (seen in the ioctl on one of this vCPU's fds), `debugfs` (KVM's
+    /// `kvm/PID-FD/vcpuN/pid`) or `thread name`.
     pub found_by: String,
 }
 
@@ -218,7 +261,7 @@ impl FoundVm {
             if self
                 .threads
                 .get(&tid)
-                .is_some_and(|f| f.found_by == "kvm_run")
+                .is_some_and(|f| f.found_by != "thread name")
             {
                 continue;
             }
@@ -250,11 +293,71 @@ impl FoundVm {
     pub fn complete(&self) -> bool {
         self.threads.len() >= self.expected()
     }
+
+    /// Ties the threads KVM's debugfs names (`tid -> vCPU`, [`debugfs_vcpu_threads`]) that are
+    /// among this process's tasks and not yet tied by `KVM_RUN`; a name's tie gives way.
+    pub fn tie_from_debugfs(&mut self, root: &Path, named: &BTreeMap<i32, u32>) {
+        for (&tid, &vcpu) in named {
+            let here = root.join(format!("proc/{}/task/{tid}", self.pid)).is_dir();
+            let by_run = self
+                .threads
+                .get(&tid)
+                .is_some_and(|f| f.found_by == "kvm_run");
+            if here && !by_run && self.indexes().contains(&vcpu) {
+                self.threads.insert(
+                    tid,
+                    FoundThread {
+                        vcpu,
+                        found_by: "debugfs".into(),
+                    },
+                );
+            }
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn debugfs_names_a_vms_directory_and_its_vcpus() {
+        assert_eq!(parse_debugfs_vm_dir("4242-11"), Some((4242, 11)));
+        assert_eq!(parse_debugfs_vm_dir("4242"), None);
+        assert_eq!(parse_debugfs_vm_dir("x-1"), None);
+        assert_eq!(parse_debugfs_vcpu_dir("vcpu3"), Some(3));
+        assert_eq!(parse_debugfs_vcpu_dir("vcpu"), None);
+        assert_eq!(parse_debugfs_vcpu_dir("halt_exits"), None);
+    }
+
+    /// A fixture debugfs of two VMs: only the asked process's vCPUs, and a vCPU that never ran
+    /// (pid 0) is none.
+    #[test]
+    fn debugfs_vcpu_threads_are_read_for_one_process() {
+        let t = crate::testing::tree(&[
+            ("kvm/100-11/vcpu0/pid", "101\n"),
+            ("kvm/100-11/vcpu1/pid", "102\n"),
+            ("kvm/100-11/vcpu2/pid", "0\n"),
+            ("kvm/100-11/halt_exits", "Operation not permitted\n"),
+            ("kvm/200-9/vcpu0/pid", "201\n"),
+        ]);
+        let got = debugfs_vcpu_threads(t.path(), 100);
+        assert_eq!(got, BTreeMap::from([(101, 0), (102, 1)]));
+        assert!(debugfs_vcpu_threads(t.path(), 300).is_empty());
+        let mut vm = FoundVm {
+            pid: 100,
+            name: "t".into(),
+            comm: "qemu".into(),
+            vm_fds: 1,
+            vcpu_fds: BTreeMap::from([(12, 0), (13, 1)]),
+            threads: BTreeMap::new(),
+        };
+        let root = crate::testing::tree(&[("proc/100/task/101/comm", "x\n")]);
+        vm.tie_from_debugfs(root.path(), &got);
+        // 102 is not among the process's tasks here: not tied.
+        assert_eq!(vm.threads.len(), 1);
+        assert_eq!(vm.threads[&101].found_by, "debugfs");
+    }
 
     #[test]
     fn fd_links_name_vms_and_vcpus() {

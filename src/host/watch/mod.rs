@@ -244,6 +244,31 @@ pub fn measure(
             "{not_inspected} processes could not be inspected (their fds are not this user's to read): run as root to see every VM"
         ));
     }
+    // A vCPU thread that never halts shows no KVM_RUN and, unnamed, no name: KVM's debugfs
+    // names every vCPU's thread. Read once, only when the scan left a VM incomplete, and only
+    // on this machine (a fixture root has no debugfs of its own).
+    if vms.iter().any(|v| !v.complete()) && root == std::path::Path::new("/") {
+        let pids: Vec<i32> = vms.iter().map(|v| v.pid).collect();
+        let named = crate::bpf::tracefs::with_debugfs(|dir| {
+            Ok(pids
+                .iter()
+                .map(|&p| (p, discover::debugfs_vcpu_threads(dir, p)))
+                .collect::<BTreeMap<i32, BTreeMap<i32, u32>>>())
+        });
+        match named {
+            Ok(named) => {
+                for vm in &mut vms {
+                    if let Some(n) = named.get(&vm.pid) {
+                        vm.tie_from_debugfs(root, n);
+                    }
+                }
+            }
+            Err(why) => conditions.notes.push(format!(
+                "KVM's debugfs could not be read ({why}), so a vCPU thread that never halts in \
+                 the window and has no VMM's name is not found"
+            )),
+        }
+    }
     progress.step(&format!("watching {} VMs for {:?}", vms.len(), s.duration));
     let stat_before = proc_stat(root);
     let tracing = if s.kvm_events {
