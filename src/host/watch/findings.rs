@@ -493,7 +493,16 @@ fn idle_exit_storm(r: &HostReport, vm: &VmView) -> Option<HostFinding> {
         let top: Vec<String> = top
             .iter()
             .take(3)
-            .map(|(reason, n)| format!("reason {reason}: {:.0}/s", *n as f64 / r.interval_s))
+            .map(|(reason, n)| {
+                let rate = *n as f64 / r.interval_s;
+                match r
+                    .exit_isa
+                    .and_then(|isa| super::kvm::exit_reason_name(isa, *reason))
+                {
+                    Some(name) => format!("{name} (reason {reason}): {rate:.0}/s"),
+                    None => format!("reason {reason}: {rate:.0}/s"),
+                }
+            })
             .collect();
         evidence.push(format!(
             "vCPU {} was on a CPU {:.0}% of the window and halted {:.0} times a second, yet exited {rate:.0} times a second ({})",
@@ -520,7 +529,7 @@ fn idle_exit_storm(r: &HostReport, vm: &VmView) -> Option<HostFinding> {
         libvirt_cputune: None,
         module_params: Vec::new(),
         notes: vec![
-            "the reasons are KVM's exit_reason as traced (a VMX basic exit reason, or an SVM exit code): an idle guest that exits this often is usually a guest timer or idle loop (a periodic tick, a guest that polls with PAUSE or reads the TSC); look at the guest's idle driver and its clock source"
+            "the reasons are KVM's exit_reason as traced (a VMX basic exit reason, or an SVM exit code, named by the host CPU's vmx or svm flag): an idle guest that exits this often is usually a guest timer or idle loop (a periodic tick, a guest that polls with PAUSE or reads the TSC); look at the guest's idle driver and its clock source"
                 .into(),
         ],
     })
@@ -793,6 +802,7 @@ mod tests {
             findings: Vec::new(),
             kvm_events_lost: None,
             kvm_program_costs: Vec::new(),
+            exit_isa: None,
             halt_poll_ns: Some(200_000),
             halt_poll_ns_writable: Some(false),
         }
@@ -897,6 +907,18 @@ mod tests {
         let f = storm(&k).expect("50,000 exits a second on a vCPU on a CPU 10% of the time");
         assert_eq!(f.evidence.len(), 2, "{f:?}");
         assert!(f.evidence[0].contains("reason 12: 40000/s"), "{f:?}");
+        // On a host whose CPU flags say VT-x, the reasons are named.
+        let mut r = with_kvm(report(&root, 0, 2), &k);
+        r.exit_isa = Some(super::super::kvm::Isa::Vmx);
+        let f = findings(&r, &topo, &allowed, &none)
+            .into_iter()
+            .find(|f| f.id == "idle-exit-storm")
+            .unwrap();
+        assert!(f.evidence[0].contains("HLT (reason 12): 40000/s"), "{f:?}");
+        assert!(
+            f.evidence[0].contains("IO_INSTRUCTION (reason 30)"),
+            "{f:?}"
+        );
         k.exits = Some(5_000);
         assert!(storm(&k).is_none(), "5,000 a second is no storm");
     }

@@ -278,6 +278,183 @@ pub fn exit(m: &Maps, f: &Format) -> Result<Vec<Insn>, String> {
     Ok(a.exit_with(1))
 }
 
+/// Which hardware virtualisation a host's KVM runs guests with, from its CPU flags (`vmx`:
+/// Intel VT-x, `svm`: AMD-V): it says how to read `kvm_exit`'s reason.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Isa {
+    Vmx,
+    Svm,
+}
+
+impl Isa {
+    /// From `/proc/cpuinfo` (pure): the first `flags` line's `vmx` or `svm`.
+    pub fn from_cpuinfo(cpuinfo: &str) -> Option<Isa> {
+        let flags = cpuinfo
+            .lines()
+            .find(|l| l.starts_with("flags"))?
+            .split_once(':')?
+            .1;
+        let has = |f: &str| flags.split_whitespace().any(|x| x == f);
+        if has("vmx") {
+            Some(Isa::Vmx)
+        } else if has("svm") {
+            Some(Isa::Svm)
+        } else {
+            None
+        }
+    }
+}
+
+/// VMX basic exit reasons (arch/x86/include/uapi/asm/vmx.h).
+const VMX_EXITS: &[(u32, &str)] = &[
+    (0, "EXCEPTION_NMI"),
+    (1, "EXTERNAL_INTERRUPT"),
+    (2, "TRIPLE_FAULT"),
+    (3, "INIT_SIGNAL"),
+    (4, "SIPI_SIGNAL"),
+    (7, "INTERRUPT_WINDOW"),
+    (8, "NMI_WINDOW"),
+    (9, "TASK_SWITCH"),
+    (10, "CPUID"),
+    (12, "HLT"),
+    (13, "INVD"),
+    (14, "INVLPG"),
+    (15, "RDPMC"),
+    (16, "RDTSC"),
+    (18, "VMCALL"),
+    (19, "VMCLEAR"),
+    (20, "VMLAUNCH"),
+    (21, "VMPTRLD"),
+    (22, "VMPTRST"),
+    (23, "VMREAD"),
+    (24, "VMRESUME"),
+    (25, "VMWRITE"),
+    (26, "VMOFF"),
+    (27, "VMON"),
+    (28, "CR_ACCESS"),
+    (29, "DR_ACCESS"),
+    (30, "IO_INSTRUCTION"),
+    (31, "MSR_READ"),
+    (32, "MSR_WRITE"),
+    (33, "INVALID_STATE"),
+    (34, "MSR_LOAD_FAIL"),
+    (36, "MWAIT_INSTRUCTION"),
+    (37, "MONITOR_TRAP_FLAG"),
+    (39, "MONITOR_INSTRUCTION"),
+    (40, "PAUSE_INSTRUCTION"),
+    (41, "MCE_DURING_VMENTRY"),
+    (43, "TPR_BELOW_THRESHOLD"),
+    (44, "APIC_ACCESS"),
+    (45, "EOI_INDUCED"),
+    (46, "GDTR_IDTR"),
+    (47, "LDTR_TR"),
+    (48, "EPT_VIOLATION"),
+    (49, "EPT_MISCONFIG"),
+    (50, "INVEPT"),
+    (51, "RDTSCP"),
+    (52, "PREEMPTION_TIMER"),
+    (53, "INVVPID"),
+    (54, "WBINVD"),
+    (55, "XSETBV"),
+    (56, "APIC_WRITE"),
+    (57, "RDRAND"),
+    (58, "INVPCID"),
+    (59, "VMFUNC"),
+    (60, "ENCLS"),
+    (61, "RDSEED"),
+    (62, "PML_FULL"),
+    (63, "XSAVES"),
+    (64, "XRSTORS"),
+    (67, "UMWAIT"),
+    (68, "TPAUSE"),
+    (74, "BUS_LOCK"),
+    (75, "NOTIFY"),
+    (76, "SEAMCALL"),
+    (77, "TDCALL"),
+    (84, "MSR_READ_IMM"),
+    (85, "MSR_WRITE_IMM"),
+];
+
+/// SVM exit codes (arch/x86/include/uapi/asm/svm.h), the ranges aside (CR, DR, exceptions).
+const SVM_EXITS: &[(u32, &str)] = &[
+    (0x060, "INTR"),
+    (0x061, "NMI"),
+    (0x062, "SMI"),
+    (0x063, "INIT"),
+    (0x064, "VINTR"),
+    (0x065, "CR0_SEL_WRITE"),
+    (0x066, "IDTR_READ"),
+    (0x067, "GDTR_READ"),
+    (0x068, "LDTR_READ"),
+    (0x069, "TR_READ"),
+    (0x06a, "IDTR_WRITE"),
+    (0x06b, "GDTR_WRITE"),
+    (0x06c, "LDTR_WRITE"),
+    (0x06d, "TR_WRITE"),
+    (0x06e, "RDTSC"),
+    (0x06f, "RDPMC"),
+    (0x070, "PUSHF"),
+    (0x071, "POPF"),
+    (0x072, "CPUID"),
+    (0x073, "RSM"),
+    (0x074, "IRET"),
+    (0x075, "SWINT"),
+    (0x076, "INVD"),
+    (0x077, "PAUSE"),
+    (0x078, "HLT"),
+    (0x079, "INVLPG"),
+    (0x07a, "INVLPGA"),
+    (0x07b, "IOIO"),
+    (0x07c, "MSR"),
+    (0x07d, "TASK_SWITCH"),
+    (0x07e, "FERR_FREEZE"),
+    (0x07f, "SHUTDOWN"),
+    (0x080, "VMRUN"),
+    (0x081, "VMMCALL"),
+    (0x082, "VMLOAD"),
+    (0x083, "VMSAVE"),
+    (0x084, "STGI"),
+    (0x085, "CLGI"),
+    (0x086, "SKINIT"),
+    (0x087, "RDTSCP"),
+    (0x088, "ICEBP"),
+    (0x089, "WBINVD"),
+    (0x08a, "MONITOR"),
+    (0x08b, "MWAIT"),
+    (0x08c, "MWAIT_COND"),
+    (0x08d, "XSETBV"),
+    (0x08e, "RDPRU"),
+    (0x08f, "EFER_WRITE_TRAP"),
+    (0x0a2, "INVPCID"),
+    (0x400, "NPF"),
+    (0x401, "AVIC_INCOMPLETE_IPI"),
+    (0x402, "AVIC_UNACCELERATED_ACCESS"),
+    (0x403, "VMGEXIT"),
+];
+
+/// The name of exit reason `reason` as `isa`'s KVM traces it; `None` for one not listed.
+pub fn exit_reason_name(isa: Isa, reason: u32) -> Option<String> {
+    match isa {
+        Isa::Vmx => VMX_EXITS
+            .iter()
+            .find(|(n, _)| *n == reason)
+            .map(|(_, s)| s.to_string()),
+        Isa::Svm => match reason {
+            0x000..=0x00f => Some(format!("READ_CR{}", reason)),
+            0x010..=0x01f => Some(format!("WRITE_CR{}", reason - 0x010)),
+            0x020..=0x02f => Some(format!("READ_DR{}", reason - 0x020)),
+            0x030..=0x03f => Some(format!("WRITE_DR{}", reason - 0x030)),
+            0x040..=0x05f => Some(format!("EXCP_{}", reason - 0x040)),
+            0x090..=0x09f => Some(format!("CR{}_WRITE_TRAP", reason - 0x090)),
+            _ => SVM_EXITS
+                .iter()
+                .find(|(n, _)| *n == reason)
+                .map(|(_, s)| s.to_string()),
+        },
+    }
+}
+
 /// One thread's counts over the window, as its entry holds them.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ThreadCounts {
@@ -725,6 +902,28 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn exit_reasons_are_named_by_the_hosts_isa() {
+        let intel = "processor\t: 0\nflags\t\t: fpu vme de vmx ept\n";
+        let amd = "processor\t: 0\nflags\t\t: fpu svm npt\n";
+        let guest = "processor\t: 0\nflags\t\t: fpu hypervisor\n";
+        assert_eq!(Isa::from_cpuinfo(intel), Some(Isa::Vmx));
+        assert_eq!(Isa::from_cpuinfo(amd), Some(Isa::Svm));
+        assert_eq!(Isa::from_cpuinfo(guest), None);
+        assert_eq!(Isa::from_cpuinfo(""), None);
+        let name = |isa, r| exit_reason_name(isa, r);
+        assert_eq!(name(Isa::Vmx, 12).as_deref(), Some("HLT"));
+        assert_eq!(name(Isa::Vmx, 48).as_deref(), Some("EPT_VIOLATION"));
+        assert_eq!(name(Isa::Vmx, 5), None, "not a VMX reason");
+        assert_eq!(name(Isa::Svm, 0x078).as_deref(), Some("HLT"));
+        assert_eq!(name(Isa::Svm, 0x400).as_deref(), Some("NPF"));
+        assert_eq!(name(Isa::Svm, 0x013).as_deref(), Some("WRITE_CR3"));
+        assert_eq!(name(Isa::Svm, 0x04e).as_deref(), Some("EXCP_14"));
+        assert_eq!(name(Isa::Svm, 0x093).as_deref(), Some("CR3_WRITE_TRAP"));
+        assert_eq!(name(Isa::Svm, 12), Some("READ_CR12".into()));
+        assert_eq!(name(Isa::Svm, 0x0a0), None);
     }
 
     #[test]

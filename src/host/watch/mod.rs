@@ -215,6 +215,10 @@ pub struct HostReport {
     /// otherwise).
     #[serde(default)]
     pub kvm_program_costs: Vec<crate::wakeups::ProgramCost>,
+    /// The host's hardware virtualisation (its CPU flags), which names the exit reasons; `None`
+    /// where neither `vmx` nor `svm` is listed (a KVM without them, as kvm_pvm).
+    #[serde(default)]
+    pub exit_isa: Option<kvm::Isa>,
     /// The module's `halt_poll_ns` (`/sys/module/kvm/parameters/halt_poll_ns`), ns, and whether
     /// this user may write it; `None` where it is not there.
     #[serde(default)]
@@ -452,6 +456,9 @@ fn report(
         not_measured: Vec::new(),
         kvm_events_lost: None,
         kvm_program_costs: Vec::new(),
+        exit_isa: std::fs::read_to_string(machine.root.join("proc/cpuinfo"))
+            .ok()
+            .and_then(|c| kvm::Isa::from_cpuinfo(&c)),
         halt_poll_ns: None,
         halt_poll_ns_writable: None,
     }
