@@ -5,7 +5,9 @@
 # the target is at least 0.97).
 #
 # Usage: scripts/host-watch-cost.sh [CPULAB] [ROUNDS] [SECONDS]   (as root, /dev/kvm needed)
-# HOST_FLAGS=--kvm-events measures `cpulab host --kvm-events` (BPF on KVM's tracepoints) instead.
+# Measures `cpulab host` as it runs by default (KVM's events by BPF on raw tracepoints);
+# HOST_FLAGS="--kvm-events off" measures /proc alone, HOST_FLAGS=--bpf-program-costs with the
+# kernel timing the programs as well.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cpulab=${1:-target/release/cpulab}

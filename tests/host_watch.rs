@@ -635,6 +635,63 @@ fn without_root_it_says_what_it_cannot_read_and_capabilities_let_it_count() {
     );
 }
 
+/// A busy process that is no VM, pinned beside a vCPU, is named among what else ran on that
+/// CPU: who took the CPU the vCPU waited for. No thread runs more than the window.
+#[test]
+fn a_busy_process_beside_a_vcpu_is_named_on_its_cpu() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    if !kvm(test_name!()) || !two_cpus(test_name!()) {
+        return;
+    }
+    let _halt = Guest::start(&["--program", "halt", "--cpus", "0:1"]);
+    // Its own timeout ends the loop if the test process dies first.
+    let busy = Guest(
+        std::process::Command::new("timeout")
+            .args([
+                "20",
+                "taskset",
+                "-c",
+                "1",
+                "sh",
+                "-c",
+                "while :; do :; done",
+            ])
+            .spawn()
+            .unwrap(),
+    );
+    // timeout's child is the loop: find it.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let looping = loop {
+        let kids =
+            std::fs::read_to_string(format!("/proc/{}/task/{}/children", busy.pid(), busy.pid()))
+                .unwrap_or_default();
+        if let Some(k) = kids.split_whitespace().next() {
+            break k.parse::<i64>().unwrap();
+        }
+        assert!(Instant::now() < deadline, "the busy loop did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let v = finish(watch_with("1s", &["--kvm-events", "off"]));
+    let cpu1 = v["host_cpus"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["cpu"] == 1)
+        .unwrap_or_else(|| panic!("no CPU 1: {v}"))
+        .clone();
+    let others = cpu1["others"].as_array().unwrap();
+    let me = others
+        .iter()
+        .find(|o| o["tid"] == looping)
+        .unwrap_or_else(|| panic!("the busy loop {looping} is not among {cpu1}"));
+    assert_eq!(me["comm"], "sh", "{me}");
+    let share = me["share"].as_f64().unwrap();
+    assert!(share > 0.0 && share <= 1.05, "{me}");
+    for o in others {
+        assert!(o["share"].as_f64().unwrap() <= 1.05, "{o}");
+    }
+}
+
 #[test]
 fn bad_flags_are_one_line_and_exit_2() {
     bad_input(&["host", "--duration", "1ms"]);

@@ -8,16 +8,21 @@
 //!   tracepoint event) and the programs' run statistics;
 //! - [`tracefs`]: tracefs read in place, or mounted in a private mount namespace of one thread
 //!   where it is not mounted (no other process sees it, nothing is left behind);
-//! - [`format`]: a tracepoint's record layout, parsed from its `format` file.
+//! - [`format`]: a tracepoint's record layout, parsed from its `format` file;
+//! - [`btf`]: what the raw-tracepoint programs need from the kernel's BTF (task offsets, each
+//!   tracepoint's arguments);
+//! - [`mapped`]: an array map mapped into this process.
 //!
 //! `watch` (the scheduler's tracepoints) and `host` (KVM's) each write their programs on these.
 //! A test-only interpreter (`interp`) runs the programs those build without a kernel.
 
 pub mod asm;
+pub mod btf;
 pub mod format;
 pub mod insn;
 #[cfg(test)]
 pub(crate) mod interp;
+pub mod mapped;
 pub mod sys;
 pub mod tracefs;
 

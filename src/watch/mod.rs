@@ -16,7 +16,7 @@
 
 pub mod analyze;
 pub mod bpf;
-pub mod btf;
+pub use crate::bpf::btf;
 pub mod command;
 pub mod events;
 pub mod fake;

@@ -191,6 +191,20 @@ pub struct HostCpuView {
     pub guest_share: f64,
     /// The VMs whose vCPUs ran on it.
     pub vms: Vec<String>,
+    /// The other threads that ran most on it over the window (at most three of 1% or more),
+    /// each by the CPU its time ended on: who else took the CPU its vCPUs waited for.
+    #[serde(default)]
+    pub others: Vec<OtherThread>,
+}
+
+/// A thread other than a vCPU that ran on a host CPU over the window.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct OtherThread {
+    pub pid: i32,
+    pub tid: i32,
+    pub comm: String,
+    /// Its run time over the window, seconds per second (all of it put on its last CPU).
+    pub share: f64,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -275,6 +289,7 @@ pub fn measure(
     }
     progress.step(&format!("watching {} VMs for {:?}", vms.len(), s.duration));
     let stat_before = proc_stat(root);
+    let threads_before = sample::all_threads(root);
     let tracing = if s.kvm_events {
         tracing::KvmTracing::start(root, s.bpf_program_costs, s.kvm_events_fallback)
     } else {
@@ -312,8 +327,29 @@ pub fn measure(
         &affinity_start,
         not_inspected,
     );
+    let vcpu_tids: std::collections::BTreeSet<i32> =
+        vms.iter().flat_map(|v| v.threads.keys().copied()).collect();
+    let others = sample::others_by_cpu(
+        &threads_before,
+        &sample::all_threads(root),
+        &vcpu_tids,
+        interval,
+        (3, 0.01),
+    );
     for c in &mut r.host_cpus {
         c.busy_share = busy.get(&c.cpu).copied();
+        c.others = others
+            .get(&c.cpu)
+            .into_iter()
+            .flatten()
+            .map(|&(pid, tid, share)| OtherThread {
+                pid,
+                tid,
+                comm: std::fs::read_to_string(root.join(format!("proc/{pid}/task/{tid}/comm")))
+                    .map_or_else(|_| "?".to_string(), |c| c.trim().to_string()),
+                share,
+            })
+            .collect();
     }
     add_kvm(&mut r, &kvm);
     let param = root.join("sys/module/kvm/parameters/halt_poll_ns");
@@ -443,6 +479,7 @@ fn report(
                 n.dedup();
                 n
             },
+            others: Vec::new(),
         })
         .collect();
     HostReport {

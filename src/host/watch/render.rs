@@ -207,12 +207,22 @@ pub fn render_text(r: &HostReport, st: &Style) -> String {
             .host_cpus
             .iter()
             .map(|c| {
+                let others: Vec<String> = c
+                    .others
+                    .iter()
+                    .map(|o| format!("{} ({}) {:.1}%", o.comm, o.tid, 100.0 * o.share))
+                    .collect();
                 format!(
-                    "CPU {}: busy {}, of which {:.0}% running vCPUs of {}",
+                    "CPU {}: busy {}, of which {:.0}% running vCPUs of {}{}",
                     c.cpu,
                     pct(c.busy_share),
                     100.0 * c.guest_share,
-                    c.vms.join(", ")
+                    c.vms.join(", "),
+                    if others.is_empty() {
+                        String::new()
+                    } else {
+                        format!("; besides them: {}", others.join(", "))
+                    }
                 )
             })
             .collect();

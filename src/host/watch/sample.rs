@@ -72,6 +72,71 @@ pub fn look(root: &Path, pid: i32, tid: i32) -> Option<Look> {
     })
 }
 
+/// Every thread's run time (`schedstat`) and the CPU it was last on (`stat`) now, by (pid, tid):
+/// two of these a window apart say what else ran on a host CPU beside the vCPUs. A thread that
+/// ends or cannot be read is left out.
+pub fn all_threads(root: &Path) -> BTreeMap<(i32, i32), (u64, u32)> {
+    let mut out = BTreeMap::new();
+    let id = |e: &std::fs::DirEntry| e.file_name().to_str().and_then(|s| s.parse::<i32>().ok());
+    let Ok(procs) = std::fs::read_dir(root.join("proc")) else {
+        return out;
+    };
+    for p in procs.flatten() {
+        let Some(pid) = id(&p) else { continue };
+        let Ok(tasks) = std::fs::read_dir(p.path().join("task")) else {
+            continue;
+        };
+        for t in tasks.flatten() {
+            let Some(tid) = id(&t) else { continue };
+            let run = std::fs::read_to_string(t.path().join("schedstat"))
+                .ok()
+                .and_then(|s| s.split_whitespace().next()?.parse::<u64>().ok());
+            let cpu = std::fs::read_to_string(t.path().join("stat"))
+                .ok()
+                .and_then(|s| parse_stat(&s))
+                .map(|(_, c)| c);
+            if let (Some(run), Some(cpu)) = (run, cpu) {
+                out.insert((pid, tid), (run, cpu));
+            }
+        }
+    }
+    out
+}
+
+/// What ran on each CPU over the window besides the threads in `skip` (pure): each thread's run
+/// time between the two readings, put on the CPU the later one names, as a share of `secs`;
+/// the `top` largest per CPU of at least `floor`, largest first. A thread that moved has all its
+/// time put on its last CPU (so a share here is the CPU its time ended on, an approximation the
+/// report names).
+pub fn others_by_cpu(
+    before: &BTreeMap<(i32, i32), (u64, u32)>,
+    after: &BTreeMap<(i32, i32), (u64, u32)>,
+    skip: &std::collections::BTreeSet<i32>,
+    secs: f64,
+    (top, floor): (usize, f64),
+) -> BTreeMap<u32, Vec<(i32, i32, f64)>> {
+    let mut by: BTreeMap<u32, Vec<(i32, i32, f64)>> = BTreeMap::new();
+    if secs <= 0.0 {
+        return by;
+    }
+    for (&(pid, tid), &(run, cpu)) in after {
+        if skip.contains(&tid) {
+            continue;
+        }
+        // A thread born in the window ran all of its run time in it.
+        let start = before.get(&(pid, tid)).map_or(0, |b| b.0);
+        let share = run.saturating_sub(start) as f64 / 1e9 / secs;
+        if share >= floor {
+            by.entry(cpu).or_default().push((pid, tid, share));
+        }
+    }
+    for v in by.values_mut() {
+        v.sort_by(|a, b| b.2.total_cmp(&a.2));
+        v.truncate(top);
+    }
+    by
+}
+
 /// A thread's affinity now.
 pub fn affinity(root: &Path, pid: i32, tid: i32) -> Option<String> {
     std::fs::read_to_string(root.join(format!("proc/{pid}/task/{tid}/status")))
@@ -156,5 +221,40 @@ mod tests {
         assert_eq!(t.totals(), Some((900, 450, Some(9))));
         // The split adds up to the run time.
         assert_eq!(t.on_cpu_ns.values().sum::<u64>(), 900);
+    }
+}
+
+#[cfg(test)]
+mod others_tests {
+    use super::*;
+
+    #[test]
+    fn what_else_ran_is_put_on_its_last_cpu_largest_first_and_vcpus_left_out() {
+        let before = BTreeMap::from([
+            ((1, 1), (1_000_000_000, 0)),
+            ((5, 6), (0, 1)),
+            ((7, 8), (500, 1)),
+            ((9, 9), (0, 0)),
+        ]);
+        let after = BTreeMap::from([
+            // 0.3 s of 2 s on CPU 0.
+            ((1, 1), (1_600_000_000, 0)),
+            // A vCPU thread: skipped.
+            ((5, 6), (1_900_000_000, 1)),
+            // Moved to CPU 0: all of its 0.1 s put there.
+            ((7, 8), (200_000_500, 0)),
+            // Born in the window: all its run time counts.
+            ((10, 11), (40_000_000, 1)),
+            // Below the floor.
+            ((9, 9), (1_000, 0)),
+        ]);
+        let skip = std::collections::BTreeSet::from([6]);
+        let by = others_by_cpu(&before, &after, &skip, 2.0, (3, 0.01));
+        assert_eq!(by[&0], vec![(1, 1, 0.3), (7, 8, 0.1)]);
+        assert_eq!(by[&1], vec![(10, 11, 0.02)]);
+        assert!(others_by_cpu(&before, &after, &skip, 0.0, (3, 0.01)).is_empty());
+        // A counter read lower later (another thread took the id) is no negative time.
+        let back = BTreeMap::from([((1, 1), (10, 0))]);
+        assert!(others_by_cpu(&before, &back, &skip, 2.0, (3, 0.0))[&0][0].2 == 0.0);
     }
 }

@@ -4,11 +4,11 @@
 //! (tracefs, where it is not mounted, is read in a private mount namespace of one thread).
 
 use super::kvm::{self, KvmEvents, Maps, ThreadCounts};
+use crate::bpf::btf;
 use crate::bpf::format::Format;
+use crate::bpf::mapped::MappedArray;
 use crate::bpf::sys;
 use crate::bpf::tracefs;
-use crate::watch::bpf::table::MappedArray;
-use crate::watch::btf;
 use std::collections::BTreeMap;
 use std::os::fd::{AsRawFd, OwnedFd};
 
