@@ -644,33 +644,23 @@ fn a_busy_process_beside_a_vcpu_is_named_on_its_cpu() {
         return;
     }
     let _halt = Guest::start(&["--program", "halt", "--cpus", "0:1"]);
-    // Its own timeout ends the loop if the test process dies first.
-    let busy = Guest(
-        std::process::Command::new("timeout")
-            .args([
-                "20",
-                "taskset",
-                "-c",
-                "1",
-                "sh",
-                "-c",
-                "while :; do :; done",
-            ])
-            .spawn()
-            .unwrap(),
-    );
-    // timeout's child is the loop: find it.
-    let deadline = Instant::now() + Duration::from_secs(5);
-    let looping = loop {
-        let kids =
-            std::fs::read_to_string(format!("/proc/{}/task/{}/children", busy.pid(), busy.pid()))
-                .unwrap_or_default();
-        if let Some(k) = kids.split_whitespace().next() {
-            break k.parse::<i64>().unwrap();
-        }
-        assert!(Instant::now() < deadline, "the busy loop did not start");
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    // taskset execs the shell, so the child is the loop itself: killed when this guard drops,
+    // and by the kernel (PR_SET_PDEATHSIG) if the test dies first. (Under `timeout`, a killed
+    // timeout left its loop running, spoiling every later test on CPU 1.)
+    let mut cmd = std::process::Command::new("taskset");
+    cmd.args(["-c", "1", "sh", "-c", "while :; do :; done"]);
+    // SAFETY: prctl is async-signal-safe and touches only the child being made.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let busy = Guest(cmd.spawn().unwrap());
+    let looping = busy.pid();
+    std::thread::sleep(Duration::from_millis(200));
     let v = finish(watch_with("1s", &["--kvm-events", "off"]));
     let cpu1 = v["host_cpus"]
         .as_array()
