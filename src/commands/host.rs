@@ -196,7 +196,7 @@ fn guest(a: GuestArgs, g: &Global) -> Result<()> {
         if let (Some(s), Some(d)) = (series.as_mut(), every)
             && std::time::Instant::now() >= next_sample
         {
-            s.add(monotonic_ns(), &counts(&r));
+            s.add(monotonic_ns()?, &counts(&r));
             next_sample += d;
         }
         let now = std::time::Instant::now();
@@ -209,7 +209,7 @@ fn guest(a: GuestArgs, g: &Global) -> Result<()> {
         std::thread::sleep(nap.max(std::time::Duration::from_millis(1)));
     }
     if let Some(mut s) = series {
-        s.add(monotonic_ns(), &counts(&r));
+        s.add(monotonic_ns()?, &counts(&r));
         println!("{}", serde_json::json!({ "samples": s.samples }));
     }
     r.stop_all()
@@ -217,10 +217,10 @@ fn guest(a: GuestArgs, g: &Global) -> Result<()> {
 
 /// CLOCK_MONOTONIC now, ns (what `Instant` reads on Linux, but as a number another process can
 /// compare with its own).
-fn monotonic_ns() -> u64 {
-    nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
-        .map(|t| t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64)
-        .unwrap_or(0)
+fn monotonic_ns() -> Result<u64> {
+    let t = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
+        .map_err(|e| anyhow::anyhow!("cannot read CLOCK_MONOTONIC for --series: {e}"))?;
+    Ok(t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64)
 }
 
 /// A guest's counts sampled over its run, widened from the guest's u32 counters (each sample's

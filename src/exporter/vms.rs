@@ -50,11 +50,6 @@ pub const MAX_LISTED: usize = 4;
 /// Most vCPUs of a `--vm` VM with per-vCPU series (the lowest indexes); the others are in the
 /// VM's sums only.
 pub const MAX_LISTED_VCPUS: u32 = 32;
-/// Series of one VM at most: its vCPUs, those measured, run, wait and migrations, and KVM's
-/// halts, polls won, their seconds, halts slept, their seconds, IPIs and exits.
-pub const SERIES_PER_VM: usize = 12;
-/// Series of one listed vCPU at most: run, wait and migrations.
-pub const SERIES_PER_VCPU: usize = 3;
 
 /// KVM's own events of some vCPU threads (`crate::host::watch::kvm`'s per-thread counts).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
