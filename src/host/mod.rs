@@ -13,6 +13,14 @@ use anyhow::Result;
 use bench::report::HostBenchReport;
 use bench::settings::BenchSettings;
 
+/// CLOCK_MONOTONIC now, ns (what `Instant` reads on Linux, but as a number another process can
+/// compare with its own: a guest's `--series`, a watcher's window).
+pub fn monotonic_ns() -> Result<u64> {
+    let t = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
+        .map_err(|e| anyhow::anyhow!("cannot read CLOCK_MONOTONIC: {e}"))?;
+    Ok(t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64)
+}
+
 /// A borderless text table of rows of cells under `header`: the same rows the HTML page's
 /// tables show.
 pub fn text_table(header: &[&str], rows: &[Vec<String>]) -> String {

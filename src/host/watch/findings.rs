@@ -300,7 +300,7 @@ pub fn findings(
             vm: label(vm),
             pid: Some(vm.pid),
             domain: None,
-            evidence: vec![format!(
+            evidence: std::iter::once(format!(
                 "its {} running vCPUs got {:.0}% of the CPU time they wanted (the model gives \
                  {:.0}% with every running vCPU on this host sharing its CPUs evenly); it shared \
                  CPUs with {}",
@@ -308,7 +308,9 @@ pub fn findings(
                 100.0 * s,
                 100.0 * m,
                 vm.shares_cpus_with.join(", ")
-            )],
+            ))
+            .chain(taken_beside_vms(r, vm))
+            .collect(),
             pins: Vec::new(),
             apply: Vec::new(),
             verify: Vec::new(),
@@ -329,6 +331,54 @@ pub fn findings(
         out.extend(idle_exit_storm(r, vm));
     }
     out
+}
+
+/// What the CPUs a VM's vCPUs ran on gave to neither VM: this host's own steal (where it is
+/// itself a guest) and its threads besides vCPUs, each as a share of those CPUs, where /proc/stat
+/// measured them and they came to 1% or more.
+fn taken_beside_vms(r: &HostReport, vm: &VmView) -> Option<String> {
+    let cpus: std::collections::BTreeSet<u32> = vm
+        .vcpus
+        .iter()
+        .flat_map(|c| c.cpus.keys().copied())
+        .collect();
+    let on: Vec<&super::HostCpuView> = r
+        .host_cpus
+        .iter()
+        .filter(|c| cpus.contains(&c.cpu))
+        .collect();
+    if on.is_empty() {
+        return None;
+    }
+    let n = on.len() as f64;
+    let steal: Option<f64> = on
+        .iter()
+        .map(|c| c.steal_share)
+        .sum::<Option<f64>>()
+        .map(|s| s / n);
+    let beside: Option<f64> = on
+        .iter()
+        .map(|c| c.busy_share.map(|b| (b - c.guest_share).max(0.0)))
+        .sum::<Option<f64>>()
+        .map(|s| s / n);
+    let mut parts = Vec::new();
+    if let Some(st) = steal.filter(|s| *s >= 0.01) {
+        parts.push(format!(
+            "this host's own hypervisor took {:.0}% of them (steal)",
+            100.0 * st
+        ));
+    }
+    if let Some(b) = beside.filter(|b| *b >= 0.01) {
+        parts.push(format!("threads besides vCPUs took {:.0}%", 100.0 * b));
+    }
+    (!parts.is_empty()).then(|| {
+        format!(
+            "of the {} CPU{} its vCPUs ran on, {}: time no VM got, which the model does not count",
+            on.len(),
+            if on.len() == 1 { "" } else { "s" },
+            parts.join(" and ")
+        )
+    })
 }
 
 /// Halts a window needs before its polling is judged.
@@ -783,6 +833,7 @@ mod tests {
             },
             conditions: crate::machine::Conditions::now(&machine),
             interval_s: 1.0,
+            window_monotonic_ns: None,
             vms: vec![VmView {
                 pid: 42,
                 name: "db1".into(),
@@ -836,6 +887,48 @@ mod tests {
             exits_reason: Some("not available, because kvm_exit never fired".into()),
             ..Default::default()
         }
+    }
+
+    /// A VM held below the model names what its CPUs gave to no VM, the host's own steal and
+    /// its other threads, from /proc/stat; where /proc/stat was not read it names neither.
+    #[test]
+    fn contention_names_the_steal_and_threads_beside_the_vms() {
+        let root = fixture("intel-2s");
+        let none = |_: i32| String::new();
+        let topo = crate::topology::Topology::read(&root).unwrap();
+        let allowed = topo.online.clone();
+        let mut r = report(&root, 0, 2);
+        r.vms[0].share = Some(0.4);
+        r.vms[0].model = Some(0.5);
+        r.vms[0].shares_cpus_with = vec!["db2 (43)".into()];
+        let cpu = |cpu: u32, busy: Option<f64>, steal: Option<f64>| super::super::HostCpuView {
+            cpu,
+            busy_share: busy,
+            steal_share: steal,
+            guest_share: 0.8,
+            vms: vec!["db1 (42)".into(), "db2 (43)".into()],
+            others: Vec::new(),
+        };
+        r.host_cpus = vec![cpu(0, Some(0.9), Some(0.1)), cpu(2, Some(0.8), Some(0.2))];
+        let f = findings(&r, &topo, &allowed, &none);
+        let c = f
+            .iter()
+            .find(|f| f.id == "cpu-contention")
+            .expect("held below");
+        assert_eq!(c.evidence.len(), 2, "{c:?}");
+        assert!(c.evidence[1].contains("of the 2 CPUs"), "{c:?}");
+        assert!(c.evidence[1].contains("took 15% of them (steal)"), "{c:?}");
+        assert!(
+            c.evidence[1].contains("threads besides vCPUs took 5%"),
+            "{c:?}"
+        );
+        r.host_cpus = vec![cpu(0, None, None), cpu(2, None, None)];
+        let f = findings(&r, &topo, &allowed, &none);
+        let c = f
+            .iter()
+            .find(|f| f.id == "cpu-contention")
+            .expect("held below");
+        assert_eq!(c.evidence.len(), 1, "{c:?}");
     }
 
     /// Polls lost nearly always, with polling on, is a finding whose limit comes from the

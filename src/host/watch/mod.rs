@@ -187,6 +187,10 @@ pub struct HostCpuView {
     /// Its busy time over the window from /proc/stat (user, nice, system, irq, softirq), seconds
     /// per second: beside `guest_share`, what else ran there.
     pub busy_share: Option<f64>,
+    /// Its steal over the window from /proc/stat, seconds per second: where this host is itself
+    /// a guest, the time its own hypervisor ran something else on it, which no VM here got.
+    #[serde(default)]
+    pub steal_share: Option<f64>,
     /// Time it spent running vCPU threads, seconds per second.
     pub guest_share: f64,
     /// The VMs whose vCPUs ran on it.
@@ -212,6 +216,11 @@ pub struct HostReport {
     pub settings: WatchSettings,
     pub conditions: Conditions,
     pub interval_s: f64,
+    /// The window's first and last instants, CLOCK_MONOTONIC ns, so another process's series
+    /// (a guest's own counts, `cpulab host guest --series`) can be cut at the same instants;
+    /// `None` in results from before it was recorded or where the clock could not be read.
+    #[serde(default)]
+    pub window_monotonic_ns: Option<(u64, u64)>,
     pub vms: Vec<VmView>,
     pub host_cpus: Vec<HostCpuView>,
     /// Processes whose fds this user may not read (they may run VMs).
@@ -296,6 +305,7 @@ pub fn measure(
         Err(NOT_ASKED.to_string())
     };
     let start = Instant::now();
+    let window_start = crate::host::monotonic_ns().ok();
     let mut tracks: BTreeMap<(i32, i32), Track> = BTreeMap::new();
     let mut affinity_start: BTreeMap<(i32, i32), Option<Start>> = BTreeMap::new();
     while start.elapsed() < s.duration {
@@ -315,6 +325,7 @@ pub fn measure(
         std::thread::sleep(LOOK_EVERY);
     }
     let interval = start.elapsed().as_secs_f64();
+    let window_end = crate::host::monotonic_ns().ok();
     let kvm = tracing.and_then(tracing::KvmTracing::finish);
     let busy = busy_shares(&stat_before, &proc_stat(root));
     let mut r = report(
@@ -337,7 +348,8 @@ pub fn measure(
         (3, 0.01),
     );
     for c in &mut r.host_cpus {
-        c.busy_share = busy.get(&c.cpu).copied();
+        c.busy_share = busy.get(&c.cpu).map(|b| b.0);
+        c.steal_share = busy.get(&c.cpu).map(|b| b.1);
         c.others = others
             .get(&c.cpu)
             .into_iter()
@@ -351,6 +363,7 @@ pub fn measure(
             })
             .collect();
     }
+    r.window_monotonic_ns = window_start.zip(window_end);
     add_kvm(&mut r, &kvm);
     let param = root.join("sys/module/kvm/parameters/halt_poll_ns");
     r.halt_poll_ns = std::fs::read_to_string(&param)
@@ -375,17 +388,21 @@ fn proc_stat(root: &std::path::Path) -> BTreeMap<u32, crate::counters::parse::Cp
         .unwrap_or_default()
 }
 
-/// Each CPU's busy ticks over all its ticks between two readings.
+/// Each CPU's busy ticks and steal ticks over all its ticks between two readings.
 fn busy_shares(
     a: &BTreeMap<u32, crate::counters::parse::CpuTimes>,
     b: &BTreeMap<u32, crate::counters::parse::CpuTimes>,
-) -> BTreeMap<u32, f64> {
+) -> BTreeMap<u32, (f64, f64)> {
     b.iter()
         .filter_map(|(cpu, y)| {
             let x = a.get(cpu)?;
             let total = y.total().checked_sub(x.total()).filter(|t| *t > 0)?;
             let busy = y.busy().checked_sub(x.busy())?;
-            Some((*cpu, busy as f64 / total as f64))
+            let steal = y.steal.checked_sub(x.steal)?;
+            Some((
+                *cpu,
+                (busy as f64 / total as f64, steal as f64 / total as f64),
+            ))
         })
         .collect()
 }
@@ -472,6 +489,7 @@ fn report(
         .map(|(cpu, users)| HostCpuView {
             cpu,
             busy_share: None,
+            steal_share: None,
             guest_share: users.iter().map(|(s, _)| s).sum(),
             vms: {
                 let mut n: Vec<String> = users.into_iter().map(|(_, n)| n).collect();
@@ -486,6 +504,7 @@ fn report(
         settings: s.clone(),
         conditions,
         interval_s: interval,
+        window_monotonic_ns: None,
         vms: views,
         host_cpus,
         not_inspected,

@@ -213,11 +213,16 @@ pub fn render_text(r: &HostReport, st: &Style) -> String {
                     .map(|o| format!("{} ({}) {:.1}%", o.comm, o.tid, 100.0 * o.share))
                     .collect();
                 format!(
-                    "CPU {}: busy {}, of which {:.0}% running vCPUs of {}{}",
+                    "CPU {}: busy {}, of which {:.0}% running vCPUs of {}{}{}",
                     c.cpu,
                     pct(c.busy_share),
                     100.0 * c.guest_share,
                     c.vms.join(", "),
+                    match c.steal_share {
+                        Some(s) if s >= 0.005 =>
+                            format!("; stolen by this host's own hypervisor {:.1}%", 100.0 * s),
+                        _ => String::new(),
+                    },
                     if others.is_empty() {
                         String::new()
                     } else {
