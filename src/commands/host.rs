@@ -190,13 +190,22 @@ fn guest(a: GuestArgs, g: &Global) -> Result<()> {
         ));
     }
     let counts = |r: &Running| (0..n as u32).map(|i| r.count(i)).collect::<Vec<u32>>();
+    // A burner's own run time; the other programs keep none.
+    let burn = a.program == "burn";
+    let ran = |r: &Running| {
+        burn.then(|| {
+            (0..n as u32)
+                .map(|i| r.ran_cycles(i))
+                .collect::<Vec<Option<u64>>>()
+        })
+    };
     let mut series = every.map(|_| Series::new(n));
     let mut next_sample = start;
     while std::time::Instant::now() < end && r.alive() {
         if let (Some(s), Some(d)) = (series.as_mut(), every)
             && std::time::Instant::now() >= next_sample
         {
-            s.add(monotonic_ns()?, &counts(&r));
+            s.add(crate::host::monotonic_ns()?, &counts(&r), ran(&r));
             next_sample += d;
         }
         let now = std::time::Instant::now();
@@ -209,18 +218,13 @@ fn guest(a: GuestArgs, g: &Global) -> Result<()> {
         std::thread::sleep(nap.max(std::time::Duration::from_millis(1)));
     }
     if let Some(mut s) = series {
-        s.add(monotonic_ns()?, &counts(&r));
-        println!("{}", serde_json::json!({ "samples": s.samples }));
+        s.add(crate::host::monotonic_ns()?, &counts(&r), ran(&r));
+        println!(
+            "{}",
+            serde_json::json!({ "tsc_khz": r.tsc_khz, "samples": s.samples })
+        );
     }
     r.stop_all()
-}
-
-/// CLOCK_MONOTONIC now, ns (what `Instant` reads on Linux, but as a number another process can
-/// compare with its own).
-fn monotonic_ns() -> Result<u64> {
-    let t = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
-        .map_err(|e| anyhow::anyhow!("cannot read CLOCK_MONOTONIC for --series: {e}"))?;
-    Ok(t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64)
 }
 
 /// A guest's counts sampled over its run, widened from the guest's u32 counters (each sample's
@@ -236,6 +240,10 @@ struct Series {
 struct Sample {
     t_ns: u64,
     counts: Vec<u64>,
+    /// A burner's own run time so far, TSC cycles, per vCPU (null: torn on every read);
+    /// absent for the other programs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ran_cycles: Option<Vec<Option<u64>>>,
 }
 
 impl Series {
@@ -246,7 +254,7 @@ impl Series {
         }
     }
 
-    fn add(&mut self, t_ns: u64, now: &[u32]) {
+    fn add(&mut self, t_ns: u64, now: &[u32], ran_cycles: Option<Vec<Option<u64>>>) {
         let counts = match self.samples.last() {
             None => now.iter().map(|&c| u64::from(c)).collect(),
             Some(prev) => prev
@@ -257,7 +265,11 @@ impl Series {
                 .collect(),
         };
         self.last = now.to_vec();
-        self.samples.push(Sample { t_ns, counts });
+        self.samples.push(Sample {
+            t_ns,
+            counts,
+            ran_cycles,
+        });
     }
 }
 
@@ -268,9 +280,9 @@ mod tests {
     #[test]
     fn a_series_adds_up_across_a_wrapping_counter() {
         let mut s = Series::new(2);
-        s.add(1, &[10, u32::MAX - 1]);
-        s.add(2, &[15, 3]);
-        s.add(3, &[15, 8]);
+        s.add(1, &[10, u32::MAX - 1], None);
+        s.add(2, &[15, 3], None);
+        s.add(3, &[15, 8], Some(vec![Some(1), None]));
         let counts: Vec<&Vec<u64>> = s.samples.iter().map(|x| &x.counts).collect();
         let top = u64::from(u32::MAX);
         assert_eq!(

@@ -84,8 +84,11 @@ mod tests {
                 halts + 2 >= fewest && halts <= most + 2,
                 "{halts} vs {fewest} to {most}"
             );
+            // An injection cut short by an exit (the vCPU thread preempted or signalled while
+            // KVM delivered it) is injected and counted again: a few in 30,000 here, so the
+            // bound above allows 1% more.
             assert!(
-                irqs + 2 >= fewest && irqs <= most + 2,
+                irqs + 2 >= fewest && irqs <= most + most / 100 + 2,
                 "{irqs} vs {fewest} to {most}"
             );
         }

@@ -80,6 +80,9 @@ pub struct Snapshot {
     pub kvm: Vec<BTreeMap<String, u64>>,
     /// `/proc/self/task/TID/schedstat` of each vCPU thread: on-CPU ns, run-queue wait ns.
     pub sched: Vec<Option<(u64, u64)>>,
+    /// The TSC cycles each burner vCPU counted itself running so far (0 for the other
+    /// programs; `None` where every read was torn).
+    pub ran: Vec<Option<u64>>,
 }
 
 impl Running {
@@ -165,6 +168,12 @@ impl Running {
         self.memory.read_u32(guest::line(n, COUNT))
     }
 
+    /// The TSC cycles a burner vCPU `n` counted itself running so far ([`guest::Program::Burner`];
+    /// 0 for the other programs), or `None` where the guest kept changing it for every try.
+    pub fn ran_cycles(&self, n: u32) -> Option<u64> {
+        ran_of(|off| self.memory.read_u32(guest::line(n, off)))
+    }
+
     /// Whether every vCPU thread is still in its loop (one that stopped on an error has ended).
     pub fn alive(&self) -> bool {
         self.vcpus
@@ -190,6 +199,9 @@ impl Running {
                 .collect(),
             kvm,
             sched: self.vcpus.iter().map(|v| schedstat(v.tid)).collect(),
+            ran: (0..self.vcpus.len() as u32)
+                .map(|n| self.ran_cycles(n))
+                .collect(),
         })
     }
 
@@ -268,5 +280,55 @@ mod tests {
         assert_eq!(parse_schedstat("123 45 6\n"), Some((123, 45)));
         assert_eq!(parse_schedstat("x"), None);
         assert_eq!(parse_schedstat(""), None);
+    }
+}
+
+/// Reads a burner's 64-bit run time through its sequence word: sequence, low, high, sequence,
+/// kept when both sequence readings are the same even value (x86 keeps the guest's stores and
+/// the host's loads in order, and the volatile reads keep the compiler from reordering them).
+fn ran_of(read: impl Fn(u64) -> u32) -> Option<u64> {
+    for _ in 0..1000 {
+        let s1 = read(guest::RAN_SEQ);
+        if s1 % 2 == 1 {
+            std::hint::spin_loop();
+            continue;
+        }
+        let low = read(guest::RAN);
+        let high = read(guest::RAN + 4);
+        if read(guest::RAN_SEQ) == s1 {
+            return Some(u64::from(high) << 32 | u64::from(low));
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod ran_tests {
+    use std::cell::Cell;
+
+    /// A reading the guest interrupted (the sequence moved, or is odd) is read again; one
+    /// that never settles is none.
+    #[test]
+    fn a_torn_run_time_is_read_again() {
+        let calls = Cell::new(0u32);
+        // The first sequence reading is odd (mid-carry), then a carry lands between the
+        // second try's readings, then the third try is clean.
+        let seq = [1, 2, 4, 4];
+        let seen = Cell::new(0usize);
+        let read = |off: u64| -> u32 {
+            calls.set(calls.get() + 1);
+            match off {
+                super::guest::RAN_SEQ => {
+                    let v = seq[seen.get().min(seq.len() - 1)];
+                    seen.set(seen.get() + 1);
+                    v
+                }
+                super::guest::RAN => 7,
+                _ => 3,
+            }
+        };
+        assert_eq!(super::ran_of(read), Some(3 << 32 | 7));
+        let odd = |off: u64| if off == super::guest::RAN_SEQ { 1 } else { 0 };
+        assert_eq!(super::ran_of(odd), None);
     }
 }

@@ -332,6 +332,25 @@ pub fn rates(w: &[(Snapshot, Snapshot)]) -> Vec<f64> {
         .collect()
 }
 
+/// The CPUs a burner VM's vCPUs counted themselves running, summed, one per window: each
+/// vCPU's own run time (TSC cycles at `tsc_khz`) over the window's. Unlike the loop rate it
+/// does not move with how fast the host runs guest code. `None` for a window where a vCPU's
+/// run time could not be read.
+pub fn ran_cpus(w: &[(Snapshot, Snapshot)], tsc_khz: u32) -> Vec<Option<f64>> {
+    w.iter()
+        .map(|(a, b)| {
+            let wall = b.at.duration_since(a.at).as_secs_f64() * f64::from(tsc_khz) * 1e3;
+            let cycles: Option<u64> = a
+                .ran
+                .iter()
+                .zip(&b.ran)
+                .map(|(x, y)| y.zip(*x).and_then(|(y, x)| y.checked_sub(x)))
+                .sum();
+            cycles.filter(|_| wall > 0.0).map(|c| c as f64 / wall)
+        })
+        .collect()
+}
+
 /// A VM of `n` burners, every vCPU free on `cpus`.
 pub fn burners(access: &Access, n: u32, cpus: &CpuSet) -> Result<Running> {
     let programs: Vec<(Program, u32)> = (0..n).map(|i| (Program::Burner, i)).collect();

@@ -375,9 +375,10 @@ fn share(
             "VMs of {k} and {m} busy vCPUs, alone and together on CPUs {cpus}"
         ));
         let (mut s1, mut s2) = (Vec::new(), Vec::new());
+        let (mut c1, mut c2) = (Vec::new(), Vec::new());
         for _ in 0..s.repeats {
-            let a1 = alone_rate(access, k, cpus, &one)?;
-            let a2 = alone_rate(access, m, cpus, &one)?;
+            let (a1, a1_ran) = alone_rate(access, k, cpus, &one)?;
+            let (a2, a2_ran) = alone_rate(access, m, cpus, &one)?;
             let mut r1 = measure::burners(access, k, cpus)?;
             let mut r2 = measure::burners(access, m, cpus)?;
             let both = together(&r1, &r2, &one);
@@ -392,6 +393,18 @@ fn share(
                 s1.push(t1 / a1);
                 s2.push(t2 / a2);
             }
+            let (t1, t2) = (
+                measure::ran_cpus(&w1, r1.tsc_khz),
+                measure::ran_cpus(&w2, r2.tsc_khz),
+            );
+            if let (Some(Some(t1)), Some(Some(t2)), Some(a1), Some(a2)) =
+                (t1.first(), t2.first(), a1_ran, a2_ran)
+                && a1 > 0.0
+                && a2 > 0.0
+            {
+                c1.push(t1 / a1);
+                c2.push(t2 / a2);
+            }
         }
         rows.push(ShareRow {
             vm1_vcpus: k,
@@ -399,6 +412,8 @@ fn share(
             host_cpus,
             vm1_share: MeanCi::of(&s1),
             vm2_share: MeanCi::of(&s2),
+            vm1_ran_share: MeanCi::of(&c1),
+            vm2_ran_share: MeanCi::of(&c2),
             vm1_share_samples: s1,
             vm1_model: model(k, m, host_cpus),
             vm2_model: model(m, k, host_cpus),
@@ -408,12 +423,20 @@ fn share(
     Ok(rows)
 }
 
-/// The loop rate of a VM of `n` burners alone on `cpus`, over one window.
-fn alone_rate(access: &Access, n: u32, cpus: &CpuSet, one: &BenchSettings) -> Result<f64> {
+/// The loop rate of a VM of `n` burners alone on `cpus`, over one window, and the CPUs its
+/// vCPUs counted themselves running.
+fn alone_rate(
+    access: &Access,
+    n: u32,
+    cpus: &CpuSet,
+    one: &BenchSettings,
+) -> Result<(f64, Option<f64>)> {
     let mut r = measure::burners(access, n, cpus)?;
     let w = measure::windows(&r, one, &mut []);
     r.stop_all()?;
-    Ok(measure::rates(&w?).first().copied().unwrap_or(0.0))
+    let w = w?;
+    let ran = measure::ran_cpus(&w, r.tsc_khz).first().copied().flatten();
+    Ok((measure::rates(&w).first().copied().unwrap_or(0.0), ran))
 }
 
 type Windows = Vec<(crate::vmm::Snapshot, crate::vmm::Snapshot)>;

@@ -135,12 +135,14 @@ fn sweep_rows(s: &Sweep) -> Vec<Vec<String>> {
         .collect()
 }
 
-const SHARE_HEADER: [&str; 6] = [
+const SHARE_HEADER: [&str; 8] = [
     "busy vCPUs (VM1 + VM2)",
     "host CPUs",
-    "VM1 share ± 95% CI",
+    "VM1 share ± 95% CI (loops)",
+    "VM1 run time ± 95% CI",
     "model",
-    "VM2 share ± 95% CI",
+    "VM2 share ± 95% CI (loops)",
+    "VM2 run time ± 95% CI",
     "model ",
 ];
 
@@ -163,8 +165,10 @@ fn share_rows(rows: &[ShareRow]) -> Vec<Vec<String>> {
                 ),
                 r.host_cpus.to_string(),
                 share_cell(&r.vm1_share),
+                share_cell(&r.vm1_ran_share),
                 format!("{:.3}", r.vm1_model),
                 share_cell(&r.vm2_share),
+                share_cell(&r.vm2_ran_share),
                 format!("{:.3}", r.vm2_model),
             ]
         })
@@ -286,7 +290,7 @@ pub fn render_text(r: &HostBenchReport, st: &Style) -> String {
     if !r.share.is_empty() {
         out += &format!(
             "\n{}\n",
-            st.bold("Fair share: two VMs of busy vCPUs on the same CPUs, each VM's loop rate beside the other over its rate alone")
+            st.bold("Fair share: two VMs of busy vCPUs on the same CPUs, each VM's loop rate beside the other over its rate alone, and its run time as its vCPUs counted it (their TSC) beside the other over alone")
         );
         out += &text_table(&SHARE_HEADER, &share_rows(&r.share));
         out.push('\n');

@@ -136,6 +136,14 @@ pub struct ShareRow {
     pub vm1_share_samples: Vec<f64>,
     pub vm1_share: Option<MeanCi>,
     pub vm2_share: Option<MeanCi>,
+    /// The same share from the run time each VM's burners counted themselves (their TSC, gaps
+    /// over 100 us left out): CPUs together over CPUs alone. It does not move with how fast
+    /// the host runs guest code, which a loop rate does (on this project's emulating KVM by
+    /// up to 10% between two VMs on one CPU). `None` in results from before it was counted.
+    #[serde(default)]
+    pub vm1_ran_share: Option<MeanCi>,
+    #[serde(default)]
+    pub vm2_ran_share: Option<MeanCi>,
     /// The model: host CPUs shared evenly by the running vCPUs, over what the VM had alone.
     pub vm1_model: f64,
     pub vm2_model: f64,
