@@ -191,9 +191,8 @@ fn guest(a: GuestArgs, g: &Global) -> Result<()> {
     }
     let counts = |r: &Running| (0..n as u32).map(|i| r.count(i)).collect::<Vec<u32>>();
     // A burner's own run time; the other programs keep none.
-    let burn = a.program == "burn";
     let ran = |r: &Running| {
-        burn.then(|| {
+        r.times_its_run().then(|| {
             (0..n as u32)
                 .map(|i| r.ran_cycles(i))
                 .collect::<Vec<Option<u64>>>()

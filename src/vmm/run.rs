@@ -52,6 +52,8 @@ pub struct VcpuThread {
     pub tid: i32,
     handle: Option<std::thread::JoinHandle<Result<()>>>,
     stats: StatsFd,
+    /// Whether its program times its own run ([`Running::ran_cycles`]).
+    timed: bool,
 }
 
 /// A started VM. Dropping it stops every vCPU and joins its thread.
@@ -80,8 +82,8 @@ pub struct Snapshot {
     pub kvm: Vec<BTreeMap<String, u64>>,
     /// `/proc/self/task/TID/schedstat` of each vCPU thread: on-CPU ns, run-queue wait ns.
     pub sched: Vec<Option<(u64, u64)>>,
-    /// The TSC cycles each burner vCPU counted itself running so far (0 for the other
-    /// programs; `None` where every read was torn).
+    /// The TSC cycles each burner vCPU counted itself running so far (`None` for the other
+    /// programs, and where every read was torn).
     pub ran: Vec<Option<u64>>,
 }
 
@@ -99,7 +101,11 @@ impl Running {
         let tsc_khz = vm.tsc_khz()?;
         let stop = Arc::new(AtomicBool::new(false));
         let Vm {
-            vcpus, memory, vm, ..
+            vcpus,
+            memory,
+            vm,
+            timed,
+            ..
         } = vm;
         let vm = Some(vm);
         let mut threads = Vec::new();
@@ -130,6 +136,7 @@ impl Running {
                 tid,
                 handle: Some(handle),
                 stats,
+                timed: timed.get(i).copied().unwrap_or(false),
             });
             if !pinned {
                 let mut r = Running::from_parts(threads, vm, memory, stop, tsc_khz);
@@ -168,10 +175,18 @@ impl Running {
         self.memory.read_u32(guest::line(n, COUNT))
     }
 
-    /// The TSC cycles a burner vCPU `n` counted itself running so far ([`guest::Program::Burner`];
-    /// 0 for the other programs), or `None` where the guest kept changing it for every try.
+    /// The TSC cycles a burner vCPU `n` counted itself running so far ([`guest::Program::Burner`]),
+    /// or `None`: its program keeps no such count, or the guest kept changing it for every try.
     pub fn ran_cycles(&self, n: u32) -> Option<u64> {
-        ran_of(|off| self.memory.read_u32(guest::line(n, off)))
+        let timed = self.vcpus.get(n as usize).is_some_and(|v| v.timed);
+        timed
+            .then(|| ran_of(|off| self.memory.read_u32(guest::line(n, off))))
+            .flatten()
+    }
+
+    /// Whether any vCPU's program times its own run.
+    pub fn times_its_run(&self) -> bool {
+        self.vcpus.iter().any(|v| v.timed)
     }
 
     /// Whether every vCPU thread is still in its loop (one that stopped on an error has ended).

@@ -83,6 +83,8 @@ pub struct Vm {
     pub(super) vcpus: Vec<VcpuFd>,
     pub(super) vm: VmFd,
     pub(super) memory: std::sync::Arc<Memory>,
+    /// Whether each vCPU's program times its own run (a burner's `RAN`).
+    pub(super) timed: Vec<bool>,
     /// The VM's own halt-poll limit, when one was set (`None`: the module's `halt_poll_ns`).
     pub halt_poll_ns: Option<u64>,
 }
@@ -130,6 +132,10 @@ impl Vm {
             vcpus,
             vm,
             memory: std::sync::Arc::new(memory),
+            timed: programs
+                .iter()
+                .map(|(p, _)| *p == guest::Program::Burner)
+                .collect(),
             halt_poll_ns: None,
         })
     }
